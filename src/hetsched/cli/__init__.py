@@ -1,0 +1,1 @@
+"""The command line: ``hetsched`` and its command groups."""

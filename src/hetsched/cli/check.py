@@ -1,0 +1,68 @@
+"""``hetsched check``: validate a cluster, jobs or profile file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.framework.profile import ProfileError, parse_profile
+from hetsched.model.specs import (
+    ClusterSpec,
+    JobsSpec,
+    SpecError,
+    load_yaml,
+    parse_cluster,
+    parse_jobs,
+)
+
+__all__ = ["check", "check_document"]
+
+
+def check_document(path: Path) -> tuple[str, Any]:
+    """Validate ``path``; returns (kind, normalized document) or raises SpecError."""
+    data = load_yaml(path)
+    source = str(path)
+    if isinstance(data, dict) and "nodes" in data:
+        parse_cluster(data, source)
+        return "cluster", ClusterSpec.model_validate(data).model_dump(
+            mode="json", by_alias=True, exclude_defaults=True
+        )
+    if isinstance(data, dict) and "jobs" in data:
+        parse_jobs(data, source)
+        return "jobs", JobsSpec.model_validate(data).model_dump(
+            mode="json", by_alias=True, exclude_defaults=True
+        )
+    try:
+        spec = parse_profile(data)
+    except ProfileError as exc:
+        raise SpecError(str(exc).splitlines(), source) from None
+    return "profile", spec.model_dump(mode="json")
+
+
+def check(
+    file: Annotated[Path, typer.Argument(help="A cluster, jobs or profile YAML file.")],
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
+        OutputFormat.table
+    ),
+) -> None:
+    """Validate a spec file and print its normalized form, or every error with its field path.
+
+    The kind is recognised from the top-level key: ``nodes`` (cluster), ``jobs`` (jobs),
+    otherwise a profile. Exit code 2 when there are errors.
+    """
+    try:
+        kind, normalized = check_document(file)
+    except SpecError as exc:
+        if output is OutputFormat.json:
+            print_json({"file": str(file), "valid": False, "errors": exc.errors})
+            raise typer.Exit(2) from None
+        fail(str(exc), 2)
+    if output is OutputFormat.json:
+        print_json({"file": str(file), "valid": True, "kind": kind, "normalized": normalized})
+        return
+    console.print(f"[green]{file}: valid {kind}[/green]", highlight=False)
+    console.print(yaml.safe_dump(normalized, sort_keys=False), markup=False, highlight=False)

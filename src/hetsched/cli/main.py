@@ -1,0 +1,31 @@
+"""The ``hetsched`` command. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from hetsched import __version__
+from hetsched.cli.check import check
+from hetsched.cli.place import place
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="hetsched",
+    help="Schedule AI work on heterogeneous hardware: CPUs, GPUs of many models, FPGAs, NPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(place)
+app.command()(check)
+
+
+@app.command()
+def version() -> None:
+    """Print the hetsched version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,110 @@
+"""``hetsched place``: one scheduling pass of a job list over a cluster, printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cluster.state import ClusterState
+from hetsched.framework.profile import ProfileError, load_profile
+from hetsched.model.quantity import format_cpu, format_memory
+from hetsched.model.specs import SpecError, load_cluster, load_jobs
+from hetsched.scheduler import Bind, JobSubmitted, Pending, Reject, Scheduler
+
+__all__ = ["place", "place_jobs"]
+
+
+def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any]:
+    """Place ``jobs`` on ``cluster`` in one pass; the JSON document ``place -o json`` prints."""
+    nodes = load_cluster(cluster)
+    job_list = load_jobs(jobs)
+    scheduler = Scheduler(ClusterState(nodes), load_profile(profile))
+    actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
+    placements: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for action in actions:
+        if isinstance(action, Bind):
+            for task, p in action.placements:
+                placements.append({"job": action.job_id, "task": task, **p.to_dict()})
+        elif isinstance(action, Pending):
+            pending.append(
+                {
+                    "job": action.job_id,
+                    "reasons": action.explanation.lines(),
+                    "explanation": action.explanation.to_dict(),
+                }
+            )
+        elif isinstance(action, Reject):
+            pending.append({"job": action.job_id, "reasons": [action.reason]})
+    return {"placements": placements, "pending": pending}
+
+
+def _devices_cell(node: str, devices: list[dict[str, Any]]) -> str:
+    """``gpu0-7`` for whole devices in a run, ``gpu0 (300/1000)`` for shares."""
+    names = [str(d["id"]).removeprefix(f"{node}/") for d in devices]
+    if any(d["share"] < 1000 for d in devices):
+        return ", ".join(f"{n} ({d['share']}/1000)" for n, d in zip(names, devices, strict=True))
+    runs: list[list[str]] = []
+    for name in names:
+        stem, digits = name.rstrip("0123456789"), name[len(name.rstrip("0123456789")) :]
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and digits
+            and last[0] == stem
+            and last[2].isdigit()
+            and int(digits) == int(last[2]) + 1
+        ):
+            last[2] = digits
+        else:
+            runs.append([stem, digits, digits])
+    return ", ".join(f"{stem}{a}" if a == b else f"{stem}{a}-{b}" for stem, a, b in runs) or "-"
+
+
+def place(
+    cluster: Annotated[Path, typer.Option(help="Cluster YAML: nodes and their devices.")],
+    jobs: Annotated[Path, typer.Option(help="Jobs YAML: the jobs to place, in order.")],
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile YAML: plugins per extension point.")
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
+        OutputFormat.table
+    ),
+) -> None:
+    """Place jobs on a cluster in one scheduling pass and show where each task goes.
+
+    Jobs are tried in queue order (the profile's queue_sort, FIFO by default). A job whose
+    tasks do not all fit (its gang minimum) is listed as pending with the reasons: how many
+    nodes each filter rejected and why, and what would fit now.
+    """
+    try:
+        result = place_jobs(cluster, jobs, profile)
+    except (SpecError, ProfileError) as exc:
+        fail(str(exc), 2)
+    if output is OutputFormat.json:
+        print_json(result)
+        return
+    table = Table(title=f"Placements ({len(result['placements'])} tasks)", title_justify="left")
+    for column in ("job", "task", "node", "cpu", "memory", "devices"):
+        table.add_column(column, no_wrap=column != "devices")
+    for p in result["placements"]:
+        devices = _devices_cell(p["node"], p["devices"])
+        table.add_row(
+            p["job"],
+            str(p["task"]),
+            p["node"],
+            format_cpu(p["cpu_milli"]),
+            format_memory(p["memory_mib"]),
+            devices or "-",
+        )
+    console.print(table)
+    if result["pending"]:
+        console.print(f"\n[bold]Pending ({len(result['pending'])} jobs)[/bold]")
+        for item in result["pending"]:
+            console.print(f"[yellow]{item['job']}[/yellow]", highlight=False)
+            for reason in item["reasons"]:
+                console.print(f"  {reason}", highlight=False, markup=False)

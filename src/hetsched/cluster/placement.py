@@ -1,0 +1,33 @@
+"""What a task holds on a node: the unit of allocate and release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DeviceShare", "Placement"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceShare:
+    """``share`` milli-units of the device ``device_id`` (1000 = the whole device)."""
+
+    device_id: str
+    share: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A task's allocation: CPU in millicores and memory in MiB on ``node``, plus devices."""
+
+    node: str
+    cpu_milli: int
+    memory_mib: int
+    devices: tuple[DeviceShare, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "cpu_milli": self.cpu_milli,
+            "memory_mib": self.memory_mib,
+            "devices": [{"id": d.device_id, "share": d.share} for d in self.devices],
+        }

@@ -1,0 +1,340 @@
+"""Columnar cluster state: free capacity as numpy arrays, one per dimension.
+
+Rows are nodes; device slots are a padded matrix ``[node, slot]`` (a node with fewer devices
+than the widest node has absent slots). Filters and scores read these arrays for all nodes
+at once. Every mutation goes through :meth:`ClusterState.allocate` and
+:meth:`ClusterState.release`, which check first and change nothing when they refuse, so
+capacity is never exceeded, never negative, and release gives back exactly what was taken.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.model.device import SHARE_UNITS, Device, Health, Node
+from hetsched.model.selector import AttrKey, attr_key, matches
+
+__all__ = ["AllocationError", "ClusterState", "DeviceKind"]
+
+BoolArray = npt.NDArray[np.bool_]
+_A = TypeVar("_A", bound=npt.NDArray[Any])
+_T = TypeVar("_T")
+IntArray = npt.NDArray[np.int64]
+
+
+class AllocationError(RuntimeError):
+    """An allocate or release that would break the capacity invariants; nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceKind:
+    """A distinct (class, vendor, model, attributes): selectors are evaluated once per kind."""
+
+    device_class: str
+    vendor: str
+    model: str
+    attributes: AttrKey
+
+
+def _kind_of(device: Device) -> DeviceKind:
+    return DeviceKind(
+        device.device_class, device.vendor, device.model, attr_key(device.selector_view())
+    )
+
+
+class ClusterState:
+    """Free and total capacity of every node and device slot, with index maps.
+
+    Node rows are never reused: a removed node keeps its row with ``active`` False, so row
+    numbers held by callers stay valid.
+    """
+
+    def __init__(self, nodes: Iterable[Node] = ()) -> None:
+        self.nodes: list[Node] = []
+        self.node_index: dict[str, int] = {}
+        #: device id -> (node row, slot)
+        self.device_index: dict[str, tuple[int, int]] = {}
+        self.kinds: list[DeviceKind] = []
+        self._kind_index: dict[DeviceKind, int] = {}
+        self.cpu_cap: IntArray = np.zeros(0, np.int64)
+        self.cpu_free: IntArray = np.zeros(0, np.int64)
+        self.mem_cap: IntArray = np.zeros(0, np.int64)
+        self.mem_free: IntArray = np.zeros(0, np.int64)
+        self.active: BoolArray = np.zeros(0, np.bool_)
+        #: free share per device slot, 0..1000; 0 for absent slots
+        self.dev_free: IntArray = np.zeros((0, 0), np.int64)
+        #: kind row per slot, -1 for absent slots
+        self.dev_kind: IntArray = np.zeros((0, 0), np.int64)
+        self.dev_healthy: BoolArray = np.zeros((0, 0), np.bool_)
+        self.allocations: dict[str, Placement] = {}
+        #: bumps whenever eligibility can change (nodes, health); caches key on it
+        self.version = 0
+        self._memo: dict[Hashable, Any] = {}
+        self._memo_version = 0
+        self.add_nodes(nodes)
+
+    # -- shape ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def width(self) -> int:
+        """Device slots per row (the most devices any node has)."""
+        return int(self.dev_free.shape[1])
+
+    def add_node(self, node: Node) -> int:
+        """Add a node with all of its capacity free; returns its row."""
+        return self.add_nodes([node])[0]
+
+    def add_nodes(self, nodes: Iterable[Node]) -> list[int]:
+        """Add nodes in one batch (arrays grow once); returns their rows.
+
+        Checks every name and device id first: on a duplicate nothing is added.
+        """
+        batch = list(nodes)
+        names: set[str] = set()
+        ids: set[str] = set()
+        for node in batch:
+            if node.name in names or (
+                node.name in self.node_index and self.active[self.node_index[node.name]]
+            ):
+                raise ValueError(f"node {node.name} already exists")
+            names.add(node.name)
+            for device in node.devices:
+                if device.id in ids or device.id in self.device_index:
+                    raise ValueError(f"device id {device.id} already exists")
+                ids.add(device.id)
+        first = len(self.nodes)
+        count = len(batch)
+        width = max([self.width, *(len(n.devices) for n in batch)])
+        cpu = np.array([n.cpu_milli for n in batch], np.int64)
+        mem = np.array([n.memory_mib for n in batch], np.int64)
+        self.cpu_cap = np.concatenate([self.cpu_cap, cpu])
+        self.cpu_free = np.concatenate([self.cpu_free, cpu])
+        self.mem_cap = np.concatenate([self.mem_cap, mem])
+        self.mem_free = np.concatenate([self.mem_free, mem])
+        self.active = np.concatenate([self.active, np.ones(count, np.bool_)])
+        self.dev_free = _grow(self.dev_free, count, width, 0)
+        self.dev_kind = _grow(self.dev_kind, count, width, -1)
+        self.dev_healthy = _grow(self.dev_healthy, count, width, False)
+        for offset, node in enumerate(batch):
+            row = first + offset
+            self.nodes.append(node)
+            self.node_index[node.name] = row
+            for slot, device in enumerate(node.devices):
+                self.device_index[device.id] = (row, slot)
+                self.dev_free[row, slot] = SHARE_UNITS
+                self.dev_kind[row, slot] = self._kind_row(_kind_of(device))
+                self.dev_healthy[row, slot] = device.health is Health.HEALTHY
+        self.version += 1
+        return list(range(first, first + count))
+
+    def remove_node(self, name: str) -> list[str]:
+        """Take a node out of service; returns the allocation keys that were on it.
+
+        The caller decides what happens to those tasks and must release them.
+        """
+        row = self.row(name)
+        self.active[row] = False
+        self.version += 1
+        return [key for key, p in self.allocations.items() if p.node == name]
+
+    def set_device_health(self, device_id: str, health: Health) -> list[str]:
+        """Mark a device healthy or not; returns the allocation keys that use it."""
+        row, slot = self._device(device_id)
+        self.dev_healthy[row, slot] = health is Health.HEALTHY
+        self.version += 1
+        return [
+            key
+            for key, p in self.allocations.items()
+            if any(d.device_id == device_id for d in p.devices)
+        ]
+
+    def _kind_row(self, kind: DeviceKind) -> int:
+        row = self._kind_index.get(kind)
+        if row is None:
+            row = len(self.kinds)
+            self.kinds.append(kind)
+            self._kind_index[kind] = row
+        return row
+
+    # -- lookups -------------------------------------------------------------------------
+
+    def row(self, name: str) -> int:
+        try:
+            return self.node_index[name]
+        except KeyError:
+            raise KeyError(f"unknown node {name!r}") from None
+
+    def _device(self, device_id: str) -> tuple[int, int]:
+        try:
+            return self.device_index[device_id]
+        except KeyError:
+            raise KeyError(f"unknown device {device_id!r}") from None
+
+    def device_id(self, row: int, slot: int) -> str:
+        return self.nodes[row].devices[slot].id
+
+    def device_mask(self, device_class: str, selector: str | None = None) -> BoolArray:
+        """Slots holding a healthy device of ``device_class`` that ``selector`` admits.
+
+        Cached per (class, selector) until the topology or health changes; selectors are
+        evaluated once per device kind, not per device.
+        """
+        return self.memo(
+            ("device_mask", device_class, selector),
+            lambda: self._device_mask(device_class, selector),
+        )
+
+    def _device_mask(self, device_class: str, selector: str | None) -> BoolArray:
+        per_kind = np.array(
+            [
+                k.device_class == device_class
+                and (selector is None or matches(selector, k.attributes))
+                for k in self.kinds
+            ]
+            + [False],  # row -1: absent slot
+            dtype=np.bool_,
+        )
+        mask = per_kind[self.dev_kind] & self.dev_healthy & self.active[:, None]
+        mask.flags.writeable = False
+        return mask
+
+    def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """A value derived from topology, labels or health, cached until ``version`` changes.
+
+        For masks that plugins would otherwise recompute every attempt (label and taint
+        matches, selector matches). Never for anything that depends on free capacity.
+        """
+        if self._memo_version != self.version:
+            self._memo = {}
+            self._memo_version = self.version
+        try:
+            return self._memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
+
+    def class_names(self) -> list[str]:
+        return sorted({k.device_class for k in self.kinds})
+
+    def models(self, device_class: str) -> list[str]:
+        return sorted({k.model for k in self.kinds if k.device_class == device_class})
+
+    def device_count(self, device_class: str, model: str | None = None) -> int:
+        """Healthy devices of a class (and model) on active nodes."""
+        per_kind = np.array(
+            [
+                k.device_class == device_class and (model is None or k.model == model)
+                for k in self.kinds
+            ]
+            + [False]
+        )
+        return int((per_kind[self.dev_kind] & self.dev_healthy & self.active[:, None]).sum())
+
+    # -- allocate and release ------------------------------------------------------------
+
+    def check(self, placement: Placement) -> str | None:
+        """Why ``placement`` cannot be allocated now, or None if it can."""
+        if placement.node not in self.node_index:
+            return f"unknown node {placement.node!r}"
+        row = self.node_index[placement.node]
+        if not self.active[row]:
+            return f"node {placement.node} is not active"
+        if placement.cpu_milli < 0 or placement.memory_mib < 0:
+            return "negative request"
+        if placement.cpu_milli > self.cpu_free[row]:
+            return f"cpu: want {placement.cpu_milli}m, free {self.cpu_free[row]}m"
+        if placement.memory_mib > self.mem_free[row]:
+            return f"memory: want {placement.memory_mib}Mi, free {self.mem_free[row]}Mi"
+        seen: set[str] = set()
+        for d in placement.devices:
+            if d.device_id in seen:
+                return f"device {d.device_id} listed twice"
+            seen.add(d.device_id)
+            where = self.device_index.get(d.device_id)
+            if where is None or where[0] != row:
+                return f"device {d.device_id} is not on node {placement.node}"
+            if not 0 < d.share <= SHARE_UNITS:
+                return f"device {d.device_id}: share must be 1..{SHARE_UNITS}, got {d.share}"
+            if not self.dev_healthy[where]:
+                return f"device {d.device_id} is unhealthy"
+            if d.share > self.dev_free[where]:
+                return f"device {d.device_id}: want {d.share}, free {self.dev_free[where]}"
+        return None
+
+    def allocate(self, key: str, placement: Placement) -> None:
+        """Take ``placement`` for ``key``; raise AllocationError (no change) if it does not fit."""
+        if key in self.allocations:
+            raise AllocationError(f"{key} already holds an allocation")
+        problem = self.check(placement)
+        if problem is not None:
+            raise AllocationError(f"{key}: {problem}")
+        row = self.node_index[placement.node]
+        self.cpu_free[row] -= placement.cpu_milli
+        self.mem_free[row] -= placement.memory_mib
+        for d in placement.devices:
+            self.dev_free[self.device_index[d.device_id]] -= d.share
+        self.allocations[key] = placement
+
+    def release(self, key: str) -> Placement:
+        """Give back exactly what ``key`` holds; raises AllocationError if it holds nothing."""
+        placement = self.allocations.pop(key, None)
+        if placement is None:
+            raise AllocationError(f"{key} holds no allocation")
+        row = self.node_index[placement.node]
+        self.cpu_free[row] += placement.cpu_milli
+        self.mem_free[row] += placement.memory_mib
+        for d in placement.devices:
+            self.dev_free[self.device_index[d.device_id]] += d.share
+        return placement
+
+    def fork(self) -> ClusterState:
+        """An independent copy for what-if evaluation (preemption, gangs, explanations).
+
+        Nodes and kinds are immutable and shared; arrays and the allocation map are copied.
+        """
+        other = copy.copy(self)
+        other.nodes = list(self.nodes)
+        other.node_index = dict(self.node_index)
+        other.device_index = dict(self.device_index)
+        other.kinds = list(self.kinds)
+        other._kind_index = dict(self._kind_index)
+        for name in ("cpu_cap", "cpu_free", "mem_cap", "mem_free", "active"):
+            setattr(other, name, getattr(self, name).copy())
+        other.dev_free = self.dev_free.copy()
+        other.dev_kind = self.dev_kind.copy()
+        other.dev_healthy = self.dev_healthy.copy()
+        other.allocations = dict(self.allocations)
+        other._memo = dict(self._memo)
+        return other
+
+    # -- summaries -----------------------------------------------------------------------
+
+    def allocated_devices(self) -> Iterator[tuple[str, DeviceShare]]:
+        for key, placement in self.allocations.items():
+            for d in placement.devices:
+                yield key, d
+
+    def device_of(self, device_id: str) -> Device:
+        row, slot = self._device(device_id)
+        return self.nodes[row].devices[slot]
+
+    def free_share(self, device_id: str) -> int:
+        return int(self.dev_free[self._device(device_id)])
+
+
+def _grow(array: _A, rows: int, width: int, fill: object) -> _A:
+    """Append ``rows`` rows and widen to ``width`` slots, padding with ``fill``."""
+    old_rows, old_width = array.shape
+    grown = np.full((old_rows + rows, width), fill, dtype=array.dtype)
+    grown[:old_rows, :old_width] = array
+    return grown  # type: ignore[return-value]

@@ -1,0 +1,159 @@
+"""Jobs and what their tasks ask for."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from hetsched.model.device import SHARE_UNITS, TaintEffect
+
+__all__ = [
+    "DeviceChoice",
+    "DeviceRequest",
+    "Job",
+    "RestartPolicy",
+    "TaskRequest",
+    "Toleration",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceChoice:
+    """One way to satisfy a device request: ``count`` devices of ``device_class``.
+
+    ``share`` is the milli-units taken on each device; it is below 1000 only when
+    ``count`` is 1 (a fraction of one device, as in the Alibaba trace). ``selector`` is a CEL
+    expression over ``device.attributes`` (Kubernetes DRA syntax), or None for any device.
+    """
+
+    device_class: str
+    count: int = 1
+    share: int = SHARE_UNITS
+    selector: str | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.share >= SHARE_UNITS
+
+    def describe(self) -> str:
+        amount = f"{self.count}x {self.device_class}"
+        if not self.whole:
+            amount = f"{self.share}/{SHARE_UNITS} of 1 {self.device_class}"
+        return amount + (f" where {self.selector}" if self.selector else "")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """A device request: ordered alternatives, the first that fits a node wins there.
+
+    A request without alternatives has exactly one choice. This follows Kubernetes DRA's
+    ``firstAvailable``.
+    """
+
+    choices: tuple[DeviceChoice, ...]
+
+    def __post_init__(self) -> None:
+        if not self.choices:
+            raise ValueError("a device request needs at least one choice")
+
+    @classmethod
+    def of(
+        cls,
+        device_class: str,
+        count: int = 1,
+        share: int = SHARE_UNITS,
+        selector: str | None = None,
+    ) -> DeviceRequest:
+        return cls((DeviceChoice(device_class, count, share, selector),))
+
+    @property
+    def primary(self) -> DeviceChoice:
+        return self.choices[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Tolerates taints with ``key`` (any key when empty) and, if set, ``value`` and ``effect``."""
+
+    key: str = ""
+    value: str | None = None
+    effect: TaintEffect | None = None
+
+    def tolerates(self, key: str, value: str, effect: TaintEffect) -> bool:
+        if self.key and self.key != key:
+            return False
+        if self.value is not None and self.value != value:
+            return False
+        return self.effect is None or self.effect == effect
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """What one task (replica) of a job needs: CPU in millicores, memory in MiB, devices."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    devices: tuple[DeviceRequest, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    tolerations: tuple[Toleration, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.node_selector, MappingProxyType):
+            object.__setattr__(self, "node_selector", MappingProxyType(dict(self.node_selector)))
+
+    def __hash__(self) -> int:
+        return hash(
+            (
+                self.cpu_milli,
+                self.memory_mib,
+                self.devices,
+                tuple(sorted(self.node_selector.items())),
+                self.tolerations,
+            )
+        )
+
+    def describe(self) -> str:
+        parts = [f"cpu {self.cpu_milli}m", f"memory {self.memory_mib}Mi"]
+        parts += [" or ".join(c.describe() for c in d.choices) for d in self.devices]
+        return ", ".join(parts)
+
+
+class RestartPolicy(enum.StrEnum):
+    NEVER = "never"
+    ON_FAILURE = "on_failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A unit of work: ``replicas`` identical tasks, bound all-or-nothing in groups of ``gang``.
+
+    Times are seconds on the driver's clock. ``gang`` defaults to ``replicas``: the job starts
+    only when that many tasks can be placed at once.
+    """
+
+    id: str
+    resources: TaskRequest
+    name: str = ""
+    user: str = "default"
+    queue: str = "default"
+    priority: int = 0
+    replicas: int = 1
+    gang: int | None = None
+    preemptible: bool = True
+    estimated_runtime_s: float | None = None
+    max_runtime_s: float | None = None
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+    max_restarts: int = 0
+    submit_time: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"job {self.id}: replicas must be >= 1, got {self.replicas}")
+        if self.gang is not None and not 1 <= self.gang <= self.replicas:
+            raise ValueError(f"job {self.id}: gang must be 1..replicas, got {self.gang}")
+
+    @property
+    def gang_min(self) -> int:
+        return self.replicas if self.gang is None else self.gang

@@ -1,0 +1,373 @@
+"""Spec files at the boundary: pydantic models with field-path errors, turned into the
+frozen dataclasses the core uses. The core never sees an unvalidated value.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint, TaintEffect
+from hetsched.model.job import (
+    DeviceChoice,
+    DeviceRequest,
+    Job,
+    RestartPolicy,
+    TaskRequest,
+    Toleration,
+)
+from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
+from hetsched.model.selector import SelectorError, compile_selector
+
+__all__ = [
+    "ClusterSpec",
+    "JobsSpec",
+    "SpecError",
+    "format_errors",
+    "load_cluster",
+    "load_jobs",
+    "load_yaml",
+    "parse_cluster",
+    "parse_duration",
+    "parse_jobs",
+]
+
+
+class SpecError(ValueError):
+    """A spec that does not validate. ``errors`` holds one ``path: message`` per problem."""
+
+    def __init__(self, errors: list[str], source: str = "") -> None:
+        self.errors = errors
+        self.source = source
+        head = f"{source}: " if source else ""
+        super().__init__(head + ("\n" + head).join(errors))
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith("function-") or part in {"str", "int", "float", "bool"}:
+            continue  # pydantic's union-branch labels say nothing to a user
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def format_errors(exc: ValidationError) -> list[str]:
+    """``jobs[1].resources.devices[0].share: must be 1..1000, got 1500``, one per error."""
+    out: list[str] = []
+    for err in exc.errors():
+        message = str(err["msg"]).removeprefix("Value error, ")
+        line = f"{_path(tuple(err['loc']))}: {message}"
+        if line not in out:
+            out.append(line)
+    return out
+
+
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"must not be negative, got {value}")
+        return float(value)
+    match = _DURATION.match(value)
+    if match is None:
+        raise ValueError(f"not a duration: {value!r} (expected e.g. 90, 90s, 30m, 2h)")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _cpu(value: Any) -> int:
+    try:
+        return parse_cpu(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _memory(value: Any) -> int:
+    try:
+        return parse_memory(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# -- clusters ---------------------------------------------------------------------------
+
+
+class DeviceGroupSpec(_Strict):
+    device_class: str = Field(alias="class", min_length=1)
+    vendor: str = ""
+    model: str = ""
+    count: int = Field(default=1, ge=1, le=1024)
+    attributes: dict[str, AttrValue] = Field(default_factory=dict)
+    health: Health = Health.HEALTHY
+
+
+class TaintSpec(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+
+
+class NodeSpec(_Strict):
+    name: str = Field(min_length=1)
+    replicas: int | None = Field(default=None, ge=1, le=100_000)
+    cpu_milli: int = Field(alias="cpu")
+    memory_mib: int = Field(alias="memory")
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    devices: list[DeviceGroupSpec] = Field(default_factory=list)
+
+    _parse_cpu = field_validator("cpu_milli", mode="before")(lambda cls, v: _cpu(v))
+    _parse_mem = field_validator("memory_mib", mode="before")(lambda cls, v: _memory(v))
+
+    def expand(self) -> list[Node]:
+        names = [self.name]
+        if self.replicas is not None:
+            names = [self.name.replace("{i}", str(i)) for i in range(self.replicas)]
+        out = []
+        for name in names:
+            devices: list[Device] = []
+            per_class: dict[str, int] = {}
+            for group in self.devices:
+                for _ in range(group.count):
+                    index = per_class.get(group.device_class, 0)
+                    per_class[group.device_class] = index + 1
+                    devices.append(
+                        Device(
+                            id=f"{name}/{group.device_class}{index}",
+                            device_class=group.device_class,
+                            vendor=group.vendor,
+                            model=group.model,
+                            attributes=group.attributes,
+                            health=group.health,
+                        )
+                    )
+            taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
+            out.append(
+                Node(name, self.cpu_milli, self.memory_mib, tuple(devices), self.labels, taints)
+            )
+        return out
+
+
+class ClusterSpec(_Strict):
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _replicas_need_pattern(self) -> ClusterSpec:
+        for node in self.nodes:
+            if node.replicas is not None and node.replicas > 1 and "{i}" not in node.name:
+                raise ValueError(f"node {node.name!r}: replicas > 1 needs '{{i}}' in the name")
+        return self
+
+    def build(self) -> list[Node]:
+        nodes = [n for spec in self.nodes for n in spec.expand()]
+        seen: set[str] = set()
+        for index, node in enumerate(nodes):
+            if node.name in seen:
+                raise SpecError([f"nodes: duplicate node name {node.name!r} (node #{index})"])
+            seen.add(node.name)
+        return nodes
+
+
+# -- jobs -------------------------------------------------------------------------------
+
+
+def _check_selector(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            compile_selector(value)
+        except SelectorError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+class DeviceChoiceSpec(_Strict):
+    device_class: str = Field(alias="class", min_length=1)
+    count: int = Field(default=1, ge=1, le=1024)
+    share: int = SHARE_UNITS
+    selector: str | None = None
+    #: shorthand for a selector on the model attribute
+    model: str | list[str] | None = None
+
+    @field_validator("share")
+    @classmethod
+    def _share(cls, value: int) -> int:
+        if not 1 <= value <= SHARE_UNITS:
+            raise ValueError(f"must be 1..{SHARE_UNITS}, got {value}")
+        return value
+
+    _selector = field_validator("selector")(lambda cls, v: _check_selector(v))
+
+    @model_validator(mode="after")
+    def _fraction_needs_one(self) -> DeviceChoiceSpec:
+        if self.share < SHARE_UNITS and self.count != 1:
+            raise ValueError(f"a share below {SHARE_UNITS} needs count 1, got count {self.count}")
+        return self
+
+    def build(self) -> DeviceChoice:
+        selector = self.selector
+        if self.model is not None:
+            models = [self.model] if isinstance(self.model, str) else self.model
+            quoted = ", ".join(f'"{m}"' for m in models)
+            by_model = f'device.attributes["model"] in [{quoted}]'
+            selector = by_model if selector is None else f"({selector}) && {by_model}"
+        return DeviceChoice(self.device_class, self.count, self.share, selector)
+
+
+class DeviceRequestSpec(DeviceChoiceSpec):
+    #: tried in order after this choice, the first that fits a node wins
+    alternatives: list[DeviceChoiceSpec] = Field(default_factory=list)
+
+    def build_request(self) -> DeviceRequest:
+        return DeviceRequest((self.build(), *(a.build() for a in self.alternatives)))
+
+
+class TolerationSpec(_Strict):
+    key: str = ""
+    value: str | None = None
+    effect: TaintEffect | None = None
+
+
+class ResourcesSpec(_Strict):
+    cpu_milli: int = Field(default=0, alias="cpu")
+    memory_mib: int = Field(default=0, alias="memory")
+    devices: list[DeviceRequestSpec] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[TolerationSpec] = Field(default_factory=list)
+
+    _parse_cpu = field_validator("cpu_milli", mode="before")(lambda cls, v: _cpu(v))
+    _parse_mem = field_validator("memory_mib", mode="before")(lambda cls, v: _memory(v))
+
+    def build(self) -> TaskRequest:
+        return TaskRequest(
+            self.cpu_milli,
+            self.memory_mib,
+            tuple(d.build_request() for d in self.devices),
+            self.node_selector,
+            tuple(Toleration(t.key, t.value, t.effect) for t in self.tolerations),
+        )
+
+
+class JobSpec(_Strict):
+    name: str = Field(min_length=1, max_length=253)
+    id: str | None = Field(default=None, min_length=1, max_length=253)
+    user: str = "default"
+    queue: str = "default"
+    priority: int = 0
+    replicas: int = Field(default=1, ge=1, le=100_000)
+    gang: int | None = Field(default=None, ge=1)
+    preemptible: bool = True
+    estimated_runtime_s: float | None = Field(default=None, alias="estimated_runtime")
+    max_runtime_s: float | None = Field(default=None, alias="max_runtime")
+    restart_policy: RestartPolicy = RestartPolicy.NEVER
+    max_restarts: int = Field(default=0, ge=0)
+    submit_time: float = Field(default=0.0, ge=0)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+
+    @field_validator("estimated_runtime_s", "max_runtime_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
+
+    @model_validator(mode="after")
+    def _gang_within_replicas(self) -> JobSpec:
+        if self.gang is not None and self.gang > self.replicas:
+            raise ValueError(f"gang must be 1..replicas ({self.replicas}), got {self.gang}")
+        return self
+
+    def build(self) -> Job:
+        return Job(
+            id=self.id or self.name,
+            resources=self.resources.build(),
+            name=self.name,
+            user=self.user,
+            queue=self.queue,
+            priority=self.priority,
+            replicas=self.replicas,
+            gang=self.gang,
+            preemptible=self.preemptible,
+            estimated_runtime_s=self.estimated_runtime_s,
+            max_runtime_s=self.max_runtime_s,
+            restart_policy=self.restart_policy,
+            max_restarts=self.max_restarts,
+            submit_time=self.submit_time,
+        )
+
+
+class JobsSpec(_Strict):
+    jobs: list[JobSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> JobsSpec:
+        seen: dict[str, int] = {}
+        for index, job in enumerate(self.jobs):
+            job_id = job.id or job.name
+            if job_id in seen:
+                raise ValueError(
+                    f"jobs[{index}]: duplicate job id {job_id!r} (first at jobs[{seen[job_id]}])"
+                )
+            seen[job_id] = index
+        return self
+
+    def build(self) -> list[Job]:
+        return [j.build() for j in self.jobs]
+
+
+# -- loading ----------------------------------------------------------------------------
+
+Kind = Literal["cluster", "jobs", "profile"]
+
+
+def load_yaml(path: str | Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except OSError as exc:
+        raise SpecError([f"cannot read: {exc.strerror}"], str(path)) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([f"not valid YAML: {' '.join(str(exc).split())}"], str(path)) from None
+
+
+def parse_cluster(data: Any, source: str = "") -> list[Node]:
+    try:
+        return ClusterSpec.model_validate(data).build()
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc), source) from None
+
+
+def parse_jobs(data: Any, source: str = "") -> list[Job]:
+    try:
+        return JobsSpec.model_validate(data).build()
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc), source) from None
+
+
+def load_cluster(path: str | Path) -> list[Node]:
+    return parse_cluster(load_yaml(path), str(path))
+
+
+def load_jobs(path: str | Path) -> list[Job]:
+    return parse_jobs(load_yaml(path), str(path))

@@ -1,0 +1,57 @@
+"""taints: a node's NoSchedule and NoExecute taints must all be tolerated by the task.
+
+Points: filter. Args: none. PreferNoSchedule taints do not filter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel
+
+from hetsched.cluster.state import ClusterState
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.interfaces import BoolArray, Rejection
+from hetsched.framework.registry import register
+from hetsched.model.device import Node, TaintEffect
+from hetsched.model.job import Toleration
+
+__all__ = ["Taints", "tolerated", "untolerated_mask"]
+
+
+def tolerated(node: Node, tolerations: tuple[Toleration, ...]) -> bool:
+    return all(
+        taint.effect is TaintEffect.PREFER_NO_SCHEDULE
+        or any(t.tolerates(taint.key, taint.value, taint.effect) for t in tolerations)
+        for taint in node.taints
+    )
+
+
+def untolerated_mask(state: ClusterState, tolerations: tuple[Toleration, ...]) -> BoolArray:
+    """Nodes with a hard taint that ``tolerations`` do not cover; cached per cluster version."""
+
+    def compute() -> BoolArray:
+        mask = np.zeros(len(state), np.bool_)
+        for row, node in enumerate(state.nodes):
+            if node.taints and not tolerated(node, tolerations):
+                mask[row] = True
+        return mask
+
+    return state.memo(("taints", tolerations), compute)
+
+
+@register("taints")
+class Taints:
+    """The task tolerates every hard taint of the node."""
+
+    name = "taints"
+
+    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
+        return candidates & ~untolerated_mask(ctx.state, ctx.request.tolerations)
+
+    def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
+        return [("untolerated taint", untolerated_mask(ctx.state, ctx.request.tolerations))]

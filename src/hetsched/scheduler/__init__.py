@@ -1,0 +1,37 @@
+"""The core: events in, actions out, with explanations for every pending job."""
+
+from hetsched.scheduler.actions import Action, Bind, Kill, Pending, Preempt, Reject
+from hetsched.scheduler.core import Scheduler, task_key
+from hetsched.scheduler.events import (
+    DeviceHealthChanged,
+    Event,
+    JobCancelled,
+    JobSubmitted,
+    NodeAdded,
+    NodeRemoved,
+    TaskFinished,
+    Tick,
+)
+from hetsched.scheduler.explain import Explanation
+from hetsched.scheduler.records import JobRecord
+
+__all__ = [
+    "Action",
+    "Bind",
+    "DeviceHealthChanged",
+    "Event",
+    "Explanation",
+    "JobCancelled",
+    "JobRecord",
+    "JobSubmitted",
+    "Kill",
+    "NodeAdded",
+    "NodeRemoved",
+    "Pending",
+    "Preempt",
+    "Reject",
+    "Scheduler",
+    "TaskFinished",
+    "Tick",
+    "task_key",
+]
