@@ -10,6 +10,7 @@ from hetsched.scheduler.events import (
     NodeAdded,
     NodeRemoved,
     TaskFinished,
+    TaskStopped,
     Tick,
 )
 from hetsched.scheduler.explain import Explanation
@@ -32,6 +33,7 @@ __all__ = [
     "Reject",
     "Scheduler",
     "TaskFinished",
+    "TaskStopped",
     "Tick",
     "task_key",
 ]

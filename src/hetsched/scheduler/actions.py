@@ -12,26 +12,38 @@ __all__ = ["Action", "Bind", "Kill", "Pending", "Preempt", "Reject"]
 
 @dataclass(frozen=True, slots=True)
 class Bind:
-    """Start these tasks of the job on these placements (already allocated in the core)."""
+    """Start these tasks of the job on these placements (already allocated in the core).
+
+    ``run`` numbers the job's runs (it grows each time the job starts again after a requeue);
+    the driver echoes it in TaskFinished and TaskStopped.
+    """
 
     job_id: str
+    run: int
     placements: tuple[tuple[int, Placement], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Kill:
-    """Stop a running task; the core has already released its allocation."""
+    """Stop a task of run ``run`` now (SIGTERM, then SIGKILL), then report TaskStopped.
+
+    The allocation stays held until TaskStopped arrives, except when the task's node or
+    device is already gone (then it was released at once and no report is needed).
+    """
 
     job_id: str
     task: int
+    run: int
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Stop a job's tasks within ``grace_s`` seconds to make room; it goes back to the queue."""
+    """Stop every task of the job's run ``run`` within ``grace_s`` seconds and report each
+    with TaskStopped; the job is already back in the queue."""
 
     job_id: str
+    run: int
     grace_s: float
     reason: str
 

@@ -34,6 +34,7 @@ from hetsched.scheduler.events import (
     NodeAdded,
     NodeRemoved,
     TaskFinished,
+    TaskStopped,
     Tick,
 )
 from hetsched.scheduler.explain import Explanation, explain_placement
@@ -42,9 +43,13 @@ from hetsched.scheduler.records import JobRecord
 __all__ = ["Scheduler", "task_key"]
 
 
-def task_key(job_id: str, task: int) -> str:
-    """The allocation key of a task in the cluster state."""
-    return f"{job_id}/{task}"
+def task_key(job_id: str, task: int, run: int) -> str:
+    """The allocation key of a task of one run in the cluster state."""
+    return f"{job_id}/{task}#{run}"
+
+
+def _job_of(key: str) -> str:
+    return key.rsplit("/", 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +90,13 @@ class Scheduler:
             raise KeyError(f"unknown job {job_id!r}") from None
 
     def waiting(self) -> list[JobRecord]:
-        """Jobs with tasks to place, in queue order."""
-        waiting = [r for r in self.jobs.values() if r.state is JobState.PENDING]
-        return waiting
+        """Jobs with tasks to place: pending jobs, and running jobs whose gang minimum was
+        below their replicas and that still have tasks to start."""
+        return [
+            r
+            for r in self.jobs.values()
+            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.unplaced)
+        ]
 
     # -- events --------------------------------------------------------------------------
 
@@ -97,8 +106,11 @@ class Scheduler:
                 return self._submit(job, now)
             case JobCancelled(job_id, reason):
                 return self._cancel(job_id, reason, now)
-            case TaskFinished(job_id, task, succeeded, reason):
-                return self._finished(job_id, task, succeeded, reason, now)
+            case TaskFinished(job_id, task, run, succeeded, reason):
+                return self._finished(job_id, task, run, succeeded, reason, now)
+            case TaskStopped(job_id, task, run):
+                self._stopped(job_id, task_key(job_id, task, run))
+                return []
             case NodeAdded(node):
                 self.state.add_node(node)
                 self.capacity_epoch += 1
@@ -125,17 +137,31 @@ class Scheduler:
         record.move(JobState.PENDING, now, "submitted")
         return []
 
-    def _release(self, record: JobRecord, task: int) -> None:
-        self.state.release(task_key(record.id, task))
-        del record.placements[task]
+    def _release(self, key: str) -> None:
+        self.state.release(key)
         self.capacity_epoch += 1
 
-    def _stop_all(self, record: JobRecord, reason: str) -> list[Action]:
+    def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
+        """Ask the driver to stop every running task of the current run.
+
+        With ``release`` (the node or device is gone) the allocations are freed at once;
+        otherwise they stay held, as ``stopping``, until TaskStopped arrives.
+        """
         actions: list[Action] = []
         for task in sorted(record.placements):
-            self._release(record, task)
-            actions.append(Kill(record.id, task, reason))
+            key = task_key(record.id, task, record.run)
+            placement = record.placements.pop(task)
+            if release:
+                self._release(key)
+            else:
+                record.stopping[key] = placement
+            actions.append(Kill(record.id, task, record.run, reason))
         return actions
+
+    def _stopped(self, job_id: str, key: str) -> None:
+        record = self.jobs.get(job_id)
+        if record is not None and record.stopping.pop(key, None) is not None:
+            self._release(key)
 
     def _cancel(self, job_id: str, reason: str, now: float) -> list[Action]:
         record = self.jobs.get(job_id)
@@ -147,12 +173,19 @@ class Scheduler:
         return actions
 
     def _finished(
-        self, job_id: str, task: int, succeeded: bool, reason: str, now: float
+        self, job_id: str, task: int, run: int, succeeded: bool, reason: str, now: float
     ) -> list[Action]:
         record = self.jobs.get(job_id)
-        if record is None or task not in record.placements:
-            return []  # a late report for a task already stopped: nothing holds resources
-        self._release(record, task)
+        if record is None:
+            return []
+        key = task_key(job_id, task, run)
+        if key in record.stopping:  # it ended on its own while being stopped
+            self._stopped(job_id, key)
+            return []
+        if run != record.run or task not in record.placements:
+            return []  # a stale report: that task holds nothing any more
+        del record.placements[task]
+        self._release(key)
         if succeeded:
             record.finished.add(task)
             if len(record.finished) == record.job.replicas:
@@ -171,12 +204,22 @@ class Scheduler:
         return actions
 
     def _lose(self, keys: list[str], cause: str, now: float) -> list[Action]:
-        """Tasks whose node or device went away: stop the job's tasks and requeue it."""
+        """Tasks whose node or device went away: free what they held on it, stop the rest
+        of their job, and requeue the job."""
         actions: list[Action] = []
-        for job_id in dict.fromkeys(k.rsplit("/", 1)[0] for k in keys):
+        for key in keys:
+            record = self.jobs[_job_of(key)]
+            if record.stopping.pop(key, None) is not None:
+                self._release(key)
+                continue
+            task = int(key.rsplit("/", 1)[1].split("#")[0])
+            if record.placements.pop(task, None) is not None:
+                self._release(key)
+                actions.append(Kill(record.id, task, record.run, cause))
+        for job_id in dict.fromkeys(_job_of(k) for k in keys):
             record = self.jobs[job_id]
-            actions += self._stop_all(record, cause)
             if record.state is JobState.RUNNING:
+                actions += self._stop_all(record, cause)
                 self._requeue(record, now, cause)
         return actions
 
@@ -216,7 +259,11 @@ class Scheduler:
         job = record.job
         ctx = CycleContext(self.state, job, job.resources, now)
         tasks = record.unplaced
-        needed = min(job.gang_min, len(tasks))
+        running = record.state is JobState.RUNNING
+        # a running job adds tasks to its current run one at a time; a pending one starts a
+        # new run and needs its gang minimum at once
+        run = record.run if running else record.run + 1
+        needed = 1 if running else min(job.gang_min, len(tasks))
         placed: list[tuple[int, Placement]] = []
         if not self.framework.prefilter(ctx).ok:
             return _Attempt([], explain_placement(self.framework, ctx, 0, needed))
@@ -224,7 +271,7 @@ class Scheduler:
             placement = self.framework.select(ctx)
             if placement is None:
                 break
-            key = task_key(job.id, task)
+            key = task_key(job.id, task, run)
             self.state.allocate(key, placement)
             status = self.framework.reserve(ctx, placement)
             if not status.ok:
@@ -237,7 +284,7 @@ class Scheduler:
         explanation = explain_placement(self.framework, ctx, len(placed), needed)
         for task, placement in reversed(placed):
             self.framework.unreserve(ctx, placement)
-            self.state.release(task_key(job.id, task))
+            self.state.release(task_key(job.id, task, run))
         if not status.ok and len(placed) >= needed:
             explanation = Explanation(Code.UNSCHEDULABLE, str(status))
         return _Attempt([], explanation)
@@ -248,7 +295,14 @@ class Scheduler:
         for task, placement in placed:
             record.placements[task] = placement
         record.explanation = None
+        if record.state is JobState.RUNNING:
+            return Bind(record.id, record.run, tuple(placed))
+        record.run += 1
         record.started = now
         nodes = sorted({p.node for _, p in placed})
-        record.move(JobState.RUNNING, now, f"bound {len(placed)} task(s) to {', '.join(nodes)}")
-        return Bind(record.id, tuple(placed))
+        record.move(
+            JobState.RUNNING,
+            now,
+            f"run {record.run}: bound {len(placed)} task(s) to " + ", ".join(nodes),
+        )
+        return Bind(record.id, record.run, tuple(placed))

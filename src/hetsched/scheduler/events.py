@@ -15,6 +15,7 @@ __all__ = [
     "NodeAdded",
     "NodeRemoved",
     "TaskFinished",
+    "TaskStopped",
     "Tick",
 ]
 
@@ -32,12 +33,30 @@ class JobCancelled:
 
 @dataclass(frozen=True, slots=True)
 class TaskFinished:
-    """A task's process ended; ``succeeded`` is its exit status (0 = True)."""
+    """A task's process ended on its own; ``succeeded`` is its exit status (0 = True).
+
+    ``run`` is the run number from the Bind that started it: a late report from an earlier
+    run (the job was requeued since) is ignored, so it can never touch the current run.
+    """
 
     job_id: str
     task: int
+    run: int
     succeeded: bool = True
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStopped:
+    """A task stopped on the core's request (Kill or Preempt): its resources are free now.
+
+    Until the driver reports this, the core keeps the task's allocation held, so a device
+    is never handed to a new task while the old process may still be using it.
+    """
+
+    job_id: str
+    task: int
+    run: int
 
 
 @dataclass(frozen=True, slots=True)

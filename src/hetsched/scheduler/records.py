@@ -20,8 +20,12 @@ class JobRecord:
     #: arrival order, for stable ordering of equal keys
     seq: int
     state: JobState | None = None
-    #: task index -> its placement, for tasks that hold resources now
+    #: the current run: 0 before the first start, then 1, 2, ... per start
+    run: int = 0
+    #: task index -> placement, for tasks of the current run that are running
     placements: dict[int, Placement] = field(default_factory=dict)
+    #: allocation key -> placement, for tasks asked to stop whose TaskStopped is awaited
+    stopping: dict[str, Placement] = field(default_factory=dict)
     #: tasks that finished successfully in the current run
     finished: set[int] = field(default_factory=set)
     history: list[Transition] = field(default_factory=list)
