@@ -20,6 +20,12 @@ app = typer.Typer(
 app.command()(place)
 app.command()(check)
 
+sim_app = typer.Typer(
+    help="Simulate: replay traces against scheduling policies on a virtual clock.",
+    no_args_is_help=True,
+)
+app.add_typer(sim_app, name="sim")
+
 
 @app.command()
 def version() -> None:
