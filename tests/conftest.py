@@ -1,4 +1,4 @@
-"""Shared fixtures and builders for the test suite."""
+"""Shared fixtures. Builders live in ``builders.py``."""
 
 from __future__ import annotations
 
@@ -6,62 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from hetsched.model.device import Device, Node
-from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from builders import EXAMPLES, TRACES
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
-TRACES = ROOT.parent / "shared" / "traces"
-
-
-def gpu_node(
-    name: str,
-    gpus: int = 8,
-    model: str = "A100",
-    cpu: int = 64_000,
-    memory: int = 512 * 1024,
-    memory_gib: int = 80,
-    device_class: str = "gpu",
-    labels: dict[str, str] | None = None,
-) -> Node:
-    devices = tuple(
-        Device(
-            f"{name}/{device_class}{i}",
-            device_class,
-            "nvidia",
-            model,
-            {"memory_gib": memory_gib},
-        )
-        for i in range(gpus)
-    )
-    return Node(name, cpu, memory, devices, labels or {})
-
-
-def cpu_node(name: str, cpu: int = 96_000, memory: int = 384 * 1024) -> Node:
-    return Node(name, cpu, memory)
-
-
-def job(
-    job_id: str,
-    cpu: int = 1000,
-    memory: int = 1024,
-    gpus: int = 0,
-    share: int = 1000,
-    selector: str | None = None,
-    replicas: int = 1,
-    gang: int | None = None,
-    **kwargs: object,
-) -> Job:
-    devices = (DeviceRequest.of("gpu", gpus, share, selector),) if gpus else ()
-    return Job(
-        job_id,
-        TaskRequest(cpu, memory, devices),
-        replicas=replicas,
-        gang=gang,
-        **kwargs,  # type: ignore[arg-type]
-    )
+__all__ = ["EXAMPLES", "TRACES"]
 
 
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
+
+
+@pytest.fixture
+def traces() -> Path:
+    """The shared trace folder; tests that need it skip when it is absent."""
+    if not TRACES.is_dir():
+        pytest.skip(f"trace folder {TRACES} is absent")
+    return TRACES
