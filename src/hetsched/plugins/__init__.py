@@ -1,9 +1,34 @@
 """Built-in plugins, one module each; importing this package registers them by name.
 
 Filters: ``fit``, ``node-selector``, ``taints``. Scores: ``firstfit``, ``bestfit``,
-``spread``, ``mostallocated``, ``dotprod``.
+``spread``, ``mostallocated``, ``dotprod``, ``random``, ``gpupacking``, ``gpuclustering``,
+``fgd`` (the last four from the GPU-sharing fragmentation study; see docs/fragmentation.md).
 """
 
-from hetsched.plugins import allocated, bestfit, dotprod, firstfit, fit, labels, taints
+from hetsched.plugins import (
+    allocated,
+    bestfit,
+    dotprod,
+    fgd,
+    firstfit,
+    fit,
+    gpuclustering,
+    gpupacking,
+    labels,
+    randomfit,
+    taints,
+)
 
-__all__ = ["allocated", "bestfit", "dotprod", "firstfit", "fit", "labels", "taints"]
+__all__ = [
+    "allocated",
+    "bestfit",
+    "dotprod",
+    "fgd",
+    "firstfit",
+    "fit",
+    "gpuclustering",
+    "gpupacking",
+    "labels",
+    "randomfit",
+    "taints",
+]

@@ -14,8 +14,23 @@ from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.model.device import SHARE_UNITS
+from hetsched.model.job import TaskRequest
 
-__all__ = ["capacity", "demand", "free", "scale"]
+__all__ = ["DeviceAsk", "capacity", "demand", "device_ask", "free", "scale"]
+
+#: (count, share per device, selector) of a task's request for one device class
+DeviceAsk = tuple[int, int, str | None]
+
+
+def device_ask(request: TaskRequest, device_class: str) -> DeviceAsk:
+    """What the task asks of ``device_class``: its first such request's primary choice, or
+    (0, 0, None) without one. The GPU-share scores (gpupacking, gpuclustering, fgd, random)
+    model a task as one such ask, as the Alibaba trace does."""
+    for device_request in request.devices:
+        choice = device_request.primary
+        if choice.device_class == device_class:
+            return choice.count, choice.share, choice.selector
+    return 0, 0, None
 
 
 def demand(ctx: CycleContext) -> FloatArray:

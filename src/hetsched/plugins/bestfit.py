@@ -1,6 +1,9 @@
 """bestfit: the node left with the least free resource after placement wins.
 
-Points: score. Args: ``weights`` per dimension (cpu, memory, devices; default 1 each).
+Points: score. Args: ``weights`` per dimension (cpu, memory, devices; default 1 each),
+``truncate`` (default false: round scores down to whole numbers, as Kubernetes' integer node
+scores do; the fragmentation study's BestFit baseline is ``weights: {memory: 0}`` with
+``truncate: true``, and its ties are then settled by the framework's tie-break).
 Score = 100 * (1 - weighted mean of leftover / largest node capacity).
 """
 
@@ -16,7 +19,7 @@ from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.plugins._resources import demand, free, scale
 
-__all__ = ["BestFit", "DimensionWeights"]
+__all__ = ["BestFit", "BestFitArgs", "BestFitScoreArgs", "DimensionWeights"]
 
 
 class DimensionWeights(BaseModel):
@@ -38,7 +41,11 @@ class BestFitArgs(BaseModel):
     weights: DimensionWeights = Field(default_factory=DimensionWeights)
 
 
-@register("bestfit", args=BestFitArgs)
+class BestFitScoreArgs(BestFitArgs):
+    truncate: bool = False
+
+
+@register("bestfit", args=BestFitScoreArgs)
 class BestFit:
     """Least leftover resource after placement (packs tightly)."""
 
@@ -47,7 +54,9 @@ class BestFit:
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         assert isinstance(args, BestFitArgs)
         self._weights = args.weights.vector()
+        self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
         leftover = (free(ctx.state, rows) - demand(ctx)) / scale(ctx.state)
-        return np.asarray(100.0 * (1.0 - leftover @ self._weights))
+        score = 100.0 * (1.0 - leftover @ self._weights)
+        return np.asarray(np.floor(score + 1e-9) if self._truncate else score, np.float64)

@@ -1,0 +1,60 @@
+"""random: a uniformly random feasible node, and a random device for a shared task.
+
+Points: score, device choice (``choose_devices``). Args: ``seed`` (default 0; the same seed
+gives the same choices for the same sequence of calls), ``device_class`` (default ``gpu``).
+
+The fragmentation study's Random baseline: every feasible node gets a fresh uniform score
+on each attempt, so the best is a uniform draw. A shared task (one device, share below
+1000) takes a uniformly random eligible device with room; whole devices are left to the
+default choice (which ones does not change fragmentation).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from hetsched.cluster.placement import DeviceShare
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.interfaces import FloatArray, IntArray
+from hetsched.framework.registry import register
+from hetsched.model.device import SHARE_UNITS
+from hetsched.plugins._resources import device_ask
+
+__all__ = ["RandomFit", "RandomFitArgs"]
+
+
+class RandomFitArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    device_class: str = "gpu"
+
+
+@register("random", args=RandomFitArgs)
+class RandomFit:
+    """A uniformly random feasible node."""
+
+    name = "random"
+
+    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+        assert isinstance(args, RandomFitArgs)
+        self._rng = np.random.default_rng(args.seed)
+        self._class = args.device_class
+
+    def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
+        return np.asarray(100.0 * self._rng.random(rows.size), np.float64)
+
+    def choose_devices(self, ctx: CycleContext, row: int) -> tuple[DeviceShare, ...] | None:
+        count, share, selector = device_ask(ctx.request, self._class)
+        if count != 1 or share >= SHARE_UNITS or len(ctx.request.devices) != 1:
+            return None
+        state = ctx.state
+        room = state.device_mask(self._class, selector)[row] & (state.dev_free[row] >= share)
+        slots = np.flatnonzero(room)
+        if slots.size == 0:
+            return None
+        slot = int(slots[self._rng.integers(slots.size)])
+        return (DeviceShare(state.device_id(row, slot), share),)
