@@ -70,6 +70,8 @@ class Framework:
         self.scorers: list[tuple[ScorePlugin, float]] = [
             (_build(r, handle), r.weight) for r in spec.score
         ]
+        # protocol checks are slow; decide once which scorers normalise
+        self._normalizes = [isinstance(p, NormalizesScores) for p, _ in self.scorers]
         self.reservers: list[ReservePlugin] = [_build(r, handle) for r in spec.reserve]
         self.permits: list[PermitPlugin] = [_build(r, handle) for r in spec.permit]
         self.post_filters: list[PostFilterPlugin] = [_build(r, handle) for r in spec.post_filter]
@@ -104,10 +106,10 @@ class Framework:
 
     def scores(self, ctx: CycleContext, rows: IntArray) -> np.ndarray[Any, np.dtype[np.float64]]:
         total = np.zeros(len(rows), np.float64)
-        for plugin, weight in self.scorers:
+        for (plugin, weight), normalizes in zip(self.scorers, self._normalizes, strict=True):
             raw = plugin.score(ctx, rows)
-            if isinstance(plugin, NormalizesScores):
-                raw = plugin.normalize(ctx, raw)
+            if normalizes:
+                raw = plugin.normalize(ctx, raw)  # type: ignore[attr-defined]
             total += weight * raw
         return total
 

@@ -42,10 +42,11 @@ def demand(ctx: CycleContext) -> FloatArray:
 
 def free(state: ClusterState, rows: IntArray) -> FloatArray:
     """Free (cpu, memory, device share) of ``rows``, shape (len(rows), 3)."""
-    devices = np.where(state.dev_healthy[rows], state.dev_free[rows], 0).sum(axis=1)
-    return np.stack([state.cpu_free[rows], state.mem_free[rows], devices], axis=1).astype(
-        np.float64
-    )
+    out = np.empty((len(rows), 3), np.float64)
+    out[:, 0] = state.cpu_free[rows]
+    out[:, 1] = state.mem_free[rows]
+    out[:, 2] = state.dev_free_total[rows]
+    return out
 
 
 def capacity(state: ClusterState, rows: IntArray) -> FloatArray:

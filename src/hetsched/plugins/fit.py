@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from hetsched.cluster.state import ClusterState
+from hetsched.cluster.state import ClusterState, SlotArray
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import BoolArray, IntArray, Rejection
 from hetsched.framework.registry import register
@@ -26,15 +26,16 @@ from hetsched.model.job import DeviceChoice, DeviceRequest, TaskRequest
 __all__ = ["Fit", "choice_fits", "fit_mask", "request_fits"]
 
 
-def choice_fits(state: ClusterState, choice: DeviceChoice, dev_free: IntArray) -> BoolArray:
+def choice_fits(state: ClusterState, choice: DeviceChoice, dev_free: SlotArray) -> BoolArray:
     """Nodes with at least ``choice.count`` eligible devices holding the needed free share."""
     eligible = state.device_mask(choice.device_class, choice.selector)
     need = SHARE_UNITS if choice.whole else choice.share
-    fitting = np.count_nonzero(eligible & (dev_free >= need), axis=1)
+    # a uint8 view summed per row: several times faster than count_nonzero(axis=1)
+    fitting = (eligible & (dev_free >= need)).view(np.uint8).sum(axis=1, dtype=np.int16)
     return np.asarray(fitting >= choice.count)
 
 
-def request_fits(state: ClusterState, request: DeviceRequest, dev_free: IntArray) -> BoolArray:
+def request_fits(state: ClusterState, request: DeviceRequest, dev_free: SlotArray) -> BoolArray:
     """Nodes where some alternative of ``request`` fits."""
     mask = choice_fits(state, request.choices[0], dev_free)
     for choice in request.choices[1:]:
@@ -43,7 +44,7 @@ def request_fits(state: ClusterState, request: DeviceRequest, dev_free: IntArray
 
 
 def fit_mask(
-    state: ClusterState, request: TaskRequest, cpu: IntArray, mem: IntArray, dev: IntArray
+    state: ClusterState, request: TaskRequest, cpu: IntArray, mem: IntArray, dev: SlotArray
 ) -> BoolArray:
     """Nodes whose (cpu, mem, dev) capacity holds ``request``: free arrays for now, total
     arrays for "ever". Device requests are checked one by one (see cluster.assign)."""
@@ -53,8 +54,11 @@ def fit_mask(
     return mask
 
 
-def _capacity(state: ClusterState) -> IntArray:
-    return np.where(state.dev_kind >= 0, SHARE_UNITS, 0)
+def _capacity(state: ClusterState) -> SlotArray:
+    return state.memo(
+        "slot_capacity",
+        lambda: np.asfortranarray(np.where(state.dev_kind >= 0, SHARE_UNITS, 0).astype(np.int32)),
+    )
 
 
 @register("fit")

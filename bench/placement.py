@@ -1,0 +1,203 @@
+"""Placement benchmark: placements per second and filter+score cost per job.
+
+A synthetic heterogeneous cluster (8x A100, 8x H100, 4x V100, 2x T4, FPGA and CPU-only
+nodes) receives a stream of tasks (whole, multi-GPU and fractional GPU requests, a third of
+them with a model selector, some CPU-only and FPGA ones). The cluster is kept in a steady
+state around half full: once the number of live tasks reaches a target, the oldest task is
+released before the next placement, so every measurement places into a realistic mix of
+partly used nodes.
+
+    .venv/bin/python bench/placement.py                    # 1,000 / 5,000 / 10,000 nodes
+    .venv/bin/python bench/placement.py --nodes 10000 --tasks 20000 --repeats 5 -o json
+
+Reported per size (medians over repeats): placements/s through the framework (filter,
+score, device choice, allocate, and the steady-state release), filter+score time per job,
+and events/s through the full core (Scheduler.handle with submit and finish events).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsched.cluster import ClusterState
+from hetsched.framework import CycleContext, Framework, parse_profile
+from hetsched.model.device import Device, Node
+from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.scheduler import Bind, JobSubmitted, Scheduler, TaskFinished
+
+GPU_TYPES = [  # (model, gpus per node, memory GiB, cpu cores, memory GiB, share of nodes)
+    ("A100", 8, 80, 96, 1024, 0.30),
+    ("H100", 8, 80, 128, 2048, 0.15),
+    ("V100", 4, 32, 48, 384, 0.20),
+    ("T4", 2, 16, 32, 192, 0.15),
+]
+
+
+def synthetic_cluster(nodes: int, seed: int = 0) -> list[Node]:
+    rng = np.random.default_rng(seed)
+    kinds = [*(t[0] for t in GPU_TYPES), "FPGA", "CPU"]
+    weights = [*(t[5] for t in GPU_TYPES), 0.05, 0.15]
+    picks = rng.choice(len(kinds), size=nodes, p=np.array(weights) / sum(weights))
+    out: list[Node] = []
+    for i, pick in enumerate(picks):
+        name = f"n{i:05d}"
+        if kinds[pick] == "CPU":
+            out.append(Node(name, 128_000, 512 * 1024, labels={"zone": f"z{i % 3}"}))
+            continue
+        if kinds[pick] == "FPGA":
+            devices = tuple(
+                Device(f"{name}/fpga{j}", "fpga", "xilinx", "U250", {"memory_gib": 64})
+                for j in range(2)
+            )
+            out.append(Node(name, 32_000, 128 * 1024, devices))
+            continue
+        model, count, gib, cores, mem, _ = GPU_TYPES[pick]
+        devices = tuple(
+            Device(f"{name}/gpu{j}", "gpu", "nvidia", model, {"memory_gib": gib})
+            for j in range(count)
+        )
+        out.append(Node(name, cores * 1000, mem * 1024, devices, {"zone": f"z{i % 3}"}))
+    return out
+
+
+def synthetic_requests(count: int, seed: int = 1) -> list[TaskRequest]:
+    rng = np.random.default_rng(seed)
+    selectors = [
+        'device.attributes["model"] in ["A100", "H100"]',
+        'device.attributes["memory_gib"] >= 32',
+        'device.attributes["model"] == "T4"',
+    ]
+    out: list[TaskRequest] = []
+    for _ in range(count):
+        kind = rng.random()
+        cpu = int(rng.choice([1000, 2000, 4000, 8000]))
+        mem = int(rng.choice([2, 8, 16, 32])) * 1024
+        selector = str(rng.choice(selectors)) if rng.random() < 1 / 3 else None
+        if kind < 0.10:
+            devices: tuple[DeviceRequest, ...] = ()
+        elif kind < 0.13:
+            devices = (DeviceRequest.of("fpga", 1),)
+        elif kind < 0.48:
+            devices = (DeviceRequest.of("gpu", 1, int(rng.integers(1, 10)) * 100, selector),)
+        else:
+            gpus = int(rng.choice([1, 1, 1, 2, 4, 8]))
+            devices = (DeviceRequest.of("gpu", gpus, 1000, selector),)
+        out.append(TaskRequest(cpu, mem, devices))
+    return out
+
+
+@dataclass
+class Result:
+    nodes: int
+    placements_per_s: float
+    filter_score_us: float
+    core_events_per_s: float
+    placed_fraction: float
+
+
+def bench_framework(
+    nodes: list[Node], requests: list[TaskRequest], live: int
+) -> tuple[float, float, float]:
+    """Returns (placements/s, median filter+score microseconds per job, placed fraction)."""
+    state = ClusterState(nodes)
+    framework = Framework(parse_profile({"score": ["bestfit"]}))
+    held: deque[str] = deque()
+    placed = 0
+    filter_score: list[float] = []
+    start = time.perf_counter()
+    for i, request in enumerate(requests):
+        if len(held) >= live:
+            state.release(held.popleft())
+        ctx = CycleContext(state, Job(f"j{i}", request), request)
+        if i % 10 == 0:  # sample the filter+score cost on every tenth job
+            t0 = time.perf_counter()
+            mask = framework.feasible(ctx)
+            rows = np.flatnonzero(mask)
+            if rows.size:
+                framework.scores(ctx, rows)
+            filter_score.append(time.perf_counter() - t0)
+        placement = framework.select(ctx)
+        if placement is not None:
+            key = f"j{i}"
+            state.allocate(key, placement)
+            held.append(key)
+            placed += 1
+    elapsed = time.perf_counter() - start
+    return len(requests) / elapsed, statistics.median(filter_score) * 1e6, placed / len(requests)
+
+
+def bench_core(nodes: list[Node], requests: list[TaskRequest], live: int) -> float:
+    """Submit and finish events through Scheduler.handle, one event per call; events/s."""
+    core = Scheduler(ClusterState(nodes))
+    running: deque[tuple[str, int]] = deque()
+    events = 0
+    start = time.perf_counter()
+    for i, request in enumerate(requests):
+        batch: list[object] = [JobSubmitted(Job(f"j{i}", request, submit_time=i))]
+        if len(running) >= live:
+            job_id, run = running.popleft()
+            batch.append(TaskFinished(job_id, 0, run))
+        for action in core.handle(batch, float(i)):  # type: ignore[arg-type]
+            if isinstance(action, Bind):
+                running.append((action.job_id, action.run))
+        events += len(batch)
+    return events / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--tasks", type=int, default=10_000, help="placements per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    args = parser.parse_args()
+    results: list[Result] = []
+    for size in args.nodes:
+        nodes = synthetic_cluster(size)
+        requests = synthetic_requests(args.tasks)
+        live = size * 2  # about half of the GPU capacity in use at steady state
+        runs = [bench_framework(nodes, requests, live) for _ in range(args.repeats)]
+        core = [bench_core(nodes, requests[: args.tasks // 2], live) for _ in range(args.repeats)]
+        results.append(
+            Result(
+                size,
+                statistics.median(r[0] for r in runs),
+                statistics.median(r[1] for r in runs),
+                statistics.median(core),
+                statistics.median(r[2] for r in runs),
+            )
+        )
+    meta = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "tasks": args.tasks,
+        "repeats": args.repeats,
+    }
+    if args.output == "json":
+        print(json.dumps({"meta": meta, "results": [r.__dict__ for r in results]}, indent=2))
+        return
+    print(
+        f"python {meta['python']} on {meta['machine']}; {args.tasks} tasks x {args.repeats} repeats"
+    )
+    print(
+        f"{'nodes':>7} {'placements/s':>13} {'filter+score us/job':>20} {'core events/s':>14} {'placed':>7}"
+    )
+    for r in results:
+        print(
+            f"{r.nodes:>7} {r.placements_per_s:>13.0f} {r.filter_score_us:>20.0f} "
+            f"{r.core_events_per_s:>14.0f} {r.placed_fraction:>7.1%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
