@@ -189,9 +189,8 @@ def main() -> None:
     print(
         f"python {meta['python']} on {meta['machine']}; {args.tasks} tasks x {args.repeats} repeats"
     )
-    print(
-        f"{'nodes':>7} {'placements/s':>13} {'filter+score us/job':>20} {'core events/s':>14} {'placed':>7}"
-    )
+    header = ("nodes", "placements/s", "filter+score us/job", "core events/s", "placed")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(header, (7, 13, 20, 14, 7), strict=True)))
     for r in results:
         print(
             f"{r.nodes:>7} {r.placements_per_s:>13.0f} {r.filter_score_us:>20.0f} "
