@@ -1,6 +1,29 @@
-"""Simulation: trace loaders, experiments and their reports, driving the same core.
+"""Simulation: the discrete-event engine, workloads and trace loaders, metrics, reports."""
 
-Modules are imported directly (``from hetsched.sim.openb import run_openb``) so that a
-command loads only what it uses. ``alibaba``: the Alibaba GPU trace v2023 (openb) loader;
-``openb``: the fragmentation experiment; ``openb_report``: its grid, table and plots.
-"""
+from hetsched.sim.engine import ClusterChange, EngineConfig, JobOutcome, SimResult, Simulator
+from hetsched.sim.metrics import Summary, jain_index, summarize
+from hetsched.sim.workload import (
+    Workload,
+    WorkloadError,
+    WorkloadJob,
+    check_against_cluster,
+    read_workload,
+    write_workload,
+)
+
+__all__ = [
+    "ClusterChange",
+    "EngineConfig",
+    "JobOutcome",
+    "SimResult",
+    "Simulator",
+    "Summary",
+    "Workload",
+    "WorkloadError",
+    "WorkloadJob",
+    "check_against_cluster",
+    "jain_index",
+    "read_workload",
+    "summarize",
+    "write_workload",
+]

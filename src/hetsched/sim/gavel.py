@@ -1,0 +1,194 @@
+"""Gavel's Philly-derived job lists, read into the neutral workload.
+
+Two line layouts, tab-separated, no header (see the trace folder's README):
+
+- 7 fields (``msr/seed=N/<vc>.trace``): job_type, command, num_steps_arg, needs_data_dir,
+  total_steps, arrival_time, scale_factor;
+- 10 fields (``physical_cluster/*.trace``): job_type, command, working_directory,
+  num_steps_arg, needs_data_dir, total_steps, scale_factor, priority_weight, SLO,
+  arrival_time.
+
+Mapping: ``scale_factor`` is the job's GPU count; a job larger than a node becomes a gang
+of equal tasks. The duration is ``total_steps`` divided by the job type's isolated
+throughput on a reference worker type (``v100`` by default) from
+``simulation_throughputs.json``; the simulator runs every job for that duration whatever
+GPU model it lands on. Gavel lists throughputs up to 8 GPUs, and only at 1 GPU for the
+types it does not distribute (A3C, CycleGAN, Recommendation); the Philly GPU counts were
+paired with types at random, so a (type, GPUs) pair without an entry is assumed to scale
+linearly from the largest listed size below it. A job whose type has no entry at all is
+skipped and counted. User and queue are the file's stem (the Philly
+virtual cluster), so fairness is measured between virtual clusters. Commands are opaque
+labels and never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.sim.synthetic import split_gang
+from hetsched.sim.workload import Workload, WorkloadError, WorkloadJob
+
+__all__ = ["GavelOptions", "Throughputs", "load_throughputs", "read_gavel"]
+
+#: worker type -> (job type, GPUs) -> isolated steps per second
+Throughputs = Mapping[str, Mapping[tuple[str, int], float]]
+
+
+@dataclass(frozen=True, slots=True)
+class GavelOptions:
+    reference: str = "v100"
+    gpus_per_node: int = 8
+    cpu_per_gpu_milli: int = 4000
+    memory_per_gpu_mib: int = 16 * 1024
+    device_class: str = "gpu"
+
+
+def load_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]]:
+    """The isolated (``"null"``) throughput of every (job type, GPUs) per worker type."""
+    with open(path, encoding="utf-8") as handle:
+        raw = json.load(handle)
+    out: dict[str, dict[tuple[str, int], float]] = {}
+    for worker, table in raw.items():
+        rows: dict[tuple[str, int], float] = {}
+        for key, value in table.items():
+            job_type, gpus = ast.literal_eval(key)
+            alone = value.get("null") if isinstance(value, dict) else None
+            if isinstance(alone, int | float) and alone > 0:
+                rows[(str(job_type), int(gpus))] = float(alone)
+        out[str(worker)] = rows
+    return out
+
+
+def _steps_per_s(table: Mapping[tuple[str, int], float], job_type: str, gpus: int) -> float | None:
+    """The listed throughput, or linear scaling from the largest listed size below."""
+    rate = table.get((job_type, gpus))
+    if rate is not None:
+        return rate
+    sizes = [n for (t, n) in table if t == job_type and n < gpus]
+    if not sizes:
+        return None
+    base = max(sizes)
+    return table[(job_type, base)] * gpus / base
+
+
+def _files(paths: Sequence[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in map(Path, paths):
+        out += sorted(path.glob("*.trace")) if path.is_dir() else [path]
+    return out
+
+
+def read_gavel(
+    paths: Sequence[str | Path],
+    throughputs: Throughputs,
+    options: GavelOptions | None = None,
+) -> tuple[Workload, dict[str, int]]:
+    """Read Gavel trace files (or folders of ``*.trace``) into one workload.
+
+    Returns the workload (sorted by arrival) and a count of skipped jobs per reason.
+    Raises WorkloadError with ``FILE:LINE: FIELD: message`` for malformed lines.
+    """
+    opts = options or GavelOptions()
+    if opts.reference not in throughputs:
+        known = ", ".join(sorted(throughputs))
+        raise WorkloadError([f"reference worker type {opts.reference!r} unknown (have: {known})"])
+    table = throughputs[opts.reference]
+    jobs: list[WorkloadJob] = []
+    errors: list[str] = []
+    skipped: dict[str, int] = {}
+    files = _files(paths)
+    if not files:
+        raise WorkloadError([f"{', '.join(map(str, paths))}: no .trace files"])
+    for path in files:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise WorkloadError([f"{path}: cannot read: {exc.strerror}"]) from None
+        jobs += _parse(path, lines, table, opts, errors, skipped)
+        if len(errors) >= 50:
+            break
+    if errors:
+        raise WorkloadError(errors[:50])
+    jobs.sort(key=lambda j: j.job.submit_time)
+    source = str(files[0]) if len(files) == 1 else f"{files[0].parent} ({len(files)} files)"
+    return Workload(tuple(jobs), source), skipped
+
+
+def _parse(
+    path: Path,
+    lines: Iterable[str],
+    table: Mapping[tuple[str, int], float],
+    opts: GavelOptions,
+    errors: list[str],
+    skipped: dict[str, int],
+) -> list[WorkloadJob]:
+    stem = path.stem
+    out: list[WorkloadJob] = []
+    requests: dict[int, tuple[int, TaskRequest]] = {}
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        fields = text.split("\t")
+        where = f"{path}:{number}"
+        if len(fields) == 7:
+            job_type, steps_s, arrival_s, gpus_s = fields[0], fields[4], fields[5], fields[6]
+            priority_s = "1"
+        elif len(fields) == 10:
+            job_type, steps_s, gpus_s = fields[0], fields[5], fields[6]
+            priority_s, arrival_s = fields[7], fields[9]
+        else:
+            errors.append(f"{where}: row: expected 7 or 10 tab-separated fields, got {len(fields)}")
+            continue
+        try:
+            steps = int(steps_s)
+            arrival = float(arrival_s)
+            gpus = int(gpus_s)
+            priority = round(float(priority_s))
+        except ValueError as exc:
+            errors.append(f"{where}: row: {exc}")
+            continue
+        bad = [
+            f"{name}: must be {rule}, got {value}"
+            for name, value, ok, rule in (
+                ("total_steps", steps, steps > 0, "> 0"),
+                ("arrival_time", arrival, arrival >= 0, ">= 0"),
+                ("scale_factor", gpus, gpus >= 1, ">= 1"),
+            )
+            if not ok
+        ]
+        if bad:
+            errors += [f"{where}: {b}" for b in bad]
+            continue
+        rate = _steps_per_s(table, job_type, gpus)
+        if rate is None:
+            reason = f"no {opts.reference} throughput for ({job_type!r}, {gpus})"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        if gpus not in requests:
+            tasks, per_task = split_gang(gpus, opts.gpus_per_node)
+            requests[gpus] = (
+                tasks,
+                TaskRequest(
+                    opts.cpu_per_gpu_milli * per_task,
+                    opts.memory_per_gpu_mib * per_task,
+                    (DeviceRequest.of(opts.device_class, per_task),),
+                ),
+            )
+        tasks, request = requests[gpus]
+        job = Job(
+            id=f"{stem}-{number}",
+            resources=request,
+            name=job_type,
+            user=stem,
+            queue=stem,
+            priority=priority,
+            replicas=tasks,
+            submit_time=arrival,
+        )
+        out.append(WorkloadJob(job, round(steps / rate, 3), number))
+    return out

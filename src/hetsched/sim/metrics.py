@@ -1,0 +1,214 @@
+"""Metrics of a replay: per-job records and the summary that compares policies.
+
+Definitions (docs/simulator.md has the long form):
+
+- wait: first start - submit; JCT: end - submit, for jobs that succeeded.
+- makespan: last end - first submit, over jobs that ended.
+- utilization of a resource (CPU, or a device model): used / capacity, sampled after every
+  step; the mean is weighted by the time to the next sample.
+- Jain's index over users: for user u, x_u = the time-average of u's dominant share
+  (max over CPU and each device model of u's allocation / capacity) over the time u had
+  at least one job in the system; J = (sum x)^2 / (n * sum x^2), in [1/n, 1].
+- finish-time fairness (after Themis): rho_j = JCT_j / T_alone_j, where T_alone_j is the
+  job's run time on 1/N_j of the cluster, N_j the users with jobs in the system when it
+  arrived. A job whose dominant demand share d_j fits in 1/N_j runs at full speed there;
+  a larger one is assumed to slow down in proportion: T_alone_j = duration * max(1, N_j d_j).
+  The worst (largest) rho is reported, with the mean and p99.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hetsched.sim.engine import JobOutcome, SimResult
+
+__all__ = [
+    "JOB_COLUMNS",
+    "Summary",
+    "jain_index",
+    "job_rows",
+    "percentiles",
+    "summarize",
+    "utilization",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The numbers a replay is judged by. Times in virtual seconds, fractions in 0..1."""
+
+    jobs: int
+    states: dict[str, int]
+    wait: dict[str, float]
+    jct: dict[str, float]
+    wait_by_queue: dict[str, dict[str, float]]
+    makespan_s: float
+    utilization: dict[str, float]
+    jain_users: float
+    user_share: dict[str, float]
+    ftf: dict[str, float]
+    preemptions: int
+    lost_work_s: float
+    steps: int
+    end_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "states": self.states,
+            "wait_s": self.wait,
+            "jct_s": self.jct,
+            "wait_s_by_queue": self.wait_by_queue,
+            "makespan_s": self.makespan_s,
+            "utilization": self.utilization,
+            "fairness": {
+                "jain_users": self.jain_users,
+                "user_share": self.user_share,
+                "finish_time_fairness": self.ftf,
+            },
+            "preemptions": self.preemptions,
+            "lost_work_s": self.lost_work_s,
+            "steps": self.steps,
+            "end_time_s": self.end_time_s,
+        }
+
+
+def percentiles(values: Sequence[float] | np.ndarray[Any, Any]) -> dict[str, float]:
+    """mean, p50, p99 and max (all 0.0 for no values, with count 0)."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        return {"count": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    p50, p99 = np.percentile(data, [50, 99])
+    return {
+        "count": int(data.size),
+        "mean": float(data.mean()),
+        "p50": float(p50),
+        "p99": float(p99),
+        "max": float(data.max()),
+    }
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2); 1.0 when all are equal or all zero."""
+    data = np.asarray(values, dtype=np.float64)
+    if data.size == 0:
+        return 1.0
+    square = float((data**2).sum())
+    if square == 0.0:
+        return 1.0
+    return float(data.sum() ** 2 / (data.size * square))
+
+
+def utilization(result: SimResult) -> dict[str, float]:
+    """Time-weighted mean of used / capacity per resource over the sampled span."""
+    times = np.asarray(result.series.time, dtype=np.float64)
+    out: dict[str, float] = {}
+    if times.size < 2:
+        return {label: 0.0 for label in result.series.used}
+    weights = np.diff(times)
+    span = float(weights.sum())
+    for label, used in result.series.used.items():
+        cap = np.asarray(result.series.capacity[label], dtype=np.float64)[:-1]
+        use = np.asarray(used, dtype=np.float64)[:-1]
+        ratio = np.divide(use, cap, out=np.zeros_like(use), where=cap > 0)
+        out[label] = float((ratio * weights).sum() / span) if span > 0 else 0.0
+    return out
+
+
+def _ftf(jobs: Sequence[JobOutcome]) -> dict[str, float]:
+    rhos = []
+    for job in jobs:
+        jct = job.jct_s
+        if jct is None or job.duration_s <= 0:
+            continue
+        alone = job.duration_s * max(1.0, job.contenders * job.demand_share)
+        rhos.append(jct / alone)
+    stats = percentiles(rhos)
+    return {"worst": stats["max"], "mean": stats["mean"], "p99": stats["p99"]}
+
+
+def summarize(result: SimResult) -> Summary:
+    jobs = result.jobs
+    states: dict[str, int] = {}
+    for job in jobs:
+        states[job.state] = states.get(job.state, 0) + 1
+    waits = [w for j in jobs if (w := j.wait_s) is not None]
+    jcts = [c for j in jobs if (c := j.jct_s) is not None]
+    by_queue: dict[str, list[float]] = {}
+    for job in jobs:
+        if job.wait_s is not None:
+            by_queue.setdefault(job.queue, []).append(job.wait_s)
+    ends = [j.end for j in jobs if j.end is not None]
+    makespan = max(ends) - min(j.submit for j in jobs) if ends else 0.0
+    shares = {
+        user: (result.user_share_integral[user] / active if active > 0 else 0.0)
+        for user, active in sorted(result.user_active_s.items())
+    }
+    return Summary(
+        jobs=len(jobs),
+        states=dict(sorted(states.items())),
+        wait=percentiles(waits),
+        jct=percentiles(jcts),
+        wait_by_queue={q: percentiles(v) for q, v in sorted(by_queue.items())},
+        makespan_s=float(makespan),
+        utilization=utilization(result),
+        jain_users=jain_index(list(shares.values())),
+        user_share=shares,
+        ftf=_ftf(jobs),
+        preemptions=result.preemptions,
+        lost_work_s=result.lost_work_s,
+        steps=result.steps,
+        end_time_s=result.end_time,
+    )
+
+
+#: columns of the per-job records (jobs.csv and ``-o json`` ``jobs``)
+JOB_COLUMNS = (
+    "id",
+    "user",
+    "queue",
+    "priority",
+    "tasks",
+    "devices",
+    "state",
+    "submit",
+    "start",
+    "end",
+    "wait_s",
+    "jct_s",
+    "duration_s",
+    "preemptions",
+    "restarts",
+    "lost_work_s",
+    "reason",
+)
+
+
+def job_rows(jobs: Sequence[JobOutcome]) -> list[dict[str, Any]]:
+    """Per-job records, in submission order."""
+    return [
+        {
+            "id": j.job_id,
+            "user": j.user,
+            "queue": j.queue,
+            "priority": j.priority,
+            "tasks": j.tasks,
+            "devices": j.devices,
+            "state": j.state,
+            "submit": j.submit,
+            "start": j.first_start,
+            "end": j.end,
+            "wait_s": j.wait_s,
+            "jct_s": j.jct_s,
+            "duration_s": j.duration_s,
+            "preemptions": j.preemptions,
+            "restarts": j.restarts,
+            "lost_work_s": j.lost_work_s,
+            "reason": j.reason if j.state != "succeeded" else "",
+        }
+        for j in jobs
+    ]

@@ -1,0 +1,401 @@
+"""The neutral workload format: one CSV row per job, read and written with line numbers.
+
+Columns (a header line naming all of them is required; order is free):
+
+=============  =================================================================
+submit_time    seconds since the start of the trace (``0``, ``12.5``), >= 0
+duration       true run time of each task: seconds (``3600``) or ``90s/30m/2h/1d``
+user           who owns the job (empty: ``default``)
+queue          the queue it is submitted to (empty: ``default``)
+priority       integer, larger is more important (empty: 0)
+cpu            CPU per task, Kubernetes notation (``500m``, ``4``); empty: 0
+memory         memory per task (``16Gi``, ``512Mi``); a plain number is bytes
+device class   device class per task (``gpu``, ``fpga``, ...); empty: no device
+count          devices of that class per task (empty: 1 when a class is given)
+share          milli-units per device, 1..1000 (below 1000 needs count 1); empty: 1000
+selector       CEL over ``device.attributes`` (``device.attributes["model"] in ["V100"]``)
+gang           tasks of the job, started all-or-nothing (empty: 1)
+=============  =================================================================
+
+The device class column may be spelled ``device_class`` or ``device class``. An optional
+``id`` column names jobs; without it job ids are ``job-<line>``.
+
+Rows are validated with pydantic at the boundary; every problem is reported as
+``FILE:LINE: FIELD: message`` (the header is line 1), and all of them are listed at once
+(up to a limit) so a bad trace is fixed in one pass.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+
+from hetsched.model.device import SHARE_UNITS, Node
+from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.model.quantity import QuantityError, format_cpu, format_memory, parse_cpu
+from hetsched.model.quantity import parse_memory as _parse_memory
+from hetsched.model.selector import SelectorError, attr_key, compile_selector, matches
+from hetsched.model.specs import parse_duration
+
+__all__ = [
+    "COLUMNS",
+    "Workload",
+    "WorkloadError",
+    "WorkloadJob",
+    "check_against_cluster",
+    "read_workload",
+    "selector_models",
+    "write_workload",
+]
+
+#: the columns of the neutral format, in the order the writer uses
+COLUMNS: tuple[str, ...] = (
+    "submit_time",
+    "duration",
+    "user",
+    "queue",
+    "priority",
+    "cpu",
+    "memory",
+    "device_class",
+    "count",
+    "share",
+    "selector",
+    "gang",
+)
+_OPTIONAL = ("id",)
+_MAX_ERRORS = 50
+
+
+class WorkloadError(ValueError):
+    """A workload that does not validate; ``errors`` holds one ``FILE:LINE: FIELD: msg`` each."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(errors))
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadJob:
+    """A job of a workload with its true task duration (the core sees only the estimate).
+
+    ``line`` is the source line (0 when generated), so later checks can point at it.
+    """
+
+    job: Job
+    duration_s: float
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Jobs in submission order, and where they came from."""
+
+    jobs: tuple[WorkloadJob, ...]
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+# -- one row at the boundary ------------------------------------------------------------
+
+
+def _quantity(value: Any, parse: Any) -> int:
+    text = str(value).strip()
+    if text.startswith("-"):
+        raise ValueError(f"must not be negative, got {text!r}")
+    try:
+        return int(parse(text))
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _memory(text: str) -> int:
+    return _parse_memory(text)
+
+
+class RowSpec(BaseModel):
+    """One CSV row; empty cells are left out before validation, so they take the defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str | None = Field(default=None, min_length=1, max_length=253)
+    submit_time: float = Field(ge=0, allow_inf_nan=False)
+    duration: float = Field(ge=0, allow_inf_nan=False)
+    user: str = "default"
+    queue: str = "default"
+    priority: int = 0
+    cpu: int = 0
+    memory: int = 0
+    device_class: str | None = None
+    count: int | None = Field(default=None, ge=1, le=1024)
+    share: int = Field(default=SHARE_UNITS, ge=1, le=SHARE_UNITS)
+    selector: str | None = None
+    gang: int = Field(default=1, ge=1, le=100_000)
+
+    @field_validator("duration", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        text = str(value).strip()
+        if text.startswith("-"):
+            raise ValueError(f"must not be negative, got {text!r}")
+        return parse_duration(text)
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, value: Any) -> int:
+        return _quantity(value, parse_cpu)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _mem(cls, value: Any) -> int:
+        return _quantity(value, _memory)
+
+    @field_validator("selector")
+    @classmethod
+    def _selector(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                compile_selector(value)
+            except SelectorError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def cross_errors(self) -> list[tuple[str, str]]:
+        """Problems between fields, as (field, message)."""
+        out: list[tuple[str, str]] = []
+        has_class = self.device_class is not None
+        if not has_class and self.count is not None:
+            out.append(("count", "a device count needs a device class"))
+        if not has_class and self.selector is not None:
+            out.append(("selector", "a selector needs a device class"))
+        if has_class and self.share < SHARE_UNITS and (self.count or 1) != 1:
+            out.append(("share", f"a share below {SHARE_UNITS} needs count 1"))
+        return out
+
+    def build(self, line: int) -> WorkloadJob:
+        devices: tuple[DeviceRequest, ...] = ()
+        if self.device_class is not None:
+            devices = (
+                DeviceRequest.of(self.device_class, self.count or 1, self.share, self.selector),
+            )
+        job = Job(
+            id=self.id or f"job-{line}",
+            resources=TaskRequest(self.cpu, self.memory, devices),
+            user=self.user,
+            queue=self.queue,
+            priority=self.priority,
+            replicas=self.gang,
+            submit_time=self.submit_time,
+        )
+        return WorkloadJob(job, self.duration, line)
+
+
+def _field_name(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "row"
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _header(names: Sequence[str], source: str) -> list[str]:
+    normalized = [n.strip().lower().replace(" ", "_") for n in names]
+    errors = [f"{source}:1: header: missing column {c!r}" for c in COLUMNS if c not in normalized]
+    known = set(COLUMNS) | set(_OPTIONAL)
+    errors += [
+        f"{source}:1: header: unknown column {n!r} (expected {', '.join(COLUMNS)})"
+        for n in normalized
+        if n not in known
+    ]
+    duplicates = sorted({n for n in normalized if normalized.count(n) > 1})
+    errors += [f"{source}:1: header: column {n!r} appears twice" for n in duplicates]
+    if errors:
+        raise WorkloadError(errors)
+    return normalized
+
+
+def parse_rows(lines: Iterable[str], source: str) -> Workload:
+    """Parse the neutral CSV from ``lines``; raises WorkloadError listing every bad row."""
+    reader = csv.reader(lines)
+    try:
+        names = next(reader)
+    except StopIteration:
+        raise WorkloadError([f"{source}:1: header: the file is empty"]) from None
+    columns = _header(names, source)
+    jobs: list[WorkloadJob] = []
+    errors: list[str] = []
+    ids: dict[str, int] = {}
+    for cells in reader:
+        line = reader.line_num
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if cells[0].lstrip().startswith("#"):
+            continue
+        if len(cells) != len(columns):
+            errors.append(f"{source}:{line}: row: expected {len(columns)} fields, got {len(cells)}")
+        else:
+            try:
+                row = RowSpec.model_validate(
+                    {c: v.strip() for c, v in zip(columns, cells, strict=True) if v.strip()}
+                )
+            except ValidationError as exc:
+                for err in exc.errors():
+                    message = str(err["msg"]).removeprefix("Value error, ")
+                    errors.append(f"{source}:{line}: {_field_name(tuple(err['loc']))}: {message}")
+            else:
+                problems = row.cross_errors()
+                errors += [f"{source}:{line}: {f}: {m}" for f, m in problems]
+                if not problems:
+                    item = row.build(line)
+                    first = ids.setdefault(item.job.id, line)
+                    if first != line:
+                        errors.append(
+                            f"{source}:{line}: id: duplicate job id {item.job.id!r} "
+                            f"(first on line {first})"
+                        )
+                    jobs.append(item)
+        if len(errors) >= _MAX_ERRORS:
+            errors.append(f"{source}: stopped after {_MAX_ERRORS} errors")
+            break
+    if errors:
+        raise WorkloadError(errors)
+    jobs.sort(key=lambda j: j.job.submit_time)  # stable: ties keep file order
+    return Workload(tuple(jobs), source)
+
+
+def read_workload(path: str | Path) -> Workload:
+    """Read a neutral-format CSV file; raises WorkloadError (file, line, field) on bad input."""
+    source = str(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return parse_rows(handle, source)
+    except OSError as exc:
+        raise WorkloadError([f"{source}: cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError([f"{source}: not UTF-8 text: {exc.reason}"]) from None
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def row_of(item: WorkloadJob) -> list[str]:
+    """The CSV cells of one job (``id`` first, then :data:`COLUMNS`)."""
+    job = item.job
+    request = job.resources
+    choice = request.devices[0].primary if request.devices else None
+    return [
+        job.id,
+        _number(job.submit_time),
+        _number(item.duration_s),
+        job.user,
+        job.queue,
+        str(job.priority),
+        format_cpu(request.cpu_milli) if request.cpu_milli else "",
+        format_memory(request.memory_mib) if request.memory_mib else "",
+        choice.device_class if choice else "",
+        str(choice.count) if choice else "",
+        str(choice.share) if choice and choice.share != SHARE_UNITS else "",
+        (choice.selector or "") if choice else "",
+        str(job.replicas),
+    ]
+
+
+def write_workload(path: str | Path, workload: Workload | Iterable[WorkloadJob]) -> int:
+    """Write jobs in the neutral format (with an ``id`` column); returns the row count.
+
+    Only the primary choice of the first device request is representable; richer jobs
+    are written with that choice alone.
+    """
+    items = workload.jobs if isinstance(workload, Workload) else tuple(workload)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["id", *COLUMNS])
+        for item in items:
+            writer.writerow(row_of(item))
+    return len(items)
+
+
+# -- checks against a cluster -----------------------------------------------------------
+
+_MODEL_IN = re.compile(r"""device\.attributes\[\s*["']model["']\s*\]\s*in\s*\[([^\]]*)\]""")
+_MODEL_EQ = re.compile(r"""device\.attributes\[\s*["']model["']\s*\]\s*==\s*["']([^"']*)["']""")
+_QUOTED = re.compile(r"""["']([^"']*)["']""")
+
+
+def selector_models(selector: str) -> list[str]:
+    """Device models a selector names (``model in [...]`` or ``model == "..."``)."""
+    names: list[str] = []
+    for match in _MODEL_IN.finditer(selector):
+        names += _QUOTED.findall(match.group(1))
+    names += _MODEL_EQ.findall(selector)
+    return list(dict.fromkeys(names))
+
+
+def check_against_cluster(workload: Workload, nodes: Sequence[Node]) -> list[str]:
+    """Rows that name what the cluster does not have: an unknown device class, a model a
+    selector names that no device of that class has, or a selector no device satisfies.
+
+    Each problem is ``FILE:LINE: FIELD: message``; checks run once per distinct request.
+    """
+    models: dict[str, set[str]] = {}
+    kinds: dict[str, set[tuple[tuple[str, Any], ...]]] = {}
+    for node in nodes:
+        for device in node.devices:
+            models.setdefault(device.device_class, set()).add(device.model)
+            kinds.setdefault(device.device_class, set()).add(attr_key(device.selector_view()))
+    verdicts: dict[tuple[str, str | None], tuple[str, str] | None] = {}
+    errors: list[str] = []
+    for item in workload.jobs:
+        for request in item.job.resources.devices:
+            choice = request.primary
+            key = (choice.device_class, choice.selector)
+            if key not in verdicts:
+                verdicts[key] = _verdict(choice.device_class, choice.selector, models, kinds)
+            verdict = verdicts[key]
+            if verdict is not None:
+                where = f"{workload.source}:{item.line}" if item.line else item.job.id
+                errors.append(f"{where}: {verdict[0]}: {verdict[1]}")
+        if len(errors) >= _MAX_ERRORS:
+            break
+    return errors
+
+
+def _verdict(
+    device_class: str,
+    selector: str | None,
+    models: dict[str, set[str]],
+    kinds: dict[str, set[tuple[tuple[str, Any], ...]]],
+) -> tuple[str, str] | None:
+    if device_class not in models:
+        have = ", ".join(sorted(models)) or "none"
+        return ("device_class", f"the cluster has no {device_class!r} devices (it has: {have})")
+    if selector is None:
+        return None
+    have_models = sorted(m for m in models[device_class] if m)
+    unknown = [m for m in selector_models(selector) if m not in models[device_class]]
+    if unknown:
+        names = ", ".join(repr(m) for m in unknown)
+        return (
+            "selector",
+            f"unknown {device_class} model {names} (the cluster has: {', '.join(have_models)})",
+        )
+    if not any(matches(selector, k) for k in kinds[device_class]):
+        return ("selector", f"matches no {device_class} device of the cluster: {selector}")
+    return None
