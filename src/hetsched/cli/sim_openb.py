@@ -1,0 +1,178 @@
+"""``hetsched sim openb``: the FGD fragmentation experiment on the Alibaba openb trace.
+
+One run (``--trace``, ``--policy``, ``--seed``) prints its summary; a grid (``--traces``,
+``--policies``, ``--seeds`` with ``--out``) runs on all cores with a progress bar and writes
+results.csv, report.md and plots.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.sim.alibaba import TraceError
+from hetsched.sim.openb import POLICIES, REPORT_POINTS, OpenbResult, load_trace, run_openb
+
+__all__ = ["openb", "parse_seeds"]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``42-51``, ``42,45,50`` or a mix (``1-3,7``)."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        low, sep, high = part.partition("-")
+        try:
+            seeds += list(range(int(low), int(high) + 1)) if sep else [int(part)]
+        except ValueError:
+            raise typer.BadParameter(f"not a seed or range: {part!r}") from None
+    if not seeds:
+        raise typer.BadParameter("no seeds")
+    return seeds
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _check_policies(policies: list[str]) -> None:
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        fail(f"unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", 2)
+
+
+def openb(
+    trace_dir: Annotated[
+        Path, typer.Option(help="Folder with the openb node and pod lists (CSV).")
+    ],
+    trace: Annotated[str, typer.Option(help="Pod list of one run: default, cpu050, ...")] = (
+        "default"
+    ),
+    policy: Annotated[str, typer.Option(help=f"Policy of one run: {', '.join(POLICIES)}.")] = (
+        "fgd"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of one run.")] = 42,
+    traces: Annotated[str | None, typer.Option(help="Grid: comma-separated pod lists.")] = None,
+    policies: Annotated[
+        str | None, typer.Option(help="Grid: comma-separated policies (default: all six).")
+    ] = None,
+    seeds: Annotated[str | None, typer.Option(help="Grid: seeds, e.g. 42-51.")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Grid: folder for results.csv, report.md and plots.")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Grid: worker processes (default: all cores).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Replay only the first N pods (quick checks).", min=1)
+    ] = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
+        OutputFormat.table
+    ),
+) -> None:
+    """Replay the openb trace without departures and measure GPU fragmentation.
+
+    Per run: the target workload from the untuned pod list (the 95 % rule), the pods
+    shuffled with the seed and resampled to 130 % of GPU capacity, placed one by one by
+    the policy (pods that fit nowhere are dropped). Reports unallocated GPU %, and the
+    fragmentation amount and ratio, at 50/80/90/100/130 % arrived workload.
+    """
+    grid = traces is not None or policies is not None or seeds is not None or out is not None
+    if grid:
+        if out is None:
+            fail("a grid (--traces, --policies or --seeds) needs --out FOLDER", 2)
+        if limit is not None:
+            fail("--limit is for single runs", 2)
+        _grid(
+            trace_dir,
+            _names(traces) if traces else [trace],
+            _names(policies) if policies else list(POLICIES),
+            parse_seeds(seeds) if seeds else [seed],
+            out,
+            workers,
+        )
+        return
+    _check_policies([policy])
+    try:
+        loaded = load_trace(trace_dir, trace)
+    except TraceError as exc:
+        fail(str(exc), 2)
+    result = run_openb(loaded, policy, seed, limit=limit)
+    summary = result.summary()
+    if output is OutputFormat.json:
+        print_json(summary)
+        return
+    _print_run(result)
+
+
+def _print_run(result: OpenbResult) -> None:
+    table = Table(
+        title=f"openb {result.trace}, {result.policy}, seed {result.seed}", title_justify="left"
+    )
+    for column in ("arrived %", "unallocated GPU %", "frag amount %", "frag ratio %"):
+        table.add_column(column, justify="right")
+    for p in REPORT_POINTS:
+        table.add_row(
+            str(p),
+            f"{result.unallocated_gpu_pct[p]:.2f}",
+            f"{result.frag_amount_pct[p]:.2f}",
+            f"{result.frag_ratio_pct[p]:.1f}",
+        )
+    console.print(table)
+    console.print(
+        f"{result.pods_arrived} pods arrived, {result.pods_failed} failed, {result.wall_s:.2f} s",
+        highlight=False,
+    )
+
+
+def _grid(
+    trace_dir: Path,
+    traces: list[str],
+    policies: list[str],
+    seeds: list[int],
+    out: Path,
+    workers: int | None,
+) -> None:
+    from hetsched.sim.openb_report import run_grid, write_outputs
+
+    _check_policies(policies)
+    total = len(traces) * len(policies) * len(seeds)
+    progress = Progress(
+        TextColumn("[bold]openb[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("", total=total)
+
+        def done(result: OpenbResult) -> None:
+            progress.update(
+                task,
+                advance=1,
+                description=f"{result.trace} {result.policy} {result.seed}: "
+                f"{result.unallocated_gpu_pct[100]:.2f} % unallocated",
+            )
+
+        try:
+            result = run_grid(trace_dir, traces, policies, seeds, workers, done)
+        except TraceError as exc:
+            progress.stop()
+            fail(str(exc), 2)
+    command = "hetsched " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    paths = write_outputs(result, out, command)
+    console.print(
+        f"{total} runs in {result.wall_s:.1f} s on {result.workers} processes; wrote "
+        + ", ".join(str(p) for p in paths),
+        highlight=False,
+    )

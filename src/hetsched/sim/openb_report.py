@@ -1,0 +1,271 @@
+"""The openb grid: traces x policies x seeds on all cores, then a CSV, a report and plots.
+
+Outputs in the chosen folder:
+
+- ``results.csv``: one row per (trace, policy, seed, arrived %), arrived 0..130, with
+  unallocated GPU %, fragmentation amount and ratio, pods arrived and failed, wall seconds;
+- ``report.md``: per trace, mean and sample sd over seeds at 100 % arrival per policy, with
+  the reference simulator's published means beside them;
+- ``unallocated_<trace>.png``: unallocated GPU % against arrived workload, per policy;
+- ``unallocated_at_100.png``: bars per trace at 100 % arrival, error bars = sd over seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hetsched.sim.openb import POLICIES, OpenbResult, OpenbTrace, load_trace, run_openb
+
+__all__ = ["LABELS", "REFERENCE_AT_100", "GridResult", "run_grid", "write_outputs"]
+
+#: policy name -> the study's label
+LABELS = {
+    "random": "Random",
+    "dotprod": "DotProd",
+    "gpuclustering": "Clustering",
+    "gpupacking": "Packing",
+    "bestfit": "BestFit",
+    "fgd": "FGD",
+}
+
+#: unallocated GPU % at 100 % arrival, mean over seeds 42..51, from the reference
+#: simulator's published results (Random, DotProd, Clustering, Packing, BestFit, FGD)
+REFERENCE_AT_100: dict[str, tuple[float, ...]] = {
+    "default": (13.70, 9.38, 8.35, 8.22, 7.14, 4.77),
+    "cpu050": (10.98, 6.97, 6.48, 6.54, 6.44, 5.00),
+    "cpu100": (12.56, 8.27, 7.58, 7.50, 6.74, 4.79),
+    "cpu200": (16.97, 12.55, 10.33, 10.02, 7.85, 5.18),
+    "gpushare40": (15.14, 10.70, 10.24, 10.23, 8.56, 6.04),
+    "gpushare60": (17.19, 13.18, 13.10, 12.85, 10.94, 8.75),
+    "gpushare100": (21.10, 18.02, 17.78, 17.87, 15.38, 13.36),
+    "gpuspec10": (13.74, 9.83, 8.04, 7.76, 6.90, 5.34),
+    "gpuspec20": (14.10, 11.71, 10.89, 10.72, 11.54, 5.34),
+    "gpuspec33": (16.13, 20.18, 18.91, 17.78, 19.61, 12.16),
+    "multigpu20": (13.08, 8.15, 6.66, 6.50, 6.27, 4.47),
+    "multigpu30": (13.37, 6.89, 5.45, 5.30, 5.43, 3.64),
+    "multigpu50": (18.72, 5.27, 4.31, 3.94, 4.38, 2.91),
+}
+
+
+def reference(trace: str, policy: str) -> float | None:
+    row = REFERENCE_AT_100.get(trace)
+    return None if row is None or policy not in POLICIES else row[POLICIES.index(policy)]
+
+
+@lru_cache(maxsize=4)
+def _trace(trace_dir: str, name: str) -> OpenbTrace:
+    return load_trace(Path(trace_dir), name)
+
+
+def _run(trace_dir: str, trace: str, policy: str, seed: int) -> OpenbResult:
+    """One run in a worker process; traces are loaded once per process."""
+    return run_openb(_trace(trace_dir, trace), policy, seed)
+
+
+@dataclass(frozen=True, slots=True)
+class GridResult:
+    results: tuple[OpenbResult, ...]
+    wall_s: float
+    workers: int
+
+
+def run_grid(
+    trace_dir: Path,
+    traces: Sequence[str],
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    workers: int | None = None,
+    on_done: Callable[[OpenbResult], None] | None = None,
+) -> GridResult:
+    """Every (trace, policy, seed) on ``workers`` processes (default: all cores).
+
+    Traces are checked in this process first, so a bad file fails before any run starts.
+    """
+    for trace in traces:
+        _trace(str(trace_dir), trace)
+    jobs = [(t, p, s) for t in traces for p in policies for s in seeds]
+    workers = workers or os.cpu_count() or 1
+    started = time.perf_counter()
+    results: list[OpenbResult] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_run, str(trace_dir), *job) for job in jobs]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            if on_done is not None:
+                on_done(result)
+    order = {job: i for i, job in enumerate(jobs)}
+    results.sort(key=lambda r: order[(r.trace, r.policy, r.seed)])
+    return GridResult(tuple(results), time.perf_counter() - started, workers)
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    mean = statistics.fmean(values)
+    return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _groups(grid: GridResult) -> dict[tuple[str, str], list[OpenbResult]]:
+    groups: dict[tuple[str, str], list[OpenbResult]] = {}
+    for r in grid.results:
+        groups.setdefault((r.trace, r.policy), []).append(r)
+    return groups
+
+
+def write_csv(grid: GridResult, path: Path) -> None:
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "trace",
+                "policy",
+                "seed",
+                "arrived_pct",
+                "unallocated_gpu_pct",
+                "frag_amount_pct",
+                "frag_ratio_pct",
+                "pods_arrived",
+                "pods_failed",
+                "wall_s",
+            ]
+        )
+        for r in grid.results:
+            for pct, (u, a, q) in enumerate(
+                zip(r.unallocated_gpu_pct, r.frag_amount_pct, r.frag_ratio_pct, strict=True)
+            ):
+                writer.writerow(
+                    [
+                        r.trace,
+                        r.policy,
+                        r.seed,
+                        pct,
+                        f"{u:.4f}",
+                        f"{a:.4f}",
+                        f"{q:.4f}",
+                        r.pods_arrived,
+                        r.pods_failed,
+                        f"{r.wall_s:.3f}",
+                    ]
+                )
+
+
+def write_report(grid: GridResult, path: Path, command: str = "") -> None:
+    groups = _groups(grid)
+    traces = list(dict.fromkeys(r.trace for r in grid.results))
+    policies = list(dict.fromkeys(r.policy for r in grid.results))
+    seeds = sorted({r.seed for r in grid.results})
+    lines = [
+        "# openb fragmentation experiment",
+        "",
+        f"Traces: {', '.join(traces)}. Policies: {', '.join(policies)}. "
+        f"Seeds: {seeds[0]}..{seeds[-1]} ({len(seeds)}). "
+        f"{len(grid.results)} runs on {grid.workers} processes in {grid.wall_s:.1f} s.",
+    ]
+    if command:
+        lines += ["", f"Command: `{command}`"]
+    lines += [
+        "",
+        "Unallocated GPU % at 100 % arrived workload: mean ± sample sd over seeds; the",
+        "reference column is the published mean of the original simulator (seeds 42..51).",
+    ]
+    for trace in traces:
+        lines += [
+            "",
+            f"## {trace}",
+            "",
+            "| policy | unallocated GPU % | reference | diff | frag amount % | frag ratio %"
+            " | failed pods | s per run |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for policy in policies:
+            runs = groups.get((trace, policy), [])
+            if not runs:
+                continue
+            mean, sd = _mean_sd([r.unallocated_gpu_pct[100] for r in runs])
+            ref = reference(trace, policy)
+            ref_cell = f"{ref:.2f}" if ref is not None else "-"
+            diff_cell = f"{mean - ref:+.2f}" if ref is not None else "-"
+            amount = statistics.fmean(r.frag_amount_pct[100] for r in runs)
+            ratio = statistics.fmean(r.frag_ratio_pct[100] for r in runs)
+            failed = statistics.fmean(r.pods_failed for r in runs)
+            wall = statistics.fmean(r.wall_s for r in runs)
+            lines.append(
+                f"| {LABELS.get(policy, policy)} | {mean:.2f} ± {sd:.2f} | {ref_cell} "
+                f"| {diff_cell} | {amount:.2f} | {ratio:.1f} | {failed:.0f} | {wall:.2f} |"
+            )
+        empty = [r.frag_ratio_pct[0] for (t, _), rs in groups.items() if t == trace for r in rs]
+        lines += ["", f"Empty-cluster fragmentation ratio: {statistics.fmean(empty):.2f} %."]
+        lines += ["", f"![unallocated GPU, {trace}](unallocated_{trace}.png)"]
+    lines += ["", "![unallocated GPU at 100 % arrival](unallocated_at_100.png)", ""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def write_plots(grid: GridResult, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = _groups(grid)
+    traces = list(dict.fromkeys(r.trace for r in grid.results))
+    policies = list(dict.fromkeys(r.policy for r in grid.results))
+    written: list[Path] = []
+    for trace in traces:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for policy in policies:
+            runs = groups.get((trace, policy), [])
+            if not runs:
+                continue
+            curve = [
+                statistics.fmean(r.unallocated_gpu_pct[p] for r in runs)
+                for p in range(len(runs[0].unallocated_gpu_pct))
+            ]
+            ax.plot(range(len(curve)), curve, label=LABELS.get(policy, policy))
+        ax.set_xlabel("arrived workload (% of GPU capacity)")
+        ax.set_ylabel("unallocated GPU (%)")
+        ax.set_xlim(50, 130)
+        ax.set_ylim(0, 55)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        ax.set_title(f"openb {trace}: unallocated GPU vs arrived workload")
+        path = folder / f"unallocated_{trace}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(traces) + 2), 4.5))
+    width = 0.8 / max(len(policies), 1)
+    for i, policy in enumerate(policies):
+        means, sds = [], []
+        for trace in traces:
+            runs = groups.get((trace, policy), [])
+            mean, sd = _mean_sd([r.unallocated_gpu_pct[100] for r in runs]) if runs else (0, 0)
+            means.append(mean)
+            sds.append(sd)
+        xs = [t + (i - (len(policies) - 1) / 2) * width for t in range(len(traces))]
+        ax.bar(xs, means, width, yerr=sds, capsize=2, label=LABELS.get(policy, policy))
+    ax.set_xticks(range(len(traces)), traces, rotation=30, ha="right")
+    ax.set_ylabel("unallocated GPU (%) at 100 % arrival")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(ncol=3, fontsize="small")
+    path = folder / "unallocated_at_100.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def write_outputs(grid: GridResult, folder: Path, command: str = "") -> list[Path]:
+    """results.csv, report.md and the plots in ``folder`` (created if needed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_csv(grid, folder / "results.csv")
+    write_report(grid, folder / "report.md", command)
+    return [folder / "results.csv", folder / "report.md", *write_plots(grid, folder)]
