@@ -7,6 +7,7 @@ import typer
 from hetsched import __version__
 from hetsched.cli.check import check
 from hetsched.cli.place import place
+from hetsched.cli.sim_replay import replay, synth
 from hetsched.cli.sim_openb import openb
 
 __all__ = ["app", "main"]
@@ -26,6 +27,8 @@ sim_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sim_app, name="sim")
+sim_app.command("replay")(replay)
+sim_app.command("synth")(synth)
 sim_app.command("openb")(openb)
 
 

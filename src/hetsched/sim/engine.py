@@ -25,7 +25,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import cast
+from typing import Any
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
@@ -61,6 +61,9 @@ __all__ = [
 ]
 
 _Delivered = Event | TaskStopped
+
+#: builds the core: ``(state, profile, seed) -> Scheduler`` (a test or benchmark may wrap it)
+CoreFactory = Callable[[ClusterState, ProfileSpec | None, int], Scheduler]
 
 #: callback ``(finished jobs, total jobs, virtual time)`` for progress bars
 Progress = Callable[[int, int, float], None]
@@ -181,7 +184,11 @@ class _Running:
 
 
 class Simulator:
-    """One replay of ``workload`` on ``nodes`` under ``profile``. Call :meth:`run` once."""
+    """One replay of ``workload`` on ``nodes`` under ``profile``. Call :meth:`run` once.
+
+    ``changes`` inject cluster events (failures, repairs, growth) and ``cancellations``
+    (time, job id) pairs; ``progress`` is called every ``config.progress_every`` steps.
+    """
 
     def __init__(
         self,
@@ -193,9 +200,10 @@ class Simulator:
         changes: Sequence[ClusterChange] = (),
         cancellations: Sequence[tuple[float, str]] = (),
         progress: Progress | None = None,
+        core: CoreFactory = Scheduler,
     ) -> None:
         self.config = config or EngineConfig()
-        self.scheduler = Scheduler(ClusterState(nodes), profile, seed)
+        self.scheduler = core(ClusterState(nodes), profile, seed)
         self.workload = workload
         self._progress = progress
         self._heap: list[tuple[float, int, int, object]] = []
@@ -278,7 +286,7 @@ class Simulator:
             if until is not None and time > until:
                 break
             self.now = time
-            batch: list[_Delivered] = []
+            batch: list[Any] = []  # core events, TaskStopped included
             ticked = False
             delivered = 0
             while heap and heap[0][0] == time:
@@ -295,8 +303,7 @@ class Simulator:
             if ticked and not batch:
                 batch.append(Tick())
             self.handle_calls += 1
-            # TaskStopped is an event of the core's contract that its Event alias leaves out
-            actions = self.scheduler.handle(cast("list[Event]", batch), time)
+            actions = self.scheduler.handle(batch, time)
             changed = self._carry_out(actions, time)
             self.steps += 1
             self._sample(time)

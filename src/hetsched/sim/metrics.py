@@ -9,11 +9,13 @@ Definitions (docs/simulator.md has the long form):
 - Jain's index over users: for user u, x_u = the time-average of u's dominant share
   (max over CPU and each device model of u's allocation / capacity) over the time u had
   at least one job in the system; J = (sum x)^2 / (n * sum x^2), in [1/n, 1].
-- finish-time fairness (after Themis): rho_j = JCT_j / T_alone_j, where T_alone_j is the
-  job's run time on 1/N_j of the cluster, N_j the users with jobs in the system when it
-  arrived. A job whose dominant demand share d_j fits in 1/N_j runs at full speed there;
-  a larger one is assumed to slow down in proportion: T_alone_j = duration * max(1, N_j d_j).
-  The worst (largest) rho is reported, with the mean and p99.
+- finish-time fairness (after Themis): T_alone_j is job j's run time alone on 1/N_j of the
+  cluster, N_j the users with jobs in the system when it arrived. A job whose dominant
+  demand share d_j fits in 1/N_j runs at full speed there; a larger one is assumed to slow
+  down in proportion: T_alone_j = duration_j * max(1, N_j d_j). Per user,
+  rho_u = sum JCT_j / sum T_alone_j over u's succeeded jobs (so a 3-second job that waited
+  an hour does not dominate); the worst (largest) rho_u is reported, with every user's.
+  rho_u <= 1 means u did at least as well as on its own 1/N slice.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hetsched.sim.engine import JobOutcome, SimResult
 __all__ = [
     "JOB_COLUMNS",
     "Summary",
+    "finish_time_fairness",
     "jain_index",
     "job_rows",
     "percentiles",
@@ -50,11 +53,16 @@ class Summary:
     utilization: dict[str, float]
     jain_users: float
     user_share: dict[str, float]
+    #: finish-time fairness rho per user
     ftf: dict[str, float]
     preemptions: int
     lost_work_s: float
     steps: int
     end_time_s: float
+
+    @property
+    def ftf_worst(self) -> float:
+        return max(self.ftf.values(), default=0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,7 +76,8 @@ class Summary:
             "fairness": {
                 "jain_users": self.jain_users,
                 "user_share": self.user_share,
-                "finish_time_fairness": self.ftf,
+                "ftf_worst": self.ftf_worst,
+                "ftf_users": self.ftf,
             },
             "preemptions": self.preemptions,
             "lost_work_s": self.lost_work_s,
@@ -119,16 +128,18 @@ def utilization(result: SimResult) -> dict[str, float]:
     return out
 
 
-def _ftf(jobs: Sequence[JobOutcome]) -> dict[str, float]:
-    rhos = []
+def finish_time_fairness(jobs: Sequence[JobOutcome]) -> dict[str, float]:
+    """rho per user (see the module docstring), succeeded jobs only."""
+    shared: dict[str, float] = {}
+    alone: dict[str, float] = {}
     for job in jobs:
         jct = job.jct_s
-        if jct is None or job.duration_s <= 0:
+        if jct is None:
             continue
-        alone = job.duration_s * max(1.0, job.contenders * job.demand_share)
-        rhos.append(jct / alone)
-    stats = percentiles(rhos)
-    return {"worst": stats["max"], "mean": stats["mean"], "p99": stats["p99"]}
+        shared[job.user] = shared.get(job.user, 0.0) + jct
+        isolated = job.duration_s * max(1.0, job.contenders * job.demand_share)
+        alone[job.user] = alone.get(job.user, 0.0) + isolated
+    return {u: shared[u] / alone[u] for u in sorted(shared) if alone[u] > 0}
 
 
 def summarize(result: SimResult) -> Summary:
@@ -158,7 +169,7 @@ def summarize(result: SimResult) -> Summary:
         utilization=utilization(result),
         jain_users=jain_index(list(shares.values())),
         user_share=shares,
-        ftf=_ftf(jobs),
+        ftf=finish_time_fairness(jobs),
         preemptions=result.preemptions,
         lost_work_s=result.lost_work_s,
         steps=result.steps,

@@ -14,12 +14,21 @@ from types import MappingProxyType
 
 import numpy as np
 
-from hetsched.model.device import Node
+from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.sim.philly import RuntimeDistribution
 from hetsched.sim.workload import Workload, WorkloadJob
 
-__all__ = ["PHILLY_GPU_MIX", "SyntheticSpec", "generate", "rate_for_load", "split_gang"]
+__all__ = [
+    "CLUSTER_MIX",
+    "PHILLY_GPU_MIX",
+    "SyntheticSpec",
+    "generate",
+    "gpus_per_node",
+    "rate_for_load",
+    "split_gang",
+    "synthetic_cluster",
+]
 
 #: GPUs per job -> probability (Gavel's "Philly distribution")
 PHILLY_GPU_MIX: Mapping[int, float] = MappingProxyType({1: 0.70, 2: 0.10, 4: 0.15, 8: 0.05})
@@ -49,6 +58,8 @@ class SyntheticSpec:
     memory_per_gpu_mib: int = 16 * 1024
     #: the most GPUs one task may take (the largest node); bigger jobs become gangs
     gpus_per_node: int = 8
+    #: per model, the most GPUs of it one node has (for jobs pinned to that model)
+    model_gpus_per_node: Mapping[str, int] = field(default_factory=dict)
     durations: RuntimeDistribution = field(default_factory=RuntimeDistribution)
     seed: int = 0
 
@@ -115,7 +126,8 @@ def generate(spec: SyntheticSpec) -> Workload:
         model = models[int(model_pick[i])]
         key = (int(gpus[i]), model)
         if key not in requests:
-            tasks, per_task = split_gang(key[0], spec.gpus_per_node)
+            per_node = spec.model_gpus_per_node.get(model, spec.gpus_per_node)
+            tasks, per_task = split_gang(key[0], per_node)
             requests[key] = (
                 tasks,
                 TaskRequest(
@@ -139,6 +151,20 @@ def generate(spec: SyntheticSpec) -> Workload:
     return Workload(tuple(jobs), f"synthetic(seed={spec.seed}, jobs={n})")
 
 
+def gpus_per_node(nodes: Sequence[Node], device_class: str = "gpu") -> dict[str, int]:
+    """Per device model (and ``""`` for any model), the most such devices one node has."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        counts: dict[str, int] = {}
+        for device in node.devices:
+            if device.device_class == device_class:
+                counts[device.model] = counts.get(device.model, 0) + 1
+        for model, count in counts.items():
+            out[model] = max(out.get(model, 0), count)
+        out[""] = max(out.get("", 0), sum(counts.values()))
+    return out
+
+
 def rate_for_load(spec: SyntheticSpec, nodes: Sequence[Node], load: float) -> float:
     """Arrivals per hour that keep ``load`` (0..1) of the cluster's GPUs busy on average:
     load * GPUs / E[GPUs per job * duration], with the duration mean estimated by draws."""
@@ -147,3 +173,30 @@ def rate_for_load(spec: SyntheticSpec, nodes: Sequence[Node], load: float) -> fl
     mean_gpus = float(np.dot(np.asarray(list(spec.gpu_mix), dtype=np.float64), weights))
     work_s = mean_gpus * spec.durations.mean()
     return load * total / work_s * 3600.0
+
+
+#: (model, GPUs per node, memory_gib, CPU cores, memory GiB, weight) of synthetic clusters
+CLUSTER_MIX: tuple[tuple[str, int, int, int, int, float], ...] = (
+    ("V100", 8, 32, 64, 512, 0.4),
+    ("P100", 4, 16, 32, 256, 0.3),
+    ("K80", 4, 12, 32, 256, 0.2),
+    ("A100", 8, 80, 96, 1024, 0.1),
+)
+
+
+def synthetic_cluster(nodes: int, seed: int = 0) -> list[Node]:
+    """A heterogeneous GPU cluster of ``nodes`` nodes drawn from :data:`CLUSTER_MIX`."""
+
+    rng = np.random.default_rng(seed)
+    weights = _probabilities([m[5] for m in CLUSTER_MIX])
+    picks = rng.choice(len(CLUSTER_MIX), size=nodes, p=weights)
+    out: list[Node] = []
+    for i, pick in enumerate(picks):
+        model, gpus, gib, cores, mem_gib, _ = CLUSTER_MIX[int(pick)]
+        name = f"{model.lower()}-{i}"
+        devices = tuple(
+            Device(f"{name}/gpu{k}", "gpu", "nvidia", model, {"memory_gib": gib})
+            for k in range(gpus)
+        )
+        out.append(Node(name, cores * 1000, mem_gib * 1024, devices, {"model": model}))
+    return out

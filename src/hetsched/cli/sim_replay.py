@@ -1,0 +1,322 @@
+"""``hetsched sim replay`` and ``hetsched sim synth``: replay workloads, make synthetic ones."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.framework.profile import ProfileError
+from hetsched.model.device import Node
+from hetsched.model.specs import SpecError, load_cluster, parse_duration
+from hetsched.sim.engine import EngineConfig
+from hetsched.sim.gavel import GavelOptions, load_throughputs, read_gavel
+from hetsched.sim.philly import RuntimeDistribution
+from hetsched.sim.replay import (
+    Policy,
+    Replay,
+    available_policies,
+    policy_from_name,
+    policy_from_profile,
+)
+from hetsched.sim.replay import replay as run_replay
+from hetsched.sim.replay_report import render, report_document, write_report
+from hetsched.sim.synthetic import SyntheticSpec, generate, gpus_per_node, rate_for_load
+from hetsched.sim.workload import (
+    Workload,
+    WorkloadError,
+    check_against_cluster,
+    read_workload,
+    write_workload,
+)
+
+__all__ = ["load_any_workload", "replay", "synth"]
+
+_err = Console(stderr=True)
+
+
+def _gpus_per_node(nodes: Sequence[Node]) -> int:
+    return max((sum(d.device_class == "gpu" for d in n.devices) for n in nodes), default=8) or 8
+
+
+def _find_throughputs(workload: Path) -> Path | None:
+    for folder in [workload if workload.is_dir() else workload.parent, *workload.parents]:
+        candidate = folder / "simulation_throughputs.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_any_workload(
+    path: Path,
+    fmt: str,
+    nodes: Sequence[Node],
+    throughputs: Path | None = None,
+    reference: str = "v100",
+) -> Workload:
+    """A neutral CSV, or Gavel trace files (a ``.trace`` file or a folder of them)."""
+    if fmt == "auto":
+        fmt = "gavel" if path.is_dir() or path.suffix == ".trace" else "csv"
+    if fmt == "csv":
+        return read_workload(path)
+    table_path = throughputs or _find_throughputs(path)
+    if table_path is None:
+        raise WorkloadError(
+            [f"{path}: no simulation_throughputs.json beside it; pass --gavel-throughputs"]
+        )
+    options = GavelOptions(reference=reference, gpus_per_node=_gpus_per_node(nodes))
+    workload, skipped = read_gavel([path], load_throughputs(table_path), options)
+    for reason, count in skipped.items():
+        _err.print(f"[yellow]skipped[/yellow] {count} job(s): {reason}", highlight=False)
+    return workload
+
+
+def _policies(names: str | None, profiles: str | None, profile: Path | None) -> list[Policy]:
+    out: list[Policy] = []
+    if names:
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
+        if wanted == ["all"]:
+            wanted = available_policies()
+        out += [policy_from_name(n) for n in wanted]
+    if profiles:
+        out += [policy_from_profile(p.strip()) for p in profiles.split(",") if p.strip()]
+    if profile is not None:
+        out.append(policy_from_profile(profile))
+    if not out:
+        out.append(policy_from_name("fifo"))
+    seen: set[str] = set()
+    for index, policy in enumerate(out):
+        if policy.name in seen:
+            out[index] = dataclasses.replace(policy, name=f"{policy.name}#{index + 1}")
+        seen.add(out[index].name)
+    return out
+
+
+@contextmanager
+def _progress_bar(
+    enabled: bool, total: int
+) -> Iterator[Callable[[str], Callable[[int, int, float], None]]]:
+    """Yields ``start(policy) -> callback``; draws to stderr when enabled."""
+    if not enabled:
+        yield lambda _name: lambda _done, _total, _now: None
+        return
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("t={task.fields[vt]}"),
+        TimeElapsedColumn(),
+        console=_err,
+        transient=True,
+    )
+    with bar:
+
+        def start(name: str) -> Callable[[int, int, float], None]:
+            task = bar.add_task(name, total=total, vt="0h")
+
+            def update(done: int, _total: int, now: float) -> None:
+                bar.update(task, completed=done, vt=f"{now / 3600:.1f}h")
+
+            return update
+
+        yield start
+
+
+def replay(
+    cluster: Annotated[Path, typer.Option(help="Cluster YAML: nodes and their devices.")],
+    workload: Annotated[
+        Path,
+        typer.Option(help="Workload: a neutral-format CSV, a Gavel .trace file or a folder."),
+    ],
+    profile: Annotated[
+        Path | None, typer.Option(help="Profile YAML to replay under (default: fifo).")
+    ] = None,
+    policies: Annotated[
+        str | None,
+        typer.Option(
+            help="Built-in policies to compare, comma-separated (fifo, priority, drf, "
+            "fairshare: those registered now), or 'all'."
+        ),
+    ] = None,
+    compare_profiles: Annotated[
+        str | None, typer.Option(help="Profile YAML files to compare, comma-separated.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for the core's random choices.")] = 0,
+    tick: Annotated[
+        str, typer.Option(help="Virtual time between ticks while jobs wait (60, 5m).")
+    ] = "60",
+    until: Annotated[str | None, typer.Option(help="Stop at this virtual time (e.g. 30d).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Replay only the first N jobs.")] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="Workload format: auto, csv or gavel.")
+    ] = "auto",
+    gavel_throughputs: Annotated[
+        Path | None, typer.Option(help="Gavel simulation_throughputs.json (default: found).")
+    ] = None,
+    gavel_reference: Annotated[
+        str, typer.Option(help="Gavel worker type whose throughput sets durations.")
+    ] = "v100",
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
+        OutputFormat.table
+    ),
+    jobs: Annotated[
+        bool, typer.Option("--jobs/--no-jobs", help="Per-job records in -o json.")
+    ] = True,
+    out: Annotated[
+        Path | None, typer.Option(help="Write report.md, summary.json, jobs.csv and plots here.")
+    ] = None,
+) -> None:
+    """Replay a workload on a cluster with departures, and report how the policies did.
+
+    Reports wait and job completion time (mean, p50, p99), makespan, CPU and per-model
+    device utilization, fairness (Jain's index over users, finish-time fairness),
+    preemptions and per-job records. With several policies the same workload is replayed
+    under each and the results are shown side by side.
+    """
+    if fmt not in ("auto", "csv", "gavel"):
+        fail(f"--format: expected auto, csv or gavel, got {fmt!r}", 2)
+    try:
+        tick_s = parse_duration(tick)
+        until_s = None if until is None else parse_duration(until)
+    except ValueError as exc:
+        fail(f"--tick/--until: {exc}", 2)
+    if tick_s <= 0:
+        fail("--tick: must be > 0", 2)
+    try:
+        nodes = load_cluster(cluster)
+        chosen = _policies(policies, compare_profiles, profile)
+        loaded = load_any_workload(workload, fmt, nodes, gavel_throughputs, gavel_reference)
+    except (SpecError, ProfileError, WorkloadError, ValueError, OSError) as exc:
+        fail(str(exc), 2)
+    if limit is not None:
+        loaded = Workload(loaded.jobs[: max(limit, 0)], loaded.source)
+    problems = check_against_cluster(loaded, nodes)
+    if problems:
+        fail("\n".join(problems), 2)
+    config = EngineConfig(tick_s=tick_s, until=until_s)
+    meta: dict[str, Any] = {
+        "workload": str(workload),
+        "jobs": len(loaded),
+        "cluster": str(cluster),
+        "nodes": len(nodes),
+        "seed": seed,
+        "tick_s": tick_s,
+        "policies": [p.name for p in chosen],
+    }
+    results: list[Replay] = []
+    with _progress_bar(output is OutputFormat.table, len(loaded)) as start:
+        for policy in chosen:
+            results.append(
+                run_replay(nodes, loaded, policy, seed, config, progress=start(policy.name))
+            )
+    if output is OutputFormat.json:
+        print_json(report_document(results, meta, jobs=jobs))
+    else:
+        render(results, meta, console)
+    if out is not None:
+        written = write_report(out, results, meta)
+        if output is OutputFormat.table:
+            console.print(f"report written to {out}: {', '.join(written)}", highlight=False)
+
+
+def _mix(text: str, option: str, key: Callable[[str], Any]) -> dict[Any, float]:
+    out: dict[Any, float] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        name, sep, weight = part.partition(":")
+        try:
+            out[key(name.strip())] = float(weight) if sep else 1.0
+        except ValueError:
+            fail(f"{option}: bad entry {part.strip()!r} (expected NAME:WEIGHT)", 2)
+    return out
+
+
+def synth(
+    output_file: Annotated[Path, typer.Option("--out", "-O", help="CSV file to write.")],
+    jobs: Annotated[int, typer.Option(help="Number of jobs.")] = 1000,
+    rate_per_h: Annotated[
+        float | None, typer.Option(help="Mean arrivals per hour (or use --load).")
+    ] = None,
+    load: Annotated[
+        float | None, typer.Option(help="Offered GPU load (0..1) of --cluster; sets the rate.")
+    ] = None,
+    cluster: Annotated[
+        Path | None, typer.Option(help="Cluster YAML (for --load and model checks).")
+    ] = None,
+    gpu_mix: Annotated[
+        str, typer.Option(help="GPUs per job: weights, e.g. 1:0.7,2:0.1,4:0.15,8:0.05.")
+    ] = "1:0.7,2:0.1,4:0.15,8:0.05",
+    model_mix: Annotated[
+        str, typer.Option(help="GPU models pinned by selector, e.g. V100:1,any:3 (any: none).")
+    ] = "any:1",
+    users: Annotated[int, typer.Option(help="Users (Zipf-like weights).")] = 8,
+    queues: Annotated[int, typer.Option(help="Queues (user i submits to q<i mod queues>).")] = 2,
+    max_gpus_per_task: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest task; bigger jobs become gangs (default: from --cluster, else 8)."
+        ),
+    ] = None,
+    runtimes: Annotated[
+        Path | None,
+        typer.Option(help="Philly runtime CSV to draw durations from (default: its quantiles)."),
+    ] = None,
+    max_duration: Annotated[
+        str | None, typer.Option(help="Cap on a job's duration (e.g. 7d).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+) -> None:
+    """Generate a synthetic workload in the neutral CSV format.
+
+    Poisson arrivals, a GPU-count mix (Gavel's Philly mix by default), a device-model mix,
+    Zipf-like users, and durations drawn from the Philly runtime distribution.
+    """
+    try:
+        nodes = load_cluster(cluster) if cluster is not None else []
+        cap = parse_duration(max_duration) if max_duration is not None else None
+        durations = (
+            RuntimeDistribution.from_file(runtimes, cap)
+            if runtimes is not None
+            else RuntimeDistribution(max_s=cap)
+        )
+    except (SpecError, ValueError, OSError) as exc:
+        fail(str(exc), 2)
+    models = _mix(model_mix, "--model-mix", lambda n: "" if n == "any" else n)
+    try:
+        spec = SyntheticSpec(
+            jobs=jobs,
+            gpu_mix=_mix(gpu_mix, "--gpu-mix", int),
+            model_mix=models,
+            users=users,
+            queues=queues,
+            gpus_per_node=max_gpus_per_task or (_gpus_per_node(nodes) if nodes else 8),
+            model_gpus_per_node={} if max_gpus_per_task else gpus_per_node(nodes),
+            durations=durations,
+            seed=seed,
+        )
+        if load is not None:
+            if not nodes:
+                fail("--load needs --cluster", 2)
+            spec = dataclasses.replace(spec, rate_per_h=rate_for_load(spec, nodes, load))
+        elif rate_per_h is not None:
+            spec = dataclasses.replace(spec, rate_per_h=rate_per_h)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    workload = generate(spec)
+    if nodes:
+        problems = check_against_cluster(workload, nodes)
+        if problems:
+            fail("\n".join(problems[:5]), 2)
+    count = write_workload(output_file, workload)
+    console.print(
+        f"wrote {count} jobs to {output_file} ({spec.rate_per_h:.1f} arrivals/h)",
+        highlight=False,
+    )
