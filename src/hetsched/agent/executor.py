@@ -1,0 +1,360 @@
+"""The process executor: runs bound tasks as real processes, one process group each.
+
+Contracts:
+- Each task runs in its own session (so its own process group) under a small ``/bin/sh``
+  wrapper that writes the command's exit code to ``<exit file>`` when it ends. That file
+  is how an exit code survives a control-plane crash: a restarted service adopts a process
+  that is still alive (same pid *and* same start time), and learns the exit code of one
+  that ended while nobody was watching from the file.
+- Stopping a task is SIGTERM to the whole group, then SIGKILL to the group after the grace
+  period. When a task's main process ends, whatever is left in its group is killed, so
+  nothing outlives the allocation.
+- Every process carries ``HETSCHED_INSTANCE`` and ``HETSCHED_TASK_KEY`` in its environment,
+  so :meth:`Executor.sweep` can find and kill processes that no live task record accounts
+  for (a crash between spawning and recording the pid).
+- The executor is driven by one thread (the reconcile loop); it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from hetsched.cluster.placement import Placement
+from hetsched.model.device import Device
+
+__all__ = ["Executor", "TaskExit", "TaskHandle", "device_env", "task_key"]
+
+_WRAPPER = (
+    '"$@"; c=$?; echo "$c" > "$HETSCHED_EXIT_FILE.tmp" && '
+    'mv "$HETSCHED_EXIT_FILE.tmp" "$HETSCHED_EXIT_FILE"; exit "$c"'
+)
+#: how closely a recorded start time must match a live process's to adopt it (seconds)
+_START_TOLERANCE_S = 0.05
+
+
+def task_key(job_id: str, task: int, run: int) -> str:
+    return f"{job_id}/{task}#{run}"
+
+
+@dataclass(slots=True)
+class TaskHandle:
+    job_id: str
+    task: int
+    run: int
+    pid: int
+    pid_started: float
+    exit_file: Path
+    popen: subprocess.Popen[bytes] | None = None
+    #: when the task must end (its maximum runtime), or None
+    deadline: float | None = None
+    #: when SIGKILL follows the SIGTERM already sent, or None
+    kill_at: float | None = None
+    #: the core asked for this task to stop (Kill or Preempt)
+    stopping: bool = False
+    timed_out: bool = False
+
+    @property
+    def key(self) -> str:
+        return task_key(self.job_id, self.task, self.run)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExit:
+    """A task's main process ended. ``exit_code`` is None when it is unknown (lost)."""
+
+    job_id: str
+    task: int
+    run: int
+    exit_code: int | None
+    #: it ended after we asked it to stop
+    stopped: bool
+    reason: str
+
+
+def device_env(devices: Sequence[tuple[Device, int]]) -> dict[str, str]:
+    """How frameworks expect to see their devices: vendor variables with indices, and
+    ``HETSCHED_DEVICES`` (JSON, every class, FPGAs included) with ids, models and shares."""
+    nvidia: list[str] = []
+    amd: list[str] = []
+    described = []
+    for device, share in devices:
+        index = _index_of(device)
+        if device.device_class == "gpu" and device.vendor.lower() == "nvidia":
+            nvidia.append(str(index))
+        elif device.device_class == "gpu" and device.vendor.lower() in {"amd", "ati"}:
+            amd.append(str(index))
+        described.append(
+            {
+                "id": device.id,
+                "class": device.device_class,
+                "vendor": device.vendor,
+                "model": device.model,
+                "index": index,
+                "share": share,
+            }
+        )
+    return {
+        # an empty value hides every GPU from a task that was given none
+        "CUDA_VISIBLE_DEVICES": ",".join(nvidia),
+        "ROCR_VISIBLE_DEVICES": ",".join(amd),
+        "HIP_VISIBLE_DEVICES": ",".join(amd),
+        "HETSCHED_DEVICES": json.dumps(described, separators=(",", ":")),
+    }
+
+
+def _index_of(device: Device) -> int:
+    tail = device.id.rsplit("/", 1)[-1]
+    digits = tail[len(tail.rstrip("0123456789")) :]
+    return int(digits) if digits else 0
+
+
+@dataclass(slots=True)
+class RunAs:
+    """The OS account a task runs as (only when the service runs as root)."""
+
+    uid: int
+    gid: int
+
+
+@dataclass(slots=True)
+class Executor:
+    home: Path
+    #: marks this service's processes (see sweep)
+    instance: str
+    kill_grace_s: float = 5.0
+    handles: dict[str, TaskHandle] = field(default_factory=dict)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.home / "jobs" / job_id
+
+    def log_path(self, job_id: str, task: int, stream: str) -> Path:
+        return self.job_dir(job_id) / f"task-{task}.{'err' if stream == 'stderr' else 'out'}"
+
+    def exit_file(self, job_id: str, task: int, run: int) -> Path:
+        return self.job_dir(job_id) / f"task-{task}.run-{run}.exit"
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(
+        self,
+        job_id: str,
+        task: int,
+        run: int,
+        placement: Placement,
+        devices: Sequence[tuple[Device, int]],
+        command: Sequence[str],
+        env: Mapping[str, str],
+        workdir: str | None,
+        max_runtime_s: float | None,
+        run_as: RunAs | None = None,
+    ) -> TaskHandle:
+        """Spawn the task's process; raises OSError if it cannot be started."""
+        directory = self.job_dir(job_id)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        exit_file = self.exit_file(job_id, task, run)
+        exit_file.unlink(missing_ok=True)
+        out_path = self.log_path(job_id, task, "stdout")
+        err_path = self.log_path(job_id, task, "stderr")
+        header = f"--- hetsched: run {run} of task {task} on {placement.node} ---\n".encode()
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
+        full_env.update(env)
+        full_env.update(device_env(devices))
+        key = task_key(job_id, task, run)
+        full_env.update(
+            {
+                "HETSCHED_JOB_ID": job_id,
+                "HETSCHED_TASK_INDEX": str(task),
+                "HETSCHED_RUN": str(run),
+                "HETSCHED_NODE": placement.node,
+                "HETSCHED_TASK_KEY": key,
+                "HETSCHED_INSTANCE": self.instance,
+                "HETSCHED_EXIT_FILE": str(exit_file),
+            }
+        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        out_fd = os.open(out_path, flags, 0o600)
+        err_fd = os.open(err_path, flags, 0o600)
+        try:
+            os.write(out_fd, header)
+            if run_as is not None:
+                for path in (directory, out_path, err_path):
+                    os.chown(path, run_as.uid, run_as.gid)
+            popen = subprocess.Popen(
+                ["/bin/sh", "-c", _WRAPPER, "hetsched-task", *command],
+                cwd=workdir or directory,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_fd,
+                stderr=err_fd,
+                start_new_session=True,
+                close_fds=True,
+                user=run_as.uid if run_as else None,
+                group=run_as.gid if run_as else None,
+                extra_groups=[] if run_as else None,
+            )
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
+        try:
+            started = psutil.Process(popen.pid).create_time()
+        except psutil.Error:
+            started = time.time()
+        now = time.time()
+        handle = TaskHandle(
+            job_id,
+            task,
+            run,
+            popen.pid,
+            started,
+            exit_file,
+            popen=popen,
+            deadline=now + max_runtime_s if max_runtime_s else None,
+        )
+        self.handles[key] = handle
+        return handle
+
+    # -- adopt after a restart -----------------------------------------------------------
+
+    def adopt(
+        self,
+        job_id: str,
+        task: int,
+        run: int,
+        pid: int,
+        pid_started: float,
+        deadline: float | None,
+    ) -> TaskHandle | None:
+        """Watch a process started by an earlier incarnation, if it is that process still."""
+        if not _alive(pid, pid_started):
+            return None
+        handle = TaskHandle(job_id, task, run, pid, pid_started, self.exit_file(job_id, task, run))
+        handle.deadline = deadline
+        self.handles[handle.key] = handle
+        return handle
+
+    def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
+        """The exit code the wrapper wrote, if the task ended while nobody watched."""
+        try:
+            return int(self.exit_file(job_id, task, run).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def sweep(self, live_keys: Iterable[str]) -> list[int]:
+        """Kill process groups of this instance that no live task accounts for."""
+        keep = set(live_keys)
+        killed: list[int] = []
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                environ = proc.environ()
+            except (psutil.Error, OSError):
+                continue
+            if environ.get("HETSCHED_INSTANCE") != self.instance:
+                continue
+            if environ.get("HETSCHED_TASK_KEY") in keep:
+                continue
+            _signal_group(proc.pid, signal.SIGKILL)
+            killed.append(proc.pid)
+        return killed
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def stop(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool:
+        """SIGTERM the task's group now and SIGKILL it after the grace period."""
+        handle = self.handles.get(key)
+        if handle is None:
+            return False
+        handle.stopping = True
+        self._terminate(handle, grace_s, now)
+        return True
+
+    def _terminate(self, handle: TaskHandle, grace_s: float | None, now: float | None) -> None:
+        now = time.time() if now is None else now
+        grace = self.kill_grace_s if grace_s is None else grace_s
+        if handle.kill_at is None:
+            _signal_group(handle.pid, signal.SIGTERM)
+            handle.kill_at = now + grace
+        else:
+            handle.kill_at = min(handle.kill_at, now + grace)
+
+    def kill_now(self, pid: int) -> None:
+        _signal_group(pid, signal.SIGKILL)
+
+    # -- watch ---------------------------------------------------------------------------
+
+    def poll(self, now: float | None = None) -> list[TaskExit]:
+        """Tasks whose main process ended since the last poll; escalates pending kills and
+        enforces maximum runtimes."""
+        now = time.time() if now is None else now
+        exits: list[TaskExit] = []
+        for key, handle in list(self.handles.items()):
+            code = self._ended(handle)
+            if code is None:
+                if handle.kill_at is not None and now >= handle.kill_at:
+                    _signal_group(handle.pid, signal.SIGKILL)
+                elif (
+                    handle.deadline is not None
+                    and now >= handle.deadline
+                    and not (handle.stopping or handle.timed_out)
+                ):
+                    handle.timed_out = True
+                    self._terminate(handle, None, now)
+                continue
+            del self.handles[key]
+            # nothing of the task may outlive it: kill what is left of its group
+            _signal_group(handle.pid, signal.SIGKILL)
+            recorded = self.recorded_exit(handle.job_id, handle.task, handle.run)
+            exit_code = recorded if recorded is not None else code[0]
+            if handle.timed_out:
+                reason = "exceeded its maximum runtime"
+            elif exit_code is None:
+                reason = "exit status unknown"
+            elif exit_code < 0:
+                reason = f"killed by signal {-exit_code}"
+            else:
+                reason = f"exit code {exit_code}"
+            exits.append(
+                TaskExit(handle.job_id, handle.task, handle.run, exit_code, handle.stopping, reason)
+            )
+        return exits
+
+    def _ended(self, handle: TaskHandle) -> tuple[int | None] | None:
+        """None while running; else a 1-tuple with the return code when known."""
+        if handle.popen is not None:
+            code = handle.popen.poll()
+            return None if code is None else (code,)
+        if _alive(handle.pid, handle.pid_started):
+            return None
+        return (None,)
+
+    def shutdown(self) -> None:
+        """Forget the processes without stopping them: a restart adopts them again."""
+        for handle in self.handles.values():
+            if handle.popen is not None:
+                # Popen would otherwise warn that the child is still running
+                handle.popen.returncode = 0
+        self.handles.clear()
+
+
+def _alive(pid: int, started: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - started) > _START_TOLERANCE_S:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,437 @@
+"""The HTTP API (FastAPI). OpenAPI at ``/docs``.
+
+Rules every route follows:
+- a bearer token is required everywhere except ``GET /healthz``;
+- a user sees, cancels and reads the logs of only their own jobs (others' ids answer 404,
+  as unknown ids do, so ids cannot be probed); an admin sees all;
+- a change is committed to the store before any 2xx answer;
+- bodies are limited in size (413), bad JSON is 400, a body that does not validate is 422
+  with field paths, and a rejected request stores nothing.
+"""
+
+import hashlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hetsched.agent.executor import Executor
+from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.loop import ControlLoop
+from hetsched.service.queues import QueuesSpec
+from hetsched.service.schemas import (
+    MAX_BODY_BYTES,
+    Feasibility,
+    InvalidBody,
+    Unsatisfiable,
+    error_lines,
+    parse_submission,
+)
+from hetsched.service.store import Conflict, Principal, Store
+
+__all__ = ["Service", "create_app"]
+
+_MAX_LOG_CHUNK = 1 << 20
+
+
+@dataclass
+class Service:
+    """Everything the routes need, built by the server (or a test)."""
+
+    store: Store
+    loop: ControlLoop
+    executor: Executor
+    queues: QueuesSpec
+    feasibility: Feasibility
+    auth: Authenticator
+    limiter: RateLimiter
+    auth_failures: RateLimiter
+    #: hetsched users that have an OS account, when jobs run as mapped users
+    mapped_users: frozenset[str] | None = None
+
+
+class _BodyLimit:
+    """Refuses bodies larger than ``limit`` bytes with 413, whether or not they declare a
+    Content-Length (pure ASGI, so it costs nothing on small requests)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await _too_large(send)
+                return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _too_large(send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(send: Send) -> None:
+    body = b'{"detail":"request body too large"}'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class TokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    user: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    admin: bool = False
+
+
+def create_app(service: Service) -> FastAPI:
+    app = FastAPI(
+        title="hetsched",
+        summary="The hetsched control plane: submit, watch and cancel jobs.",
+        version="1",
+    )
+    app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        lines = [
+            ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path"))
+            + f": {e['msg']}"
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
+
+    def caller(request: Request) -> Principal:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        client = request.client.host if request.client else "?"
+        principal = None
+        if scheme.lower() == "bearer" and token:
+            principal = service.auth.principal(token.strip())
+        if principal is None:
+            wait = service.auth_failures.allow(client)
+            if wait:
+                raise HTTPException(
+                    429, "too many failed authentications", {"Retry-After": f"{wait:.0f}"}
+                )
+            raise HTTPException(401, "authentication required", {"WWW-Authenticate": "Bearer"})
+        wait = service.limiter.allow(principal.token_id)
+        if wait:
+            raise HTTPException(429, "rate limit exceeded", {"Retry-After": f"{max(wait, 1):.0f}"})
+        return principal
+
+    Caller = Annotated[Principal, Depends(caller)]
+
+    def admin_only(who: Caller) -> Principal:
+        if not who.admin:
+            raise HTTPException(403, "admin only")
+        return who
+
+    Admin = Annotated[Principal, Depends(admin_only)]
+
+    def visible_job(job_id: str, who: Principal) -> dict[str, Any]:
+        row = service.store.job(job_id) if len(job_id) <= 32 else None
+        if row is None or (not who.admin and row["owner"] != who.user):
+            raise HTTPException(404, f"no job {job_id!r}")
+        return row
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    @app.post("/v1/jobs", status_code=201, tags=["jobs"])
+    async def submit(request: Request, who: Caller) -> JSONResponse:
+        """Submit a job. Send ``Idempotency-Key`` to make retries safe: a repeated key
+        returns the job it created (200) and never creates a second one."""
+        ctype = request.headers.get("content-type", "").split(";")[0].strip()
+        if ctype != "application/json":
+            raise HTTPException(415, "send the job as application/json")
+        body = await request.body()
+        key = request.headers.get("idempotency-key")
+        if key is not None and not 1 <= len(key) <= 200:
+            raise HTTPException(422, "Idempotency-Key must be 1-200 characters")
+        row, created = await run_in_threadpool(_submit, service, body, who, key)
+        return JSONResponse(_job_view(row), status_code=201 if created else 200)
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    def list_jobs(
+        who: Caller,
+        all: bool = False,
+        queue: str | None = None,
+        user: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    ) -> list[dict[str, Any]]:
+        """Your jobs (an admin: everyone's, or ``user``'s); finished ones with ``all``."""
+        owner = who.user if not who.admin else user
+        rows = service.store.list_jobs(owner, queue, include_terminal=all, limit=limit)
+        return [_job_view(r) for r in rows]
+
+    @app.get("/v1/jobs/{job_id}", tags=["jobs"])
+    def get_job(job_id: str, who: Caller) -> dict[str, Any]:
+        row = visible_job(job_id, who)
+        return _job_view(row, service.store.job_tasks(job_id))
+
+    @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
+    def why(job_id: str, who: Caller) -> dict[str, Any]:
+        """Why the job is where it is: its pending explanation and its transition history."""
+        row = visible_job(job_id, who)
+        return {
+            "id": job_id,
+            "state": row["state"],
+            "reason": row["reason"],
+            "explanation": row["explanation"],
+            "history": [
+                {"time": t["time"], "from": t["source"], "to": t["target"], "cause": t["cause"]}
+                for t in service.store.job_transitions(job_id)
+            ],
+        }
+
+    @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
+    def logs(
+        job_id: str,
+        who: Caller,
+        task: Annotated[int, Query(ge=0, le=100_000)] = 0,
+        stream: Annotated[str, Query(pattern="^(stdout|stderr)$")] = "stdout",
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=_MAX_LOG_CHUNK)] = 65536,
+    ) -> dict[str, Any]:
+        """A chunk of a task's output. The path comes from the job record, never from the
+        request; pass the returned ``offset`` back to follow."""
+        row = visible_job(job_id, who)
+        path = service.executor.log_path(row["id"], task, stream)
+        data, next_offset = _read_log(path, service.executor.home, offset, limit)
+        return {
+            "id": job_id,
+            "task": task,
+            "stream": stream,
+            "data": data.decode("utf-8", "replace"),
+            "offset": next_offset,
+            "state": row["state"],
+        }
+
+    @app.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
+    def cancel(job_id: str, who: Caller) -> dict[str, Any]:
+        row = visible_job(job_id, who)
+        if not service.store.request_cancel(job_id):
+            raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
+        service.loop.cancelled(job_id, who.user)
+        return {"id": job_id, "cancel_requested": True}
+
+    # -- cluster -------------------------------------------------------------------------
+
+    @app.get("/v1/nodes", tags=["cluster"])
+    def nodes(who: Caller) -> list[dict[str, Any]]:
+        return service.loop.nodes_view
+
+    @app.get("/v1/queues", tags=["cluster"])
+    def queues(who: Caller) -> list[dict[str, Any]]:
+        """Each queue: who may submit, jobs by state, and quota used, borrowed and free."""
+        return _queues_view(service)
+
+    # -- tokens (admin) ------------------------------------------------------------------
+
+    @app.post("/v1/tokens", status_code=201, tags=["tokens"])
+    def create_token(body: TokenRequest, who: Admin) -> dict[str, Any]:
+        token_id, token = service.store.create_token(body.user, body.admin)
+        return {"id": token_id, "user": body.user, "admin": body.admin, "token": token}
+
+    @app.get("/v1/tokens", tags=["tokens"])
+    def list_tokens(who: Admin) -> list[dict[str, Any]]:
+        return service.store.list_tokens()
+
+    @app.delete("/v1/tokens/{token_id}", tags=["tokens"])
+    def revoke_token(token_id: str, who: Admin) -> dict[str, Any]:
+        if not service.store.revoke_token(token_id):
+            raise HTTPException(404, f"no live token {token_id!r}")
+        service.auth.forget()
+        return {"id": token_id, "revoked": True}
+
+    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    return app
+
+
+def _submit(
+    service: Service, body: bytes, who: Principal, key: str | None
+) -> tuple[dict[str, Any], bool]:
+    try:
+        spec = parse_submission(body)
+    except InvalidBody as exc:
+        raise HTTPException(400, str(exc)) from None
+    except ValidationError as exc:
+        raise HTTPException(422, {"message": "invalid job", "errors": error_lines(exc)}) from None
+    owner = who.user
+    if "user" in spec.model_fields_set and spec.user != who.user:
+        if not who.admin:
+            raise HTTPException(403, "only an admin may submit for another user")
+        owner = spec.user
+    queue = service.queues.by_name().get(spec.queue)
+    if queue is None:
+        raise HTTPException(404, f"no queue {spec.queue!r}")
+    if not queue.admits(owner):
+        raise HTTPException(403, f"user {owner} may not submit to queue {spec.queue}")
+    if service.mapped_users is not None and owner not in service.mapped_users:
+        raise HTTPException(403, f"user {owner} has no OS account to run jobs as")
+    job_id = "j" + secrets.token_hex(8)
+    job = spec.to_job(job_id, owner, time.time())
+    problem = queue.over_quota(job)
+    if problem is not None:
+        raise HTTPException(403, problem)
+    try:
+        service.feasibility.check(job)
+    except Unsatisfiable as exc:
+        raise HTTPException(
+            422, {"message": "invalid job", "errors": [f"resources: {exc}"]}
+        ) from None
+    stored = json.loads(body)
+    body_digest = hashlib.sha256(body).hexdigest() if key else None
+    try:
+        row, created = service.store.insert_job(
+            job_id, owner, spec.queue, spec.name, spec.priority, stored, key, body_digest
+        )
+    except Conflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    if created:
+        service.loop.submitted(row)
+    return row, created
+
+
+def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec = row["spec"]
+    view: dict[str, Any] = {
+        "id": row["id"],
+        "name": row["name"],
+        "user": row["owner"],
+        "queue": row["queue"],
+        "priority": row["priority"],
+        "state": row["state"],
+        "reason": row["reason"],
+        "run": row["run"],
+        "restarts": row["restarts"],
+        "preemptions": row["preemptions"],
+        "submitted_at": row["submitted_at"],
+        "started_at": row["started_at"],
+        "first_started_at": row["first_started_at"],
+        "ended_at": row["ended_at"],
+        "exit_code": row["exit_code"],
+        "command": spec.get("command", []),
+        "resources": spec.get("resources", {}),
+        "replicas": spec.get("replicas", 1),
+    }
+    if task_rows is not None:
+        view["tasks"] = [
+            {
+                "task": t["task"],
+                "run": t["run"],
+                "node": t["node"],
+                "state": t["state"],
+                "pid": t["pid"],
+                "devices": t["placement"].get("devices", []),
+                "started_at": t["started_at"],
+                "ended_at": t["ended_at"],
+                "exit_code": t["exit_code"],
+                "reason": t["reason"],
+            }
+            for t in task_rows
+        ]
+    return view
+
+
+def _read_log(path: Path, root: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    """Read from a log under ``root``, refusing symlinks and anything outside it."""
+    real_root = os.path.realpath(root)
+    if not os.path.realpath(path).startswith(real_root + os.sep):
+        raise HTTPException(404, "no such log")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return b"", offset
+    except OSError:
+        raise HTTPException(404, "no such log") from None
+    try:
+        os.lseek(fd, offset, os.SEEK_SET)
+        data = os.read(fd, limit)
+    finally:
+        os.close(fd)
+    return data, offset + len(data)
+
+
+def _queues_view(service: Service) -> list[dict[str, Any]]:
+    counts: dict[str, dict[str, int]] = {}
+    for item in service.store.queue_usage():
+        counts.setdefault(item["queue"], {})[item["state"]] = item["count"]
+    used: dict[str, dict[str, float]] = {}
+    for item in service.store.running_specs():
+        p = item["placement"]
+        u = used.setdefault(item["queue"], {})
+        u["cpu"] = u.get("cpu", 0.0) + p["cpu_milli"]
+        u["memory"] = u.get("memory", 0.0) + p["memory_mib"]
+        for d in p.get("devices", []):
+            cls = (
+                service.loop.devices[d["id"]].device_class
+                if d["id"] in service.loop.devices
+                else "device"
+            )
+            u[cls] = u.get(cls, 0.0) + d["share"] / 1000
+    out = []
+    names = [q.name for q in service.queues.queues]
+    names += sorted(set(counts) - set(names))
+    by_name = service.queues.by_name()
+    for name in names:
+        spec = by_name.get(name)
+        limits = spec.limits() if spec is not None else {}
+        usage = used.get(name, {})
+        keys = sorted(set(limits) | set(usage))
+        out.append(
+            {
+                "name": name,
+                "users": spec.users if spec is not None else None,
+                "jobs": counts.get(name, {}),
+                "resources": {
+                    k: {
+                        "quota": limits.get(k),
+                        "used": usage.get(k, 0.0),
+                        "borrowed": max(0.0, usage.get(k, 0.0) - limits[k]) if k in limits else 0.0,
+                        "free": max(0.0, limits[k] - usage.get(k, 0.0)) if k in limits else None,
+                    }
+                    for k in keys
+                },
+            }
+        )
+    return out

@@ -1,0 +1,506 @@
+"""The reconcile loop: the one thread that owns the scheduling core and the executor.
+
+Each turn:
+  1. collect events: submissions and cancellations from the API (already committed by it),
+     task exits from the executor, and a Tick now and then;
+  2. ``actions = core.handle(events, now)``;
+  3. commit, in one transaction, what the turn changed: task exits and the allocations they
+     free, new tasks and allocations for Binds, tasks asked to stop, job states with their
+     transitions and pending explanations;
+  4. only then carry out the actions: spawn processes, signal process groups;
+  5. commit the pids and start times of what was spawned.
+
+A crash between 3 and 5 leaves tasks ``starting`` without a pid: recovery treats them as
+lost and sweeps away any process that carries their key. A crash before 3 loses only
+decisions, which the rebuilt core takes again.
+
+Runs numbers: the core numbers a job's runs from 1 each time it learns of the job; the
+store keeps numbering across restarts. ``run_offset`` maps one onto the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, and_, update
+
+from hetsched.agent.executor import Executor, RunAs, TaskExit, task_key
+from hetsched.cluster.placement import Placement
+from hetsched.model.device import Device, Node
+from hetsched.model.lifecycle import TERMINAL
+from hetsched.scheduler import (
+    Action,
+    Bind,
+    Event,
+    JobCancelled,
+    JobSubmitted,
+    Kill,
+    Pending,
+    Preempt,
+    Reject,
+    Scheduler,
+    TaskFinished,
+    TaskStopped,
+    Tick,
+)
+from hetsched.service.schemas import SubmitSpec, from_stored
+from hetsched.service.store import Store
+from hetsched.service.tables import allocations, jobs, tasks, transitions
+
+__all__ = ["ControlLoop", "placement_from_json"]
+
+log = logging.getLogger(__name__)
+
+
+def placement_from_json(data: dict[str, Any]) -> Placement:
+    from hetsched.cluster.placement import DeviceShare
+
+    return Placement(
+        str(data["node"]),
+        int(data["cpu_milli"]),
+        int(data["memory_mib"]),
+        tuple(DeviceShare(str(d["id"]), int(d["share"])) for d in data.get("devices", [])),
+    )
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What one turn must write."""
+
+    exits: list[TaskExit] = field(default_factory=list)
+    binds: list[Bind] = field(default_factory=list)
+    stops: list[tuple[str, int, int, float | None]] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+    explanations: dict[str, dict[str, object] | None] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+
+
+class ControlLoop:
+    """Owns the core; the API talks to it only through :meth:`submitted` and
+    :meth:`cancelled`, after committing."""
+
+    def __init__(
+        self,
+        store: Store,
+        scheduler: Scheduler,
+        executor: Executor,
+        nodes: Iterable[Node],
+        run_as: dict[str, RunAs] | None = None,
+        tick_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.core = scheduler
+        self.executor = executor
+        self.run_as = run_as
+        self.tick_s = tick_s
+        self.devices: dict[str, Device] = {d.id: d for n in nodes for d in n.devices}
+        self.specs: dict[str, SubmitSpec] = {}
+        #: history entries of each core record already in the store
+        self.persisted: dict[str, int] = {}
+        #: store run = core run + offset
+        self.run_offset: dict[str, int] = {}
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pending_events: list[Any] = []
+        #: tasks stopped before they ran: (job id, task, store run), released next commit
+        self._pending_release: list[tuple[str, int, int]] = []
+        #: tasks that could not be started, reported as failed exits in the next turn
+        self._failed_starts: list[TaskExit] = []
+        self._last_tick = 0.0
+        self.lock = threading.Lock()
+        #: the node view the API serves, refreshed by the loop
+        self.nodes_view: list[dict[str, Any]] = []
+        self._nodes_at = 0.0
+        self.turns = 0
+        #: restart counts of jobs resubmitted by recovery, applied after their submission
+        self.restarts_to_restore: dict[str, int] = {}
+
+    # -- the API side --------------------------------------------------------------------
+
+    def submitted(self, row: dict[str, Any]) -> None:
+        """A job row the API has committed."""
+        self._inbox.put(("submit", row))
+        self._wake.set()
+
+    def cancelled(self, job_id: str, user: str) -> None:
+        self._inbox.put(("cancel", (job_id, user)))
+        self._wake.set()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self, initial: list[Any]) -> None:
+        self._pending_events = list(initial)
+        self._thread = threading.Thread(target=self._run, name="hetsched-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.turn()
+            except Exception:  # the loop must survive a bad turn; the store is the truth
+                log.exception("reconcile turn failed")
+                time.sleep(0.5)
+            self._wake.wait(timeout=0.05)
+            self._wake.clear()
+
+    # -- one turn ------------------------------------------------------------------------
+
+    def job_key(self, job_id: str, task: int, core_run: int) -> str:
+        return task_key(job_id, task, core_run + self.run_offset.get(job_id, 0))
+
+    def turn(self, now: float | None = None) -> list[Action]:
+        now = time.time() if now is None else now
+        turn = _Turn()
+        events, self._pending_events = self._pending_events, []
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "submit":
+                events.append(self._submit_event(payload))
+            else:
+                job_id, user = payload
+                events.append(JobCancelled(job_id, f"cancelled by {user}"))
+        failed, self._failed_starts = self._failed_starts, []
+        for exit_ in [*failed, *self.executor.poll(now)]:
+            turn.exits.append(exit_)
+            events.append(self._exit_event(exit_))
+        if not events and now - self._last_tick < self.tick_s:
+            self._refresh_nodes(now)
+            return []
+        self._last_tick = now
+        with self.lock:
+            actions = self.core.handle([*events, Tick()], now)
+            for job_id, restarts in self.restarts_to_restore.items():
+                record = self.core.jobs.get(job_id)
+                if record is not None:
+                    record.restarts = max(record.restarts, restarts)
+            self.restarts_to_restore = {}
+        self.turns += 1
+        turn.touched.update(j for j in map(_job_id_of, events) if j)
+        for action in actions:
+            self._plan(action, turn)
+        self._commit(turn, now)
+        self._carry_out(turn, now)
+        self._refresh_nodes(now)
+        return actions
+
+    def _submit_event(self, row: dict[str, Any]) -> Event:
+        spec = from_stored(row["spec"])
+        job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
+        self.specs[job.id] = spec
+        self.persisted[job.id] = 1  # the store wrote the "submitted" transition
+        return JobSubmitted(job)
+
+    def _exit_event(self, exit_: TaskExit) -> Event:
+        core_run = exit_.run - self.run_offset.get(exit_.job_id, 0)
+        if exit_.stopped:
+            return TaskStopped(exit_.job_id, exit_.task, core_run)
+        return TaskFinished(exit_.job_id, exit_.task, core_run, exit_.exit_code == 0, exit_.reason)
+
+    def _plan(self, action: Action, turn: _Turn) -> None:
+        turn.touched.add(action.job_id)
+        match action:
+            case Bind():
+                turn.binds.append(action)
+            case Kill(job_id, task, run, _reason):
+                turn.stops.append((job_id, task, run, None))
+            case Preempt(job_id, run, grace_s, _reason):
+                turn.preempted.append(job_id)
+                offset = self.run_offset.get(job_id, 0)
+                prefix = f"{job_id}/"
+                suffix = f"#{run + offset}"
+                for key, handle in self.executor.handles.items():
+                    if key.startswith(prefix) and key.endswith(suffix):
+                        turn.stops.append((job_id, handle.task, run, grace_s))
+                record = self.core.jobs.get(job_id)
+                if record is not None:
+                    for key in record.stopping:
+                        task_s, run_s = key.rsplit("/", 1)[1].split("#")
+                        task = int(task_s)
+                        if int(run_s) == run and (job_id, task, run, grace_s) not in turn.stops:
+                            turn.stops.append((job_id, task, run, grace_s))
+            case Pending(job_id, explanation):
+                turn.explanations[job_id] = explanation.to_dict()
+            case Reject():
+                pass
+
+    # -- step 3: commit ------------------------------------------------------------------
+
+    def _commit(self, turn: _Turn, now: float) -> None:
+        with self.store.write() as conn:
+            for exit_ in turn.exits:
+                self._record_exit(conn, exit_, now)
+            for job_id, task, run, _grace in turn.stops:
+                store_run = run + self.run_offset.get(job_id, 0)
+                conn.execute(
+                    update(tasks)
+                    .where(
+                        tasks.c.job_id == job_id,
+                        tasks.c.task == task,
+                        tasks.c.run == store_run,
+                        tasks.c.state.in_(("starting", "running")),
+                    )
+                    .values(state="stopping")
+                )
+            for bind in turn.binds:
+                self._record_bind(conn, bind, now)
+            for job_id in dict.fromkeys(turn.preempted):
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id)
+                    .values(preemptions=jobs.c.preemptions + 1)
+                )
+            for job_id in turn.touched:
+                self._record_job(conn, job_id, turn, now)
+
+    def _record_exit(self, conn: Connection, exit_: TaskExit, now: float) -> None:
+        state = (
+            "stopped" if exit_.stopped else ("exited" if exit_.exit_code is not None else "lost")
+        )
+        key = (
+            tasks.c.job_id == exit_.job_id,
+            tasks.c.task == exit_.task,
+            tasks.c.run == exit_.run,
+        )
+        conn.execute(
+            update(tasks)
+            .where(*key, tasks.c.ended_at.is_(None))
+            .values(state=state, ended_at=now, exit_code=exit_.exit_code, reason=exit_.reason)
+        )
+        release_allocations(conn, exit_.job_id, exit_.task, exit_.run, now)
+        if not exit_.stopped and exit_.exit_code is not None:
+            conn.execute(
+                update(jobs).where(jobs.c.id == exit_.job_id).values(exit_code=exit_.exit_code)
+            )
+
+    def _record_bind(self, conn: Connection, bind: Bind, now: float) -> None:
+        store_run = bind.run + self.run_offset.get(bind.job_id, 0)
+        for task, placement in bind.placements:
+            conn.execute(
+                tasks.insert().values(
+                    job_id=bind.job_id,
+                    task=task,
+                    run=store_run,
+                    node=placement.node,
+                    placement=placement.to_dict(),
+                    state="starting",
+                    bound_at=now,
+                    reason="",
+                )
+            )
+            for share in placement.devices:
+                conn.execute(
+                    allocations.insert().values(
+                        job_id=bind.job_id,
+                        task=task,
+                        run=store_run,
+                        device_id=share.device_id,
+                        share=share.share,
+                        allocated_at=now,
+                        live=True,
+                    )
+                )
+
+    def _record_job(self, conn: Connection, job_id: str, turn: _Turn, now: float) -> None:
+        record = self.core.jobs.get(job_id)
+        if record is None:
+            return
+        done = self.persisted.get(job_id, 0)
+        new = record.history[done:]
+        values: dict[str, Any] = {}
+        if new:
+            conn.execute(
+                transitions.insert(),
+                [
+                    {
+                        "job_id": job_id,
+                        "time": t.time,
+                        "source": None if t.source is None else t.source.value,
+                        "target": t.target.value,
+                        "cause": t.cause,
+                    }
+                    for t in new
+                ],
+            )
+            self.persisted[job_id] = len(record.history)
+            assert record.state is not None
+            values.update(state=record.state.value, reason=new[-1].cause)
+        values.update(
+            run=record.run + self.run_offset.get(job_id, 0),
+            restarts=record.restarts,
+            started_at=record.started,
+            ended_at=record.ended,
+        )
+        if job_id in turn.explanations:
+            values["explanation"] = turn.explanations[job_id]
+        elif record.state is not None and record.state.value != "pending":
+            values["explanation"] = None
+        conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
+        if record.started is not None:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.first_started_at.is_(None))
+                .values(first_started_at=record.started)
+            )
+        if record.state in TERMINAL:
+            self.specs.pop(job_id, None)
+
+    # -- step 4 and 5: carry out ---------------------------------------------------------
+
+    def _carry_out(self, turn: _Turn, now: float) -> None:
+        started: list[tuple[str, int, int, int, float, float]] = []
+        failed: list[TaskExit] = []
+        for bind in turn.binds:
+            spec = self.specs.get(bind.job_id)
+            record = self.core.jobs[bind.job_id]
+            store_run = bind.run + self.run_offset.get(bind.job_id, 0)
+            for task, placement in bind.placements:
+                if spec is None:
+                    failed.append(TaskExit(bind.job_id, task, store_run, None, False, "no spec"))
+                    continue
+                run_as = None
+                if self.run_as is not None:
+                    run_as = self.run_as.get(record.job.user)
+                    if run_as is None:
+                        failed.append(
+                            TaskExit(
+                                bind.job_id,
+                                task,
+                                store_run,
+                                None,
+                                False,
+                                f"no OS account mapped for user {record.job.user}",
+                            )
+                        )
+                        continue
+                try:
+                    handle = self.executor.start(
+                        bind.job_id,
+                        task,
+                        store_run,
+                        placement,
+                        [(self.devices[d.device_id], d.share) for d in placement.devices],
+                        spec.command,
+                        spec.env,
+                        spec.workdir,
+                        record.job.max_runtime_s,
+                        run_as,
+                    )
+                except OSError as exc:
+                    failed.append(
+                        TaskExit(bind.job_id, task, store_run, None, False, f"cannot start: {exc}")
+                    )
+                    continue
+                started.append(
+                    (bind.job_id, task, store_run, handle.pid, handle.pid_started, time.time())
+                )
+        for job_id, task, run, grace in turn.stops:
+            key = self.job_key(job_id, task, run)
+            if not self.executor.stop(key, grace, now):
+                # nothing runs for it (it never started or already ended): stopped at once
+                self._pending_events.append(TaskStopped(job_id, task, run))
+                self._pending_release.append((job_id, task, run + self.run_offset.get(job_id, 0)))
+        if started or failed or self._pending_release:
+            with self.store.write() as conn:
+                for job_id, task, run, pid, pid_started, at in started:
+                    conn.execute(
+                        update(tasks)
+                        .where(
+                            tasks.c.job_id == job_id,
+                            tasks.c.task == task,
+                            tasks.c.run == run,
+                            tasks.c.state == "starting",
+                        )
+                        .values(state="running", pid=pid, pid_started=pid_started, started_at=at)
+                    )
+                for job_id, task, run in self._pending_release:
+                    conn.execute(
+                        update(tasks)
+                        .where(
+                            tasks.c.job_id == job_id,
+                            tasks.c.task == task,
+                            tasks.c.run == run,
+                            tasks.c.ended_at.is_(None),
+                        )
+                        .values(state="stopped", ended_at=now, reason="stopped before it ran")
+                    )
+                    release_allocations(conn, job_id, task, run, now)
+            self._pending_release = []
+        # a task that could not start failed at once; it is reported in the next turn
+        self._failed_starts.extend(failed)
+        if failed:
+            self._wake.set()
+
+    # -- views ---------------------------------------------------------------------------
+
+    def _refresh_nodes(self, now: float) -> None:
+        if now - self._nodes_at < 0.5:
+            return
+        self._nodes_at = now
+        with self.lock:
+            state = self.core.state
+            view = []
+            for row, node in enumerate(state.nodes):
+                view.append(
+                    {
+                        "name": node.name,
+                        "active": bool(state.active[row]),
+                        "cpu_milli": int(state.cpu_cap[row]),
+                        "cpu_free_milli": int(state.cpu_free[row]),
+                        "memory_mib": int(state.mem_cap[row]),
+                        "memory_free_mib": int(state.mem_free[row]),
+                        "labels": dict(node.labels),
+                        "devices": [
+                            {
+                                "id": d.id,
+                                "class": d.device_class,
+                                "vendor": d.vendor,
+                                "model": d.model,
+                                "free_share": int(state.dev_free[row, slot]),
+                                "healthy": bool(state.dev_healthy[row, slot]),
+                            }
+                            for slot, d in enumerate(node.devices)
+                        ],
+                    }
+                )
+        self.nodes_view = view
+
+
+def release_allocations(conn: Connection, job_id: str, task: int, run: int, now: float) -> None:
+    conn.execute(
+        update(allocations)
+        .where(
+            and_(
+                allocations.c.job_id == job_id,
+                allocations.c.task == task,
+                allocations.c.run == run,
+                allocations.c.live.is_(True),
+            )
+        )
+        .values(live=None, released_at=now)
+    )
+
+
+def _job_id_of(event: Event) -> str:
+    match event:
+        case JobSubmitted(job):
+            return job.id
+        case JobCancelled(job_id) | TaskFinished(job_id) | TaskStopped(job_id):
+            return job_id
+    return ""

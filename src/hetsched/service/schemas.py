@@ -1,0 +1,188 @@
+"""Submission bodies: the API's JobSpec, validated strictly, and the check that some node
+could ever hold a task.
+
+A submission is a :class:`~hetsched.model.specs.JobSpec` plus what runs: ``command`` (argv,
+no shell), ``env`` and ``workdir``. JSON bodies are parsed in strict mode: ``"2"`` is not an
+integer and ``1.5`` is not a count. The server sets the job id, the owner (from the token)
+and the submit time; a body that tries to set them is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from hetsched.cluster.state import ClusterState
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.profile import ProfileSpec
+from hetsched.framework.runtime import Framework
+from hetsched.model.device import Node
+from hetsched.model.job import Job
+from hetsched.model.specs import JobSpec, format_errors
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "Feasibility",
+    "InvalidBody",
+    "SubmitSpec",
+    "Unsatisfiable",
+    "error_lines",
+    "from_stored",
+    "parse_submission",
+]
+
+MAX_BODY_BYTES = 1 << 20
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_DENIED_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"})
+_MAX_ARGV_BYTES = 256 * 1024
+_MAX_CPU_MILLI = 10**7  # 10,000 cores
+_MAX_MEMORY_MIB = 1 << 30  # 1 PiB
+_MAX_RUNTIME_S = 365 * 86400.0
+
+
+def _clean_name(value: str) -> str:
+    value = unicodedata.normalize("NFC", value)
+    if not _NAME.match(value):
+        raise ValueError(
+            "must be 1-63 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+class SubmitSpec(JobSpec):
+    """One job as the API takes it."""
+
+    name: str = Field(min_length=1, max_length=63)
+    queue: str = Field(default="default", min_length=1, max_length=63)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    replicas: int = Field(default=1, ge=1, le=1000)
+    max_restarts: int = Field(default=0, ge=0, le=10)
+    command: list[str] = Field(min_length=1, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict, max_length=256)
+    workdir: str | None = Field(default=None, max_length=4096)
+
+    @field_validator("name", "queue")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _clean_name(value)
+
+    @field_validator("id")
+    @classmethod
+    def _no_id(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError("is set by the server")
+        return value
+
+    @field_validator("submit_time")
+    @classmethod
+    def _no_submit_time(cls, value: float) -> float:
+        if value:
+            raise ValueError("is set by the server")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("the program (first element) must not be empty")
+        if any("\x00" in arg for arg in value):
+            raise ValueError("arguments must not contain NUL")
+        if sum(len(arg.encode()) for arg in value) > _MAX_ARGV_BYTES:
+            raise ValueError(f"argv is larger than {_MAX_ARGV_BYTES} bytes")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"{key!r} is not a valid variable name")
+            if key in _DENIED_ENV or key.startswith("HETSCHED_"):
+                raise ValueError(f"{key!r} may not be set by a job")
+            if "\x00" in item or len(item) > 32768:
+                raise ValueError(f"value of {key!r} contains NUL or is longer than 32768")
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "\x00" in value):
+            raise ValueError("must be an absolute path")
+        return value
+
+    @field_validator("max_runtime_s", "estimated_runtime_s")
+    @classmethod
+    def _runtime(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value <= _MAX_RUNTIME_S:
+            raise ValueError(f"must be more than 0 and at most {_MAX_RUNTIME_S:.0f}s")
+        return value
+
+    @model_validator(mode="after")
+    def _sizes(self) -> SubmitSpec:
+        res = self.resources
+        if res.cpu_milli > _MAX_CPU_MILLI:
+            raise ValueError(f"resources.cpu: at most {_MAX_CPU_MILLI // 1000} cores")
+        if res.memory_mib > _MAX_MEMORY_MIB:
+            raise ValueError("resources.memory: at most 1Pi")
+        if res.cpu_milli == 0 and res.memory_mib == 0 and not res.devices:
+            raise ValueError("resources: empty request (ask for cpu, memory or a device)")
+        return self
+
+    def to_job(self, job_id: str, owner: str, submit_time: float) -> Job:
+        spec = self.model_copy(update={"id": job_id, "user": owner, "submit_time": submit_time})
+        return JobSpec.build(spec)
+
+
+class InvalidBody(ValueError):
+    """Not JSON at all (400), as opposed to JSON that does not validate (422)."""
+
+
+def parse_submission(body: bytes | str) -> SubmitSpec:
+    """Validate a JSON body strictly; raises InvalidBody or pydantic's ValidationError."""
+    try:
+        return SubmitSpec.model_validate_json(body, strict=True)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise InvalidBody("body is not valid JSON") from None
+        raise
+
+
+def from_stored(data: dict[str, Any]) -> SubmitSpec:
+    """A stored submission (the body as accepted) back into a spec; it validated once."""
+    return SubmitSpec.model_validate(data)
+
+
+def error_lines(exc: ValidationError) -> list[str]:
+    """``field.path: message`` per problem (model-level problems name their field inline)."""
+    return [line.removeprefix(": ") for line in format_errors(exc)]
+
+
+class Unsatisfiable(ValueError):
+    """No node could hold a task of the job even if it were empty."""
+
+
+class Feasibility:
+    """Checks a job against the cluster's total capacity (nothing allocated).
+
+    Only capacity, labels and taints are checked (the default filters); the answer does not
+    depend on what runs now, so a job refused here could never start.
+    """
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.state = ClusterState(nodes)
+        self.framework = Framework(ProfileSpec())
+
+    def check(self, job: Job) -> None:
+        ctx = CycleContext(self.state, job, job.resources, 0.0)
+        if self.framework.feasible(ctx).any():
+            return
+        lines = [str(r) for r in self.framework.diagnose(ctx)]
+        detail = "; ".join(lines) or "no node matches"
+        raise Unsatisfiable(
+            f"no node could ever hold a task ({job.resources.describe()}): {detail}"
+        )

@@ -1,0 +1,186 @@
+"""Assembling and running the service: ``hetsched up``.
+
+:func:`build` wires store, core, executor, loop and API together (tests call it directly);
+:func:`serve` adds uvicorn and signal handling.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import secrets
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetsched.agent.discovery import discover_local
+from hetsched.agent.executor import Executor, RunAs
+from hetsched.cluster.state import ClusterState
+from hetsched.framework.profile import load_profile
+from hetsched.model.device import Node
+from hetsched.model.specs import load_cluster
+from hetsched.scheduler import NodeAdded, Scheduler
+from hetsched.service.app import Service, create_app
+from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.loop import ControlLoop
+from hetsched.service.queues import load_queues
+from hetsched.service.recovery import recover
+from hetsched.service.schemas import Feasibility
+from hetsched.service.store import Store
+
+__all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
+
+log = logging.getLogger("hetsched.service")
+
+
+def default_home() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "hetsched"
+
+
+def examples_dir() -> Path:
+    """The repository's examples (the demo's cluster, queues, profile and workload)."""
+    return Path(__file__).resolve().parents[3] / "examples"
+
+
+@dataclass
+class Options:
+    home: Path = field(default_factory=default_home)
+    host: str = "127.0.0.1"
+    port: int = 8780
+    db: str | None = None
+    profile: Path | None = None
+    queues: Path | None = None
+    cluster: list[Path] = field(default_factory=list)
+    fake_devices: Path | None = None
+    node_name: str | None = None
+    demo: bool = False
+    run_as: dict[str, str] = field(default_factory=dict)
+    rate_limit: float = 200.0
+    kill_grace_s: float = 5.0
+    sync: str = "FULL"
+    seed: int = 0
+
+    def resolved(self) -> Options:
+        """Fill in what ``demo`` implies."""
+        if not self.demo:
+            return self
+        ex = examples_dir()
+        return Options(
+            **{
+                **self.__dict__,
+                "cluster": [*self.cluster, ex / "clusters" / "demo.yaml"],
+                "queues": self.queues or ex / "queues" / "demo.yaml",
+                "profile": self.profile or ex / "profiles" / "demo.yaml",
+                "demo": False,
+            }
+        )
+
+
+@dataclass
+class Built:
+    service: Service
+    app: Any
+    admin_token: str | None
+    token_file: Path
+
+
+def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
+    if not mapping:
+        return None
+    if os.geteuid() != 0:
+        raise SystemExit("--run-as needs the service to run as root")
+    out: dict[str, RunAs] = {}
+    for user, account in mapping.items():
+        entry = pwd.getpwnam(account)
+        if entry.pw_uid == 0:
+            raise SystemExit(f"--run-as: {user} maps to root; jobs never run as root")
+        out[user] = RunAs(entry.pw_uid, entry.pw_gid)
+    return out
+
+
+def build(options: Options) -> Built:
+    """Open the store, rebuild the core from it, and start the reconcile loop."""
+    options = options.resolved()
+    home = options.home
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(home, 0o700)
+    url = options.db or f"sqlite:///{home / 'hetsched.db'}"
+    store = Store(url, sync=options.sync)
+    store.migrate()
+    instance_file = home / "instance"
+    if not instance_file.exists():
+        instance_file.write_text(secrets.token_hex(8))
+    instance = instance_file.read_text().strip()
+    nodes: list[Node] = [discover_local(options.node_name, options.fake_devices)]
+    for path in options.cluster:
+        nodes += load_cluster(path)
+    profile = load_profile(options.profile)
+    core = Scheduler(ClusterState(), profile, seed=options.seed)
+    core.handle([NodeAdded(n) for n in nodes], now=0.0)
+    executor = Executor(home, instance, kill_grace_s=options.kill_grace_s)
+    run_as = _run_as_map(options.run_as)
+    loop = ControlLoop(store, core, executor, nodes, run_as=run_as)
+    initial = recover(loop)
+    token_file = home / "admin.token"
+    admin_token = None
+    if not store.has_admin_token():
+        _token_id, admin_token = store.create_token("admin", admin=True)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(admin_token + "\n")
+    service = Service(
+        store=store,
+        loop=loop,
+        executor=executor,
+        queues=load_queues(options.queues),
+        feasibility=Feasibility(nodes),
+        auth=Authenticator(store),
+        limiter=RateLimiter(options.rate_limit),
+        auth_failures=RateLimiter(10.0, 20.0),
+        mapped_users=frozenset(run_as) if run_as is not None else None,
+    )
+    loop.start(initial)
+    return Built(service, create_app(service), admin_token, token_file)
+
+
+def serve(options: Options) -> None:
+    """Run until SIGINT or SIGTERM. Tasks keep running when the service stops; the next
+    start adopts them (see docs/service.md)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    built = build(options)
+    if built.admin_token is not None:
+        print(f"admin token written to {built.token_file} (mode 0600)", flush=True)
+    else:
+        print(f"admin token: see {built.token_file}", flush=True)
+    if os.geteuid() == 0 and not options.run_as:
+        log.warning("running as root without --run-as: jobs run as root")
+    config = uvicorn.Config(
+        built.app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    print(
+        f"hetsched up: http://{options.host}:{options.port} (API docs at /docs), "
+        f"home {options.home}",
+        flush=True,
+    )
+    try:
+        server.run()
+    finally:
+        built.service.loop.stop()
+        built.service.executor.shutdown()
+        built.service.store.close()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    sys.stdout.flush()

@@ -1,0 +1,327 @@
+"""The persistent store: the service's source of truth.
+
+SQLite (a file, WAL mode) by default, PostgreSQL when given a ``postgresql+psycopg://`` URL.
+The scheduling core is only a cache rebuilt from here on start.
+
+Contract: every method that changes something commits before it returns, so a caller that
+answers 2xx after it returns never acknowledges a change that a crash could lose. On SQLite
+writers are serialized by one in-process lock (one process owns the file), which avoids
+SQLite's busy-retry sleeps under concurrent submissions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from hetsched.service.tables import allocations, jobs, tasks, tokens, transitions
+
+__all__ = ["Conflict", "Principal", "Store", "digest", "new_token"]
+
+#: states a job never leaves
+TERMINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
+
+
+class Conflict(Exception):
+    """An idempotency key reused with a different body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from."""
+
+    token_id: str
+    user: str
+    admin: bool
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return "hs_" + secrets.token_urlsafe(32)
+
+
+def _sqlite_pragmas(sync: str) -> Any:
+    def connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={sync}")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    return connect
+
+
+class Store:
+    """Typed access to the tables. Thread-safe; every write commits before returning."""
+
+    def __init__(self, url: str, sync: str = "FULL") -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        kwargs: dict[str, Any] = {}
+        if self.sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs["pool_size"] = 10
+            kwargs["max_overflow"] = 20
+        self.engine: Engine = create_engine(url, **kwargs)
+        if self.sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas(sync.upper()))
+        self._write_lock = threading.Lock() if self.sqlite else None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- schema --------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest alembic revision (idempotent)."""
+        config = Config()
+        location = resources.files("hetsched.service") / "migrations"
+        config.set_main_option("script_location", str(location))
+        with self.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+    # -- transactions --------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction, committed when the block ends without an exception."""
+        if self._write_lock is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._write_lock, self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    # -- tokens --------------------------------------------------------------------------
+
+    def create_token(self, user: str, admin: bool = False) -> tuple[str, str]:
+        """A new token for ``user``; returns (token id, token). Only the digest is stored."""
+        token = new_token()
+        token_id = "t" + secrets.token_hex(6)
+        with self.write() as conn:
+            conn.execute(
+                tokens.insert().values(
+                    id=token_id,
+                    owner=user,
+                    digest=digest(token),
+                    admin=admin,
+                    created_at=time.time(),
+                )
+            )
+        return token_id, token
+
+    def has_admin_token(self) -> bool:
+        with self.read() as conn:
+            row = conn.execute(
+                select(tokens.c.id).where(tokens.c.admin, tokens.c.revoked_at.is_(None)).limit(1)
+            ).first()
+        return row is not None
+
+    def principal(self, token: str) -> Principal | None:
+        with self.read() as conn:
+            row = conn.execute(
+                select(tokens.c.id, tokens.c.owner, tokens.c.admin).where(
+                    tokens.c.digest == digest(token), tokens.c.revoked_at.is_(None)
+                )
+            ).first()
+        return None if row is None else Principal(row.id, row.owner, bool(row.admin))
+
+    def revoke_token(self, token_id: str) -> bool:
+        with self.write() as conn:
+            result = conn.execute(
+                update(tokens)
+                .where(tokens.c.id == token_id, tokens.c.revoked_at.is_(None))
+                .values(revoked_at=time.time())
+            )
+        return result.rowcount > 0
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(
+                select(
+                    tokens.c.id,
+                    tokens.c.owner,
+                    tokens.c.admin,
+                    tokens.c.created_at,
+                    tokens.c.revoked_at,
+                ).order_by(tokens.c.created_at)
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def insert_job(
+        self,
+        job_id: str,
+        owner: str,
+        queue: str,
+        name: str,
+        priority: int,
+        spec: dict[str, Any],
+        request_key: str | None,
+        body_digest: str | None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Store a submitted job as pending; returns (row, created).
+
+        With a ``request_key`` already used by ``owner`` the stored job comes back with
+        created False (a retried submit), or Conflict if the body differs.
+        """
+        now = time.time()
+        if request_key is not None:
+            existing = self._by_request_key(owner, request_key)
+            if existing is not None:
+                return self._replay(existing, body_digest), False
+        try:
+            with self.write() as conn:
+                conn.execute(
+                    jobs.insert().values(
+                        id=job_id,
+                        owner=owner,
+                        queue=queue,
+                        name=name,
+                        priority=priority,
+                        spec=spec,
+                        request_key=request_key,
+                        body_digest=body_digest,
+                        state="pending",
+                        reason="submitted",
+                        run=0,
+                        restarts=0,
+                        preemptions=0,
+                        cancel_requested=False,
+                        submitted_at=now,
+                    )
+                )
+                conn.execute(
+                    transitions.insert().values(
+                        job_id=job_id, time=now, source=None, target="pending", cause="submitted"
+                    )
+                )
+        except IntegrityError:
+            # two retries of one request raced; the other one won
+            existing = None
+            if request_key is not None:
+                existing = self._by_request_key(owner, request_key)
+            if existing is None:
+                raise
+            return self._replay(existing, body_digest), False
+        row = self.job(job_id)
+        assert row is not None
+        return row, True
+
+    def _replay(self, row: dict[str, Any], body_digest: str | None) -> dict[str, Any]:
+        if row["body_digest"] != body_digest:
+            raise Conflict(
+                f"idempotency key already used for job {row['id']} with a different body"
+            )
+        return row
+
+    def _by_request_key(self, owner: str, key: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            row = conn.execute(
+                select(jobs).where(jobs.c.owner == owner, jobs.c.request_key == key)
+            ).first()
+        return None if row is None else dict(row._mapping)
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        with self.read() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def list_jobs(
+        self,
+        owner: str | None = None,
+        queue: str | None = None,
+        include_terminal: bool = False,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        query = select(jobs).order_by(jobs.c.seq).limit(limit)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        if queue is not None:
+            query = query.where(jobs.c.queue == queue)
+        if not include_terminal:
+            query = query.where(jobs.c.state.not_in(TERMINAL_STATES))
+        with self.read() as conn:
+            return [dict(r._mapping) for r in conn.execute(query).all()]
+
+    def live_jobs(self) -> list[dict[str, Any]]:
+        """Jobs not in a terminal state, in arrival order: what a restart replays."""
+        return self.list_jobs(include_terminal=False, limit=10**9)
+
+    def request_cancel(self, job_id: str) -> bool:
+        """Record a cancel request; False if the job is already terminal."""
+        with self.write() as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.state.not_in(TERMINAL_STATES))
+                .values(cancel_requested=True)
+            )
+        return result.rowcount > 0
+
+    def job_transitions(self, job_id: str) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(
+                select(transitions).where(transitions.c.job_id == job_id).order_by(transitions.c.id)
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
+    def job_tasks(self, job_id: str) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(
+                select(tasks).where(tasks.c.job_id == job_id).order_by(tasks.c.run, tasks.c.task)
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
+    def tasks_in(self, states: Sequence[str]) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(select(tasks).where(tasks.c.state.in_(states))).all()
+        return [dict(r._mapping) for r in rows]
+
+    def queue_usage(self) -> list[dict[str, Any]]:
+        """Per queue: jobs by state."""
+        with self.read() as conn:
+            rows = conn.execute(
+                select(jobs.c.queue, jobs.c.state, func.count()).group_by(
+                    jobs.c.queue, jobs.c.state
+                )
+            ).all()
+        return [{"queue": q, "state": s, "count": int(n)} for q, s, n in rows]
+
+    def running_specs(self) -> list[dict[str, Any]]:
+        """Placements of live tasks with their job's queue: what queues use now."""
+        with self.read() as conn:
+            rows = conn.execute(
+                select(jobs.c.queue, tasks.c.placement)
+                .join(tasks, tasks.c.job_id == jobs.c.id)
+                .where(tasks.c.state.in_(("starting", "running", "stopping")))
+            ).all()
+        return [{"queue": q, "placement": p} for q, p in rows]
+
+    def allocation_history(self) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            rows = conn.execute(select(allocations).order_by(allocations.c.id)).all()
+        return [dict(r._mapping) for r in rows]
