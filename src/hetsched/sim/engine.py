@@ -300,8 +300,10 @@ class Simulator:
                 event = self._deliver(payload, time)
                 if event is not None:
                     batch.append(event)
-            if ticked and not batch:
+            if ticked and not batch and self._waiting:
                 batch.append(Tick())
+            if not batch:
+                continue  # only stale finishes: nothing to tell the core
             self.handle_calls += 1
             actions = self.scheduler.handle(batch, time)
             changed = self._carry_out(actions, time)
@@ -444,7 +446,13 @@ class Simulator:
             return
         self.lost_work_s += now - running.start
         self.outcomes[key[0]].lost_work_s += now - running.start
-        self._stopping[key] = running
+        placement = running.placement
+        if placement.node in self._removed or any(
+            d.device_id in self._unhealthy for d in placement.devices
+        ):
+            self._free(running, now)  # the core released it at once: its node is gone
+        else:
+            self._stopping[key] = running
         self._push(now + grace_s, _Order.REPORT, TaskStopped(*key))
 
     def _requeue(self, outcome: JobOutcome) -> None:

@@ -152,7 +152,10 @@ class RowSpec(BaseModel):
         text = str(value).strip()
         if text.startswith("-"):
             raise ValueError(f"must not be negative, got {text!r}")
-        return parse_duration(text)
+        try:
+            return float(text)
+        except ValueError:
+            return parse_duration(text)
 
     @field_validator("cpu", mode="before")
     @classmethod
