@@ -23,13 +23,14 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expected_frag
 from hetsched.cluster.placement import DeviceShare
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
-from hetsched.framework.interfaces import BoolArray, FloatArray, IntArray
+from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
 from hetsched.plugins._resources import DeviceAsk, device_ask
@@ -104,9 +105,8 @@ class FGD:
         self._state: ClusterState | None = None
         self._version = -1
         self._snap_cpu: IntArray = np.zeros(0, np.int64)
-        self._snap_dev: IntArray = np.zeros((0, 0), np.int64)
-        self._base: FloatArray = np.zeros(0, np.float64)
-        self._base_ok: BoolArray = np.zeros(0, np.bool_)
+        #: same dtype and layout as the state's own slot matrix
+        self._snap_dev: npt.NDArray[np.integer[Any]] = np.zeros((0, 0), np.int64)
         self._cols = _Columns(0)
 
     # -- cache upkeep --------------------------------------------------------------------
@@ -122,8 +122,6 @@ class FGD:
             self._version = state.version
             self._snap_cpu = state.cpu_free.copy()
             self._snap_dev = state.dev_free.copy()
-            self._base = np.zeros(len(state), np.float64)
-            self._base_ok = np.zeros(len(state), np.bool_)
             self._cols = _Columns(len(state))
             return
         changed = (state.cpu_free != self._snap_cpu) | (state.dev_free != self._snap_dev).any(
@@ -133,7 +131,6 @@ class FGD:
             rows = np.flatnonzero(changed)
             self._snap_cpu[rows] = state.cpu_free[rows]
             self._snap_dev[rows] = state.dev_free[rows]
-            self._base_ok[rows] = False
             self._cols.ok[:, rows] = False
 
     def _lookup(self, ctx: CycleContext, rows: IntArray) -> tuple[int, DeviceAsk]:
@@ -193,9 +190,7 @@ class FGD:
             )
             delta = after - base
         if inverse is not None:
-            base, delta, chosen = base[inverse], delta[inverse], chosen[inverse]
-        self._base[rows] = base
-        self._base_ok[rows] = True
+            delta, chosen = delta[inverse], chosen[inverse]
         self._cols.delta[col, rows] = delta
         self._cols.slot[col, rows] = chosen
         self._cols.ok[col, rows] = True
