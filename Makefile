@@ -29,7 +29,7 @@ pytest: setup
 test: lint typecheck pytest
 
 demo: setup
-	$(BIN)/hetsched place --cluster examples/clusters/mixed.yaml --jobs examples/jobs/mixed.yaml
+	$(BIN)/python -m hetsched.service.demo
 
 bench: setup
 	$(BIN)/python bench/placement.py

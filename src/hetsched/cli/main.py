@@ -6,9 +6,13 @@ import typer
 
 from hetsched import __version__
 from hetsched.cli.check import check
+from hetsched.cli.cluster import nodes, queues
+from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
 from hetsched.cli.place import place
-from hetsched.cli.sim_replay import replay, synth
 from hetsched.cli.sim_openb import openb
+from hetsched.cli.sim_replay import replay, synth
+from hetsched.cli.tokens import token_app
+from hetsched.cli.up import up
 
 __all__ = ["app", "main"]
 
@@ -21,6 +25,16 @@ app = typer.Typer(
 )
 app.command()(place)
 app.command()(check)
+app.command()(up)
+app.command(context_settings={"allow_interspersed_args": False})(submit)
+app.command()(jobs)
+app.command()(job)
+app.command()(logs)
+app.command()(cancel)
+app.command()(why)
+app.command()(nodes)
+app.command()(queues)
+app.add_typer(token_app, name="token")
 
 sim_app = typer.Typer(
     help="Simulate: replay traces against scheduling policies on a virtual clock.",

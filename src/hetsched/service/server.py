@@ -176,11 +176,15 @@ def serve(options: Options) -> None:
         f"home {options.home}",
         flush=True,
     )
+    # uvicorn re-raises the signal it stopped for once it is done; these handlers make that
+    # a no-op so the loop and the store close cleanly and the exit status is 0
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _sig, _frame: None)
     try:
         server.run()
     finally:
         built.service.loop.stop()
         built.service.executor.shutdown()
         built.service.store.close()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    print("hetsched up: stopped; running tasks keep running and are adopted on restart")
     sys.stdout.flush()

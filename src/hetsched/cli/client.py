@@ -1,0 +1,79 @@
+"""The CLI's HTTP client: ``HETSCHED_URL`` and ``HETSCHED_TOKEN``, errors as one line."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hetsched.cli.output import fail
+
+__all__ = ["Client", "default_url"]
+
+
+def default_url() -> str:
+    return os.environ.get("HETSCHED_URL", "http://127.0.0.1:8780").rstrip("/")
+
+
+def _default_token() -> str | None:
+    token = os.environ.get("HETSCHED_TOKEN")
+    if token:
+        return token.strip()
+    # a local admin may use the token `hetsched up` wrote for them
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    path = Path(base) / "hetsched" / "admin.token"
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None) -> None:
+        self.url = url or default_url()
+        headers = {}
+        token = token or _default_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+
+    def request(self, method: str, path: str, retries: int = 0, **kwargs: Any) -> Any:
+        """The decoded JSON answer; any error ends the command with one clear line.
+
+        ``retries`` retries connection failures (safe only for idempotent requests)."""
+        for attempt in range(retries + 1):
+            try:
+                response = self.http.request(method, path, **kwargs)
+                break
+            except httpx.TransportError as exc:
+                if attempt < retries:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                fail(f"cannot reach hetsched at {self.url} ({exc}); is `hetsched up` running?")
+        if response.status_code >= 400:
+            fail(_error_text(response))
+        return response.json()
+
+    def get(self, path: str, **params: Any) -> Any:
+        clean = {k: v for k, v in params.items() if v is not None}
+        return self.request("GET", path, retries=2, params=clean)
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text.strip()[:200]}"
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    if isinstance(detail, dict):
+        errors = detail.get("errors") or body.get("errors") or []
+        return "\n".join([str(detail.get("message", "invalid request")), *map(str, errors)])
+    errors = body.get("errors") if isinstance(body, dict) else None
+    if errors:
+        return "\n".join([str(detail), *map(str, errors)])
+    return f"{detail} (HTTP {response.status_code})"

@@ -1,0 +1,267 @@
+"""``hetsched submit | jobs | job | logs | cancel | why``: jobs through the API."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from hetsched.cli.client import Client
+from hetsched.cli.output import console, fail, print_json
+
+__all__ = ["cancel", "job", "jobs", "load_submissions", "logs", "submit", "why"]
+
+_TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
+
+
+class ListFormat(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+
+
+Output = Annotated[ListFormat, typer.Option("-o", "--output", help="table, wide or json.")]
+
+
+def load_submissions(path: Path) -> list[dict[str, Any]]:
+    """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"{path}: {exc}")
+    if isinstance(data, dict) and isinstance(data.get("jobs"), list):
+        return [dict(j) for j in data["jobs"]]
+    if isinstance(data, dict):
+        return [data]
+    fail(f"{path}: expected a job mapping or a 'jobs' list")
+
+
+def _post_job(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+    # the same key on every retry: a retried submit never creates a second job
+    key = str(uuid.uuid4())
+    result: dict[str, Any] = client.request(
+        "POST", "/v1/jobs", retries=3, json=body, headers={"Idempotency-Key": key}
+    )
+    return result
+
+
+def submit(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(help="A jobs file (YAML/JSON), or after `--` the command to run."),
+    ] = None,
+    cpu: Annotated[str | None, typer.Option(help="CPU per task, e.g. 2 or 500m.")] = None,
+    memory: Annotated[str | None, typer.Option(help="Memory per task, e.g. 4Gi.")] = None,
+    gpu: Annotated[int, typer.Option(help="Whole GPUs per task.")] = 0,
+    gpu_share: Annotated[
+        int | None, typer.Option(help="A share of one GPU in 1/1000 (e.g. 300).")
+    ] = None,
+    gpu_model: Annotated[
+        list[str] | None, typer.Option(help="Accept only these GPU models (repeatable).")
+    ] = None,
+    fpga: Annotated[int, typer.Option(help="FPGAs per task.")] = 0,
+    queue: Annotated[str, typer.Option(help="Queue to submit to.")] = "default",
+    name: Annotated[str | None, typer.Option(help="Job name.")] = None,
+    priority: Annotated[int, typer.Option(help="Priority (higher runs first).")] = 0,
+    replicas: Annotated[int, typer.Option(help="Tasks (replicas) of the job.")] = 1,
+    max_runtime: Annotated[str | None, typer.Option(help="Kill after, e.g. 30m.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
+    output: Output = ListFormat.table,
+) -> None:
+    """Submit a jobs file, or one command: ``hetsched submit --gpu 1 -- python train.py``."""
+    items = list(args or [])
+    client = Client()
+    if len(items) == 1 and Path(items[0]).suffix in {".yaml", ".yml", ".json"}:
+        bodies = load_submissions(Path(items[0]))
+    elif items:
+        resources: dict[str, Any] = {"cpu": cpu or "1", "memory": memory or "1Gi"}
+        devices: list[dict[str, Any]] = []
+        if gpu or gpu_share:
+            choice: dict[str, Any] = {"class": "gpu", "count": max(gpu, 1)}
+            if gpu_share:
+                choice["share"] = gpu_share
+            if gpu_model:
+                choice["model"] = list(gpu_model)
+            devices.append(choice)
+        if fpga:
+            devices.append({"class": "fpga", "count": fpga})
+            resources["tolerations"] = [{"key": "dedicated"}]
+        if devices:
+            resources["devices"] = devices
+        body: dict[str, Any] = {
+            "name": name or Path(items[0]).name.replace(" ", "-")[:63] or "job",
+            "queue": queue,
+            "priority": priority,
+            "replicas": replicas,
+            "command": items,
+            "resources": resources,
+        }
+        if max_runtime:
+            body["max_runtime"] = max_runtime
+        if env:
+            body["env"] = dict(e.split("=", 1) for e in env if "=" in e)
+        bodies = [body]
+    else:
+        fail("give a jobs file, or a command after `--`")
+    created = [_post_job(client, b) for b in bodies]
+    if output is ListFormat.json:
+        print_json(created)
+        return
+    for item in created:
+        console.print(
+            f"submitted [bold]{item['id']}[/bold] ({item['name']}, queue {item['queue']})",
+            highlight=False,
+        )
+
+
+def _age(ts: float | None, now: float) -> str:
+    if not ts:
+        return "-"
+    s = max(0.0, now - ts)
+    return f"{s:.0f}s" if s < 120 else (f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h")
+
+
+def _resources(r: dict[str, Any]) -> str:
+    parts = [f"cpu {r.get('cpu', 0)}", f"mem {r.get('memory', 0)}"]
+    for d in r.get("devices", []):
+        amount = f"{d.get('share')}/1000" if d.get("share") else str(d.get("count", 1))
+        model = d.get("model")
+        parts.append(f"{amount} {d.get('class')}" + (f" {model}" if model else ""))
+    return ", ".join(parts)
+
+
+def jobs(
+    all: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
+    queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    output: Output = ListFormat.table,
+) -> None:
+    """List your jobs (an admin: everyone's)."""
+    rows = Client().get("/v1/jobs", all=str(all).lower(), queue=queue)
+    if output is ListFormat.json:
+        print_json(rows)
+        return
+    now = time.time()
+    table = Table(title=f"Jobs ({len(rows)})", title_justify="left")
+    columns = ["id", "name", "user", "queue", "prio", "state", "age"]
+    if output is ListFormat.wide:
+        columns += ["run", "restarts", "preempted", "resources", "reason"]
+    for column in columns:
+        table.add_column(column, no_wrap=column not in ("reason", "resources"))
+    for r in rows:
+        cells = [
+            r["id"],
+            r["name"],
+            r["user"],
+            r["queue"],
+            str(r["priority"]),
+            r["state"],
+            _age(r["submitted_at"], now),
+        ]
+        if output is ListFormat.wide:
+            cells += [
+                str(r["run"]),
+                str(r["restarts"]),
+                str(r["preemptions"]),
+                _resources(r["resources"]),
+                r["reason"],
+            ]
+        table.add_row(*cells)
+    console.print(table)
+
+
+def job(
+    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    output: Output = ListFormat.table,
+) -> None:
+    """Show one job with its tasks."""
+    data = Client().get(f"/v1/jobs/{job_id}")
+    if output is ListFormat.json:
+        print_json(data)
+        return
+    for key in ("id", "name", "user", "queue", "priority", "state", "reason", "run", "restarts"):
+        console.print(f"[bold]{key:>10}[/bold]  {data[key]}", highlight=False)
+    console.print(f"[bold]{'command':>10}[/bold]  {' '.join(data['command'])}", markup=True)
+    console.print(f"[bold]{'resources':>10}[/bold]  {_resources(data['resources'])}")
+    table = Table(title="Tasks", title_justify="left")
+    for column in ("task", "run", "node", "state", "pid", "devices", "exit", "reason"):
+        table.add_column(column)
+    for t in data.get("tasks", []):
+        devices = ", ".join(
+            d["id"] + ("" if d["share"] >= 1000 else f" ({d['share']}/1000)") for d in t["devices"]
+        )
+        table.add_row(
+            str(t["task"]),
+            str(t["run"]),
+            t["node"],
+            t["state"],
+            str(t["pid"] or "-"),
+            devices or "-",
+            "-" if t["exit_code"] is None else str(t["exit_code"]),
+            t["reason"],
+        )
+    console.print(table)
+
+
+def logs(
+    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
+    task: Annotated[int, typer.Option(help="Task index.")] = 0,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error.")] = False,
+) -> None:
+    """Print a task's output (``-f`` follows it until the job ends)."""
+    client = Client()
+    offset = 0
+    stream = "stderr" if stderr else "stdout"
+    while True:
+        chunk = client.get(
+            f"/v1/jobs/{job_id}/logs", task=task, stream=stream, offset=offset, limit=1 << 20
+        )
+        sys.stdout.write(chunk["data"])
+        sys.stdout.flush()
+        offset = chunk["offset"]
+        if not follow or (chunk["state"] in _TERMINAL and not chunk["data"]):
+            return
+        if not chunk["data"]:
+            time.sleep(0.5)
+
+
+def cancel(job_id: Annotated[str, typer.Argument(help="Job id.")]) -> None:
+    """Cancel a job: its tasks get SIGTERM, then SIGKILL after the grace period."""
+    Client().request("POST", f"/v1/jobs/{job_id}/cancel", retries=2)
+    console.print(f"cancel requested for {job_id}", highlight=False)
+
+
+def why(
+    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    output: Output = ListFormat.table,
+) -> None:
+    """Why a job is where it is: its pending explanation and its transition history."""
+    data = Client().get(f"/v1/jobs/{job_id}/why")
+    if output is ListFormat.json:
+        print_json(data)
+        return
+    console.print(f"[bold]{job_id}[/bold] is {data['state']}: {data['reason']}", highlight=False)
+    explanation = data.get("explanation")
+    if explanation and data["state"] == "pending":
+        console.print(explanation["summary"], markup=False, highlight=False)
+        for line in explanation.get("reasons", []):
+            console.print(f"  {line}", markup=False, highlight=False)
+        for r in explanation.get("rejections", []):
+            console.print(f"  - {r['reason']}: {r['nodes']} nodes", markup=False, highlight=False)
+        for s in explanation.get("suggestions", []):
+            console.print(f"  would fit now: {s}", markup=False, highlight=False)
+    console.print("[bold]history[/bold]")
+    for h in data["history"]:
+        when = time.strftime("%H:%M:%S", time.localtime(h["time"]))
+        console.print(
+            f"  {when} {h['from'] or 'new'} -> {h['to']}: {h['cause']}",
+            markup=False,
+            highlight=False,
+        )

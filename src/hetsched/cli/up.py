@@ -1,0 +1,74 @@
+"""``hetsched up``: the control plane and a local agent, in one process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hetsched.cli.output import fail
+from hetsched.model.specs import SpecError
+from hetsched.service.server import Options, default_home, serve
+
+__all__ = ["up"]
+
+
+def up(
+    home: Annotated[Path | None, typer.Option(help="State directory.")] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8780,
+    db: Annotated[
+        str | None, typer.Option(help="Store URL, e.g. postgresql+psycopg://u:p@host/db.")
+    ] = None,
+    profile: Annotated[Path | None, typer.Option(help="Scheduling profile YAML.")] = None,
+    queues: Annotated[Path | None, typer.Option(help="Queues YAML (users, quotas).")] = None,
+    cluster: Annotated[
+        list[Path] | None, typer.Option(help="Add simulated nodes from a cluster YAML.")
+    ] = None,
+    fake_devices: Annotated[
+        Path | None, typer.Option(help="Devices of this node from a YAML (fake backend).")
+    ] = None,
+    node_name: Annotated[str | None, typer.Option(help="Name of this node.")] = None,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Add the demo's simulated heterogeneous nodes.")
+    ] = False,
+    run_as: Annotated[
+        list[str] | None,
+        typer.Option(help="USER=OSUSER: run USER's jobs as OSUSER (service as root only)."),
+    ] = None,
+    rate_limit: Annotated[
+        float, typer.Option(help="Requests per second per token (0: no limit).")
+    ] = 200.0,
+    kill_grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 5.0,
+    sync: Annotated[str, typer.Option(help="SQLite synchronous mode: FULL or NORMAL.")] = "FULL",
+) -> None:
+    """Start the control plane (API, store, reconcile loop) and a local agent."""
+    mapping: dict[str, str] = {}
+    for item in run_as or []:
+        user, sep, account = item.partition("=")
+        if not sep or not user or not account:
+            fail(f"--run-as expects USER=OSUSER, got {item!r}")
+        mapping[user] = account
+    if sync.upper() not in {"FULL", "NORMAL"}:
+        fail("--sync must be FULL or NORMAL")
+    options = Options(
+        home=home or default_home(),
+        host=host,
+        port=port,
+        db=db,
+        profile=profile,
+        queues=queues,
+        cluster=list(cluster or []),
+        fake_devices=fake_devices,
+        node_name=node_name,
+        demo=demo,
+        run_as=mapping,
+        rate_limit=rate_limit,
+        kill_grace_s=kill_grace,
+        sync=sync.upper(),
+    )
+    try:
+        serve(options)
+    except SpecError as exc:
+        fail(str(exc), 2)

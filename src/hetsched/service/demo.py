@@ -1,0 +1,197 @@
+"""``make demo``: start ``hetsched up --demo``, run the demo workload, summarize, shut down.
+
+Run as ``python -m hetsched.service.demo``. Everything happens in a temporary home on a free
+loopback port; the service runs as a real subprocess and is stopped with SIGTERM at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from hetsched.service.server import examples_dir
+from hetsched.service.testing import free_port
+
+__all__ = ["main", "summarize"]
+
+_TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
+console = Console()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def summarize(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Jobs by final state, wait times, device-model utilization and preemptions."""
+    waits = [j["first_started_at"] - j["submitted_at"] for j in jobs if j.get("first_started_at")]
+    start = min(j["submitted_at"] for j in jobs)
+    end = max((j["ended_at"] or time.time()) for j in jobs)
+    span = max(end - start, 1e-9)
+    models: Counter[str] = Counter()
+    model_of: dict[str, str] = {}
+    for n in nodes:
+        for d in n["devices"]:
+            label = f"{d['class']} {d['model']}"
+            models[label] += 1
+            model_of[d["id"]] = label
+    busy: Counter[str] = Counter()
+    for j in jobs:
+        for t in j.get("tasks", []):
+            if not t["started_at"]:
+                continue
+            duration = (t["ended_at"] or end) - t["started_at"]
+            for d in t["devices"]:
+                busy[model_of.get(d["id"], "?")] += duration * d["share"] / 1000
+    return {
+        "jobs": len(jobs),
+        "by_state": dict(Counter(j["state"] for j in jobs)),
+        "wait_mean_s": sum(waits) / len(waits) if waits else 0.0,
+        "wait_p99_s": _percentile(waits, 99),
+        "makespan_s": span,
+        "utilization": {m: busy[m] / (models[m] * span) for m in sorted(models)},
+        "preemptions": sum(j["preemptions"] for j in jobs),
+    }
+
+
+def _progress(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(title="hetsched demo: live progress", title_justify="left")
+    for column in ("job", "user", "queue", "prio", "state", "run", "reason"):
+        table.add_column(column, no_wrap=column != "reason")
+    for j in jobs:
+        color = {"running": "cyan", "succeeded": "green", "pending": "yellow"}.get(
+            j["state"], "red"
+        )
+        table.add_row(
+            j["name"],
+            j["user"],
+            j["queue"],
+            str(j["priority"]),
+            f"[{color}]{j['state']}[/{color}]",
+            str(j["run"]),
+            j["reason"][:60],
+        )
+    return table
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"hetsched up exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("hetsched up did not become ready")
+
+
+def main() -> int:
+    workload = yaml.safe_load((examples_dir() / "workloads" / "demo.yaml").read_text())
+    home = Path(tempfile.mkdtemp(prefix="hetsched-demo-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_file = open(home / "server.log", "wb")  # noqa: SIM115 - closed in finally
+    argv = [sys.executable, "-c", "from hetsched.cli.main import main; main()", "up", "--demo"]
+    argv += ["--home", str(home), "--port", str(port), "--kill-grace", "2"]
+    console.print(f"[bold]starting[/bold] hetsched up --demo on {url} (home {home})")
+    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
+    status = 1
+    try:
+        _wait_ready(url, proc, time.monotonic() + 60)
+        token = (home / "admin.token").read_text().strip()
+        client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"})
+        nodes = client.get("/v1/nodes").json()
+        console.print(
+            f"{len(nodes)} nodes: "
+            + ", ".join(
+                f"{n['name']} ({len(n['devices'])} devices)" if n["devices"] else n["name"]
+                for n in nodes
+            )
+        )
+        ids: list[str] = []
+
+        def submit(body: dict[str, Any]) -> None:
+            response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": body["name"]})
+            response.raise_for_status()
+            ids.append(response.json()["id"])
+
+        for body in workload["jobs"]:
+            submit(body)
+        later = list(workload.get("later", []))
+        deadline = time.monotonic() + 100
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            while time.monotonic() < deadline:
+                jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
+                live.update(_progress(jobs))
+                by_name = {j["name"]: j for j in jobs}
+                if later and by_name.get("batch-embed", {}).get("state") == "running":
+                    time.sleep(1.0)  # let it work a little before it is preempted
+                    for body in later:
+                        submit(body)
+                    later = []
+                if not later and all(j["state"] in _TERMINAL for j in jobs):
+                    break
+                time.sleep(0.5)
+        jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
+        summary = summarize(jobs, nodes)
+        _print_summary(summary)
+        shown = next((j for j in jobs if j["name"] == "allreduce"), jobs[0])
+        log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
+        console.print(
+            f"\n[bold]log of {shown['name']} (task 0)[/bold]  `hetsched logs {shown['id']}`"
+        )
+        console.print(log["data"].rstrip(), markup=False, highlight=False)
+        status = 0 if summary["by_state"] == {"succeeded": len(jobs)} else 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log_file.close()
+        console.print(f"\nhetsched up stopped (exit status {proc.returncode})")
+        if status == 0:
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            console.print(f"state and server log kept in {home}")
+    return status
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    console.print("\n[bold]summary[/bold]")
+    states = ", ".join(f"{n} {s}" for s, n in sorted(summary["by_state"].items()))
+    console.print(f"  jobs: {summary['jobs']} ({states})")
+    console.print(
+        f"  wait: mean {summary['wait_mean_s']:.2f}s, p99 {summary['wait_p99_s']:.2f}s; "
+        f"makespan {summary['makespan_s']:.1f}s"
+    )
+    console.print("  utilization per device model:")
+    for model, value in summary["utilization"].items():
+        console.print(f"    {model:<12} {value:6.1%}")
+    console.print(f"  preemptions: {summary['preemptions']}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
