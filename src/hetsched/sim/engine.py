@@ -127,7 +127,7 @@ class JobOutcome:
     #: the job's dominant share of the cluster: max over CPU and its device class of
     #: (what all its tasks ask) / (the cluster's capacity at the start)
     demand_share: float = 0.0
-    #: users with jobs in the system when it arrived (itself included)
+    #: users with jobs in the system just after it arrived (its own included)
     contenders: int = 1
 
     @property
@@ -218,6 +218,7 @@ class Simulator:
         self._live: dict[tuple[str, int, int], _Running] = {}
         self._stopping: dict[tuple[str, int, int], _Running] = {}
         self._cancelled: set[str] = set()
+        self._arrived: list[str] = []
         self._done = 0
         self.preemptions = 0
         self.lost_work_s = 0.0
@@ -300,6 +301,9 @@ class Simulator:
                 event = self._deliver(payload, time)
                 if event is not None:
                     batch.append(event)
+            for job_id in self._arrived:  # users in the system once the batch is in
+                self.outcomes[job_id].contenders = len(self._user_mark)
+            self._arrived.clear()
             if ticked and not batch and self._waiting:
                 batch.append(Tick())
             if not batch:
@@ -362,7 +366,7 @@ class Simulator:
             case JobSubmitted(job):
                 self._waiting.add(job.id)
                 self._user_enter(job.user, now)
-                self.outcomes[job.id].contenders = len(self._user_mark)
+                self._arrived.append(job.id)
                 return payload
             case JobCancelled(job_id):
                 target = self.outcomes.get(job_id)
