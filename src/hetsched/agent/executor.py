@@ -32,10 +32,21 @@ import psutil
 from hetsched.cluster.placement import Placement
 from hetsched.model.device import Device
 
-__all__ = ["Executor", "TaskExit", "TaskHandle", "device_env", "task_key"]
+__all__ = [
+    "Executor",
+    "RunAs",
+    "TaskExit",
+    "TaskHandle",
+    "device_env",
+    "local_indices",
+    "task_key",
+]
 
+#: The wrapper survives the group's SIGTERM (a trap, not an ignore, so the command keeps the
+#: default disposition) and waits for the command, so a command that takes its grace period
+#: gets all of it and its exit status is recorded; SIGKILL of the group ends both.
 _WRAPPER = (
-    '"$@"; c=$?; echo "$c" > "$HETSCHED_EXIT_FILE.tmp" && '
+    'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$HETSCHED_EXIT_FILE.tmp" && '
     'mv "$HETSCHED_EXIT_FILE.tmp" "$HETSCHED_EXIT_FILE"; exit "$c"'
 )
 #: how closely a recorded start time must match a live process's to adopt it (seconds)
@@ -81,14 +92,27 @@ class TaskExit:
     reason: str
 
 
-def device_env(devices: Sequence[tuple[Device, int]]) -> dict[str, str]:
+def local_indices(devices: Sequence[Device]) -> dict[str, int]:
+    """Each device's index among the node's devices of its class and vendor: what
+    ``CUDA_VISIBLE_DEVICES`` (NVIDIA) or ``ROCR_VISIBLE_DEVICES`` (AMD) count."""
+    seen: dict[tuple[str, str], int] = {}
+    out: dict[str, int] = {}
+    for device in devices:
+        group = (device.device_class, device.vendor.lower())
+        out[device.id] = seen.get(group, 0)
+        seen[group] = out[device.id] + 1
+    return out
+
+
+def device_env(devices: Sequence[tuple[Device, int, int]]) -> dict[str, str]:
     """How frameworks expect to see their devices: vendor variables with indices, and
-    ``HETSCHED_DEVICES`` (JSON, every class, FPGAs included) with ids, models and shares."""
+    ``HETSCHED_DEVICES`` (JSON, every class, FPGAs included) with ids, models and shares.
+
+    ``devices`` holds (device, share, index within its class and vendor on the node)."""
     nvidia: list[str] = []
     amd: list[str] = []
     described = []
-    for device, share in devices:
-        index = _index_of(device)
+    for device, share, index in devices:
         if device.device_class == "gpu" and device.vendor.lower() == "nvidia":
             nvidia.append(str(index))
         elif device.device_class == "gpu" and device.vendor.lower() in {"amd", "ati"}:
@@ -110,12 +134,6 @@ def device_env(devices: Sequence[tuple[Device, int]]) -> dict[str, str]:
         "HIP_VISIBLE_DEVICES": ",".join(amd),
         "HETSCHED_DEVICES": json.dumps(described, separators=(",", ":")),
     }
-
-
-def _index_of(device: Device) -> int:
-    tail = device.id.rsplit("/", 1)[-1]
-    digits = tail[len(tail.rstrip("0123456789")) :]
-    return int(digits) if digits else 0
 
 
 @dataclass(slots=True)
@@ -151,7 +169,7 @@ class Executor:
         task: int,
         run: int,
         placement: Placement,
-        devices: Sequence[tuple[Device, int]],
+        devices: Sequence[tuple[Device, int, int]],
         command: Sequence[str],
         env: Mapping[str, str],
         workdir: str | None,
@@ -320,6 +338,8 @@ class Executor:
                 reason = "exit status unknown"
             elif exit_code < 0:
                 reason = f"killed by signal {-exit_code}"
+            elif exit_code > 128:
+                reason = f"exit code {exit_code} (signal {exit_code - 128})"
             else:
                 reason = f"exit code {exit_code}"
             exits.append(

@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, update
 
-from hetsched.agent.executor import Executor, RunAs, TaskExit, task_key
+from hetsched.agent.executor import Executor, RunAs, TaskExit, local_indices, task_key
 from hetsched.cluster.placement import Placement
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
@@ -99,7 +99,11 @@ class ControlLoop:
         self.executor = executor
         self.run_as = run_as
         self.tick_s = tick_s
-        self.devices: dict[str, Device] = {d.id: d for n in nodes for d in n.devices}
+        node_list = list(nodes)
+        self.devices: dict[str, Device] = {d.id: d for n in node_list for d in n.devices}
+        self.device_indices: dict[str, int] = {}
+        for node in node_list:
+            self.device_indices.update(local_indices(node.devices))
         self.specs: dict[str, SubmitSpec] = {}
         #: history entries of each core record already in the store
         self.persisted: dict[str, int] = {}
@@ -395,7 +399,10 @@ class ControlLoop:
                         task,
                         store_run,
                         placement,
-                        [(self.devices[d.device_id], d.share) for d in placement.devices],
+                        [
+                            (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
+                            for d in placement.devices
+                        ],
                         spec.command,
                         spec.env,
                         spec.workdir,

@@ -1,0 +1,5 @@
+"""Fixtures for the service tests; the helpers live in service_fixtures.py."""
+
+from service_fixtures import api, postgres_url
+
+__all__ = ["api", "postgres_url"]

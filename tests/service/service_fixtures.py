@@ -1,0 +1,194 @@
+"""Fixtures: the real service (SQLite file, uvicorn on a loopback port, real processes) and
+a PostgreSQL server when one can be found or started."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hetsched.service.server import Options
+from hetsched.service.testing import Running, free_port, running
+
+CLUSTER = """
+nodes:
+  - name: gpu-node
+    cpu: "16"
+    memory: 64Gi
+    devices:
+      - {class: gpu, vendor: nvidia, model: A100, count: 2}
+      - {class: gpu, vendor: amd, model: MI250, count: 1}
+  - name: fpga-node
+    cpu: "8"
+    memory: 32Gi
+    devices:
+      - {class: fpga, vendor: xilinx, model: U250, count: 1}
+"""
+
+QUEUES = """
+queues:
+  - name: default
+  - name: team-a
+    users: [alice, admin]
+    quota: {gpu: 2, cpu: "8"}
+"""
+
+
+def write_config(directory: Path) -> tuple[Path, Path]:
+    cluster = directory / "cluster.yaml"
+    cluster.write_text(CLUSTER)
+    queues = directory / "queues.yaml"
+    queues.write_text(QUEUES)
+    return cluster, queues
+
+
+def service_options(tmp_path: Path, **overrides: object) -> Options:
+    cluster, queues = write_config(tmp_path)
+    values: dict[str, object] = {
+        "home": tmp_path / "home",
+        "cluster": [cluster],
+        "queues": queues,
+        "kill_grace_s": 1.0,
+        "node_name": "local",
+    }
+    values.update(overrides)
+    return Options(**values)  # type: ignore[arg-type]
+
+
+class Api:
+    """httpx clients for the admin and two users, alice and bob."""
+
+    def __init__(self, svc: Running) -> None:
+        self.svc = svc
+        self.url = svc.url
+        self._clients: list[httpx.Client] = []
+        self.admin = self.client(svc.admin_token)
+        self.tokens: dict[str, str] = {}
+        for user in ("alice", "bob"):
+            answer = self.admin.post("/v1/tokens", json={"user": user})
+            assert answer.status_code == 201, answer.text
+            self.tokens[user] = answer.json()["token"]
+        self.alice = self.client(self.tokens["alice"])
+        self.bob = self.client(self.tokens["bob"])
+
+    def client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+    def wait(
+        self, client: httpx.Client, job_id: str, states: set[str], timeout: float = 30
+    ) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            if job["state"] in states:
+                return job  # type: ignore[no-any-return]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} stuck in {job['state']}: {job}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with running(service_options(tmp_path)) as svc:
+        client = Api(svc)
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def job_body(**overrides: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "name": "job",
+        "command": ["true"],
+        "resources": {"cpu": "1", "memory": "1Gi"},
+    }
+    body.update(overrides)
+    return body
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+
+
+def _pg_bin() -> Path | None:
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (candidate / "initdb").exists():
+            return candidate
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """HETSCHED_TEST_POSTGRES_URL if set (CI starts a server), else a throwaway cluster."""
+    url = os.environ.get("HETSCHED_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server: set HETSCHED_TEST_POSTGRES_URL or install postgresql")
+    data = tmp_path_factory.mktemp("pg")
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("PostgreSQL refuses to run as root and runuser is missing")
+        shutil.chown(data, "postgres")
+        prefix = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    try:
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "initdb"),
+                "-D",
+                str(data / "db"),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run(
+            [
+                *prefix,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data / "db"),
+                "-o",
+                f"-p {port} -k {data} -c listen_addresses=127.0.0.1",
+                "-l",
+                str(data / "log"),
+                "-w",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    except (subprocess.SubprocessError, OSError) as exc:
+        pytest.skip(f"could not start a PostgreSQL server: {exc}")
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*prefix, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"],
+            capture_output=True,
+            timeout=60,
+        )
