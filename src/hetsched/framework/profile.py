@@ -10,6 +10,19 @@ score:
 device_choice: most_used     # or least_used: which shared device a fractional task takes
 tie_break: first             # or random (seeded): among nodes with the best score
 ```
+
+Queues, quotas and the core's queueing features (all optional; see docs/policies.md):
+
+```yaml
+flavors: [gpu, gpu/A100, fpga]      # device flavors quotas may name; cpu and memory always exist
+queues:                             # a tree by ``parent``; jobs name a leaf in ``Job.queue``
+  - {name: org}
+  - {name: team-a, parent: org, weight: 2, nominal: {gpu: 4, cpu: 32, memory: 256Gi},
+     borrowing_limit: {gpu: 4}, lending_limit: {gpu: 2}}
+gang: {hold: true, timeout_s: 300, backoff_s: 10, max_backoff_s: 600}
+backfill: {enabled: true, default_runtime_s: 3600}
+timeouts: {max_pending_s: 86400, max_runtime_s: 604800}
+```
 """
 
 from __future__ import annotations
@@ -21,8 +34,97 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hetsched.framework.registry import lookup
+from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 
-__all__ = ["PluginRef", "ProfileError", "ProfileSpec", "load_profile", "parse_profile"]
+__all__ = [
+    "BackfillSpec",
+    "GangSpec",
+    "PluginRef",
+    "ProfileError",
+    "ProfileSpec",
+    "QueueSpec",
+    "TimeoutSpec",
+    "check_profile",
+    "flavor_amount",
+    "load_profile",
+    "parse_profile",
+]
+
+#: the units every quota amount is turned into: cpu millicores, memory MiB, and for a device
+#: flavor milli-units of a device (1000 = one whole device), the units of cluster state
+Amount = str | int | float
+
+
+def flavor_amount(flavor: str, value: Amount) -> int:
+    """A quota amount in internal units; raises ValueError (QuantityError) if invalid.
+
+    ``cpu`` takes Kubernetes CPU notation (``500m``, ``2``), ``memory`` memory notation
+    (``16Gi``); a device flavor takes a device count, fractions allowed (``0.5``).
+    """
+    if flavor == "cpu":
+        return parse_cpu(value)
+    if flavor == "memory":
+        return parse_memory(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise QuantityError(f"expected a device count, got {value!r}")
+    if value < 0:
+        raise QuantityError(f"must not be negative, got {value!r}")
+    return round(value * 1000)
+
+
+class QueueSpec(BaseModel):
+    """One queue of the tree: its guarantee and how much it may borrow and lend, per flavor.
+
+    ``nominal`` is guaranteed; a flavor it does not name has a guarantee of 0. A flavor
+    absent from ``borrowing_limit`` may borrow without limit (up to what others lend); one
+    absent from ``lending_limit`` lends all of its idle nominal quota.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    parent: str | None = None
+    weight: float = Field(default=1.0, gt=0)
+    nominal: dict[str, Amount] = Field(default_factory=dict)
+    borrowing_limit: dict[str, Amount] = Field(default_factory=dict)
+    lending_limit: dict[str, Amount] = Field(default_factory=dict)
+
+
+class GangSpec(BaseModel):
+    """Gang holds (with ``hold: true``): a gang that can place only part of its minimum keeps
+    that part, one gang at a time, at most
+    ``timeout_s``, then releases it and waits ``backoff_s`` (doubling per timeout, at most
+    ``max_backoff_s``) before it is tried again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float = Field(default=300.0, gt=0)
+    backoff_s: float = Field(default=10.0, ge=0)
+    max_backoff_s: float = Field(default=600.0, ge=0)
+    #: hold partial gangs (off by default: a gang then binds only when its minimum fits at
+    #: once and holds nothing in between)
+    hold: bool = False
+
+
+class BackfillSpec(BaseModel):
+    """EASY backfill: the first job that cannot start gets a reservation; later jobs start
+    only if they cannot delay it. Runtimes: the job's estimate, else its maximum runtime,
+    else ``default_runtime_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    default_runtime_s: float = Field(default=3600.0, gt=0)
+
+
+class TimeoutSpec(BaseModel):
+    """``max_pending_s``: a job waiting longer is rejected with its explanation.
+    ``max_runtime_s``: the default for jobs without their own ``max_runtime_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_pending_s: float | None = Field(default=None, gt=0)
+    max_runtime_s: float | None = Field(default=None, gt=0)
 
 
 class ProfileError(ValueError):
@@ -57,6 +159,11 @@ class ProfileSpec(BaseModel):
     bind: list[PluginRef] = Field(default_factory=list)
     device_choice: Literal["most_used", "least_used"] = "most_used"
     tie_break: Literal["first", "random"] = "first"
+    flavors: list[str] = Field(default_factory=list)
+    queues: list[QueueSpec] = Field(default_factory=list)
+    gang: GangSpec = GangSpec()
+    backfill: BackfillSpec = BackfillSpec()
+    timeouts: TimeoutSpec = TimeoutSpec()
 
     @field_validator("queue_sort", mode="before")
     @classmethod
@@ -112,6 +219,77 @@ def check_plugins(spec: ProfileSpec) -> list[str]:
     return errors
 
 
+def known_flavors(spec: ProfileSpec) -> set[str]:
+    """cpu, memory, every declared flavor, and the device class of every ``class/model``."""
+    out = {"cpu", "memory"}
+    for flavor in spec.flavors:
+        out.add(flavor)
+        out.add(flavor.split("/", 1)[0])
+    return out
+
+
+def check_queues(spec: ProfileSpec) -> list[str]:
+    """Every problem of the queue tree and its quotas, with field paths.
+
+    Unknown or duplicate names, unknown parents, cycles, unknown flavors, invalid or negative
+    amounts, and lending limits above the nominal quota.
+    """
+    errors: list[str] = []
+    flavors = known_flavors(spec)
+    for index, flavor in enumerate(spec.flavors):
+        device_class, _, model = flavor.partition("/")
+        if not device_class or flavor in ("cpu", "memory") or "/" in model:
+            errors.append(f"flavors[{index}]: {flavor!r} is not 'class' or 'class/model'")
+    names: dict[str, int] = {}
+    for index, queue in enumerate(spec.queues):
+        if queue.name in names:
+            errors.append(f"queues[{index}].name: queue {queue.name!r} is declared twice")
+        names.setdefault(queue.name, index)
+    parents = {q.name: q.parent for q in spec.queues}
+    for index, queue in enumerate(spec.queues):
+        where = f"queues[{index}]"
+        if queue.parent is not None and queue.parent not in names:
+            errors.append(f"{where}.parent: unknown queue {queue.parent!r}")
+        seen = [queue.name]
+        parent = queue.parent
+        while parent is not None and parent in parents:
+            if parent in seen:
+                errors.append(
+                    f"{where}.parent: cycle in the queue tree: {' -> '.join([*seen, parent])}"
+                )
+                break
+            seen.append(parent)
+            parent = parents[parent]
+        amounts: dict[str, dict[str, int]] = {}
+        for part in ("nominal", "borrowing_limit", "lending_limit"):
+            amounts[part] = {}
+            for flavor, value in getattr(queue, part).items():
+                if flavor not in flavors:
+                    known = ", ".join(sorted(flavors))
+                    errors.append(
+                        f"{where}.{part}.{flavor}: unknown flavor {flavor!r} (known: {known}; "
+                        "declare device flavors under 'flavors')"
+                    )
+                    continue
+                try:
+                    amounts[part][flavor] = flavor_amount(flavor, value)
+                except ValueError as exc:
+                    errors.append(f"{where}.{part}.{flavor}: {exc}")
+        for flavor, lend in amounts["lending_limit"].items():
+            nominal = amounts["nominal"].get(flavor, 0)
+            if lend > nominal:
+                errors.append(
+                    f"{where}.lending_limit.{flavor}: {queue.lending_limit[flavor]} exceeds the "
+                    f"nominal quota {queue.nominal.get(flavor, 0)}"
+                )
+    return errors
+
+
+def check_profile(spec: ProfileSpec) -> list[str]:
+    """Every problem of a parsed profile (plugins, queue tree, quotas) with field paths."""
+    return check_plugins(spec) + check_queues(spec)
+
+
 def parse_profile(data: Any) -> ProfileSpec:
     """Validate a profile document; raises ProfileError listing every problem."""
     try:
@@ -120,7 +298,7 @@ def parse_profile(data: Any) -> ProfileSpec:
         raise ProfileError(
             "\n".join(f"{_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors())
         ) from None
-    errors = check_plugins(spec)
+    errors = check_profile(spec)
     if errors:
         raise ProfileError("\n".join(errors))
     return spec

@@ -1,28 +1,38 @@
 """fifo: jobs in submission order.
 
-Points: queue_sort. Args: none. Ties (same submit time) keep arrival order.
+Points: queue_sort. Args: ``mode``: ``best_effort`` (default; a later job may start when the
+head cannot) or ``strict`` (nothing passes the head of its queue: a job that cannot start
+blocks every later job of the same queue). Ties (same submit time) keep arrival order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from hetsched.framework.registry import register
 
-__all__ = ["Fifo"]
+__all__ = ["Fifo", "FifoArgs"]
 
 
-@register("fifo")
+class FifoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["strict", "best_effort"] = "best_effort"
+
+
+@register("fifo", FifoArgs)
 class Fifo:
     """Submission order."""
 
     name = "fifo"
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
-        pass
+        mode = args.mode if isinstance(args, FifoArgs) else "best_effort"
+        #: read by the core: a blocked job blocks the rest of its queue
+        self.strict = mode == "strict"
 
     def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
         return (job.job.submit_time, job.seq)

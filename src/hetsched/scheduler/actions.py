@@ -40,12 +40,18 @@ class Kill:
 @dataclass(frozen=True, slots=True)
 class Preempt:
     """Stop every task of the job's run ``run`` within ``grace_s`` seconds and report each
-    with TaskStopped; the job is already back in the queue."""
+    with TaskStopped; the job is already back in the queue.
+
+    ``preemptor`` is the job it makes room for and ``kind`` is ``priority`` or ``reclaim``
+    (quota reclaim); the allocations stay held until each TaskStopped arrives.
+    """
 
     job_id: str
     run: int
     grace_s: float
     reason: str
+    preemptor: str = ""
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)

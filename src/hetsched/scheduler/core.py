@@ -5,27 +5,34 @@ thread, socket or random source. Drivers (the simulator, the service, the Kubern
 scheduler) feed it events and carry out the actions it returns.
 
 One call:
-  1. apply the events in order (submissions, finishes, cancellations, node and device
-     changes), collecting Kill and Reject actions;
-  2. run a scheduling cycle: order waiting jobs by the profile's QueueSort and try each;
-  3. return the actions.
+  1. integrate usage up to ``now`` (fair-share history);
+  2. apply the events in order (submissions, finishes, checkpoints, cancellations, node and
+     device changes), collecting Kill and Reject actions;
+  3. apply the time-based rules: maximum runtime (Kill), maximum pending time (Reject),
+     gang hold timeouts (release and backoff);
+  4. run a scheduling cycle (``hetsched.scheduler.cycle``): Bind, Preempt and Pending;
+  5. return the actions.
+
+Every allocation goes through :meth:`Scheduler.allocate` and every release through
+:meth:`Scheduler.release` (or :meth:`Scheduler.unallocate` to undo a trial), so the usage
+ledger always matches the cluster state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
-from hetsched.framework.profile import ProfileSpec
+from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
 from hetsched.framework.runtime import Framework
 from hetsched.framework.status import Code
 from hetsched.model.device import Health
 from hetsched.model.job import Job, RestartPolicy
-from hetsched.model.lifecycle import TERMINAL, JobState
-from hetsched.scheduler.actions import Action, Bind, Kill, Pending, Reject
+from hetsched.model.lifecycle import TERMINAL, JobState, Transition
+from hetsched.scheduler.actions import Action, Bind, Kill, Preempt, Reject
+from hetsched.scheduler.cycle import run_cycle
 from hetsched.scheduler.events import (
     DeviceHealthChanged,
     Event,
@@ -33,12 +40,15 @@ from hetsched.scheduler.events import (
     JobSubmitted,
     NodeAdded,
     NodeRemoved,
+    TaskCheckpointed,
     TaskFinished,
     TaskStopped,
     Tick,
 )
-from hetsched.scheduler.explain import Explanation, explain_placement
+from hetsched.scheduler.explain import Explanation
+from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.usage import Ledger, placement_usage
 
 __all__ = ["Scheduler", "task_key"]
 
@@ -52,12 +62,6 @@ def _job_of(key: str) -> str:
     return key.rsplit("/", 1)[0]
 
 
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    placements: list[tuple[int, Placement]]
-    explanation: Explanation | None
-
-
 class Scheduler:
     """The core. Holds the cluster state and the book of jobs; see the module docstring."""
 
@@ -66,19 +70,33 @@ class Scheduler:
     ) -> None:
         self.state = state
         self.profile = profile or ProfileSpec()
-        self.framework = Framework(self.profile, handle=self, seed=seed)
+        errors = check_queues(self.profile)
+        if errors:
+            raise ProfileError("\n".join(errors))
+        self.quotas = QuotaTree(self.profile.queues)
+        self.ledger = Ledger()
         self.jobs: dict[str, JobRecord] = {}
         #: grows whenever capacity may have grown (release, node added, device healthy)
         self.capacity_epoch = 0
+        #: the one job allowed to hold part of its gang (so gangs never deadlock)
+        self.holder: str | None = None
+        #: victim id -> the job that preempted it, while the victim is stopping
+        self._nominations: dict[str, str] = {}
         self._seq = 0
+        # plugins read the ledger and quotas through the handle, so they come first
+        self.framework = Framework(self.profile, handle=self, seed=seed)
+        #: the queue sort is strict: a job that cannot start blocks the rest of its queue
+        self.strict = bool(getattr(self.framework.queue_sort, "strict", False))
 
     # -- the one entry point -------------------------------------------------------------
 
     def handle(self, events: Iterable[Event], now: float) -> list[Action]:
+        self.ledger.advance(now, self.state)
         actions: list[Action] = []
         for event in events:
             actions += self._apply(event, now)
-        actions += self._cycle(now)
+        actions += self._timers(now)
+        actions += run_cycle(self, now)
         return actions
 
     # -- queries -------------------------------------------------------------------------
@@ -98,6 +116,42 @@ class Scheduler:
             if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.unplaced)
         ]
 
+    def next_wakeup(self) -> float | None:
+        """The earliest time a time-based rule acts (gang hold timeout, end of a backoff,
+        maximum runtime, maximum pending time), or None. Drivers that do not tick at a fixed
+        step call ``handle([Tick()], t)`` at this time; aging needs no wakeup."""
+        times: list[float] = []
+        gang = self.profile.gang
+        max_pending = self.profile.timeouts.max_pending_s
+        for record in self.jobs.values():
+            if record.state is JobState.PENDING:
+                if record.hold_since is not None:
+                    times.append(record.hold_since + gang.timeout_s)
+                if record.backoff_until > record.queued_since:
+                    times.append(record.backoff_until)
+                if max_pending is not None:
+                    times.append(record.queued_since + max_pending)
+            elif record.state is JobState.RUNNING and record.started is not None:
+                limit = self._max_runtime(record.job)
+                if limit is not None:
+                    times.append(record.started + limit)
+        return min(times) if times else None
+
+    # -- allocation, kept in step with the usage ledger ----------------------------------
+
+    def allocate(self, key: str, placement: Placement, job: Job) -> None:
+        self.state.allocate(key, placement)
+        self.ledger.charge(key, job, placement_usage(self.state, placement))
+
+    def unallocate(self, key: str) -> None:
+        """Undo an allocation made during the same attempt (capacity did not grow)."""
+        self.state.release(key)
+        self.ledger.refund(key)
+
+    def release(self, key: str) -> None:
+        self.unallocate(key)
+        self.capacity_epoch += 1
+
     # -- events --------------------------------------------------------------------------
 
     def _apply(self, event: Event, now: float) -> list[Action]:
@@ -110,6 +164,11 @@ class Scheduler:
                 return self._finished(job_id, task, run, succeeded, reason, now)
             case TaskStopped(job_id, task, run):
                 self._stopped(job_id, task_key(job_id, task, run))
+                return []
+            case TaskCheckpointed(job_id, task, run):
+                record = self.jobs.get(job_id)
+                if record is not None and record.run == run and task in record.placements:
+                    record.checkpoint = now
                 return []
             case NodeAdded(node):
                 self.state.add_node(node)
@@ -134,12 +193,14 @@ class Scheduler:
         record = JobRecord(job, self._seq, queued_since=now)
         self._seq += 1
         self.jobs[job.id] = record
+        problem = self.quotas.submit_error(job)
+        if problem is not None:
+            record.explanation = Explanation(Code.UNRESOLVABLE, problem)
+            record.move(JobState.REJECTED, now, problem)
+            record.ended = now
+            return [Reject(job.id, problem)]
         record.move(JobState.PENDING, now, "submitted")
         return []
-
-    def _release(self, key: str) -> None:
-        self.state.release(key)
-        self.capacity_epoch += 1
 
     def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
         """Ask the driver to stop every running task of the current run.
@@ -152,7 +213,7 @@ class Scheduler:
             key = task_key(record.id, task, record.run)
             placement = record.placements.pop(task)
             if release:
-                self._release(key)
+                self.release(key)
             else:
                 record.stopping[key] = placement
             actions.append(Kill(record.id, task, record.run, reason))
@@ -161,12 +222,33 @@ class Scheduler:
     def _stopped(self, job_id: str, key: str) -> None:
         record = self.jobs.get(job_id)
         if record is not None and record.stopping.pop(key, None) is not None:
-            self._release(key)
+            self.release(key)
+            self._settle(record)
+
+    def _settle(self, victim: JobRecord) -> None:
+        """A victim with nothing left to stop no longer delays its preemptor."""
+        if not victim.stopping and victim.id in self._nominations:
+            preemptor = self.jobs[self._nominations.pop(victim.id)]
+            preemptor.nominated.discard(victim.id)
+
+    def _drop_hold(self, record: JobRecord) -> None:
+        for task in sorted(record.held):
+            self.release(task_key(record.id, task, record.run + 1))
+        record.held.clear()
+        record.hold_since = None
+        if self.holder == record.id:
+            self.holder = None
+
+    def _end_pending(self, record: JobRecord) -> None:
+        """A pending job leaves the queue for good: give back what it holds or was promised."""
+        self._drop_hold(record)
+        record.promised = False
 
     def _cancel(self, job_id: str, reason: str, now: float) -> list[Action]:
         record = self.jobs.get(job_id)
         if record is None or record.state in TERMINAL:
             return []
+        self._end_pending(record)
         actions = self._stop_all(record, reason)
         record.move(JobState.CANCELLED, now, reason)
         record.ended = now
@@ -185,7 +267,7 @@ class Scheduler:
         if run != record.run or task not in record.placements:
             return []  # a stale report: that task holds nothing any more
         del record.placements[task]
-        self._release(key)
+        self.release(key)
         if succeeded:
             record.finished.add(task)
             if len(record.finished) == record.job.replicas:
@@ -205,16 +287,20 @@ class Scheduler:
 
     def _lose(self, keys: list[str], cause: str, now: float) -> list[Action]:
         """Tasks whose node or device went away: free what they held on it, stop the rest
-        of their job, and requeue the job."""
+        of their job, and requeue the job. A gang hold on it is dropped whole."""
         actions: list[Action] = []
         for key in keys:
             record = self.jobs[_job_of(key)]
             if record.stopping.pop(key, None) is not None:
-                self._release(key)
+                self.release(key)
+                self._settle(record)
                 continue
-            task = int(key.rsplit("/", 1)[1].split("#")[0])
+            task, run = _task_run(key)
+            if record.state is JobState.PENDING and run == record.run + 1 and task in record.held:
+                self._drop_hold(record)
+                continue
             if record.placements.pop(task, None) is not None:
-                self._release(key)
+                self.release(key)
                 actions.append(Kill(record.id, task, record.run, cause))
         for job_id in dict.fromkeys(_job_of(k) for k in keys):
             record = self.jobs[job_id]
@@ -226,83 +312,122 @@ class Scheduler:
     def _requeue(self, record: JobRecord, now: float, cause: str) -> None:
         record.finished.clear()
         record.started = None
+        record.checkpoint = None
+        record.borrowing = False
         record.queued_since = now
         record.failed_epoch = -1
         record.move(JobState.PENDING, now, cause)
 
-    # -- the scheduling cycle ------------------------------------------------------------
+    # -- time-based rules ----------------------------------------------------------------
 
-    def _cycle(self, now: float) -> list[Action]:
-        """Try every waiting job in queue order; a job that does not fit is skipped
-        (later jobs may pass it) and not retried until capacity grows."""
+    def _max_runtime(self, job: Job) -> float | None:
+        if job.max_runtime_s is not None:
+            return job.max_runtime_s
+        return self.profile.timeouts.max_runtime_s
+
+    def _timers(self, now: float) -> list[Action]:
         actions: list[Action] = []
-        order = sorted(self.waiting(), key=lambda r: self.framework.sort_key(r, now))
-        for record in order:
-            if record.failed_epoch == self.capacity_epoch:
-                continue
-            attempt = self._attempt(record, now)
-            if attempt.placements:
-                actions.append(self._bind(record, attempt.placements, now))
-            elif attempt.explanation is not None:
-                record.failed_epoch = self.capacity_epoch
-                if record.explanation != attempt.explanation:
-                    record.explanation = attempt.explanation
-                    actions.append(Pending(record.id, attempt.explanation))
+        gang = self.profile.gang
+        max_pending = self.profile.timeouts.max_pending_s
+        for record in list(self.jobs.values()):
+            if record.state is JobState.RUNNING and record.started is not None:
+                limit = self._max_runtime(record.job)
+                if limit is not None and now - record.started >= limit:
+                    cause = "exceeded max runtime"
+                    actions += self._stop_all(record, cause)
+                    record.move(JobState.FAILED, now, f"{cause} ({limit:g}s)")
+                    record.ended = now
+            elif record.state is JobState.PENDING:
+                if record.hold_since is not None and now - record.hold_since >= gang.timeout_s:
+                    self._gang_timeout(record, now)
+                if max_pending is not None and now - record.queued_since >= max_pending:
+                    actions.append(self._expire(record, max_pending, now))
         return actions
 
-    def _attempt(self, record: JobRecord, now: float) -> _Attempt:
-        """Place the job's tasks, all-or-nothing up to its gang minimum.
+    def _gang_timeout(self, record: JobRecord, now: float) -> None:
+        gang = self.profile.gang
+        held = len(record.held)
+        self._drop_hold(record)
+        record.gang_timeouts += 1
+        backoff = min(gang.max_backoff_s, gang.backoff_s * 2 ** (record.gang_timeouts - 1))
+        record.backoff_until = now + backoff
+        record.failed_epoch = -1
+        text = (
+            f"gang timeout: held {held} of {record.job.gang_min} tasks for "
+            f"{gang.timeout_s:g}s; released, back in the queue at t={now + backoff:g}"
+        )
+        record.explanation = Explanation(
+            Code.UNSCHEDULABLE, text, (f"gang timeouts so far: {record.gang_timeouts}",)
+        )
+        # logged for the job's story; pending -> pending is not a state change
+        record.history.append(Transition(record.id, now, record.state, JobState.PENDING, text))
 
-        Tasks are allocated on the live state as they are chosen (later tasks see earlier
-        ones) and released again if fewer than the gang minimum fit.
-        """
-        job = record.job
-        ctx = CycleContext(self.state, job, job.resources, now)
-        tasks = record.unplaced
-        running = record.state is JobState.RUNNING
-        # a running job adds tasks to its current run one at a time; a pending one starts a
-        # new run and needs its gang minimum at once
-        run = record.run if running else record.run + 1
-        needed = 1 if running else min(job.gang_min, len(tasks))
-        placed: list[tuple[int, Placement]] = []
-        if not self.framework.prefilter(ctx).ok:
-            return _Attempt([], explain_placement(self.framework, ctx, 0, needed))
-        for task in tasks:
-            placement = self.framework.select(ctx)
-            if placement is None:
-                break
-            key = task_key(job.id, task, run)
-            self.state.allocate(key, placement)
-            status = self.framework.reserve(ctx, placement)
-            if not status.ok:
-                self.state.release(key)
-                break
-            placed.append((task, placement))
-        status = self.framework.permit(ctx, [p for _, p in placed])
-        if len(placed) >= needed and status.ok:
-            return _Attempt(placed, None)
-        explanation = explain_placement(self.framework, ctx, len(placed), needed)
-        for task, placement in reversed(placed):
-            self.framework.unreserve(ctx, placement)
-            self.state.release(task_key(job.id, task, run))
-        if not status.ok and len(placed) >= needed:
-            explanation = Explanation(Code.UNSCHEDULABLE, str(status))
-        return _Attempt([], explanation)
+    def _expire(self, record: JobRecord, limit: float, now: float) -> Reject:
+        self._end_pending(record)
+        last = record.explanation
+        reason = f"pending longer than the maximum of {limit:g}s"
+        if last is not None:
+            reason += f"; last reason: {last.summary}"
+        record.explanation = Explanation(
+            Code.UNSCHEDULABLE, reason, tuple(last.lines()[1:]) if last is not None else ()
+        )
+        record.move(JobState.REJECTED, now, reason)
+        record.ended = now
+        return Reject(record.id, reason)
 
-    def _bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> Bind:
+    # -- called by the cycle -------------------------------------------------------------
+
+    def preempt(
+        self, victim: JobRecord, preemptor: JobRecord, kind: str, grace_s: float, now: float
+    ) -> Preempt:
+        """Stop the victim's run within ``grace_s`` (its allocations stay held until each
+        TaskStopped) and requeue it; the preemptor waits for it."""
+        reason = f"preempted by {preemptor.id} ({kind})"
+        run = victim.run
+        for task in sorted(victim.placements):
+            victim.stopping[task_key(victim.id, task, run)] = victim.placements.pop(task)
+        victim.preemptions += 1
+        victim.preempted_by.add(preemptor.id)
+        preemptor.preempted_jobs.add(victim.id)
+        preemptor.nominated.add(victim.id)
+        self._nominations[victim.id] = preemptor.id
+        self._requeue(victim, now, reason)
+        self._settle(victim)
+        return Preempt(victim.id, run, grace_s, reason, preemptor.id, kind)
+
+    def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> Bind:
+        """Commit an attempt whose placements are allocated already."""
         ctx = CycleContext(self.state, record.job, record.job.resources, now)
         self.framework.bind(ctx, [p for _, p in placed])
         for task, placement in placed:
             record.placements[task] = placement
+        record.held.clear()
+        record.hold_since = None
+        if self.holder == record.id:
+            self.holder = None
+        record.promised = False
         record.explanation = None
+        record.blocked_by = ""
         if record.state is JobState.RUNNING:
             return Bind(record.id, record.run, tuple(placed))
         record.run += 1
         record.started = now
+        record.checkpoint = None
+        usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
+        record.borrowing = self.quotas.borrowing(
+            record.job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
+        )
         nodes = sorted({p.node for _, p in placed})
         record.move(
             JobState.RUNNING,
             now,
-            f"run {record.run}: bound {len(placed)} task(s) to " + ", ".join(nodes),
+            f"run {record.run}: bound {len(placed)} task(s) to "
+            + ", ".join(nodes)
+            + (" (borrowing quota)" if record.borrowing else ""),
         )
         return Bind(record.id, record.run, tuple(placed))
+
+
+def _task_run(key: str) -> tuple[int, int]:
+    task, run = key.rsplit("/", 1)[1].split("#")
+    return int(task), int(run)

@@ -14,6 +14,7 @@ __all__ = [
     "JobSubmitted",
     "NodeAdded",
     "NodeRemoved",
+    "TaskCheckpointed",
     "TaskFinished",
     "TaskStopped",
     "Tick",
@@ -60,6 +61,19 @@ class TaskStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskCheckpointed:
+    """A task of run ``run`` saved a checkpoint at the time of the ``handle`` call.
+
+    Preemption prefers victims that lose the least work: the time since the job's last
+    checkpoint (or since its run started, without one). A report for another run is ignored.
+    """
+
+    job_id: str
+    task: int
+    run: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeAdded:
     node: Node
 
@@ -78,13 +92,18 @@ class DeviceHealthChanged:
 
 @dataclass(frozen=True, slots=True)
 class Tick:
-    """Time passed; lets time-based rules (aging, timeouts) act with no other event."""
+    """Time passed; lets time-based rules act with no other event: aging, gang hold timeouts
+    and backoff, maximum pending time (Reject) and maximum runtime (Kill). Drivers call
+    ``handle([Tick()], now)`` periodically, or at ``Scheduler.next_wakeup()``, when the
+    next of those rules is due."""
 
 
 Event = (
     JobSubmitted
     | JobCancelled
     | TaskFinished
+    | TaskStopped
+    | TaskCheckpointed
     | NodeAdded
     | NodeRemoved
     | DeviceHealthChanged

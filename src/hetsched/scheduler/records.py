@@ -38,10 +38,38 @@ class JobRecord:
     started: float | None = None
     ended: float | None = None
     restarts: int = 0
+    #: the current run was admitted with some queue on its path above its guarantee
+    borrowing: bool = False
+    #: when a task of the current run last reported a checkpoint (TaskCheckpointed)
+    checkpoint: float | None = None
+    #: a partial gang hold: task -> placement, allocated for the *next* run until the gang
+    #: completes or ``gang.timeout_s`` passes
+    held: dict[int, Placement] = field(default_factory=dict)
+    hold_since: float | None = None
+    #: not tried again before this time (after a gang timeout)
+    backoff_until: float = 0.0
+    gang_timeouts: int = 0
+    #: why the last attempt failed: capacity, quota, gang, reservation, unresolvable
+    blocked_by: str = ""
+    #: victims this job preempted that have not stopped yet
+    nominated: set[str] = field(default_factory=set)
+    #: it preempted jobs and has not started since: capacity is kept for it
+    promised: bool = False
+    #: every job this job ever preempted, and every job that ever preempted it
+    preempted_jobs: set[str] = field(default_factory=set)
+    preempted_by: set[str] = field(default_factory=set)
+    #: times this job was preempted
+    preemptions: int = 0
+    #: backfill: start times reserved for it while it was the head job, in order
+    reserved_starts: list[float] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return self.job.id
+
+    @property
+    def reserved_start(self) -> float | None:
+        return self.reserved_starts[-1] if self.reserved_starts else None
 
     @property
     def unplaced(self) -> list[int]:

@@ -1,0 +1,43 @@
+"""What-if placement: would a job's tasks fit on a (usually forked) cluster state?
+
+Used by backfill (the head job at the reserved time), preemption (the preemptor once its
+victims are gone) and the guards that keep that capacity for them. A trial allocates on the
+given state and always gives everything back, so the state is unchanged afterwards. Reserve,
+Permit and Bind plugins do not run: a trial commits to nothing.
+"""
+
+from __future__ import annotations
+
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import ClusterState
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.runtime import Framework
+from hetsched.model.job import Job
+
+__all__ = ["trial"]
+
+
+def trial(
+    framework: Framework, state: ClusterState, job: Job, count: int, now: float
+) -> list[Placement] | None:
+    """Placements for ``count`` tasks of ``job`` chosen as a real attempt would, or None."""
+    ctx = CycleContext(state, job, job.resources, now)
+    if count <= 0:
+        return []
+    if not framework.prefilter(ctx).ok:
+        return None
+    keys: list[str] = []
+    placed: list[Placement] = []
+    try:
+        for index in range(count):
+            placement = framework.select(ctx)
+            if placement is None:
+                return None
+            key = f"{job.id}/trial{index}"
+            state.allocate(key, placement)
+            keys.append(key)
+            placed.append(placement)
+        return placed
+    finally:
+        for key in reversed(keys):
+            state.release(key)

@@ -1,0 +1,256 @@
+"""preemption: a PostFilter that frees room for a job by preempting others.
+
+Points: post_filter. Args: ``grace_s`` (carried by each Preempt action), ``min_runtime_s``
+(a job younger than this in its current run is never a victim), ``priority`` and ``reclaim``
+(enable each kind, both on), ``max_preemptions`` (a job preempted this many times is not
+preempted again; unlimited by default).
+
+Two kinds of victims, found among running, preemptible jobs past their minimum runtime:
+
+- *priority*: jobs of strictly lower (base) priority in the preemptor's queue (any queue when
+  the profile declares none);
+- *reclaim*: when the preemptor's queue stays within its guarantee with the preemptor added,
+  jobs of other queues that use more than their own guarantee (jobs marked borrowing first,
+  then the most recently started), never so many that such a queue would drop below its
+  guarantee in a flavor it used fully.
+
+Victims are chosen on a fork of the cluster: all candidates are removed; if the preemptor
+does not fit then (placement and quota), nothing is preempted. Otherwise candidates are given
+back one at a time, most valuable first (higher priority, then more work lost since their
+last checkpoint, then smaller), and each stays only if the preemptor still fits. What remains
+are the victims, and the preemptor fits once they are gone. The freed capacity is kept for
+the preemptor: until it starts, the core admits no other job whose placement would stop it
+from fitting.
+
+No loops: a job never preempts a job of equal or higher priority (priority kind), a job that
+borrows never reclaims (reclaim kind, so a reclaimed job cannot reclaim back while its queue
+is above its guarantee), and each pair of jobs preempts at most once, in one direction,
+ever: if A preempted B, A never preempts B again and B never preempts A. One preemption is
+in flight at a time (until its preemptor starts), which also rate-limits storms.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.interfaces import Rejection
+from hetsched.framework.registry import register
+from hetsched.framework.status import Status
+from hetsched.model.lifecycle import JobState
+from hetsched.scheduler.placing import trial
+from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.usage import (
+    Usage,
+    capacity,
+    dominant_share,
+    placement_usage,
+    request_usage,
+)
+
+if TYPE_CHECKING:
+    from hetsched.cluster.state import ClusterState
+    from hetsched.scheduler.core import Scheduler
+
+__all__ = ["Plan", "Preemption", "PreemptionArgs", "plan"]
+
+#: the CycleContext.data key the plan is handed to the core under
+PLAN_KEY = "preemption"
+
+
+class PreemptionArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    grace_s: float = Field(default=30.0, ge=0)
+    min_runtime_s: float = Field(default=0.0, ge=0)
+    priority: bool = True
+    reclaim: bool = True
+    max_preemptions: int | None = Field(default=None, ge=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    victims: tuple[JobRecord, ...]
+    #: victim id -> "priority" or "reclaim"
+    kinds: dict[str, str]
+    grace_s: float
+
+
+@register("preemption", PreemptionArgs)
+class Preemption:
+    """Priority preemption and quota reclaim, with safeguards and no loops."""
+
+    name = "preemption"
+
+    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+        self.args = args if isinstance(args, PreemptionArgs) else PreemptionArgs()
+        self.handle = handle
+
+    def post_filter(self, ctx: CycleContext, diagnosis: Sequence[Rejection]) -> Status:
+        """Leaves a :class:`Plan` in ``ctx.data["preemption"]`` on success."""
+        record = self.handle.jobs.get(ctx.job.id)
+        if record is None:
+            return Status.unschedulable("unknown job", plugin=self.name)
+        result = plan(self.handle, self.args, record, ctx.now)
+        if isinstance(result, str):
+            return Status.unschedulable(result, plugin=self.name)
+        ctx.data[PLAN_KEY] = result
+        return Status.success()
+
+
+def _work_lost(record: JobRecord, now: float) -> float:
+    since = record.started if record.started is not None else now
+    if record.checkpoint is not None:
+        since = max(since, record.checkpoint)
+    return max(0.0, now - since)
+
+
+def _keys(record: JobRecord) -> list[tuple[str, Any]]:
+    from hetsched.scheduler.core import task_key
+
+    return [(task_key(record.id, t, record.run), p) for t, p in record.placements.items()]
+
+
+def _held_keys(record: JobRecord) -> list[tuple[str, Any]]:
+    from hetsched.scheduler.core import task_key
+
+    return [(task_key(record.id, t, record.run + 1), p) for t, p in record.held.items()]
+
+
+def _eligible(
+    sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, victim: JobRecord, now: float
+) -> bool:
+    if victim is preemptor or victim.state is not JobState.RUNNING or not victim.placements:
+        return False
+    if not victim.job.preemptible or victim.started is None:
+        return False
+    if now - victim.started < args.min_runtime_s:
+        return False
+    if victim.id in preemptor.preempted_jobs or victim.id in preemptor.preempted_by:
+        return False
+    return args.max_preemptions is None or victim.preemptions < args.max_preemptions
+
+
+def candidates(
+    sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: float
+) -> dict[str, str]:
+    """Eligible victims and their kind, in no particular order."""
+    quotas = sched.quotas
+    job = preemptor.job
+    out: dict[str, str] = {}
+    reclaimer = False
+    usage: dict[str, Usage] = {}
+    if quotas.enabled and args.reclaim:
+        need = request_usage(job, min(job.gang_min, len(preemptor.unplaced)))
+        usage = quotas.usage(sched.ledger)
+        reclaimer = all(
+            usage[job.queue].get(f, 0) + amount <= quotas.nominal(job.queue, f)
+            for f, amount in need.items()
+            if amount > 0 and f in quotas.flavors
+        )
+    reclaimable: dict[str, list[JobRecord]] = {}
+    for victim in sched.jobs.values():
+        if not _eligible(sched, args, preemptor, victim, now):
+            continue
+        same = not quotas.enabled or victim.job.queue == job.queue
+        if args.priority and same and victim.job.priority < job.priority:
+            out[victim.id] = "priority"
+        elif reclaimer and victim.job.queue != job.queue:
+            reclaimable.setdefault(victim.job.queue, []).append(victim)
+    for queue, jobs in reclaimable.items():
+        # keep the queue at or above its guarantee in every flavor it uses fully
+        room = {
+            f: usage[queue].get(f, 0) - quotas.nominal(queue, f)
+            for f in quotas.flavors
+            if usage[queue].get(f, 0) >= quotas.nominal(queue, f)
+        }
+        if not any(v > 0 for v in room.values()):
+            continue
+        jobs.sort(key=lambda r: (not r.borrowing, -(r.started or 0.0), r.seq))
+        taken: Usage = Counter()
+        for victim in jobs:
+            held = Counter(sched.ledger.by_job.get(victim.id, {}))
+            if all(taken[f] + held.get(f, 0) <= r for f, r in room.items()):
+                taken.update(held)
+                out[victim.id] = "reclaim"
+    return out
+
+
+def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: float) -> Plan | str:
+    """The victims that let ``preemptor`` start, or why there are none."""
+    if preemptor.nominated:
+        return "already waiting for its victims to stop"
+    # one preemption in flight at a time: a second plan could count on capacity the first
+    # preemptor is promised, and then neither would be sure to start
+    for other in sched.jobs.values():
+        if other.promised and other is not preemptor:
+            return f"the preemption for job {other.id} is still in progress"
+    kinds = candidates(sched, args, preemptor, now)
+    if not kinds:
+        return "no job may be preempted for it (priority, queue, minimum runtime, history)"
+    pool = [sched.jobs[i] for i in kinds]
+    needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
+    fork = sched.state.fork()
+    for key, _ in _held_keys(preemptor):  # its own partial gang hold: placed afresh
+        fork.release(key)
+    for victim in pool:
+        for key, _ in _keys(victim):
+            fork.release(key)
+    removed = {v.id for v in pool}
+    if not _fits(sched, fork, preemptor, needed, removed, now):
+        return f"it would not fit even if all {len(pool)} eligible jobs were preempted"
+    total = capacity(sched.state)
+
+    def value(victim: JobRecord) -> tuple[Hashable, ...]:
+        size = dominant_share(sched.ledger.by_job.get(victim.id, {}), total)
+        # given back first: priority candidates (reclaim borrowers first), higher priority,
+        # more work lost, smaller
+        return (
+            kinds[victim.id] == "reclaim",
+            -victim.job.priority,
+            -_work_lost(victim, now),
+            size,
+            victim.seq,
+        )
+
+    for victim in sorted(pool, key=value):
+        held = _keys(victim)
+        for key, placement in held:
+            fork.allocate(key, placement)
+        removed.discard(victim.id)
+        if not _fits(sched, fork, preemptor, needed, removed, now):
+            for key, _ in held:
+                fork.release(key)
+            removed.add(victim.id)
+    if not removed:
+        return "it fits without preempting anyone"
+    victims = tuple(sorted((sched.jobs[i] for i in removed), key=lambda r: r.seq))
+    return Plan(victims, {v.id: kinds[v.id] for v in victims}, args.grace_s)
+
+
+def _fits(
+    sched: Scheduler,
+    fork: ClusterState,
+    preemptor: JobRecord,
+    needed: int,
+    removed: set[str],
+    now: float,
+) -> bool:
+    placements = trial(sched.framework, fork, preemptor.job, needed, now)
+    if placements is None:
+        return False
+    if not sched.quotas.enabled:
+        return True
+    minus: dict[str, Usage] = {}
+    for job_id in [*removed, preemptor.id]:
+        record = sched.jobs[job_id]
+        minus.setdefault(record.job.queue, Counter()).update(sched.ledger.by_job.get(job_id, {}))
+    need: Usage = Counter()
+    for placement in placements:
+        need.update(placement_usage(sched.state, placement))
+    return sched.quotas.check(preemptor.job.queue, need, sched.ledger, sched.state, minus) is None

@@ -1,0 +1,176 @@
+"""Who holds what: resource usage per job, user and queue, in flavor units.
+
+A *flavor* is a dimension of usage: ``cpu`` (millicores), ``memory`` (MiB), a device class
+(``gpu``, milli-units of a device, 1000 = one device) and a device class with its model
+(``gpu/A100``). A device share counts under both its class and its class/model, so quotas and
+fair shares can speak of "GPUs" and of "A100s".
+
+The ledger is charged when the core allocates a task's resources (binding, a gang hold)
+and refunded when it releases them, so it always equals what the cluster state holds per key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import ClusterState
+from hetsched.model.device import SHARE_UNITS
+from hetsched.model.job import Job
+
+__all__ = [
+    "DecayedUsage",
+    "Ledger",
+    "Usage",
+    "add",
+    "capacity",
+    "dominant_share",
+    "placement_usage",
+    "request_usage",
+]
+
+#: flavor -> amount in internal units
+Usage = Counter[str]
+
+
+def placement_usage(state: ClusterState, placement: Placement) -> Usage:
+    """What one task's placement holds, per flavor (device model read from the cluster)."""
+    usage: Usage = Counter({"cpu": placement.cpu_milli, "memory": placement.memory_mib})
+    for share in placement.devices:
+        device = state.device_of(share.device_id)
+        usage[device.device_class] += share.share
+        usage[f"{device.device_class}/{device.model}"] += share.share
+    return usage
+
+
+def request_usage(job: Job, tasks: int) -> Usage:
+    """What ``tasks`` tasks of ``job`` ask for before placement: cpu, memory and device class
+    of the first alternative of each device request (the model is known only once placed)."""
+    request = job.resources
+    usage: Usage = Counter({"cpu": request.cpu_milli * tasks, "memory": request.memory_mib * tasks})
+    for device_request in request.devices:
+        choice = device_request.primary
+        usage[choice.device_class] += choice.count * min(choice.share, SHARE_UNITS) * tasks
+    return usage
+
+
+def capacity(state: ClusterState) -> Mapping[str, int]:
+    """Total capacity per flavor of the active, healthy cluster (cached per state version)."""
+
+    def compute() -> dict[str, int]:
+        out: dict[str, int] = {
+            "cpu": int(state.cpu_cap[state.active].sum()),
+            "memory": int(state.mem_cap[state.active].sum()),
+        }
+        usable = state.dev_healthy & state.active[:, None]
+        for row, kind in enumerate(state.kinds):
+            count = int((usable & (state.dev_kind == row)).sum()) * SHARE_UNITS
+            out[kind.device_class] = out.get(kind.device_class, 0) + count
+            model = f"{kind.device_class}/{kind.model}"
+            out[model] = out.get(model, 0) + count
+        return out
+
+    result: dict[str, int] = state.memo("flavor_capacity", compute)
+    return result
+
+
+def dominant_share(usage: Mapping[str, float], total: Mapping[str, int]) -> float:
+    """The largest share of cluster capacity over all flavors (DRF's dominant share)."""
+    best = 0.0
+    for flavor, amount in usage.items():
+        cap = total.get(flavor, 0)
+        if amount > 0 and cap > 0:
+            best = max(best, amount / cap)
+    return best
+
+
+@dataclass(slots=True)
+class DecayedUsage:
+    """Usage integrated over time with exponential decay (Slurm's fair-share half-life).
+
+    ``value[e]`` is the integral of ``rate_e(s) * 2**(-(t - s) / half_life_s)`` ds, where the
+    rate is the entity's dominant share of the cluster; it is exact for rates that are
+    constant between two calls of :meth:`advance`, which the core makes before each batch of
+    events.
+    """
+
+    half_life_s: float
+    value: dict[str, float] = field(default_factory=dict)
+    last: float | None = None
+
+    def advance(self, now: float, rates: Mapping[str, float]) -> None:
+        if self.last is None or now <= self.last:
+            self.last = now if self.last is None else self.last
+            return
+        dt = now - self.last
+        decay = 2.0 ** (-dt / self.half_life_s)
+        # integral of a constant rate over [last, now] with decay to now
+        gain = self.half_life_s / math.log(2) * (1.0 - decay)
+        for entity in set(self.value) | set(rates):
+            self.value[entity] = self.value.get(entity, 0.0) * decay + rates.get(entity, 0.0) * gain
+        self.last = now
+
+
+class Ledger:
+    """Usage held per allocation key, summed per job, user and leaf queue."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, tuple[Job, Usage]] = {}
+        self.by_job: dict[str, Usage] = {}
+        self.by_user: dict[str, Usage] = {}
+        self.by_queue: dict[str, Usage] = {}
+        #: grows on every change, so readers can cache derived values
+        self.version = 0
+        self.trackers: list[tuple[str, DecayedUsage]] = []
+
+    def charge(self, key: str, job: Job, usage: Usage) -> None:
+        self.by_key[key] = (job, usage)
+        for book, name in (
+            (self.by_job, job.id),
+            (self.by_user, job.user),
+            (self.by_queue, job.queue),
+        ):
+            book.setdefault(name, Counter()).update(usage)
+        self.version += 1
+
+    def refund(self, key: str) -> None:
+        entry = self.by_key.pop(key, None)
+        if entry is None:
+            return
+        job, usage = entry
+        for book, name in (
+            (self.by_job, job.id),
+            (self.by_user, job.user),
+            (self.by_queue, job.queue),
+        ):
+            held = book[name]
+            held.subtract(usage)
+            if not any(held.values()):
+                del book[name]
+        self.version += 1
+
+    def track(self, by: str, half_life_s: float) -> DecayedUsage:
+        """A decayed-usage integral per user (``by="user"``) or queue, kept up to date."""
+        tracker = DecayedUsage(half_life_s)
+        self.trackers.append((by, tracker))
+        return tracker
+
+    def advance(self, now: float, state: ClusterState) -> None:
+        """Integrate usage up to ``now``; called before the events of ``now`` change it."""
+        if not self.trackers:
+            return
+        total = capacity(state)
+        for by, tracker in self.trackers:
+            book = self.by_user if by == "user" else self.by_queue
+            rates = {name: dominant_share(usage, total) for name, usage in book.items()}
+            tracker.advance(now, rates)
+
+
+def add(usages: Iterable[Mapping[str, int]]) -> Usage:
+    out: Usage = Counter()
+    for usage in usages:
+        out.update(usage)
+    return out
