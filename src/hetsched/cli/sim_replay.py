@@ -257,6 +257,9 @@ def synth(
     model_mix: Annotated[
         str, typer.Option(help="GPU models pinned by selector, e.g. V100:1,any:3 (any: none).")
     ] = "any:1",
+    priorities: Annotated[
+        str, typer.Option(help="Priority levels: weights, e.g. 0:0.8,100:0.2.")
+    ] = "0:0.8,1:0.2",
     users: Annotated[int, typer.Option(help="Users (Zipf-like weights).")] = 8,
     queues: Annotated[int, typer.Option(help="Queues (user i submits to q<i mod queues>).")] = 2,
     max_gpus_per_task: Annotated[
@@ -297,6 +300,7 @@ def synth(
             model_mix=models,
             users=users,
             queues=queues,
+            priorities=_mix(priorities, "--priorities", int),
             gpus_per_node=max_gpus_per_task or (_gpus_per_node(nodes) if nodes else 8),
             model_gpus_per_node={} if max_gpus_per_task else gpus_per_node(nodes),
             durations=durations,
