@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,8 @@ queues:
   - name: team-a
     users: [alice, admin]
     quota: {gpu: 2, cpu: "8"}
+  - name: small
+    quota: {gpu: 1}
 """
 
 
@@ -141,7 +144,8 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     bindir = _pg_bin()
     if bindir is None:
         pytest.skip("no PostgreSQL server: set HETSCHED_TEST_POSTGRES_URL or install postgresql")
-    data = tmp_path_factory.mktemp("pg")
+    # not under pytest's 0700 temp root: the server runs as another user when we are root
+    data = Path(tempfile.mkdtemp(prefix="hetsched-pg-"))
     prefix: list[str] = []
     if os.geteuid() == 0:
         if shutil.which("runuser") is None:
@@ -182,6 +186,8 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             capture_output=True,
             timeout=120,
         )
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"could not start a PostgreSQL server: {exc.stderr.decode()[-300:]}")
     except (subprocess.SubprocessError, OSError) as exc:
         pytest.skip(f"could not start a PostgreSQL server: {exc}")
     try:
@@ -192,3 +198,4 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             capture_output=True,
             timeout=60,
         )
+        shutil.rmtree(data, ignore_errors=True)

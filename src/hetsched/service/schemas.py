@@ -19,7 +19,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.runtime import Framework
-from hetsched.model.device import Node
+from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job
 from hetsched.model.specs import JobSpec, format_errors
 
@@ -179,10 +179,31 @@ class Feasibility:
 
     def check(self, job: Job) -> None:
         ctx = CycleContext(self.state, job, job.resources, 0.0)
-        if self.framework.feasible(ctx).any():
+        if not self.framework.feasible(ctx).any():
+            lines = [str(r) for r in self.framework.diagnose(ctx)]
+            detail = "; ".join(lines) or "no node matches"
+            raise Unsatisfiable(
+                f"no node could ever hold a task ({job.resources.describe()}): {detail}"
+            )
+        self._check_gang(job)
+
+    def _check_gang(self, job: Job) -> None:
+        """A gang whose tasks together need more devices (or CPU) than the whole cluster has
+        could never start."""
+        gang = job.gang_min
+        if gang <= 1:
             return
-        lines = [str(r) for r in self.framework.diagnose(ctx)]
-        detail = "; ".join(lines) or "no node matches"
-        raise Unsatisfiable(
-            f"no node could ever hold a task ({job.resources.describe()}): {detail}"
-        )
+        request = job.resources
+        if gang * request.cpu_milli > int(self.state.cpu_cap.sum()):
+            raise Unsatisfiable(f"gang of {gang}: more CPU than the whole cluster has")
+        for device in request.devices:
+            if len(device.choices) != 1:
+                continue  # alternatives: too many combinations to bound cheaply
+            choice = device.primary
+            have = int(self.state.device_mask(choice.device_class, choice.selector).sum())
+            need = gang * choice.count * choice.share / SHARE_UNITS
+            if need > have:
+                raise Unsatisfiable(
+                    f"gang of {gang} needs {need:g} {choice.device_class} devices at once; "
+                    f"the cluster has {have} that match"
+                )

@@ -1,0 +1,171 @@
+"""Authorization as a table: each kind of caller against each route, with the status.
+
+Every route of the app must have a row here (a new route without one fails the test), so
+no endpoint ships without an authorization decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from service_fixtures import Api, job_body, service_options
+
+from hetsched.service.testing import running
+
+CALLERS = ("none", "bad", "alice", "bob", "admin")
+
+#: (method, path template, body) -> expected status per caller. {job} is alice's job.
+#: Others' job ids answer 404, exactly like unknown ids, so ids cannot be probed.
+TABLE: list[tuple[str, str, object, dict[str, int]]] = [
+    ("GET", "/healthz", None, dict.fromkeys(CALLERS, 200)),
+    (
+        "POST",
+        "/v1/jobs",
+        job_body(name="x"),
+        {"none": 401, "bad": 401, "alice": 201, "bob": 201, "admin": 201},
+    ),
+    (
+        "POST",
+        "/v1/jobs",
+        job_body(name="x", queue="team-a"),
+        {"none": 401, "bad": 401, "alice": 201, "bob": 403, "admin": 201},
+    ),
+    (
+        "POST",
+        "/v1/jobs",
+        job_body(name="x", user="bob"),
+        {"none": 401, "bad": 401, "alice": 403, "bob": 201, "admin": 201},
+    ),
+    ("GET", "/v1/jobs", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
+    (
+        "GET",
+        "/v1/jobs/{job}",
+        None,
+        {"none": 401, "bad": 401, "alice": 200, "bob": 404, "admin": 200},
+    ),
+    (
+        "GET",
+        "/v1/jobs/{job}/why",
+        None,
+        {"none": 401, "bad": 401, "alice": 200, "bob": 404, "admin": 200},
+    ),
+    (
+        "GET",
+        "/v1/jobs/{job}/logs",
+        None,
+        {"none": 401, "bad": 401, "alice": 200, "bob": 404, "admin": 200},
+    ),
+    (
+        "POST",
+        "/v1/jobs/{job}/cancel",
+        None,
+        {"none": 401, "bad": 401, "alice": 202, "bob": 404, "admin": 202},
+    ),
+    ("GET", "/v1/nodes", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
+    ("GET", "/v1/queues", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
+    (
+        "POST",
+        "/v1/tokens",
+        {"user": "eve"},
+        {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 201},
+    ),
+    ("GET", "/v1/tokens", None, {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 200}),
+    (
+        "DELETE",
+        "/v1/tokens/{token}",
+        None,
+        {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 200},
+    ),
+]
+
+_DOC_ROUTES = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+
+
+@pytest.fixture(scope="module")
+def module_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    with running(service_options(tmp_path_factory.mktemp("authz"))) as svc:
+        api = Api(svc)
+        try:
+            yield api
+        finally:
+            api.close()
+
+
+def _clients(api: Api) -> dict[str, httpx.Client]:
+    return {
+        "none": api.client(None),
+        "bad": api.client("hs_not-a-real-token"),
+        "alice": api.alice,
+        "bob": api.bob,
+        "admin": api.admin,
+    }
+
+
+def test_every_route_has_a_row(module_api: Api) -> None:
+    app = module_api.svc.built.app
+    routes = {
+        (method, route.path)
+        for route in app.routes
+        if route.path not in _DOC_ROUTES
+        for method in getattr(route, "methods", set()) - {"HEAD"}
+    }
+    covered = {
+        (m, p.replace("{job}", "{job_id}").replace("{token}", "{token_id}")) for m, p, *_ in TABLE
+    }
+    assert routes == covered
+
+
+@pytest.mark.parametrize("caller", CALLERS)
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"),
+    TABLE,
+    ids=[f"{m} {p} #{i}" for i, (m, p, *_rest) in enumerate(TABLE)],
+)
+def test_authorization(
+    module_api: Api,
+    caller: str,
+    method: str,
+    path: str,
+    body: object,
+    expected: dict[str, int],
+) -> None:
+    api = module_api
+    # a fresh long-running job of alice's, and a fresh token, for each case
+    job = api.alice.post("/v1/jobs", json=job_body(name="target", command=["sleep", "30"])).json()
+    token = api.admin.post("/v1/tokens", json={"user": "mallory"}).json()["id"]
+    url = path.format(job=job["id"], token=token)
+    client = _clients(api)[caller]
+    answer = (
+        client.request(method, url, json=body) if body is not None else client.request(method, url)
+    )
+    assert answer.status_code == expected[caller], answer.text
+    api.admin.post(f"/v1/jobs/{job['id']}/cancel")
+
+
+def test_failed_authentication_is_rate_limited(tmp_path: Path) -> None:
+    with running(service_options(tmp_path)) as svc:
+        api = Api(svc)
+        try:
+            bad = api.client("hs_wrong")
+            statuses = [bad.get("/v1/jobs").status_code for _ in range(40)]
+            assert statuses[0] == 401
+            assert 429 in statuses
+            # a valid token is not affected by someone else's failures
+            assert api.alice.get("/v1/jobs").status_code == 200
+        finally:
+            api.close()
+
+
+def test_per_token_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
+    with running(service_options(tmp_path, rate_limit=5.0)) as svc:
+        api = Api(svc)
+        try:
+            answers = [api.alice.get("/v1/nodes") for _ in range(30)]
+            limited = [a for a in answers if a.status_code == 429]
+            assert limited and int(limited[0].headers["retry-after"]) >= 1
+            assert api.bob.get("/v1/nodes").status_code == 200
+        finally:
+            api.close()

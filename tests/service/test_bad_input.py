@@ -1,0 +1,186 @@
+"""The bad-input corpus: every case answers a 4xx that names the field, never a 500, and a
+rejected request stores nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from service_fixtures import Api, service_options
+
+from hetsched.service.testing import running
+
+
+def _body(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": "ok",
+        "command": ["true"],
+        "resources": {"cpu": "1", "memory": "1Gi"},
+    }
+    for key, value in changes.items():
+        if key == "resources":
+            body["resources"] = {**body["resources"], **value}
+        else:
+            body[key] = value
+    return body
+
+
+def _gpu(**choice: Any) -> dict[str, Any]:
+    return {"devices": [{"class": "gpu", **choice}]}
+
+
+#: (case, body, expected status, text the answer must contain)
+CASES: list[tuple[str, Any, int, str]] = [
+    ("negative count", _body(resources=_gpu(count=-1)), 422, "resources.devices[0].count"),
+    ("fractional count", _body(resources=_gpu(count=1.5)), 422, "resources.devices[0].count"),
+    ("count as string", _body(resources=_gpu(count="2")), 422, "resources.devices[0].count"),
+    ("huge count", _body(resources=_gpu(count=10**30)), 422, "resources.devices[0].count"),
+    ("int64 overflow", _body(resources=_gpu(count=2**63)), 422, "resources.devices[0].count"),
+    ("more GPUs than any node", _body(resources=_gpu(count=64)), 422, "no node could ever"),
+    ("memory beyond any node", _body(resources={"memory": "2Ti"}), 422, "no node could ever"),
+    ("bad memory unit", _body(resources={"memory": "12XB"}), 422, "resources.memory"),
+    ("negative memory", _body(resources={"memory": "-4G"}), 422, "resources.memory"),
+    ("empty memory", _body(resources={"memory": ""}), 422, "resources.memory"),
+    ("huge cpu", _body(resources={"cpu": "1e30"}), 422, "resources.cpu"),
+    (
+        "empty request",
+        _body(resources={"cpu": 0, "memory": 0}),
+        422,
+        "empty request",
+    ),
+    ("unknown resource", _body(resources={"tpu": 1}), 422, "resources.tpu"),
+    ("unknown device class", _body(resources={"devices": [{"class": "tpu"}]}), 422, "tpu"),
+    ("share out of range", _body(resources=_gpu(share=1500)), 422, "share"),
+    ("gang of zero", _body(replicas=2, gang=0), 422, "gang"),
+    ("negative gang", _body(replicas=2, gang=-1), 422, "gang"),
+    ("gang above replicas", _body(replicas=2, gang=3), 422, "gang"),
+    (
+        "gang larger than the cluster",
+        _body(replicas=4, gang=4, resources=_gpu(model="A100")),
+        422,
+        "gang",
+    ),
+    ("zero replicas", _body(replicas=0), 422, "replicas"),
+    ("name of 10,000 chars", _body(name="a" * 10_000), 422, "name"),
+    ("name with ..", _body(name="../etc"), 422, "name"),
+    ("name with slash", _body(name="a/b"), 422, "name"),
+    ("name with NUL", _body(name="a\x00b"), 422, "name"),
+    ("name with bidi override", _body(name="abc\u202egpj"), 422, "name"),
+    ("name with zero-width space", _body(name="ab\u200bc"), 422, "name"),
+    ("empty command", _body(command=[]), 422, "command"),
+    ("empty program", _body(command=[""]), 422, "command"),
+    ("NUL in argument", _body(command=["echo", "a\x00b"]), 422, "command"),
+    ("argv too large", _body(command=["echo", "x" * 300_000]), 422, "command"),
+    ("env key with =", _body(env={"A=B": "1"}), 422, "env"),
+    ("denied env key", _body(env={"LD_PRELOAD": "/x.so"}), 422, "env"),
+    ("reserved env key", _body(env={"HETSCHED_JOB_ID": "x"}), 422, "env"),
+    ("relative workdir", _body(workdir="tmp"), 422, "workdir"),
+    ("priority out of range", _body(priority=999_999), 422, "priority"),
+    ("negative runtime", _body(max_runtime=-5), 422, "max_runtime"),
+    ("absurd runtime", _body(max_runtime="1e9 days"), 422, "max_runtime"),
+    ("too many retries", _body(max_restarts=10**6), 422, "max_restarts"),
+    ("unknown field", _body(stauts="running"), 422, "stauts"),
+    ("mass assignment: state", _body(state="running"), 422, "state"),
+    ("mass assignment: id", _body(id="j1"), 422, "id"),
+    ("mass assignment: submit time", _body(submit_time=5), 422, "submit_time"),
+    ("depends_on is not a field", _body(depends_on=["self"]), 422, "depends_on"),
+    ("bad selector", _body(resources=_gpu(selector="device.attributes[")), 422, "selector"),
+    ("bad restart policy", _body(restart_policy="always"), 422, "restart_policy"),
+    ("not an object", [1, 2], 422, "object"),
+    ("unknown queue", _body(queue="nope"), 404, "nope"),
+    ("queue not open to the user", _body(queue="team-a"), 403, "team-a"),
+    (
+        "over the queue's hard quota",
+        _body(queue="small", replicas=2, gang=1, resources=_gpu()),
+        403,
+        "quota",
+    ),
+    ("another user's name", _body(user="alice"), 403, "admin"),
+]
+
+
+@pytest.fixture(scope="module")
+def module_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    with running(service_options(tmp_path_factory.mktemp("bad"), rate_limit=0)) as svc:
+        api = Api(svc)
+        try:
+            yield api
+        finally:
+            api.close()
+
+
+def _count(api: Api) -> int:
+    return len(api.admin.get("/v1/jobs", params={"all": True}).json())
+
+
+@pytest.mark.parametrize(("case", "body", "status", "text"), CASES, ids=[c[0] for c in CASES])
+def test_bad_submission(module_api: Api, case: str, body: Any, status: int, text: str) -> None:
+    before = _count(module_api)
+    answer = module_api.bob.post("/v1/jobs", json=body)
+    assert answer.status_code == status, answer.text
+    assert text in answer.text
+    assert _count(module_api) == before
+
+
+def test_the_good_body_of_the_table_is_accepted(module_api: Api) -> None:
+    assert module_api.bob.post("/v1/jobs", json=_body()).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("case", "content", "content_type", "status"),
+    [
+        ("invalid JSON", b"{not json", "application/json", 400),
+        ("wrong content type", b"name=x", "application/x-www-form-urlencoded", 415),
+        ("body of 10 MiB", b"{" + b" " * (10 << 20) + b"}", "application/json", 413),
+    ],
+    ids=lambda v: v if isinstance(v, str) and " " in v else None,
+)
+def test_bad_body(
+    module_api: Api, case: str, content: bytes, content_type: str, status: int
+) -> None:
+    before = _count(module_api)
+    answer = module_api.bob.post(
+        "/v1/jobs", content=content, headers={"Content-Type": content_type}
+    )
+    assert answer.status_code == status, answer.text
+    assert _count(module_api) == before
+
+
+def test_a_reused_idempotency_key_with_another_body_conflicts(module_api: Api) -> None:
+    headers = {"Idempotency-Key": "same"}
+    assert module_api.bob.post("/v1/jobs", json=_body(name="a"), headers=headers).status_code == 201
+    before = _count(module_api)
+    answer = module_api.bob.post("/v1/jobs", json=_body(name="b"), headers=headers)
+    assert answer.status_code == 409
+    assert _count(module_api) == before
+
+
+@pytest.mark.parametrize(
+    "job_id", ["../../etc/passwd", "%2e%2e%2fetc%2fpasswd", "/etc/passwd", "j" + "0" * 40]
+)
+def test_logs_never_follow_a_path(module_api: Api, job_id: str) -> None:
+    answer = module_api.admin.get(f"/v1/jobs/{job_id}/logs")
+    assert answer.status_code == 404
+    assert "root:" not in answer.text
+
+
+def test_a_planted_symlink_log_is_not_followed(module_api: Api) -> None:
+    job = module_api.bob.post("/v1/jobs", json=_body(name="victim", command=["true"])).json()
+    home = module_api.svc.built.service.executor.home
+    directory = home / "jobs" / job["id"]
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / "task-1.out"
+    link.symlink_to("/etc/passwd")
+    answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params={"task": 1})
+    assert answer.status_code == 404
+    assert "root:" not in answer.text
+
+
+def test_query_parameters_are_validated(module_api: Api) -> None:
+    job = module_api.bob.post("/v1/jobs", json=_body(name="q")).json()
+    for params in ({"stream": "../../x"}, {"task": -1}, {"offset": -5}, {"limit": 10**9}):
+        answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params=params)
+        assert answer.status_code == 422, (params, answer.text)
+    assert json.loads(module_api.bob.get("/v1/jobs", params={"limit": 0}).text)["errors"]
