@@ -8,7 +8,6 @@ import re
 import time
 
 import psutil
-
 from service_fixtures import Api, job_body
 
 
@@ -36,7 +35,10 @@ def test_a_job_runs_to_success_with_logs_history_and_devices(api: Api) -> None:
 
 
 def test_fpga_and_amd_devices_are_exposed_the_way_frameworks_expect(api: Api) -> None:
-    script = 'echo "rocr=$ROCR_VISIBLE_DEVICES hip=$HIP_VISIBLE_DEVICES cuda=[$CUDA_VISIBLE_DEVICES]"; echo "$HETSCHED_DEVICES"'
+    script = (
+        'echo "rocr=$ROCR_VISIBLE_DEVICES hip=$HIP_VISIBLE_DEVICES cuda=[$CUDA_VISIBLE_DEVICES]"; '
+        'echo "$HETSCHED_DEVICES"'
+    )
     body = job_body(
         command=["sh", "-c", script],
         resources={
@@ -102,7 +104,7 @@ def test_a_retried_submit_never_creates_a_second_job(api: Api) -> None:
 def test_cancel_stops_the_whole_process_group(api: Api) -> None:
     body = job_body(command=["sh", "-c", "sleep 60 & sleep 60 & wait"])
     job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
-    job = api.wait(api.alice, job_id, {"running"})
+    api.wait(api.alice, job_id, {"running"})
     deadline = time.monotonic() + 10
     while not api.alice.get(f"/v1/jobs/{job_id}").json()["tasks"][0]["pid"]:
         assert time.monotonic() < deadline
@@ -110,12 +112,12 @@ def test_cancel_stops_the_whole_process_group(api: Api) -> None:
     pid = api.alice.get(f"/v1/jobs/{job_id}").json()["tasks"][0]["pid"]
     children = psutil.Process(pid).children(recursive=True)
     assert api.alice.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
-    job = api.wait(api.alice, job_id, {"cancelled"})
+    api.wait(api.alice, job_id, {"cancelled"})
     deadline = time.monotonic() + 10
     while api.alice.get(f"/v1/jobs/{job_id}").json()["tasks"][0]["state"] != "stopped":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    gone, alive = psutil.wait_procs(children, timeout=5)
+    _gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive
     assert api.alice.post(f"/v1/jobs/{job_id}/cancel").status_code == 409
 

@@ -72,7 +72,7 @@ def _insert(
 
 
 def test_an_idempotency_key_returns_the_first_job(store: Store) -> None:
-    first, created = _insert(store, "j1", "key")
+    _first, created = _insert(store, "j1", "key")
     again, created_again = _insert(store, "j2", "key")
     assert created and not created_again and again["id"] == "j1"
     with pytest.raises(Conflict):
