@@ -395,12 +395,16 @@ class Simulator:
                 case Bind(job_id, run, placements):
                     self._bind(job_id, run, placements, now)
                     changed = True
-                case Kill(job_id, task, run):
+                case Kill(job_id, task, run, reason):
                     self._stop((job_id, task, run), now, 0.0)
                     killed = self.outcomes[job_id]
                     live = job_id not in self._cancelled and killed.state == "running"
                     if live and run == killed.run:
+                        # the core requeues a job whose run it kills (a lost node or
+                        # device); if it ended the job instead, it stays pending here with
+                        # the kill's reason, as no Bind follows
                         killed.restarts += 1
+                        killed.reason = reason
                         self._requeue(killed)
                     changed = True
                 case Preempt(job_id, run, grace_s):
