@@ -76,11 +76,12 @@ def restore_running_job(
     try:
         for task, placement in sorted(placements.items()):
             key = core_task_key(job.id, task, run)
-            core.state.allocate(key, placement)
+            # Scheduler.allocate keeps the usage ledger (quotas, fair share) in step
+            core.allocate(key, placement, job)
             taken.append(key)
     except AllocationError:
         for key in taken:
-            core.state.release(key)
+            core.unallocate(key)
         raise
     record = JobRecord(job, core._seq, queued_since=job.submit_time)
     core._seq += 1

@@ -1,0 +1,109 @@
+"""Restarts on the same home: running tasks are adopted (same pid and start time), tasks
+that ended meanwhile are accounted from their exit file, vanished ones are lost and go
+through the restart policy. The service stops here without stopping its tasks, as it does
+on SIGTERM; test_crash.py does the same with kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+from service_fixtures import Api, job_body, service_options
+
+from hetsched.service.testing import running
+
+
+def _running_task(api: Api, client_name: str, job_id: str) -> dict:
+    client = getattr(api, client_name)
+    deadline = time.monotonic() + 20
+    while True:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        tasks = [t for t in job.get("tasks", []) if t["state"] == "running" and t["pid"]]
+        if tasks:
+            return tasks[0]  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+
+
+def test_a_running_task_is_adopted_after_a_restart(tmp_path: Path) -> None:
+    options = service_options(tmp_path)
+    with running(options) as svc:
+        api = Api(svc)
+        job_id = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "2"])).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        alice_token = api.tokens["alice"]
+        api.close()
+    assert psutil.pid_exists(task["pid"])
+    with running(options) as svc:
+        api = Api(svc)
+        alice = api.client(alice_token)
+        job = api.wait(alice, job_id, {"succeeded", "failed"}, timeout=30)
+        assert job["state"] == "succeeded"
+        assert [t["pid"] for t in job["tasks"]] == [task["pid"]]
+        assert job["run"] == 1
+        api.close()
+
+
+def test_a_task_that_ended_while_the_service_was_down_keeps_its_exit_code(
+    tmp_path: Path,
+) -> None:
+    options = service_options(tmp_path)
+    with running(options) as svc:
+        api = Api(svc)
+        body = job_body(command=["sh", "-c", "sleep 0.5; exit 7"])
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        _running_task(api, "alice", job_id)
+        api.close()
+    time.sleep(1.0)
+    with running(options) as svc:
+        api = Api(svc)
+        job = api.wait(api.admin, job_id, {"succeeded", "failed"})
+        assert job["state"] == "failed" and job["exit_code"] == 7
+        api.close()
+
+
+def test_a_vanished_task_is_lost_and_its_restart_policy_applies(tmp_path: Path) -> None:
+    options = service_options(tmp_path)
+    with running(options) as svc:
+        api = Api(svc)
+        body = job_body(
+            command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'],
+            restart_policy="on_failure",
+            max_restarts=1,
+        )
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        api.close()
+    os.killpg(task["pid"], signal.SIGKILL)
+    time.sleep(0.2)
+    with running(options) as svc:
+        api = Api(svc)
+        job = api.wait(api.admin, job_id, {"succeeded", "failed"})
+        assert job["state"] == "succeeded" and job["run"] == 2 and job["restarts"] == 1
+        first = next(t for t in job["tasks"] if t["run"] == 1)
+        assert first["state"] == "lost"
+        api.close()
+
+
+def test_pending_jobs_and_cancel_requests_survive_a_restart(tmp_path: Path) -> None:
+    options = service_options(tmp_path)
+    big = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2, "model": "A100"}]}
+    with running(options) as svc:
+        api = Api(svc)
+        hog = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "30"], resources=big))
+        hog_id = hog.json()["id"]
+        _running_task(api, "alice", hog_id)
+        waiting = api.alice.post("/v1/jobs", json=job_body(name="w", resources=big)).json()["id"]
+        assert api.alice.post(f"/v1/jobs/{hog_id}/cancel").status_code == 202
+        api.close()
+    with running(options) as svc:
+        api = Api(svc)
+        assert api.wait(api.admin, hog_id, {"cancelled"})["state"] == "cancelled"
+        assert api.wait(api.admin, waiting, {"succeeded"})["state"] == "succeeded"
+        history = svc.built.service.store.allocation_history()
+        live = [a for a in history if a["live"]]
+        assert live == []
+        api.close()
