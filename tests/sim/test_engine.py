@@ -135,7 +135,7 @@ def on(node: str, slot: int) -> Placement:
 
 
 def test_preempt_stops_the_run_after_the_grace_and_drops_its_finish() -> None:
-    script = {
+    script: dict[float, list[Any]] = {
         0.0: [Bind("j", 1, ((0, on("n", 0)),))],
         30.0: [Preempt("j", 1, 5.0, "make room")],
         35.0: [Bind("j", 2, ((0, on("n", 0)),))],
