@@ -173,6 +173,26 @@ def test_ticks_only_while_jobs_wait() -> None:
     assert by_id(result)["j"].wait_s == 120
 
 
+class WakingCore(ScriptedCore):
+    """A scripted core that asks for a wakeup at a fixed time (a timeout)."""
+
+    def next_wakeup(self) -> float | None:
+        return 500.0 if not any(t == 500.0 for t, _ in self.calls) else None
+
+
+def test_without_periodic_ticks_the_core_is_woken_when_it_asks() -> None:
+    core = WakingCore({500.0: [Bind("j", 1, ((0, on("n", 0)),))]})
+    config = EngineConfig(tick_s=0, idle_ticks=3)
+    result = Simulator(
+        [gpu_node("n", gpus=1)], workload(("j", 10, 5, 1)), config=config, core=lambda *_: core
+    ).run()
+    assert [(t, e) for t, e in core.calls if t != 10.0] == [
+        (500.0, [Tick()]),
+        (505.0, core.calls[-1][1]),
+    ]
+    assert by_id(result)["j"].end == 505.0
+
+
 def test_events_at_the_same_time_go_in_one_call() -> None:
     core, factory = scripted({})
     Simulator(

@@ -12,8 +12,10 @@ out the actions it returns, nothing more. It never reads the core's job book.
   is lost: the job starts from scratch when bound again, and the lost task-seconds are
   counted.
 - ``Tick`` is sent every ``tick_s`` of virtual time only while some job waits, so idle
-  stretches cost nothing. When only ticks are left and ``idle_ticks`` of them in a row
-  changed nothing, the run ends and the jobs still waiting are reported as pending.
+  stretches cost nothing, and also at the time a core that offers ``next_wakeup()`` names
+  (a timeout due while nothing else happens). When only ticks are left and ``idle_ticks``
+  of them in a row changed nothing, the run ends and the jobs still waiting are reported
+  as pending.
 
 Resource use is accounted from the placements in Bind actions, held until the task's
 finish or stop is delivered (as the core holds it), and sampled after every step.
@@ -89,8 +91,9 @@ class ClusterChange:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    #: virtual seconds between ticks while jobs wait (aging, timeouts)
-    tick_s: float = 60.0
+    #: virtual seconds between ticks while jobs wait (aging, timeouts); 0 or None: no
+    #: periodic ticks, only those the core asks for through ``next_wakeup()``
+    tick_s: float | None = 60.0
     #: consecutive ticks that change nothing, with no other event left, before giving up
     idle_ticks: int = 60
     #: stop at this virtual time (None: when the workload has drained)
@@ -210,6 +213,8 @@ class Simulator:
         self._seq = 0
         self._nontick = 0
         self._tick_pending = False
+        #: times of ticks asked for by the core's optional ``next_wakeup()``
+        self._wakeups: set[float] = set()
         self.now = 0.0
         self._duration: dict[str, float] = {}
         self.outcomes: dict[str, JobOutcome] = {}
@@ -288,12 +293,16 @@ class Simulator:
                 break
             self.now = time
             batch: list[Any] = []  # core events, TaskStopped included
-            ticked = False
+            ticked = woken = False
             delivered = 0
             while heap and heap[0][0] == time:
                 _, order, _, payload = heapq.heappop(heap)
                 if order == _Order.TICK:
-                    self._tick_pending = False
+                    if payload is None:
+                        self._tick_pending = False
+                    else:
+                        self._wakeups.discard(time)
+                        woken = True
                     ticked = True
                     continue
                 self._nontick -= 1
@@ -304,7 +313,7 @@ class Simulator:
             for job_id in self._arrived:  # users in the system once the batch is in
                 self.outcomes[job_id].contenders = len(self._user_mark)
             self._arrived.clear()
-            if ticked and not batch and self._waiting:
+            if ticked and not batch and (self._waiting or woken):
                 batch.append(Tick())
             if not batch:
                 continue  # only stale finishes: nothing to tell the core
@@ -315,10 +324,14 @@ class Simulator:
             self._sample(time)
             if self._progress is not None and self.steps % self.config.progress_every == 0:
                 self._progress(self._done, len(self.outcomes), time)
-            if self._waiting and not self._tick_pending:
-                idle = idle + 1 if (ticked and not delivered and not changed) else 0
-                if self._nontick == 0 and idle >= self.config.idle_ticks:
-                    break
+            idle = idle + 1 if (ticked and not delivered and not changed) else 0
+            if self._nontick == 0 and idle >= self.config.idle_ticks:
+                break
+            wake = self._core_wakeup()
+            if wake is not None and wake > time and wake not in self._wakeups:
+                self._wakeups.add(wake)
+                self._push(wake, _Order.TICK, "wakeup")
+            if self.config.tick_s and self._waiting and not self._tick_pending:
                 self._tick_pending = True
                 self._push(time + self.config.tick_s, _Order.TICK, None)
         self._close_fairness(self.now)
@@ -336,6 +349,14 @@ class Simulator:
             self.now,
             self._initial_cap,
         )
+
+    def _core_wakeup(self) -> float | None:
+        """The core's next time-based action, if it offers ``next_wakeup()`` (optional)."""
+        wakeup = getattr(self.scheduler, "next_wakeup", None)
+        if not callable(wakeup):
+            return None
+        value = wakeup()
+        return None if value is None else float(value)
 
     def _push(self, time: float, order: _Order, payload: object) -> None:
         if order != _Order.TICK:
