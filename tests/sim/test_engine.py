@@ -183,8 +183,12 @@ class WakingCore(ScriptedCore):
 def test_without_periodic_ticks_the_core_is_woken_when_it_asks() -> None:
     core = WakingCore({500.0: [Bind("j", 1, ((0, on("n", 0)),))]})
     config = EngineConfig(tick_s=0, idle_ticks=3)
+
+    def factory(*_: Any) -> Any:
+        return core
+
     result = Simulator(
-        [gpu_node("n", gpus=1)], workload(("j", 10, 5, 1)), config=config, core=lambda *_: core
+        [gpu_node("n", gpus=1)], workload(("j", 10, 5, 1)), config=config, core=factory
     ).run()
     assert [(t, e) for t, e in core.calls if t != 10.0] == [
         (500.0, [Tick()]),
