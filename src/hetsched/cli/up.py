@@ -9,7 +9,6 @@ import typer
 
 from hetsched.cli.output import fail
 from hetsched.model.specs import SpecError
-from hetsched.service.server import Options, default_home, serve
 
 __all__ = ["up"]
 
@@ -44,6 +43,9 @@ def up(
     sync: Annotated[str, typer.Option(help="SQLite synchronous mode: FULL or NORMAL.")] = "FULL",
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and a local agent."""
+    # imported here so the other commands start without the server's dependencies
+    from hetsched.service.server import Options, default_home, serve
+
     mapping: dict[str, str] = {}
     for item in run_as or []:
         user, sep, account = item.partition("=")

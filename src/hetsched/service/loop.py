@@ -24,7 +24,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,9 +93,12 @@ class ControlLoop:
         nodes: Iterable[Node],
         run_as: dict[str, RunAs] | None = None,
         tick_s: float = 0.5,
+        make_core: Callable[[], Scheduler] | None = None,
     ) -> None:
         self.store = store
         self.core = scheduler
+        #: builds a fresh core with the nodes added, for rebuilding after a failed turn
+        self.make_core = make_core
         self.executor = executor
         self.run_as = run_as
         self.tick_s = tick_s
@@ -155,11 +158,39 @@ class ControlLoop:
         while not self._stop.is_set():
             try:
                 self.turn()
-            except Exception:  # the loop must survive a bad turn; the store is the truth
-                log.exception("reconcile turn failed")
-                time.sleep(0.5)
+            except Exception:
+                # The core may now disagree with the store (a decision it took was not
+                # committed). The store is the truth: rebuild the core from it, exactly as
+                # a restart would.
+                log.exception("reconcile turn failed; rebuilding the core from the store")
+                self._rebuild()
             self._wake.wait(timeout=0.05)
             self._wake.clear()
+
+    def _rebuild(self) -> None:
+        if self.make_core is None:
+            time.sleep(0.5)
+            return
+        from hetsched.service.recovery import recover
+
+        try:
+            self.executor.shutdown()
+            self.core = self.make_core()
+            self.specs.clear()
+            self.persisted.clear()
+            self.run_offset.clear()
+            self._pending_release = []
+            self._failed_starts = []
+            # API submissions already queued are in the store: recovery replays them
+            while True:
+                try:
+                    self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+            self._pending_events = recover(self)
+        except Exception:
+            log.exception("rebuilding the core failed; retrying")
+            time.sleep(1.0)
 
     # -- one turn ------------------------------------------------------------------------
 

@@ -183,7 +183,8 @@ def recover(loop: ControlLoop, now: float | None = None) -> list[Any]:
                 submits.append((job, run, int(row["restarts"])))
             if row["cancel_requested"]:
                 events.append(JobCancelled(job_id, "cancelled"))
-    executor.sweep(adopted)
+        # before the releases above commit: kill what no live task accounts for
+        executor.sweep(adopted)
     # pending jobs go through the core's ordinary submission path, in arrival order; their
     # runs continue the store's numbering through the offset
     resubmitted: list[Any] = []

@@ -121,11 +121,15 @@ def build(options: Options) -> Built:
     for path in options.cluster:
         nodes += load_cluster(path)
     profile = load_profile(options.profile)
-    core = Scheduler(ClusterState(), profile, seed=options.seed)
-    core.handle([NodeAdded(n) for n in nodes], now=0.0)
+
+    def make_core() -> Scheduler:
+        core = Scheduler(ClusterState(), profile, seed=options.seed)
+        core.handle([NodeAdded(n) for n in nodes], now=0.0)
+        return core
+
     executor = Executor(home, instance, kill_grace_s=options.kill_grace_s)
     run_as = _run_as_map(options.run_as)
-    loop = ControlLoop(store, core, executor, nodes, run_as=run_as)
+    loop = ControlLoop(store, make_core(), executor, nodes, run_as=run_as, make_core=make_core)
     initial = recover(loop)
     token_file = home / "admin.token"
     admin_token = None
