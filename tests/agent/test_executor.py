@@ -1,0 +1,163 @@
+"""The executor with real processes: groups, exit codes, stop, adopt, sweep, runtime."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hetsched.agent.executor import Executor, TaskExit, device_env, local_indices
+from hetsched.cluster.placement import Placement
+from hetsched.model.device import Device
+
+
+def _wait_exit(executor: Executor, timeout: float = 10) -> TaskExit:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        exits = executor.poll()
+        if exits:
+            return exits[0]
+        time.sleep(0.02)
+    raise AssertionError("no exit")
+
+
+def _start(executor: Executor, command: list[str], **kwargs: object) -> int:
+    handle = executor.start(
+        "job1",
+        0,
+        1,
+        Placement("n", 1000, 100),
+        [],
+        command,
+        kwargs.pop("env", {}),  # type: ignore[arg-type]
+        None,
+        kwargs.pop("max_runtime_s", None),  # type: ignore[arg-type]
+    )
+    return handle.pid
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> Executor:
+    return Executor(tmp_path, "test-instance", kill_grace_s=0.5)
+
+
+def test_exit_codes_and_logs(executor: Executor) -> None:
+    _start(executor, ["sh", "-c", "echo out; echo err >&2; exit 4"])
+    done = _wait_exit(executor)
+    assert (done.exit_code, done.stopped, done.reason) == (4, False, "exit code 4")
+    out = executor.log_path("job1", 0, "stdout").read_text()
+    assert out.endswith("out\n") and "run 1 of task 0" in out
+    assert executor.log_path("job1", 0, "stderr").read_text() == "err\n"
+    assert oct(executor.log_path("job1", 0, "stdout").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_missing_program_is_a_failed_task_not_a_crash(executor: Executor) -> None:
+    _start(executor, ["/no/such/program"])
+    assert _wait_exit(executor).exit_code == 127
+
+
+def test_each_task_is_its_own_process_group(executor: Executor) -> None:
+    pid = _start(executor, ["sleep", "30"])
+    assert os.getpgid(pid) == pid and os.getsid(pid) == pid
+    executor.stop("job1/0#1")
+    assert _wait_exit(executor).stopped
+
+
+def test_stop_reaches_grandchildren_and_escalates_to_sigkill(executor: Executor) -> None:
+    pid = _start(executor, ["sh", "-c", "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60"])
+    time.sleep(0.3)
+    family = psutil.Process(pid).children(recursive=True)
+    assert len(family) >= 2
+    executor.stop("job1/0#1", grace_s=0.3)
+    done = _wait_exit(executor)
+    assert done.stopped and done.exit_code == -9
+    _gone, alive = psutil.wait_procs(family, timeout=5)
+    assert alive == []
+
+
+def test_a_graceful_task_keeps_its_exit_status_when_stopped(executor: Executor) -> None:
+    _start(executor, ["sh", "-c", "trap 'echo bye; exit 0' TERM; sleep 30 & wait"])
+    time.sleep(0.3)
+    executor.stop("job1/0#1", grace_s=5)
+    done = _wait_exit(executor)
+    assert done.stopped and done.exit_code == 0
+
+
+def test_maximum_runtime(executor: Executor) -> None:
+    _start(executor, ["sleep", "30"], max_runtime_s=0.2)
+    done = _wait_exit(executor)
+    assert done.reason == "exceeded its maximum runtime" and not done.stopped
+
+
+def test_adopt_needs_the_same_pid_and_start_time(executor: Executor, tmp_path: Path) -> None:
+    pid = _start(executor, ["sh", "-c", "sleep 0.5; exit 3"])
+    handle = executor.handles.pop("job1/0#1")
+    other = Executor(tmp_path, "test-instance")
+    assert other.adopt("job1", 0, 1, pid, handle.pid_started + 5, None) is None
+    adopted = other.adopt("job1", 0, 1, pid, handle.pid_started, None)
+    assert adopted is not None and adopted.popen is None
+    done = _wait_exit(other)
+    # not our child any more in real life; the exit code comes from the wrapper's file
+    assert done.exit_code == 3
+    assert handle.popen is not None
+    handle.popen.wait()
+
+
+def test_sweep_kills_processes_no_task_accounts_for(executor: Executor) -> None:
+    keep = _start(executor, ["sleep", "30"])
+    keep_popen = executor.handles.pop("job1/0#1").popen
+    assert keep_popen is not None
+    stray = executor.start(
+        "job2", 0, 1, Placement("n", 1, 1), [], ["sleep", "30"], {}, None, None
+    ).pid
+    killed = executor.sweep(["job1/0#1"])
+    assert stray in killed and keep not in killed
+    assert psutil.Process(keep).is_running()
+    for handle in executor.handles.values():
+        assert handle.popen is not None
+        handle.popen.wait(timeout=5)
+    os.killpg(keep, 9)
+    keep_popen.wait(timeout=5)
+
+
+def test_the_job_sees_its_devices_and_not_the_service_secrets(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HETSCHED_TOKEN", "secret")
+    gpu = Device("n/gpu1", "gpu", "nvidia", "A100")
+    executor.start(
+        "job1",
+        0,
+        1,
+        Placement("n", 1, 1),
+        [(gpu, 500, 1)],
+        ["sh", "-c", 'echo "[$HETSCHED_TOKEN] $CUDA_VISIBLE_DEVICES $HETSCHED_DEVICES"'],
+        {"MINE": "1"},
+        None,
+        None,
+    )
+    _wait_exit(executor)
+    line = executor.log_path("job1", 0, "stdout").read_text().splitlines()[-1]
+    assert line.startswith("[] 1 ")
+    assert json.loads(line.split(" ", 2)[2])[0]["share"] == 500
+
+
+def test_device_env_per_vendor_and_class() -> None:
+    devices = [
+        Device("n/gpu0", "gpu", "nvidia", "A100"),
+        Device("n/gpu1", "gpu", "amd", "MI250"),
+        Device("n/gpu2", "gpu", "nvidia", "A100"),
+        Device("n/fpga0", "fpga", "xilinx", "U250"),
+    ]
+    index = local_indices(devices)
+    assert index == {"n/gpu0": 0, "n/gpu1": 0, "n/gpu2": 1, "n/fpga0": 0}
+    env = device_env([(d, 1000, index[d.id]) for d in devices[1:]])
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["ROCR_VISIBLE_DEVICES"] == env["HIP_VISIBLE_DEVICES"] == "0"
+    classes = [d["class"] for d in json.loads(env["HETSCHED_DEVICES"])]
+    assert classes == ["gpu", "gpu", "fpga"]
+    assert device_env([])["CUDA_VISIBLE_DEVICES"] == ""
