@@ -82,7 +82,11 @@ class Scheduler:
         self.holder: str | None = None
         #: victim id -> the job that preempted it, while the victim is stopping
         self._nominations: dict[str, str] = {}
+        #: jobs that preempted others and have not started yet, by id
+        self.promised: dict[str, JobRecord] = {}
         self._seq = 0
+        #: the time of the last ``handle`` call
+        self.now = 0.0
         # plugins read the ledger and quotas through the handle, so they come first
         self.framework = Framework(self.profile, handle=self, seed=seed)
         #: the queue sort is strict: a job that cannot start blocks the rest of its queue
@@ -91,6 +95,7 @@ class Scheduler:
     # -- the one entry point -------------------------------------------------------------
 
     def handle(self, events: Iterable[Event], now: float) -> list[Action]:
+        self.now = now
         self.ledger.advance(now, self.state)
         actions: list[Action] = []
         for event in events:
@@ -107,6 +112,19 @@ class Scheduler:
         except KeyError:
             raise KeyError(f"unknown job {job_id!r}") from None
 
+    @property
+    def promising(self) -> bool:
+        """Some job preempted others and has not started yet (capacity is kept for it)."""
+        return bool(self.promised)
+
+    def promise(self, record: JobRecord, promised: bool) -> None:
+        """Mark that capacity is kept for ``record`` (it preempted jobs), or no longer."""
+        record.promised = promised
+        if promised:
+            self.promised[record.id] = record
+        else:
+            self.promised.pop(record.id, None)
+
     def waiting(self) -> list[JobRecord]:
         """Jobs with tasks to place: pending jobs, and running jobs whose gang minimum was
         below their replicas and that still have tasks to start."""
@@ -117,9 +135,10 @@ class Scheduler:
         ]
 
     def next_wakeup(self) -> float | None:
-        """The earliest time a time-based rule acts (gang hold timeout, end of a backoff,
-        maximum runtime, maximum pending time), or None. Drivers that do not tick at a fixed
-        step call ``handle([Tick()], t)`` at this time; aging needs no wakeup."""
+        """The earliest time after the last ``handle`` call at which a time-based rule acts
+        (gang hold timeout, end of a backoff, maximum runtime, maximum pending time), or
+        None. Drivers that do not tick at a fixed step call ``handle([Tick()], t)`` then;
+        aging needs no wakeup."""
         times: list[float] = []
         gang = self.profile.gang
         max_pending = self.profile.timeouts.max_pending_s
@@ -127,14 +146,14 @@ class Scheduler:
             if record.state is JobState.PENDING:
                 if record.hold_since is not None:
                     times.append(record.hold_since + gang.timeout_s)
-                if record.backoff_until > record.queued_since:
-                    times.append(record.backoff_until)
+                times.append(record.backoff_until)
                 if max_pending is not None:
                     times.append(record.queued_since + max_pending)
             elif record.state is JobState.RUNNING and record.started is not None:
                 limit = self._max_runtime(record.job)
                 if limit is not None:
                     times.append(record.started + limit)
+        times = [t for t in times if t > self.now]
         return min(times) if times else None
 
     # -- allocation, kept in step with the usage ledger ----------------------------------
@@ -242,7 +261,7 @@ class Scheduler:
     def _end_pending(self, record: JobRecord) -> None:
         """A pending job leaves the queue for good: give back what it holds or was promised."""
         self._drop_hold(record)
-        record.promised = False
+        self.promise(record, False)
 
     def _cancel(self, job_id: str, reason: str, now: float) -> list[Action]:
         record = self.jobs.get(job_id)
@@ -317,6 +336,8 @@ class Scheduler:
         record.queued_since = now
         record.failed_epoch = -1
         record.move(JobState.PENDING, now, cause)
+        # until the next attempt says more; the job may wait out this call untried
+        record.explanation = Explanation(Code.UNSCHEDULABLE, f"back in the queue: {cause}")
 
     # -- time-based rules ----------------------------------------------------------------
 
@@ -405,7 +426,7 @@ class Scheduler:
         record.hold_since = None
         if self.holder == record.id:
             self.holder = None
-        record.promised = False
+        self.promise(record, False)
         record.explanation = None
         record.blocked_by = ""
         if record.state is JobState.RUNNING:

@@ -29,15 +29,14 @@ from hetsched.model.lifecycle import JobState
 from hetsched.scheduler.actions import Action, Pending
 from hetsched.scheduler.backfill import Reservation, reserve
 from hetsched.scheduler.explain import Explanation, explain_placement
-from hetsched.scheduler.placing import trial
-from hetsched.scheduler.preemption import PLAN_KEY, Plan
+from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.usage import Usage, placement_usage, request_usage
 
 if TYPE_CHECKING:
     from hetsched.scheduler.core import Scheduler
 
-__all__ = ["promise_kept", "run_cycle"]
+__all__ = ["run_cycle"]
 
 
 @dataclass(slots=True)
@@ -103,7 +102,7 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         record.failed_epoch = sched.capacity_epoch
         record.blocked_by = outcome.kind
         if record.promised and not record.nominated:
-            record.promised = False  # its victims are gone and it still does not fit
+            sched.promise(record, False)  # its victims are gone and it still does not fit
         explanation = outcome.explanation or Explanation(Code.UNSCHEDULABLE, "cannot start now")
         extra = list(_where(record, position))
         if outcome.kind in ("capacity", "quota", "gang") and framework.post_filters:
@@ -289,12 +288,11 @@ def _guard(
 ) -> str | None:
     """Why ``record`` may not take ``placements`` (already allocated on the live state):
     capacity promised to a preemptor, or the backfill head's reservation."""
-    for other in sched.jobs.values():
-        if other.promised and other is not record and not promise_kept(sched, other, now):
-            return (
-                f"held back: the capacity it needs is kept for job {other.id}, which "
-                "preempted jobs to start"
-            )
+    if sched.promising and not promises_kept(sched, now, skip=record):
+        return (
+            "held back: the capacity it needs is kept for jobs that preempted others to "
+            "start: " + ", ".join(sorted(sched.promised))
+        )
     head = cycle.head
     if (
         cycle.reservation is not None
@@ -307,23 +305,6 @@ def _guard(
             f"(starts at t={cycle.reservation.start:g}); it would delay it"
         )
     return None
-
-
-def promise_kept(sched: Scheduler, preemptor: JobRecord, now: float) -> bool:
-    """Would ``preemptor`` fit once its victims have stopped, given the live state?"""
-    from hetsched.scheduler.core import task_key
-    from hetsched.scheduler.preemption import _fits
-
-    fork = sched.state.fork()
-    for job_id in preemptor.nominated:
-        for key in sched.jobs[job_id].stopping:
-            fork.release(key)
-    for task in preemptor.held:
-        fork.release(task_key(preemptor.id, task, preemptor.run + 1))
-    needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
-    if not sched.quotas.enabled:
-        return trial(sched.framework, fork, preemptor.job, needed, now) is not None
-    return _fits(sched, fork, preemptor, needed, set(preemptor.nominated), now)
 
 
 def _preempt(sched: Scheduler, record: JobRecord, now: float, actions: list[Action]) -> list[str]:
@@ -340,5 +321,5 @@ def _preempt(sched: Scheduler, record: JobRecord, now: float, actions: list[Acti
         kind = plan.kinds[victim.id]
         actions.append(sched.preempt(victim, record, kind, plan.grace_s, now))
         names.append(f"{victim.id} ({kind})")
-    record.promised = True
+    sched.promise(record, True)
     return ["preempting " + ", ".join(names) + "; it starts when they have stopped"]

@@ -18,9 +18,18 @@ __all__ = ["trial"]
 
 
 def trial(
-    framework: Framework, state: ClusterState, job: Job, count: int, now: float
+    framework: Framework,
+    state: ClusterState,
+    job: Job,
+    count: int,
+    now: float,
+    keep: bool = False,
 ) -> list[Placement] | None:
-    """Placements for ``count`` tasks of ``job`` chosen as a real attempt would, or None."""
+    """Placements for ``count`` tasks of ``job`` chosen as a real attempt would, or None.
+
+    With ``keep`` a successful trial leaves its placements allocated (under keys
+    ``<job>/trial<i>``), so that later trials on the same fork see them taken.
+    """
     ctx = CycleContext(state, job, job.resources, now)
     if count <= 0:
         return []
@@ -37,6 +46,8 @@ def trial(
             state.allocate(key, placement)
             keys.append(key)
             placed.append(placement)
+        if keep:
+            keys = []
         return placed
     finally:
         for key in reversed(keys):

@@ -25,8 +25,11 @@ from fitting.
 No loops: a job never preempts a job of equal or higher priority (priority kind), a job that
 borrows never reclaims (reclaim kind, so a reclaimed job cannot reclaim back while its queue
 is above its guarantee), and each pair of jobs preempts at most once, in one direction,
-ever: if A preempted B, A never preempts B again and B never preempts A. One preemption is
-in flight at a time (until its preemptor starts), which also rate-limits storms.
+ever: if A preempted B, A never preempts B again and B never preempts A.
+
+Several preemptions may be in flight: a plan is made on a fork where the capacity promised
+to earlier preemptors (their victims' resources, and they placed there) is already taken, so
+every promise can be kept at once.
 """
 
 from __future__ import annotations
@@ -185,17 +188,12 @@ def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: floa
     """The victims that let ``preemptor`` start, or why there are none."""
     if preemptor.nominated:
         return "already waiting for its victims to stop"
-    # one preemption in flight at a time: a second plan could count on capacity the first
-    # preemptor is promised, and then neither would be sure to start
-    for other in sched.jobs.values():
-        if other.promised and other is not preemptor:
-            return f"the preemption for job {other.id} is still in progress"
     kinds = candidates(sched, args, preemptor, now)
     if not kinds:
         return "no job may be preempted for it (priority, queue, minimum runtime, history)"
     pool = [sched.jobs[i] for i in kinds]
     needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
-    fork = sched.state.fork()
+    fork = promised_fork(sched, now, skip=preemptor)
     for key, _ in _held_keys(preemptor):  # its own partial gang hold: placed afresh
         fork.release(key)
     for victim in pool:
@@ -231,6 +229,37 @@ def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: floa
         return "it fits without preempting anyone"
     victims = tuple(sorted((sched.jobs[i] for i in removed), key=lambda r: r.seq))
     return Plan(victims, {v.id: kinds[v.id] for v in victims}, args.grace_s)
+
+
+def promised_fork(sched: Scheduler, now: float, skip: JobRecord | None = None) -> ClusterState:
+    """A fork of the live state as it will be once every preemption in flight is done: the
+    victims' held allocations released and each promised preemptor (but ``skip``) placed,
+    in arrival order. Use :func:`promises_kept` to know whether all of them fitted."""
+    return _promised(sched, now, skip)[0]
+
+
+def promises_kept(sched: Scheduler, now: float, skip: JobRecord | None = None) -> bool:
+    """Does every promised preemptor (but ``skip``) still fit, all together, once its victims
+    have stopped, given the live state?"""
+    return _promised(sched, now, skip)[1]
+
+
+def _promised(sched: Scheduler, now: float, skip: JobRecord | None) -> tuple[ClusterState, bool]:
+    fork = sched.state.fork()
+    promised = sorted((r for r in sched.promised.values() if r is not skip), key=lambda r: r.seq)
+    for record in promised:
+        for job_id in record.nominated:
+            for key in sched.jobs[job_id].stopping:
+                if key in fork.allocations:
+                    fork.release(key)
+        for key, _ in _held_keys(record):
+            fork.release(key)
+    kept = True
+    for record in promised:
+        needed = min(record.job.gang_min, len(record.unplaced))
+        if trial(sched.framework, fork, record.job, needed, now, keep=True) is None:
+            kept = False
+    return fork, kept
 
 
 def _fits(

@@ -1,0 +1,189 @@
+"""Preemption: victims chosen on a fork, safeguards, and no loops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from builders import gpu_node, job
+from harness import Harness
+from hetsched.cluster import ClusterState
+from hetsched.framework.profile import parse_profile
+from hetsched.model.job import Job
+from hetsched.model.lifecycle import JobState
+from hetsched.scheduler import (
+    Bind,
+    JobSubmitted,
+    Preempt,
+    Scheduler,
+    TaskCheckpointed,
+    TaskStopped,
+)
+
+
+def _core(gpus: int = 8, nodes: int = 1, **args: Any) -> Scheduler:
+    profile = parse_profile(
+        {"queue_sort": "priority", "post_filter": [{"name": "preemption", "args": args}]}
+    )
+    return Scheduler(ClusterState([gpu_node(f"g{i}", gpus=gpus) for i in range(nodes)]), profile)
+
+
+def _preempted(actions: list[Any]) -> list[str]:
+    return sorted(a.job_id for a in actions if isinstance(a, Preempt))
+
+
+def test_victims_lowest_priority_first_then_least_work_lost() -> None:
+    core = _core(grace_s=7)
+    core.handle(
+        [
+            JobSubmitted(job("p1", gpus=2, priority=1)),
+            JobSubmitted(job("p0a", gpus=2, priority=0)),
+            JobSubmitted(job("p0b", gpus=2, priority=0)),
+            JobSubmitted(job("p2", gpus=2, priority=2)),
+        ],
+        0,
+    )
+    core.handle([TaskCheckpointed("p0b", 0, 1)], 50)  # p0b would lose 10 s, p0a 60 s
+    actions = core.handle([JobSubmitted(job("hi", gpus=2, priority=5))], 60)
+    assert _preempted(actions) == ["p0b"]
+    preempt = next(a for a in actions if isinstance(a, Preempt))
+    assert (preempt.grace_s, preempt.preemptor, preempt.kind) == (7, "hi", "priority")
+    # the capacity stays held until the victim stops, then goes to the preemptor
+    assert not [a for a in actions if isinstance(a, Bind)]
+    actions = core.handle([TaskStopped("p0b", 0, 1)], 61)
+    assert [a.job_id for a in actions if isinstance(a, Bind)] == ["hi"]
+    assert core.record("p0b").state is JobState.PENDING
+    assert core.record("p0b").explanation is not None
+
+
+@pytest.mark.parametrize(
+    ("victim", "now", "expected"),
+    [
+        (job("v", gpus=8, priority=0), 100, ["v"]),
+        (job("v", gpus=8, priority=0, preemptible=False), 100, []),
+        (job("v", gpus=8, priority=0), 5, []),  # younger than min_runtime_s
+        (job("v", gpus=8, priority=5), 100, []),  # equal priority never preempted
+        (job("v", gpus=8, priority=9), 100, []),
+    ],
+)
+def test_safeguards(victim: Job, now: float, expected: list[str]) -> None:
+    core = _core(min_runtime_s=10)
+    core.handle([JobSubmitted(victim)], 0)
+    actions = core.handle([JobSubmitted(job("hi", gpus=8, priority=5))], now)
+    assert _preempted(actions) == expected
+    explanation = core.record("hi").explanation
+    if not expected:
+        assert explanation is not None and "preemption" in str(explanation)
+
+
+def test_never_preempts_when_the_preemptor_would_not_fit() -> None:
+    # 2 nodes of 4: the 8-GPU job cannot fit on one node even if everything is preempted
+    core = _core(gpus=4, nodes=2)
+    core.handle([JobSubmitted(job("v", gpus=1, priority=0))], 0)
+    actions = core.handle([JobSubmitted(job("hi", gpus=8, priority=5))], 10)
+    assert _preempted(actions) == []
+    assert core.record("hi").explanation is not None
+
+
+def test_fewest_victims_among_equals() -> None:
+    core = _core()
+    core.handle(
+        [JobSubmitted(job(f"s{i}", gpus=1, priority=0)) for i in range(4)]
+        + [JobSubmitted(job("big", gpus=4, priority=0))],
+        0,
+    )
+    actions = core.handle([JobSubmitted(job("hi", gpus=4, priority=5))], 10)
+    assert _preempted(actions) == ["big"]
+
+
+# -- properties over generated workloads -----------------------------------------------------
+
+jobs_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # priority
+        st.integers(1, 8),  # gpus
+        st.integers(1, 20),  # duration
+        st.integers(0, 30),  # submit time
+        st.booleans(),  # preemptible
+    ),
+    min_size=2,
+    max_size=14,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs=jobs_strategy, grace=st.sampled_from([0.0, 1.0, 3.0]), nodes=st.integers(1, 2))
+def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_start(
+    specs: list[tuple[int, int, int, int, bool]], grace: float, nodes: int
+) -> None:
+    min_runtime = 2.0
+    core = _core(nodes=nodes, grace_s=grace, min_runtime_s=min_runtime)
+    jobs = [
+        job(
+            f"j{i}",
+            gpus=g,
+            priority=p,
+            estimated_runtime_s=float(d),
+            submit_time=float(t),
+            preemptible=pre,
+        )
+        for i, (p, g, d, t, pre) in enumerate(specs)
+    ]
+    h = Harness(core)
+    h.submit(jobs)
+    h.run(until=2000.0)
+    starts: dict[str, list[float]] = {}
+    for t, a in h.actions(Bind):
+        starts.setdefault(a.job_id, []).append(t)
+    pairs: set[tuple[str, str]] = set()
+    for t, a in h.actions(Preempt):
+        assert isinstance(a, Preempt)
+        pair = (a.preemptor, a.job_id)
+        assert pair not in pairs, "a job preempted twice by the same job"
+        assert (a.job_id, a.preemptor) not in pairs, "A preempted B and B preempted A"
+        pairs.add(pair)
+        victim = core.record(a.job_id).job
+        preemptor = core.record(a.preemptor).job
+        assert victim.preemptible
+        assert victim.priority < preemptor.priority
+        started = max(s for s in starts[a.job_id] if s <= t)
+        assert t - started >= min_runtime
+        # the preemptor starts once the victims have stopped, at the latest after the grace
+        assert any(t <= s <= t + grace for s in starts.get(a.preemptor, []))
+    # everything ends, and each pair preempts at most once, so a job is preempted at most
+    # once per job of higher priority
+    for record in core.jobs.values():
+        assert record.state is JobState.SUCCEEDED
+        higher = sum(1 for j in jobs if j.priority > record.job.priority)
+        assert record.preemptions <= higher
+
+
+@settings(max_examples=40, deadline=None)
+@given(specs=jobs_strategy)
+def test_every_pending_job_has_an_explanation(
+    specs: list[tuple[int, int, int, int, bool]],
+) -> None:
+    core = _core(nodes=1, grace_s=1.0)
+    jobs = [
+        job(
+            f"j{i}",
+            gpus=g,
+            priority=p,
+            estimated_runtime_s=float(d),
+            submit_time=float(t),
+            preemptible=pre,
+        )
+        for i, (p, g, d, t, pre) in enumerate(specs)
+    ]
+
+    def check(now: float) -> None:
+        for record in core.jobs.values():
+            if record.state in (JobState.PENDING, JobState.REJECTED):
+                assert record.explanation is not None and record.explanation.summary
+
+    h = Harness(core, after=check)
+    h.submit(jobs)
+    h.run(until=2000.0)
