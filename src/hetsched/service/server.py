@@ -62,6 +62,8 @@ class Options:
     demo: bool = False
     run_as: dict[str, str] = field(default_factory=dict)
     rate_limit: float = 200.0
+    #: failed authentications per second per client address before 429
+    auth_failure_rate: float = 10.0
     kill_grace_s: float = 5.0
     sync: str = "FULL"
     seed: int = 0
@@ -146,7 +148,7 @@ def build(options: Options) -> Built:
         feasibility=Feasibility(nodes),
         auth=Authenticator(store),
         limiter=RateLimiter(options.rate_limit),
-        auth_failures=RateLimiter(10.0, 20.0),
+        auth_failures=RateLimiter(options.auth_failure_rate),
         mapped_users=frozenset(run_as) if run_as is not None else None,
     )
     loop.start(initial)
