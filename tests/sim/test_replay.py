@@ -83,7 +83,8 @@ def test_replay_report_folder(tmp_path: Path) -> None:
 def test_replay_a_gavel_trace_on_the_gavel_cluster() -> None:
     code, out = invoke(
         "sim", "replay", "--cluster", str(EXAMPLES / "clusters" / "gavel.yaml"),
-        "--workload", str(GAVEL_VC), "--limit", "150", "-o", "json", "--no-jobs",
+        "--workload", f"{GAVEL_VC},{GAVEL_VC.parent / '23dbec.trace'}", "--limit", "150",
+        "-o", "json", "--no-jobs",
     )  # fmt: skip
     assert code == 0, out
     (entry,) = json.loads(out)["replays"]
@@ -91,6 +92,7 @@ def test_replay_a_gavel_trace_on_the_gavel_cluster() -> None:
     summary = entry["summary"]
     assert summary["jobs"] == 150 and summary["states"] == {"succeeded": 150}
     assert set(summary["utilization"]) == {"cpu", "V100", "P100", "K80"}
+    assert set(summary["fairness"]["user_share"]) == {"6c71a0", "23dbec"}
 
 
 @pytest.mark.parametrize(

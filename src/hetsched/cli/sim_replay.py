@@ -61,18 +61,23 @@ def load_any_workload(
     throughputs: Path | None = None,
     reference: str = "v100",
 ) -> Workload:
-    """A neutral CSV, or Gavel trace files (a ``.trace`` file or a folder of them)."""
+    """A neutral CSV, or Gavel trace files: a ``.trace`` file, a folder of them, or several
+    of either separated by commas."""
+    paths = [Path(p) for p in str(path).split(",") if p]
     if fmt == "auto":
-        fmt = "gavel" if path.is_dir() or path.suffix == ".trace" else "csv"
+        gavel = all(p.is_dir() or p.suffix == ".trace" for p in paths)
+        fmt = "gavel" if gavel else "csv"
     if fmt == "csv":
+        if len(paths) != 1:
+            raise WorkloadError([f"{path}: one CSV workload at a time"])
         return read_workload(path)
-    table_path = throughputs or _find_throughputs(path)
+    table_path = throughputs or _find_throughputs(paths[0])
     if table_path is None:
         raise WorkloadError(
             [f"{path}: no simulation_throughputs.json beside it; pass --gavel-throughputs"]
         )
     options = GavelOptions(reference=reference, gpus_per_node=_gpus_per_node(nodes))
-    workload, skipped = read_gavel([path], load_throughputs(table_path), options)
+    workload, skipped = read_gavel(paths, load_throughputs(table_path), options)
     for reason, count in skipped.items():
         _err.print(f"[yellow]skipped[/yellow] {count} job(s): {reason}", highlight=False)
     return workload
@@ -133,7 +138,10 @@ def replay(
     cluster: Annotated[Path, typer.Option(help="Cluster YAML: nodes and their devices.")],
     workload: Annotated[
         Path,
-        typer.Option(help="Workload: a neutral-format CSV, a Gavel .trace file or a folder."),
+        typer.Option(
+            help="Workload: a neutral-format CSV, or Gavel .trace files or folders "
+            "(comma-separated)."
+        ),
     ],
     profile: Annotated[
         Path | None, typer.Option(help="Profile YAML to replay under (default: fifo).")
