@@ -97,7 +97,7 @@ def reserve(sched: Scheduler, head: JobRecord, now: float) -> Reservation | None
     timeout = sched.profile.gang.timeout_s
     shadow = sched.state.fork()
     ends: list[tuple[float, str, list[str]]] = []
-    for record in sched.jobs.values():
+    for record in sched.active_jobs():
         if record is head:
             # the head's own partial hold is given back: the trial places the whole gang
             for task in record.held:

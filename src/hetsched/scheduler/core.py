@@ -82,6 +82,8 @@ class Scheduler:
         self.holder: str | None = None
         #: victim id -> the job that preempted it, while the victim is stopping
         self._nominations: dict[str, str] = {}
+        #: jobs not in a terminal state, in arrival order: what cycles and timers scan
+        self._live: dict[str, JobRecord] = {}
         #: jobs that preempted others and have not started yet, by id
         self.promised: dict[str, JobRecord] = {}
         self._seq = 0
@@ -125,12 +127,16 @@ class Scheduler:
         else:
             self.promised.pop(record.id, None)
 
+    def active_jobs(self) -> list[JobRecord]:
+        """Jobs not in a terminal state (pending or running), in arrival order."""
+        return list(self._live.values())
+
     def waiting(self) -> list[JobRecord]:
         """Jobs with tasks to place: pending jobs, and running jobs whose gang minimum was
         below their replicas and that still have tasks to start."""
         return [
             r
-            for r in self.jobs.values()
+            for r in self._live.values()
             if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.unplaced)
         ]
 
@@ -142,7 +148,7 @@ class Scheduler:
         times: list[float] = []
         gang = self.profile.gang
         max_pending = self.profile.timeouts.max_pending_s
-        for record in self.jobs.values():
+        for record in self._live.values():
             if record.state is JobState.PENDING:
                 if record.hold_since is not None:
                     times.append(record.hold_since + gang.timeout_s)
@@ -215,11 +221,17 @@ class Scheduler:
         problem = self.quotas.submit_error(job)
         if problem is not None:
             record.explanation = Explanation(Code.UNRESOLVABLE, problem)
-            record.move(JobState.REJECTED, now, problem)
-            record.ended = now
+            self._end(record, JobState.REJECTED, now, problem)
             return [Reject(job.id, problem)]
         record.move(JobState.PENDING, now, "submitted")
+        self._live[job.id] = record
         return []
+
+    def _end(self, record: JobRecord, state: JobState, now: float, cause: str) -> None:
+        """Move a job to a terminal state; it leaves the scans of cycles and timers."""
+        record.move(state, now, cause)
+        record.ended = now
+        self._live.pop(record.id, None)
 
     def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
         """Ask the driver to stop every running task of the current run.
@@ -269,8 +281,7 @@ class Scheduler:
             return []
         self._end_pending(record)
         actions = self._stop_all(record, reason)
-        record.move(JobState.CANCELLED, now, reason)
-        record.ended = now
+        self._end(record, JobState.CANCELLED, now, reason)
         return actions
 
     def _finished(
@@ -290,8 +301,7 @@ class Scheduler:
         if succeeded:
             record.finished.add(task)
             if len(record.finished) == record.job.replicas:
-                record.move(JobState.SUCCEEDED, now, "all tasks succeeded")
-                record.ended = now
+                self._end(record, JobState.SUCCEEDED, now, "all tasks succeeded")
             return []
         cause = f"task {task} failed" + (f": {reason}" if reason else "")
         actions = self._stop_all(record, cause)
@@ -300,8 +310,7 @@ class Scheduler:
             record.restarts += 1
             self._requeue(record, now, f"{cause}; restart {record.restarts}/{job.max_restarts}")
         else:
-            record.move(JobState.FAILED, now, cause)
-            record.ended = now
+            self._end(record, JobState.FAILED, now, cause)
         return actions
 
     def _lose(self, keys: list[str], cause: str, now: float) -> list[Action]:
@@ -350,14 +359,13 @@ class Scheduler:
         actions: list[Action] = []
         gang = self.profile.gang
         max_pending = self.profile.timeouts.max_pending_s
-        for record in list(self.jobs.values()):
+        for record in list(self._live.values()):
             if record.state is JobState.RUNNING and record.started is not None:
                 limit = self._max_runtime(record.job)
                 if limit is not None and now - record.started >= limit:
                     cause = "exceeded max runtime"
                     actions += self._stop_all(record, cause)
-                    record.move(JobState.FAILED, now, f"{cause} ({limit:g}s)")
-                    record.ended = now
+                    self._end(record, JobState.FAILED, now, f"{cause} ({limit:g}s)")
             elif record.state is JobState.PENDING:
                 if record.hold_since is not None and now - record.hold_since >= gang.timeout_s:
                     self._gang_timeout(record, now)
@@ -392,8 +400,7 @@ class Scheduler:
         record.explanation = Explanation(
             Code.UNSCHEDULABLE, reason, tuple(last.lines()[1:]) if last is not None else ()
         )
-        record.move(JobState.REJECTED, now, reason)
-        record.ended = now
+        self._end(record, JobState.REJECTED, now, reason)
         return Reject(record.id, reason)
 
     # -- called by the cycle -------------------------------------------------------------

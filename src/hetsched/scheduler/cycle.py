@@ -140,11 +140,12 @@ def _explain(record: JobRecord, explanation: Explanation, actions: list[Action])
 
 
 def _block(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> None:
-    """Strict mode: a job that cannot start blocks the rest of its queue, unless backfill
-    protects it with a reservation (then later jobs pass only without delaying it)."""
+    """Strict mode: a job that cannot start blocks the rest of its queue. With backfill, a
+    job blocked by capacity does not: the head's reservation is what later jobs must not
+    delay (EASY backfill), and only the first such job gets one."""
     if not sched.strict or record.state is not JobState.PENDING:
         return
-    if cycle.reservation is not None and cycle.reservation.head is record:
+    if sched.profile.backfill.enabled and record.blocked_by in ("capacity", "gang", "reservation"):
         return
     if now < record.backoff_until:
         return  # not eligible now, so it does not hold the head either
