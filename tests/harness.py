@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
 from hetsched.model.job import Job
+from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import (
     Action,
     Bind,
@@ -55,6 +56,8 @@ class Harness:
     kill_delay_s: float = 0.0
     #: called after every ``handle`` call with its time, for invariants over time
     after: Callable[[float], None] | None = None
+    #: after every call, assert that each pending or rejected job has an explanation
+    check_explanations: bool = True
     log: list[tuple[float, Action]] = field(default_factory=list)
     intervals: list[Interval] = field(default_factory=list)
     now: float = 0.0
@@ -93,6 +96,11 @@ class Harness:
             actions = self.core.handle(batch, time)
             for action in actions:
                 self._carry_out(action, time)
+            if self.check_explanations:
+                for record in self.core.jobs.values():
+                    if record.state in (JobState.PENDING, JobState.REJECTED):
+                        assert record.explanation is not None, record.id
+                        assert record.explanation.summary, record.id
             if self.after is not None:
                 self.after(time)
             wake = self.core.next_wakeup()

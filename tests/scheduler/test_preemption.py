@@ -136,8 +136,11 @@ def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_
     h.submit(jobs)
     h.run(until=2000.0)
     starts: dict[str, list[float]] = {}
+    run_start: dict[tuple[str, int], float] = {}
     for t, a in h.actions(Bind):
+        assert isinstance(a, Bind)
         starts.setdefault(a.job_id, []).append(t)
+        run_start.setdefault((a.job_id, a.run), t)
     pairs: set[tuple[str, str]] = set()
     for t, a in h.actions(Preempt):
         assert isinstance(a, Preempt)
@@ -149,8 +152,7 @@ def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_
         preemptor = core.record(a.preemptor).job
         assert victim.preemptible
         assert victim.priority < preemptor.priority
-        started = max(s for s in starts[a.job_id] if s <= t)
-        assert t - started >= min_runtime
+        assert t - run_start[(a.job_id, a.run)] >= min_runtime
         # the preemptor starts once the victims have stopped, at the latest after the grace
         assert any(t <= s <= t + grace for s in starts.get(a.preemptor, []))
     # everything ends, and each pair preempts at most once, so a job is preempted at most
