@@ -12,10 +12,10 @@ out the actions it returns, nothing more. It never reads the core's job book.
   is lost: the job starts from scratch when bound again, and the lost task-seconds are
   counted.
 - ``Tick`` is sent every ``tick_s`` of virtual time only while some job waits, so idle
-  stretches cost nothing, and also at the time a core that offers ``next_wakeup()`` names
-  (a timeout due while nothing else happens). When only ticks are left and ``idle_ticks``
-  of them in a row changed nothing, the run ends and the jobs still waiting are reported
-  as pending.
+  stretches cost nothing. With ``tick_s`` 0, ticks come instead at the times a core that
+  offers ``next_wakeup()`` names (a timeout due while nothing else happens). When only
+  ticks are left and ``idle_ticks`` of them in a row changed nothing, the run ends and the
+  jobs still waiting are reported as pending.
 
 Resource use is accounted from the placements in Bind actions, held until the task's
 finish or stop is delivered (as the core holds it), and sampled after every step.
@@ -327,7 +327,9 @@ class Simulator:
             idle = idle + 1 if (ticked and not delivered and not changed) else 0
             if self._nontick == 0 and idle >= self.config.idle_ticks:
                 break
-            wake = self._core_wakeup()
+            # the core's wakeup query scans its live jobs, so it is asked only when it is
+            # the sole source of ticks; periodic ticks cover timeouts to within tick_s
+            wake = None if self.config.tick_s else self._core_wakeup()
             if wake is not None and wake > time and wake not in self._wakeups:
                 self._wakeups.add(wake)
                 self._push(wake, _Order.TICK, "wakeup")
