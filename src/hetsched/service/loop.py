@@ -358,6 +358,8 @@ class ControlLoop:
             return
         done = self.persisted.get(job_id, 0)
         new = record.history[done:]
+        if not new and job_id not in turn.explanations:
+            return  # nothing the store shows changed (a fresh submission, most often)
         values: dict[str, Any] = {}
         if new:
             conn.execute(
@@ -375,19 +377,20 @@ class ControlLoop:
             )
             self.persisted[job_id] = len(record.history)
             assert record.state is not None
-            values.update(state=record.state.value, reason=new[-1].cause)
-        values.update(
-            run=record.run + self.run_offset.get(job_id, 0),
-            restarts=record.restarts,
-            started_at=record.started,
-            ended_at=record.ended,
-        )
+            values.update(
+                state=record.state.value,
+                reason=new[-1].cause,
+                run=record.run + self.run_offset.get(job_id, 0),
+                restarts=record.restarts,
+                started_at=record.started,
+                ended_at=record.ended,
+            )
+            if record.state.value != "pending":
+                values["explanation"] = None
         if job_id in turn.explanations:
             values["explanation"] = turn.explanations[job_id]
-        elif record.state is not None and record.state.value != "pending":
-            values["explanation"] = None
         conn.execute(update(jobs).where(jobs.c.id == job_id).values(**values))
-        if record.started is not None:
+        if new and record.started is not None:
             conn.execute(
                 update(jobs)
                 .where(jobs.c.id == job_id, jobs.c.first_started_at.is_(None))

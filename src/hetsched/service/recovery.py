@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------
 # ADAPTER: the core has no API to take back a running job's placements without a new
-# scheduling decision. This function reaches into Scheduler internals (``_seq``, ``jobs``,
-# ``state.allocate``, JobRecord fields) to do it. The API the service wants from the core:
+# scheduling decision. This function reaches into Scheduler internals (``_submit``,
+# ``allocate``, JobRecord fields) to do it. The API the service wants from the core:
 #
 #     Scheduler.restore(job, run, placements: dict[int, Placement], finished: set[int],
 #                       restarts: int, started: float, now: float) -> None
@@ -83,16 +83,20 @@ def restore_running_job(
         for key in taken:
             core.unallocate(key)
         raise
-    record = JobRecord(job, core._seq, queued_since=job.submit_time)
-    core._seq += 1
-    record.move(JobState.PENDING, now, "restored after restart")
-    record.move(JobState.RUNNING, now, "restored after restart")
+    # the core's own submission path does its bookkeeping for a new job (ordering, the
+    # set of live jobs, quota checks); the record is then moved on to its recorded run
+    rejected = core._submit(job, job.submit_time)
+    record = core.jobs[job.id]
+    if rejected or record.state is not JobState.PENDING:
+        for key in taken:
+            core.release(key)
+        raise AllocationError(f"the core refused job {job.id} again: {rejected}")
     record.run = run
     record.restarts = restarts
     record.placements = dict(placements)
     record.finished = set(finished)
     record.started = started
-    core.jobs[job.id] = record
+    record.move(JobState.RUNNING, now, "restored after restart")
     return record
 
 

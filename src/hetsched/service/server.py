@@ -175,6 +175,9 @@ def serve(options: Options) -> None:
         log_level="warning",
         access_log=False,
         lifespan="off",
+        # the fastest of what is installed (httptools and uvloop when present)
+        http="auto",
+        loop="auto",
     )
     server = uvicorn.Server(config)
     print(

@@ -12,19 +12,19 @@ SQLite's busy-retry sleeps under concurrent submissions.
 from __future__ import annotations
 
 import hashlib
+import queue
 import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
-from sqlalchemy.exc import IntegrityError
 
 from hetsched.service.tables import allocations, jobs, tasks, tokens, transitions
 
@@ -32,6 +32,16 @@ __all__ = ["Conflict", "Principal", "Store", "digest", "new_token"]
 
 #: states a job never leaves
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
+
+
+@dataclass(slots=True)
+class _Submission:
+    """One submission waiting for the group commit that will hold it."""
+
+    row: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: tuple[dict[str, Any], bool] | None = None
+    error: BaseException | None = None
 
 
 class Conflict(Exception):
@@ -83,8 +93,14 @@ class Store:
         if self.sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas(sync.upper()))
         self._write_lock = threading.Lock() if self.sqlite else None
+        self._submissions: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._submissions.put(None)
+            self._writer.join(timeout=10)
         self.engine.dispose()
 
     # -- schema --------------------------------------------------------------------------
@@ -184,53 +200,131 @@ class Store:
         request_key: str | None,
         body_digest: str | None,
     ) -> tuple[dict[str, Any], bool]:
-        """Store a submitted job as pending; returns (row, created).
+        """Store a submitted job as pending; returns (row, created) once it is committed.
 
         With a ``request_key`` already used by ``owner`` the stored job comes back with
         created False (a retried submit), or Conflict if the body differs.
+
+        Submissions are committed in groups by one writer thread: every caller still returns
+        only after the transaction holding its job has committed, but concurrent callers
+        share one commit (one fsync) instead of queueing for one each.
         """
-        now = time.time()
-        if request_key is not None:
-            existing = self._by_request_key(owner, request_key)
-            if existing is not None:
-                return self._replay(existing, body_digest), False
+        row: dict[str, Any] = {
+            "id": job_id,
+            "owner": owner,
+            "queue": queue,
+            "name": name,
+            "priority": priority,
+            "spec": spec,
+            "request_key": request_key,
+            "body_digest": body_digest,
+            "state": "pending",
+            "reason": "submitted",
+            "explanation": None,
+            "run": 0,
+            "restarts": 0,
+            "preemptions": 0,
+            "cancel_requested": False,
+            "submitted_at": time.time(),
+            "started_at": None,
+            "first_started_at": None,
+            "ended_at": None,
+            "exit_code": None,
+        }
+        item = _Submission(row)
+        self._ensure_writer()
+        self._submissions.put(item)
+        item.done.wait()
+        if item.error is not None:
+            raise item.error
+        assert item.result is not None
+        stored, created = item.result
+        if not created:
+            return self._replay(stored, body_digest), False
+        return stored, True
+
+    def _ensure_writer(self) -> None:
+        with self._writer_lock:
+            if self._writer is None or not self._writer.is_alive():
+                self._writer = threading.Thread(
+                    target=self._write_submissions, name="hetsched-store-writer", daemon=True
+                )
+                self._writer.start()
+
+    def _write_submissions(self) -> None:
+        while True:
+            first = self._submissions.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < 512:
+                try:
+                    item = self._submissions.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._submissions.put(None)
+                    break
+                batch.append(item)
+            self._commit_submissions(batch)
+
+    def _commit_submissions(self, batch: list[_Submission]) -> None:
         try:
             with self.write() as conn:
-                conn.execute(
-                    jobs.insert().values(
-                        id=job_id,
-                        owner=owner,
-                        queue=queue,
-                        name=name,
-                        priority=priority,
-                        spec=spec,
-                        request_key=request_key,
-                        body_digest=body_digest,
-                        state="pending",
-                        reason="submitted",
-                        run=0,
-                        restarts=0,
-                        preemptions=0,
-                        cancel_requested=False,
-                        submitted_at=now,
-                    )
-                )
-                conn.execute(
-                    transitions.insert().values(
-                        job_id=job_id, time=now, source=None, target="pending", cause="submitted"
-                    )
-                )
-        except IntegrityError:
-            # two retries of one request raced; the other one won
-            existing = None
-            if request_key is not None:
-                existing = self._by_request_key(owner, request_key)
-            if existing is None:
-                raise
-            return self._replay(existing, body_digest), False
-        row = self.job(job_id)
-        assert row is not None
-        return row, True
+                results = self._insert_submissions(conn, batch)
+        except Exception:
+            # one bad row must not fail the others: retry each in its own transaction
+            for item in batch:
+                try:
+                    with self.write() as conn:
+                        item.result = self._insert_submissions(conn, [item])[0]
+                except Exception as exc:
+                    item.error = exc
+                item.done.set()
+            return
+        for item, result in zip(batch, results, strict=True):
+            item.result = result
+            item.done.set()
+
+    def _insert_submissions(
+        self, conn: Connection, batch: list[_Submission]
+    ) -> list[tuple[dict[str, Any], bool]]:
+        results: list[tuple[dict[str, Any], bool]] = []
+        new_rows: list[dict[str, Any]] = []
+        keyed: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in batch:
+            row = item.row
+            key = row["request_key"]
+            if key is not None:
+                # checked again inside the transaction: a retry may have won meanwhile
+                earlier = keyed.get((row["owner"], key))
+                if earlier is None:
+                    found = conn.execute(
+                        select(jobs).where(jobs.c.owner == row["owner"], jobs.c.request_key == key)
+                    ).first()
+                    earlier = None if found is None else dict(found._mapping)
+                if earlier is not None:
+                    results.append((earlier, False))
+                    continue
+                keyed[(row["owner"], key)] = row
+            new_rows.append(row)
+            results.append((row, True))
+        if new_rows:
+            conn.execute(jobs.insert(), new_rows)
+            conn.execute(
+                transitions.insert(),
+                [
+                    {
+                        "job_id": r["id"],
+                        "time": r["submitted_at"],
+                        "source": None,
+                        "target": "pending",
+                        "cause": "submitted",
+                    }
+                    for r in new_rows
+                ],
+            )
+        return results
 
     def _replay(self, row: dict[str, Any], body_digest: str | None) -> dict[str, Any]:
         if row["body_digest"] != body_digest:
