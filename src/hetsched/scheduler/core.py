@@ -84,6 +84,8 @@ class Scheduler:
         self._nominations: dict[str, str] = {}
         #: jobs not in a terminal state, in arrival order: what cycles and timers scan
         self._live: dict[str, JobRecord] = {}
+        #: live jobs with their own maximum runtime
+        self._limited: set[str] = set()
         #: jobs that preempted others and have not started yet, by id
         self.promised: dict[str, JobRecord] = {}
         self._seq = 0
@@ -137,7 +139,7 @@ class Scheduler:
         return [
             r
             for r in self._live.values()
-            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.unplaced)
+            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.has_unplaced)
         ]
 
     def next_wakeup(self) -> float | None:
@@ -225,6 +227,8 @@ class Scheduler:
             return [Reject(job.id, problem)]
         record.move(JobState.PENDING, now, "submitted")
         self._live[job.id] = record
+        if job.max_runtime_s is not None:
+            self._limited.add(job.id)
         return []
 
     def _end(self, record: JobRecord, state: JobState, now: float, cause: str) -> None:
@@ -232,6 +236,7 @@ class Scheduler:
         record.move(state, now, cause)
         record.ended = now
         self._live.pop(record.id, None)
+        self._limited.discard(record.id)
 
     def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
         """Ask the driver to stop every running task of the current run.
@@ -356,20 +361,34 @@ class Scheduler:
         return self.profile.timeouts.max_runtime_s
 
     def _timers(self, now: float) -> list[Action]:
+        """Maximum runtime, gang hold timeout, maximum pending time, in that order.
+
+        Only jobs a rule can apply to are looked at: with no limits configured and no gang
+        holding, this costs nothing per call.
+        """
         actions: list[Action] = []
-        gang = self.profile.gang
-        max_pending = self.profile.timeouts.max_pending_s
-        for record in list(self._live.values()):
+        timeouts = self.profile.timeouts
+        running = (
+            self._live.values()
+            if timeouts.max_runtime_s is not None
+            else [self._live[i] for i in self._limited if i in self._live]
+        )
+        for record in list(running):
             if record.state is JobState.RUNNING and record.started is not None:
                 limit = self._max_runtime(record.job)
                 if limit is not None and now - record.started >= limit:
                     cause = "exceeded max runtime"
                     actions += self._stop_all(record, cause)
                     self._end(record, JobState.FAILED, now, f"{cause} ({limit:g}s)")
-            elif record.state is JobState.PENDING:
-                if record.hold_since is not None and now - record.hold_since >= gang.timeout_s:
-                    self._gang_timeout(record, now)
-                if max_pending is not None and now - record.queued_since >= max_pending:
+        if self.holder is not None:
+            record = self.jobs[self.holder]
+            hold_since = record.hold_since
+            if hold_since is not None and now - hold_since >= self.profile.gang.timeout_s:
+                self._gang_timeout(record, now)
+        max_pending = timeouts.max_pending_s
+        if max_pending is not None:
+            for record in list(self._live.values()):
+                if record.state is JobState.PENDING and now - record.queued_since >= max_pending:
                     actions.append(self._expire(record, max_pending, now))
         return actions
 

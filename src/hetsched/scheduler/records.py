@@ -72,6 +72,11 @@ class JobRecord:
         return self.reserved_starts[-1] if self.reserved_starts else None
 
     @property
+    def has_unplaced(self) -> bool:
+        """Some task neither holds resources nor finished (cheaper than ``unplaced``)."""
+        return len(self.placements) + len(self.finished) < self.job.replicas
+
+    @property
     def unplaced(self) -> list[int]:
         """Tasks that neither hold resources nor finished."""
         return [
