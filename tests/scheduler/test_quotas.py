@@ -174,3 +174,67 @@ def test_profile_queue_errors_have_field_paths(queues: list[dict[str, Any]], pat
     with pytest.raises(ProfileError) as err:
         parse_profile({"flavors": ["gpu"], "queues": queues})
     assert path in str(err.value)
+
+
+def _tree(team1_borrow: int | None = None) -> QuotaTree:
+    team1: dict[str, Any] = {"name": "team1", "parent": "org", "nominal": {"gpu": 3}}
+    if team1_borrow is not None:
+        team1["borrowing_limit"] = {"gpu": team1_borrow}
+    profile = parse_profile(
+        {
+            "flavors": ["gpu"],
+            "queues": [
+                {"name": "org", "nominal": {"gpu": 8}},  # 2 more than its children's 6
+                team1,
+                {"name": "u1", "parent": "team1", "nominal": {"gpu": 1}},
+                {"name": "u2", "parent": "team1", "nominal": {"gpu": 2}},
+                {"name": "team2", "parent": "org", "nominal": {"gpu": 3}},
+            ],
+        }
+    )
+    return QuotaTree(profile.queues)
+
+
+@pytest.mark.parametrize(
+    ("team1_borrow", "u1_wants", "blocked_at"),
+    [
+        (None, 3, None),  # u2 lends its 2
+        (None, 4, None),  # + team2 lends 1
+        (None, 9, None),  # + team2's 3, org's own 2, and 1 of the 2 no root claims
+        (None, 10, None),
+        (None, 11, "cluster"),  # 1 more than the 10-GPU cluster offers
+        (1, 4, None),  # team1 borrows exactly 1
+        (1, 5, "team1"),
+    ],
+)
+def test_three_level_tree(team1_borrow: int | None, u1_wants: int, blocked_at: str | None) -> None:
+    tree = _tree(team1_borrow)
+    state = ClusterState([gpu_node("g0", gpus=10)])
+    block = tree.check("u1", Usage({"gpu": u1_wants * 1000}), Ledger(), state)
+    if blocked_at is None:
+        assert block is None
+    else:
+        assert block is not None
+        expected = "borrowing limit of team1" if blocked_at == "team1" else "guarantees"
+        assert expected in block.limit
+
+
+@pytest.mark.parametrize(
+    ("a_jobs", "b_gpus", "victims"),
+    [
+        ([4, 2, 2], 4, ["a1", "a2"]),  # the two 2-GPU borrowers: A stays at 4
+        ([2, 6], 4, []),  # taking the 6-GPU job would leave A at 2, below its 4
+        ([2, 2, 2, 2], 2, ["a3"]),  # the newest borrower, one is enough
+    ],
+)
+def test_reclaim_never_takes_the_lender_below_its_guarantee(
+    a_jobs: list[int], b_gpus: int, victims: list[str]
+) -> None:
+    profile = _profile(post_filter=["preemption"])
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(profile))
+    for i, gpus in enumerate(a_jobs):
+        core.handle([JobSubmitted(job(f"a{i}", gpus=gpus, queue="team-a"))], float(i))
+    actions = core.handle([JobSubmitted(job("b", gpus=b_gpus, queue="team-b"))], 100)
+    assert sorted(a.job_id for a in actions if isinstance(a, Preempt)) == victims
+    if not victims:
+        assert "would not fit even if all" in str(core.record("b").explanation)
