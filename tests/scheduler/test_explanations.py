@@ -62,3 +62,24 @@ def test_preemption_reason_names_the_victims() -> None:
     explanation = core.record("hi").explanation
     assert explanation is not None
     assert "preempting low (priority); it starts when they have stopped" in explanation.reasons
+
+
+def test_why_names_the_jobs_that_must_finish_or_would_be_preempted() -> None:
+    profile = parse_profile({"queue_sort": "priority", "post_filter": ["preemption"]})
+    core = Scheduler(ClusterState([gpu_node("g", gpus=4)]), profile)
+    core.handle(
+        [
+            JobSubmitted(job("short", gpus=2, priority=5, estimated_runtime_s=10)),
+            JobSubmitted(job("long", gpus=2, priority=0, estimated_runtime_s=100)),
+        ],
+        0,
+    )
+    core.handle([JobSubmitted(job("w", gpus=4, priority=1))], 1)
+    answer = core.why("w")
+    # cycles explain cheaply; why() adds the what-ifs
+    assert core.record("w").explanation is not None
+    assert "would fit at t=100 once these finish (expected runtimes): short, long" in (
+        answer.reasons
+    )
+    assert any(r.startswith("preemption cannot make room") for r in answer.reasons)
+    assert core.why("short").summary == "job short is running"

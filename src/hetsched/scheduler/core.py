@@ -129,6 +129,14 @@ class Scheduler:
         else:
             self.promised.pop(record.id, None)
 
+    def why(self, job_id: str) -> Explanation:
+        """The job's explanation plus what a cycle does not compute for every job: which
+        running jobs must finish (and when it would then fit), and which the preemption
+        plugin would preempt for it now. A what-if over the cluster: call it on request."""
+        from hetsched.scheduler.why import why
+
+        return why(self, job_id)
+
     def active_jobs(self) -> list[JobRecord]:
         """Jobs not in a terminal state (pending or running), in arrival order."""
         return list(self._live.values())
