@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -44,11 +45,11 @@ __all__ = [
 
 #: The wrapper survives the group's SIGTERM (a trap, not an ignore, so the command keeps the
 #: default disposition) and waits for the command, so a command that takes its grace period
-#: gets all of it and its exit status is recorded; SIGKILL of the group ends both.
-_WRAPPER = (
-    'trap : TERM INT HUP; "$@"; c=$?; echo "$c" > "$HETSCHED_EXIT_FILE.tmp" && '
-    'mv "$HETSCHED_EXIT_FILE.tmp" "$HETSCHED_EXIT_FILE"; exit "$c"'
-)
+#: gets all of it and its exit status is recorded; SIGKILL of the group ends both. The exit
+#: file is opened by the service and handed over as the wrapper's stdin (written with
+#: ``>&0``; the command gets /dev/null), so a job running as another OS user needs no access
+#: to the service's home.
+_WRAPPER = 'trap : TERM INT HUP; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
 #: how closely a recorded start time must match a live process's to adopt it (seconds)
 _START_TOLERANCE_S = 0.05
 
@@ -196,22 +197,23 @@ class Executor:
                 "HETSCHED_NODE": placement.node,
                 "HETSCHED_TASK_KEY": key,
                 "HETSCHED_INSTANCE": self.instance,
-                "HETSCHED_EXIT_FILE": str(exit_file),
             }
         )
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
         out_fd = os.open(out_path, flags, 0o600)
         err_fd = os.open(err_path, flags, 0o600)
+        exit_fd = os.open(exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(out_fd, header)
-            if run_as is not None:
-                for path in (directory, out_path, err_path):
-                    os.chown(path, run_as.uid, run_as.gid)
+            cwd = workdir or str(directory)
+            if run_as is not None and workdir is None:
+                # the home is private to the service: start in the account's own home
+                cwd = _home_of(run_as.uid)
             popen = subprocess.Popen(
                 ["/bin/sh", "-c", _WRAPPER, "hetsched-task", *command],
-                cwd=workdir or directory,
+                cwd=cwd,
                 env=full_env,
-                stdin=subprocess.DEVNULL,
+                stdin=exit_fd,
                 stdout=out_fd,
                 stderr=err_fd,
                 start_new_session=True,
@@ -223,6 +225,7 @@ class Executor:
         finally:
             os.close(out_fd)
             os.close(err_fd)
+            os.close(exit_fd)
         try:
             started = psutil.Process(popen.pid).create_time()
         except psutil.Error:
@@ -363,6 +366,14 @@ class Executor:
                 # Popen would otherwise warn that the child is still running
                 handle.popen.returncode = 0
         self.handles.clear()
+
+
+def _home_of(uid: int) -> str:
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return "/"
+    return home if os.path.isdir(home) else "/"
 
 
 def _alive(pid: int, started: float) -> bool:
