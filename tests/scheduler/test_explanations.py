@@ -5,7 +5,7 @@ from __future__ import annotations
 from builders import gpu_node, job
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
-from hetsched.scheduler import JobSubmitted, Pending, Scheduler
+from hetsched.scheduler import JobSubmitted, Pending, Scheduler, TaskFinished
 
 
 def test_position_in_queue_counts_jobs_ahead_in_the_same_queue() -> None:
@@ -19,12 +19,18 @@ def test_position_in_queue_counts_jobs_ahead_in_the_same_queue() -> None:
         ],
         0,
     )
-    reasons = {a.job_id: a.explanation.reasons[0] for a in actions if isinstance(a, Pending)}
-    assert reasons == {
-        "w1": "position 2 in queue q1",
+    lines = {a.job_id: a.explanation.lines()[1] for a in actions if isinstance(a, Pending)}
+    assert lines == {
+        "w1": "position 1 in queue q1",  # "run" started: it is not in line
         "x1": "position 1 in queue q2",
-        "w2": "position 3 in queue q1",
+        "w2": "position 2 in queue q1",
     }
+    # w1 and x1 start: w2 moves up to first; its record says so, but a new place in line is
+    # not a new reason, so no Pending is emitted
+    actions = core.handle([TaskFinished("run", 0, 1)], 5)
+    explanation = core.record("w2").explanation
+    assert explanation is not None and explanation.position == ("q1", 1)
+    assert not [a for a in actions if isinstance(a, Pending)]
 
 
 def test_quota_reason_gives_flavor_use_borrowed_and_available() -> None:

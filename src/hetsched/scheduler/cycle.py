@@ -52,7 +52,8 @@ class _Pass:
 
     #: strict mode: queue -> the job that blocks it
     blocked: dict[str, str] = field(default_factory=dict)
-    positions: Counter[str] = field(default_factory=Counter)
+    #: per queue, the jobs tried so far in this cycle that are still waiting
+    waiting_ahead: Counter[str] = field(default_factory=Counter)
     head: JobRecord | None = None
     reservation: Reservation | None = None
     #: (request, tasks needed) -> explanation, for attempts that failed for capacity in this
@@ -73,12 +74,16 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
             heapq.heappush(heap, (fresh, seq, record))
             continue
         queue = record.job.queue
-        cycle.positions[queue] += 1
-        position = cycle.positions[queue]
+        position = cycle.waiting_ahead[queue] + 1
+        if record.state is JobState.PENDING:
+            # counted now: it stays in line unless it binds below, which undoes this
+            cycle.waiting_ahead[queue] += 1
         if queue in cycle.blocked:
             text = f"queue {queue} is strict and its head {cycle.blocked[queue]} cannot start"
             _explain(
-                record, Explanation(Code.UNSCHEDULABLE, text, _where(record, position)), actions
+                record,
+                Explanation(Code.UNSCHEDULABLE, text, position=(queue, position)),
+                actions,
             )
             continue
         if now < record.backoff_until or record.nominated:
@@ -97,6 +102,8 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
             if outcome.kind == "capacity" and outcome.explanation is not None:
                 cycle.no_room.setdefault(same, outcome.explanation)
         if outcome.placements is not None:
+            if record.state is JobState.PENDING:
+                cycle.waiting_ahead[queue] -= 1
             actions.append(sched.bind(record, outcome.placements, now))
             continue
         record.failed_epoch = sched.capacity_epoch
@@ -104,7 +111,7 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         if record.promised and not record.nominated:
             sched.promise(record, False)  # its victims are gone and it still does not fit
         explanation = outcome.explanation or Explanation(Code.UNSCHEDULABLE, "cannot start now")
-        extra = list(_where(record, position))
+        extra: list[str] = []
         if outcome.kind in ("capacity", "quota", "gang") and framework.post_filters:
             extra += _preempt(sched, record, now, actions)
         if outcome.kind in ("capacity", "gang") and cycle.head is None and not record.nominated:
@@ -117,6 +124,7 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
             (*extra, *explanation.reasons),
             explanation.rejections,
             explanation.suggestions,
+            position=(queue, position),
         )
         _explain(record, explanation, actions)
         _block(sched, cycle, record, now)
@@ -129,13 +137,12 @@ def _needed(record: JobRecord) -> int:
     return min(record.job.gang_min, len(record.unplaced))
 
 
-def _where(record: JobRecord, position: int) -> tuple[str, ...]:
-    return (f"position {position} in queue {record.job.queue}",)
-
-
 def _explain(record: JobRecord, explanation: Explanation, actions: list[Action]) -> None:
-    if record.explanation != explanation:
-        record.explanation = explanation
+    """Keep the newest explanation; tell the driver only when the reason changed (a new
+    position in line alone is not news, see Explanation.position)."""
+    changed = record.explanation != explanation
+    record.explanation = explanation
+    if changed:
         actions.append(Pending(record.id, explanation))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework, NodeRejections
@@ -26,6 +26,10 @@ class Explanation:
     ``code`` is UNRESOLVABLE when no node could hold the task even empty, UNSCHEDULABLE
     when it could but not now. ``reasons`` are job-level (queue, gang, quota) reasons;
     ``rejections`` the per-node filter counts; ``suggestions`` what would fit now.
+
+    ``position`` is (queue, 1-based position among the waiting jobs of that queue, in the
+    order of the last cycle that tried the job). It is left out of equality: a job whose
+    place in line moved has not got a new reason, so no new Pending action is emitted.
     """
 
     code: Code
@@ -33,9 +37,13 @@ class Explanation:
     reasons: tuple[str, ...] = ()
     rejections: tuple[NodeRejections, ...] = ()
     suggestions: tuple[str, ...] = ()
+    position: tuple[str, int] | None = field(default=None, compare=False)
 
     def lines(self) -> list[str]:
-        out = [self.summary, *self.reasons]
+        out = [self.summary]
+        if self.position is not None:
+            out.append(f"position {self.position[1]} in queue {self.position[0]}")
+        out += self.reasons
         out += [f"- {r}" for r in self.rejections]
         out += [f"would fit now: {s}" for s in self.suggestions]
         return out
@@ -52,6 +60,11 @@ class Explanation:
                 {"plugin": r.plugin, "reason": r.reason, "nodes": r.nodes} for r in self.rejections
             ],
             "suggestions": list(self.suggestions),
+            "position": (
+                None
+                if self.position is None
+                else {"queue": self.position[0], "index": self.position[1]}
+            ),
         }
 
 
