@@ -19,7 +19,7 @@ PROFILE = {
     "queues": [
         {"name": "org"},
         {"name": "a", "parent": "org", "nominal": {"gpu": 6}, "lending_limit": {"gpu": 4}},
-        {"name": "b", "parent": "org", "nominal": {"gpu": 6}, "borrowing_limit": {"gpu": 6}},
+        {"name": "b", "parent": "org", "nominal": {"gpu": 6}, "borrowing_limit": {"gpu": 3}},
     ],
     "gang": {"hold": True, "timeout_s": 15, "backoff_s": 2, "max_backoff_s": 8},
     "backfill": {"enabled": True, "default_runtime_s": 50},
@@ -52,6 +52,11 @@ def test_all_features_together_keep_the_books_and_finish(
 
     def books(now: float) -> None:
         assert set(core.ledger.by_key) == set(core.state.allocations)
+        used = {q: core.ledger.by_queue.get(q, {}).get("gpu", 0) // 1000 for q in ("a", "b")}
+        # the quota rule for two siblings with nothing unassigned: each borrows at most what
+        # the other lends (a lends at most 4), and b at most its borrowing limit of 3
+        assert used["b"] - 6 <= min(3, 4, max(0, 6 - used["a"]))
+        assert used["a"] - 6 <= max(0, 6 - used["b"])
         holders = [r.id for r in core.jobs.values() if r.held]
         assert len(holders) <= 1
 

@@ -79,9 +79,15 @@ def _stream(low_at: float) -> list[Job]:
 
 
 @pytest.mark.parametrize("rate", [1.0, 0.5, 0.25])
-def test_aging_bounds_the_wait_of_the_lowest_priority_job(rate: float) -> None:
+@pytest.mark.parametrize(("mode", "backfill"), [("strict", False), ("best_effort", True)])
+def test_aging_bounds_the_wait_of_the_lowest_priority_job(
+    rate: float, mode: str, backfill: bool
+) -> None:
     profile = parse_profile(
-        {"queue_sort": {"name": "priority", "args": {"aging_rate": rate, "mode": "strict"}}}
+        {
+            "queue_sort": {"name": "priority", "args": {"aging_rate": rate, "mode": mode}},
+            "backfill": {"enabled": backfill},
+        }
     )
     h = Harness(Scheduler(ClusterState([gpu_node("g", gpus=8)]), profile))
     h.submit(_stream(low_at=1.0))

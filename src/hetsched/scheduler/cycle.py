@@ -90,7 +90,7 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
             _block(sched, cycle, record, now)
             continue
         if record.failed_epoch == sched.capacity_epoch:
-            if record.blocked_by == "capacity" and cycle.head is None:
+            if record.blocked_by in ("capacity", "gang") and cycle.head is None:
                 _make_head(sched, cycle, record, now)
             _block(sched, cycle, record, now)
             continue

@@ -149,9 +149,9 @@ class QuotaTree:
                 cap = self._nominal(name, flavor) + limit
                 if need.get(flavor, 0) > cap:
                     return (
-                        f"needs {describe_amount(flavor, need[flavor])} at once but queue {name} "
-                        f"may use at most {describe_amount(flavor, cap)} (nominal + borrowing "
-                        "limit)"
+                        f"quota: needs {describe_amount(flavor, need[flavor])} at once but "
+                        f"queue {name} may use at most {describe_amount(flavor, cap)} "
+                        "(nominal + borrowing limit)"
                     )
         return None
 
