@@ -52,7 +52,9 @@ class Drf:
         self.strict = False
 
     def share(self, name: str) -> float:
-        """The weighted dominant share of a user or queue now."""
+        """The weighted dominant share of a user or queue now (0 without a scheduler)."""
+        if self.handle is None:
+            return 0.0
         ledger = self.handle.ledger
         book = ledger.by_user if self.args.by == "user" else ledger.by_queue
         usage = book.get(name)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.framework.registry import register
 from hetsched.queueing.drf import Drf, DrfArgs, entity_weight
+from hetsched.scheduler.usage import DecayedUsage
 
 __all__ = ["Fairshare", "FairshareArgs"]
 
@@ -40,7 +41,12 @@ class Fairshare:
         self.args = args if isinstance(args, FairshareArgs) else FairshareArgs()
         self.handle = handle
         self.strict = False
-        self.decayed = handle.ledger.track(self.args.by, self.args.half_life_s)
+        # without a scheduler (a Framework built for placement alone) there is no usage
+        self.decayed = (
+            handle.ledger.track(self.args.by, self.args.half_life_s)
+            if handle is not None
+            else DecayedUsage(self.args.half_life_s)
+        )
         self._current = Drf(DrfArgs(by=self.args.by, weights=self.args.weights), handle)
 
     def usage(self, name: str) -> float:

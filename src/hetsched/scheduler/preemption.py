@@ -96,6 +96,8 @@ class Preemption:
 
     def post_filter(self, ctx: CycleContext, diagnosis: Sequence[Rejection]) -> Status:
         """Leaves a :class:`Plan` in ``ctx.data["preemption"]`` on success."""
+        if self.handle is None:
+            return Status.unschedulable("preemption needs the scheduler", plugin=self.name)
         record = self.handle.jobs.get(ctx.job.id)
         if record is None:
             return Status.unschedulable("unknown job", plugin=self.name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
@@ -25,7 +25,6 @@ __all__ = [
     "DecayedUsage",
     "Ledger",
     "Usage",
-    "add",
     "capacity",
     "dominant_share",
     "placement_usage",
@@ -168,9 +167,3 @@ class Ledger:
             rates = {name: dominant_share(usage, total) for name, usage in book.items()}
             tracker.advance(now, rates)
 
-
-def add(usages: Iterable[Mapping[str, int]]) -> Usage:
-    out: Usage = Counter()
-    for usage in usages:
-        out.update(usage)
-    return out
