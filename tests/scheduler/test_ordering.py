@@ -229,3 +229,27 @@ def test_fairshare_prefers_the_user_with_less_recent_usage() -> None:
     assert [a.job_id for a in actions if isinstance(a, Bind)] == ["b1"]
     core.handle([], 300)  # two more half-lives: alice's usage decays to a quarter
     assert policy.usage("alice") == pytest.approx(expected / 4)
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [({"q1": 3, "q2": 1}, (15, 5)), ({"q1": 1, "q2": 1}, (10, 10)), ({"q1": 1, "q2": 4}, (4, 16))],
+)
+def test_drf_by_queue_uses_the_queue_tree_weights(
+    weights: dict[str, float], expected: tuple[int, int]
+) -> None:
+    nodes = [cpu_node(f"c{i}", cpu=10_000, memory=1 << 20) for i in range(2)]
+    profile = parse_profile(
+        {
+            "queue_sort": {"name": "drf", "args": {"by": "queue"}},
+            "queues": [{"name": q, "weight": w} for q, w in weights.items()],
+        }
+    )
+    core = Scheduler(ClusterState(nodes), profile)
+    jobs = [job(f"{q}-{i}", cpu=1000, queue=q) for i in range(20) for q in weights]
+    core.handle([JobSubmitted(j) for j in jobs], 0)
+    running = tuple(
+        sum(1 for r in core.jobs.values() if r.job.queue == q and r.started is not None)
+        for q in weights
+    )
+    assert running == expected
