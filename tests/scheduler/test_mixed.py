@@ -57,8 +57,10 @@ def test_all_features_together_keep_the_books_and_finish(
         # the other lends (a lends at most 4), and b at most its borrowing limit of 3
         assert used["b"] - 6 <= min(3, 4, max(0, 6 - used["a"]))
         assert used["a"] - 6 <= max(0, 6 - used["b"])
-        holders = [r.id for r in core.jobs.values() if r.held]
+        holders = [r for r in core.jobs.values() if r.held]
         assert len(holders) <= 1
+        for record in holders:  # released by the call at its deadline, never later
+            assert record.hold_since is not None and now - record.hold_since < 15
 
     jobs = [
         job(
