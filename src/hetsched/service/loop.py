@@ -102,6 +102,7 @@ class ControlLoop:
         self.executor = executor
         self.run_as = run_as
         self.tick_s = tick_s
+        self.min_turn_s = 0.01
         node_list = list(nodes)
         self.devices: dict[str, Device] = {d.id: d for n in node_list for d in n.devices}
         self.device_indices: dict[str, int] = {}
@@ -164,6 +165,9 @@ class ControlLoop:
                 # a restart would.
                 log.exception("reconcile turn failed; rebuilding the core from the store")
                 self._rebuild()
+            # a short pause batches a burst of submissions into one turn (one cycle, one
+            # commit) at a cost of at most this much latency
+            time.sleep(self.min_turn_s)
             self._wake.wait(timeout=0.05)
             self._wake.clear()
 
