@@ -166,4 +166,3 @@ class Ledger:
             book = self.by_user if by == "user" else self.by_queue
             rates = {name: dominant_share(usage, total) for name, usage in book.items()}
             tracker.advance(now, rates)
-
