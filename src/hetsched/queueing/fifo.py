@@ -28,6 +28,8 @@ class Fifo:
     """Submission order."""
 
     name = "fifo"
+    #: the key depends only on the job and the time: the core need not re-read it
+    dynamic = False
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         mode = args.mode if isinstance(args, FifoArgs) else "best_effort"

@@ -48,6 +48,8 @@ class Priority:
     """Highest priority first; waiting jobs gain ``aging_rate`` points per second."""
 
     name = "priority"
+    #: the key depends only on the job and the time: the core need not re-read it
+    dynamic = False
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         self.args = args if isinstance(args, PriorityArgs) else PriorityArgs()

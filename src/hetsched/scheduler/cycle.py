@@ -67,12 +67,16 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
     heap = [(framework.sort_key(r, now), r.seq, r) for r in sched.waiting()]
     heapq.heapify(heap)
     cycle = _Pass()
+    # a key that depends only on the job and the time (fifo, priority) cannot move within
+    # a cycle; usage-based keys (drf, fairshare) can, and are read again before each try
+    dynamic = bool(getattr(framework.queue_sort, "dynamic", True))
     while heap:
         key, seq, record = heapq.heappop(heap)
-        fresh = framework.sort_key(record, now)
-        if fresh != key:
-            heapq.heappush(heap, (fresh, seq, record))
-            continue
+        if dynamic:
+            fresh = framework.sort_key(record, now)
+            if fresh != key:
+                heapq.heappush(heap, (fresh, seq, record))
+                continue
         queue = record.job.queue
         position = cycle.waiting_ahead[queue] + 1
         if record.state is JobState.PENDING:
