@@ -228,4 +228,11 @@ def test_kill_9_never_loses_duplicates_or_double_allocates(tmp_path: Path) -> No
     assert history, "the workload allocated devices"
     assert _overlaps(history) == [], f"seed {SEED}"
     assert [dict(r) for r in history if r["live"]] == [], f"seed {SEED}"
+    tasks = db.execute("SELECT state, count(*) AS n FROM tasks GROUP BY state").fetchall()
+    states = db.execute("SELECT state, count(*) AS n FROM jobs GROUP BY state").fetchall()
+    print(
+        f"\ncrash test (seed {SEED}): {KILLS} kills, {len(acked)} jobs acknowledged, "
+        f"jobs {dict((r['state'], r['n']) for r in states)}, "
+        f"tasks {dict((r['state'], r['n']) for r in tasks)}, {len(history)} allocations"
+    )
     db.close()

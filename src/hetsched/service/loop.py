@@ -157,6 +157,7 @@ class ControlLoop:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            began = time.perf_counter()
             try:
                 self.turn()
             except Exception:
@@ -165,9 +166,10 @@ class ControlLoop:
                 # a restart would.
                 log.exception("reconcile turn failed; rebuilding the core from the store")
                 self._rebuild()
-            # a short pause batches a burst of submissions into one turn (one cycle, one
-            # commit) at a cost of at most this much latency
-            time.sleep(self.min_turn_s)
+            # a pause as long as the turn itself (at least min_turn_s) batches a burst of
+            # submissions into one turn (one cycle, one commit) and keeps the loop from
+            # taking more than half of the interpreter from the API under load
+            time.sleep(max(self.min_turn_s, min(0.2, time.perf_counter() - began)))
             self._wake.wait(timeout=0.05)
             self._wake.clear()
 
