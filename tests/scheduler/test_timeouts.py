@@ -7,9 +7,10 @@ import pytest
 from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
+from hetsched.cluster.state import AllocationError
 from hetsched.framework.profile import parse_profile
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import JobSubmitted, Kill, Reject, Scheduler, Tick
+from hetsched.scheduler import Bind, JobSubmitted, Kill, Reject, Scheduler, Tick
 
 
 def _core(**timeouts: float) -> Scheduler:
@@ -65,3 +66,32 @@ def test_next_wakeup_names_the_next_deadline() -> None:
     assert core.next_wakeup() == 65.0
     core.handle([Tick()], 65.0)
     assert core.next_wakeup() == 505.0
+
+
+def test_restore_takes_back_a_running_job_with_its_books() -> None:
+    core = Scheduler(
+        ClusterState([gpu_node("g", gpus=4)]),
+        parse_profile({"flavors": ["gpu"], "queues": [{"name": "q", "nominal": {"gpu": 2}}]}),
+    )
+    first = Scheduler(ClusterState([gpu_node("g", gpus=4)]))
+    bind = next(
+        a
+        for a in first.handle([JobSubmitted(job("j", gpus=3, queue="q"))], 0)
+        if isinstance(a, Bind)
+    )
+    record = core.restore(
+        job("j", gpus=3, queue="q", max_runtime_s=50.0),
+        bind.run,
+        dict(bind.placements),
+        started=10.0,
+        now=20.0,
+    )
+    assert record.state is JobState.RUNNING and record.run == bind.run and record.borrowing
+    assert core.ledger.by_queue["q"]["gpu"] == 3000
+    assert set(core.state.allocations) == {f"j/0#{bind.run}"}
+    # the timers know it: killed at started + max_runtime
+    kills = [a for a in core.handle([Tick()], 60.0) if isinstance(a, Kill)]
+    assert [k.reason for k in kills] == ["exceeded max runtime"]
+    with pytest.raises(AllocationError):
+        core.restore(job("k", gpus=3, queue="q"), 1, dict(bind.placements), now=61.0)
+    assert "k" not in core.jobs

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import ClusterState
+from hetsched.cluster.state import AllocationError, ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
 from hetsched.framework.runtime import Framework
@@ -107,6 +107,57 @@ class Scheduler:
         actions += self._timers(now)
         actions += run_cycle(self, now)
         return actions
+
+    def restore(
+        self,
+        job: Job,
+        run: int,
+        placements: Mapping[int, Placement],
+        finished: Iterable[int] = (),
+        restarts: int = 0,
+        started: float | None = None,
+        now: float = 0.0,
+    ) -> JobRecord:
+        """Take back a job that was running before the driver restarted, on its recorded
+        placements, without a new scheduling decision.
+
+        Allocates under the core's own task keys and charges the usage ledger (quotas, fair
+        share); raises AllocationError and changes nothing if a placement does not fit or
+        the job could never have been admitted (unknown queue, past a hard limit).
+        """
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} is already in the core")
+        problem = self.quotas.submit_error(job)
+        if problem is not None:
+            raise AllocationError(f"job {job.id}: {problem}")
+        taken: list[str] = []
+        try:
+            for task, placement in sorted(placements.items()):
+                key = task_key(job.id, task, run)
+                self.allocate(key, placement, job)
+                taken.append(key)
+        except AllocationError:
+            for key in reversed(taken):
+                self.unallocate(key)
+            raise
+        record = JobRecord(job, self._seq, queued_since=job.submit_time)
+        self._seq += 1
+        self.jobs[job.id] = record
+        record.move(JobState.PENDING, job.submit_time, "submitted")
+        record.run = run
+        record.restarts = restarts
+        record.placements = dict(placements)
+        record.finished = set(finished)
+        record.started = now if started is None else started
+        usage: Mapping[str, int] = self.ledger.by_job.get(job.id, {})
+        record.borrowing = self.quotas.borrowing(
+            job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
+        )
+        record.move(JobState.RUNNING, now, f"run {run}: restored after a restart")
+        self._live[job.id] = record
+        if job.max_runtime_s is not None:
+            self._limited.add(job.id)
+        return record
 
     # -- queries -------------------------------------------------------------------------
 
