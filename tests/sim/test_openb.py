@@ -286,3 +286,11 @@ def test_empty_cluster_fragmentation_ratio(traces: Path) -> None:
 def test_mini_trace_is_an_openb_trace(tmp_path: Path) -> None:
     trace = load_trace(mini_trace(tmp_path), "mini")
     assert isinstance(trace, OpenbTrace) and len(trace.pods) == 25
+
+
+def test_missing_file_and_empty_node_list(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nodes\.csv: no such file"):
+        load_nodes(tmp_path / "nodes.csv")
+    path = write(tmp_path / "nodes.csv", NODE_HEADER, "n0,1000,1024,0,")
+    with pytest.raises(TraceError, match="field 'sn': no GPU nodes"):
+        load_nodes(path)

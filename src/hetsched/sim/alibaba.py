@@ -40,7 +40,9 @@ class TraceError(ValueError):
     """A trace file that does not load: ``file:line: field 'x': problem``."""
 
     def __init__(self, path: Path, line: int, field: str, problem: str) -> None:
-        super().__init__(f"{path}:{line}: field {field!r}: {problem}")
+        # line 0: the file as a whole (missing, unreadable)
+        where = f"{path}:{line}: field {field!r}" if line else str(path)
+        super().__init__(f"{where}: {problem}")
         self.path = path
         self.line = line
         self.field = field
@@ -86,7 +88,7 @@ class TracePod:
 
 def _rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     if not path.is_file():
-        raise TraceError(path, 0, "-", "no such file")
+        raise TraceError(path, 0, "", "no such file")
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
@@ -130,7 +132,7 @@ def load_nodes(path: Path, gpu_only: bool = True) -> list[Node]:
         devices = tuple(Device(f"{name}/gpu{i}", "gpu", model=model) for i in range(gpus))
         nodes.append(Node(name, cpu, memory, devices))
     if not nodes:
-        raise TraceError(path, 1, "-", "no nodes")
+        raise TraceError(path, 1, "sn", "no GPU nodes")
     return nodes
 
 
