@@ -69,6 +69,7 @@ def summarize(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[s
         "makespan_s": span,
         "utilization": {m: busy[m] / (models[m] * span) for m in sorted(models)},
         "preemptions": sum(j["preemptions"] for j in jobs),
+        "preempted": sorted(j["name"] for j in jobs if j["preemptions"]),
     }
 
 
@@ -189,7 +190,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     console.print("  utilization per device model:")
     for model, value in summary["utilization"].items():
         console.print(f"    {model:<12} {value:6.1%}")
-    console.print(f"  preemptions: {summary['preemptions']}")
+    victims = ", ".join(summary["preempted"])
+    console.print(f"  preemptions: {summary['preemptions']}" + (f" ({victims})" if victims else ""))
 
 
 if __name__ == "__main__":
