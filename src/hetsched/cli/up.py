@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from hetsched.cli.output import fail
+from hetsched.framework.profile import ProfileError
 from hetsched.model.specs import SpecError
 
 __all__ = ["up"]
@@ -72,5 +73,5 @@ def up(
     )
     try:
         serve(options)
-    except SpecError as exc:
+    except (SpecError, ProfileError) as exc:
         fail(str(exc), 2)

@@ -409,8 +409,10 @@ def _queues_view(service: Service) -> list[dict[str, Any]]:
                 else "device"
             )
             u[cls] = u.get(cls, 0.0) + d["share"] / 1000
-    out = []
+    out: list[dict[str, Any]] = []
+    core_quotas = service.loop.quota_view
     names = [q.name for q in service.queues.queues]
+    names += [n for n in core_quotas if n not in names]
     names += sorted(set(counts) - set(names))
     by_name = service.queues.by_name()
     for name in names:
@@ -418,11 +420,24 @@ def _queues_view(service: Service) -> list[dict[str, Any]]:
         limits = spec.limits() if spec is not None else {}
         usage = used.get(name, {})
         keys = sorted(set(limits) | set(usage))
+        if name in core_quotas:
+            # the scheduling profile's queue tree: guarantees, borrowing, what the core holds
+            out.append(
+                {
+                    "name": name,
+                    "users": spec.users if spec is not None else None,
+                    "jobs": counts.get(name, {}),
+                    "quota_source": "profile",
+                    "resources": core_quotas[name],
+                }
+            )
+            continue
         out.append(
             {
                 "name": name,
                 "users": spec.users if spec is not None else None,
                 "jobs": counts.get(name, {}),
+                "quota_source": "queues file" if limits else "none",
                 "resources": {
                     k: {
                         "quota": limits.get(k),

@@ -126,6 +126,8 @@ class ControlLoop:
         self.lock = threading.Lock()
         #: the node view the API serves, refreshed by the loop
         self.nodes_view: list[dict[str, Any]] = []
+        #: the core's quota tree with usage, refreshed by the loop (empty without one)
+        self.quota_view: dict[str, dict[str, dict[str, float]]] = {}
         self._nodes_at = 0.0
         self.turns = 0
         #: restart counts of jobs resubmitted by recovery, applied after their submission
@@ -526,7 +528,36 @@ class ControlLoop:
                         ],
                     }
                 )
+            self.quota_view = self._quotas()
         self.nodes_view = view
+
+    def _quotas(self) -> dict[str, dict[str, dict[str, float]]]:
+        """What the core's queue tree (the profile's ``queues``) says per queue and flavor:
+        nominal quota, usage now, borrowed (above nominal) and free (below it). Device
+        flavors are in devices, cpu in millicores, memory in MiB."""
+        quotas = getattr(self.core, "quotas", None)
+        ledger = getattr(self.core, "ledger", None)
+        if quotas is None or ledger is None or not quotas.enabled:
+            return {}
+        usage = quotas.usage(ledger)
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for name, node in quotas.nodes.items():
+            used = usage.get(name, {})
+            known = quotas.flavors | {"cpu", "memory"}
+            flavors = sorted(set(node.nominal) | {f for f, a in used.items() if a and f in known})
+            per: dict[str, dict[str, float]] = {}
+            for flavor in flavors:
+                scale = 1.0 if flavor in ("cpu", "memory") else 1000.0
+                nominal = quotas.nominal(name, flavor) / scale
+                held = used.get(flavor, 0) / scale
+                per[flavor] = {
+                    "quota": nominal,
+                    "used": held,
+                    "borrowed": max(0.0, held - nominal),
+                    "free": max(0.0, nominal - held),
+                }
+            out[name] = per
+        return out
 
 
 def release_allocations(conn: Connection, job_id: str, task: int, run: int, now: float) -> None:
