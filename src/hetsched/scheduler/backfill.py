@@ -13,7 +13,10 @@ added to the shadow, so later ones see it). With exact runtimes the head starts 
 earlier: whatever runs at ``T`` was already on the shadow when the head fitted there.
 
 Tasks being stopped count as ending now, and another job's gang hold as ending at its
-timeout.
+timeout. Preemptions in flight come first: the shadow starts with their victims gone and
+each preemptor placed, running for its expected runtime from now, and a preemptor is not
+held back by the reservation (its placement may differ from the one planned for it, so with
+preemption on, the head's start is planned, not guaranteed).
 """
 
 from __future__ import annotations
@@ -92,11 +95,18 @@ def _needed(record: JobRecord) -> int:
 def reserve(sched: Scheduler, head: JobRecord, now: float) -> Reservation | None:
     """The head's reservation, or None when it would not fit even with everything ended."""
     from hetsched.scheduler.core import task_key
+    from hetsched.scheduler.preemption import promised_fork
 
     default = sched.profile.backfill.default_runtime_s
     timeout = sched.profile.gang.timeout_s
-    shadow = sched.state.fork()
+    # preemptions in flight were promised first: their victims are gone and the preemptors
+    # placed (they run for their expected runtime from now), and the head plans around them
+    shadow = promised_fork(sched, now, skip=head)
     ends: list[tuple[float, str, list[str]]] = []
+    for record in sched.promised.values():
+        if record is not head:
+            keys = [f"{record.id}/trial{i}" for i in range(len(record.unplaced))]
+            ends.append((now + expected_runtime(record.job, default), record.id, keys))
     for record in sched.active_jobs():
         if record is head:
             # the head's own partial hold is given back: the trial places the whole gang
@@ -120,7 +130,8 @@ def reserve(sched: Scheduler, head: JobRecord, now: float) -> Reservation | None
         while index < len(ends) and ends[index][0] == end:
             _, job_id, keys = ends[index]
             for key in keys:
-                shadow.release(key)
+                if key in shadow.allocations:  # victims' and unplaced promises' are not
+                    shadow.release(key)
             if job_id not in finishing:
                 finishing.append(job_id)
             index += 1

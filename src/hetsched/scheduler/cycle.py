@@ -310,6 +310,7 @@ def _guard(
         cycle.reservation is not None
         and head is not None
         and head is not record
+        and not record.promised  # the reservation was planned around it
         and not cycle.reservation.admits(sched, record, placements, now)
     ):
         return (

@@ -35,7 +35,7 @@ every promise can be kept at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -195,14 +195,15 @@ def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: floa
         return "no job may be preempted for it (priority, queue, minimum runtime, history)"
     pool = [sched.jobs[i] for i in kinds]
     needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
-    fork = promised_fork(sched, now, skip=preemptor)
+    promises = _promised(sched, now, skip=preemptor)
+    fork = promises.fork
     for key, _ in _held_keys(preemptor):  # its own partial gang hold: placed afresh
         fork.release(key)
     for victim in pool:
         for key, _ in _keys(victim):
             fork.release(key)
     removed = {v.id for v in pool}
-    if not _fits(sched, fork, preemptor, needed, removed, now):
+    if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus):
         return f"it would not fit even if all {len(pool)} eligible jobs were preempted"
     total = capacity(sched.state)
 
@@ -223,12 +224,15 @@ def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: floa
         for key, placement in held:
             fork.allocate(key, placement)
         removed.discard(victim.id)
-        if not _fits(sched, fork, preemptor, needed, removed, now):
+        if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus):
             for key, _ in held:
                 fork.release(key)
             removed.add(victim.id)
     if not removed:
         return "it fits without preempting anyone"
+    if not alone(sched, preemptor, removed, now):
+        # it would also need what other preemptions in flight free: wait for those instead
+        return "it would fit only once other preemptions in flight are done"
     victims = tuple(sorted((sched.jobs[i] for i in removed), key=lambda r: r.seq))
     return Plan(victims, {v.id: kinds[v.id] for v in victims}, args.grace_s)
 
@@ -237,31 +241,81 @@ def promised_fork(sched: Scheduler, now: float, skip: JobRecord | None = None) -
     """A fork of the live state as it will be once every preemption in flight is done: the
     victims' held allocations released and each promised preemptor (but ``skip``) placed,
     in arrival order. Use :func:`promises_kept` to know whether all of them fitted."""
-    return _promised(sched, now, skip)[0]
+    return _promised(sched, now, skip).fork
 
 
 def promises_kept(sched: Scheduler, now: float, skip: JobRecord | None = None) -> bool:
-    """Does every promised preemptor (but ``skip``) still fit, all together, once its victims
-    have stopped, given the live state?"""
-    return _promised(sched, now, skip)[1]
+    """Does every promised preemptor (but ``skip``) still fit, on the nodes and within its
+    quotas, given the live state: each as soon as its own victims have stopped (whatever
+    the others' do), and all together once every victim has stopped?"""
+    for record in sched.promised.values():
+        if record is not skip and not alone(sched, record, set(record.nominated), now):
+            return False
+    return _promised(sched, now, skip).kept
 
 
-def _promised(sched: Scheduler, now: float, skip: JobRecord | None) -> tuple[ClusterState, bool]:
+def alone(sched: Scheduler, preemptor: JobRecord, victims: set[str], now: float) -> bool:
+    """Does ``preemptor`` fit once ``victims`` stop, with every other job as it is now?"""
     fork = sched.state.fork()
+    minus: dict[str, Usage] = {}
+    for job_id in victims:
+        victim = sched.jobs[job_id]
+        keys = list(victim.stopping) if victim.stopping else [k for k, _ in _keys(victim)]
+        for key in keys:
+            if key in fork.allocations:
+                fork.release(key)
+                _take(minus, sched, victim, key)
+    for key, _ in _held_keys(preemptor):
+        fork.release(key)
+    needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
+    return _fits(sched, fork, preemptor, needed, set(), now, minus)
+
+
+@dataclass(slots=True)
+class _Promises:
+    fork: ClusterState
+    kept: bool
+    #: per leaf queue, usage to take away from the ledger to see the queues as they will
+    #: be: victims' stopping tasks and preemptors' holds gone, preemptors running (negative)
+    minus: dict[str, Usage]
+
+
+def _promised(sched: Scheduler, now: float, skip: JobRecord | None) -> _Promises:
+    fork = sched.state.fork()
+    minus: dict[str, Usage] = {}
     promised = sorted((r for r in sched.promised.values() if r is not skip), key=lambda r: r.seq)
     for record in promised:
         for job_id in record.nominated:
-            for key in sched.jobs[job_id].stopping:
+            victim = sched.jobs[job_id]
+            for key in victim.stopping:
                 if key in fork.allocations:
                     fork.release(key)
+                    _take(minus, sched, victim, key)
         for key, _ in _held_keys(record):
             fork.release(key)
+            _take(minus, sched, record, key)
     kept = True
     for record in promised:
         needed = min(record.job.gang_min, len(record.unplaced))
-        if trial(sched.framework, fork, record.job, needed, now, keep=True) is None:
+        placements = trial(sched.framework, fork, record.job, needed, now, keep=True)
+        if placements is None:
             kept = False
-    return fork, kept
+            continue
+        if sched.quotas.enabled:
+            need: Usage = Counter()
+            for placement in placements:
+                need.update(placement_usage(sched.state, placement))
+            queue = record.job.queue
+            if sched.quotas.check(queue, need, sched.ledger, sched.state, minus) is not None:
+                kept = False
+            minus.setdefault(queue, Counter()).subtract(need)
+    return _Promises(fork, kept, minus)
+
+
+def _take(minus: dict[str, Usage], sched: Scheduler, record: JobRecord, key: str) -> None:
+    entry = sched.ledger.by_key.get(key)
+    if entry is not None:
+        minus.setdefault(record.job.queue, Counter()).update(entry[1])
 
 
 def _fits(
@@ -271,16 +325,21 @@ def _fits(
     needed: int,
     removed: set[str],
     now: float,
+    base: Mapping[str, Usage] | None = None,
 ) -> bool:
+    """Does ``preemptor`` fit on ``fork`` and within its quotas with the ``removed`` jobs'
+    usage gone (and ``base``, the preemptions in flight, applied)?"""
     placements = trial(sched.framework, fork, preemptor.job, needed, now)
     if placements is None:
         return False
     if not sched.quotas.enabled:
         return True
-    minus: dict[str, Usage] = {}
-    for job_id in [*removed, preemptor.id]:
+    minus: dict[str, Usage] = {q: Counter(u) for q, u in (base or {}).items()}
+    for job_id in removed:
         record = sched.jobs[job_id]
         minus.setdefault(record.job.queue, Counter()).update(sched.ledger.by_job.get(job_id, {}))
+    for key, _ in _held_keys(preemptor):  # its hold is placed afresh
+        _take(minus, sched, preemptor, key)
     need: Usage = Counter()
     for placement in placements:
         need.update(placement_usage(sched.state, placement))
