@@ -10,7 +10,7 @@ from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import Scheduler
+from hetsched.scheduler import Bind, Preempt, Scheduler
 
 PROFILE = {
     "queue_sort": {"name": "priority", "args": {"aging_rate": 0.1}},
@@ -41,7 +41,7 @@ specs = st.lists(
 )
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(workload=specs)
 def test_all_features_together_keep_the_books_and_finish(
     workload: list[tuple[str, int, int, int, int, int, bool]],
@@ -86,3 +86,10 @@ def test_all_features_together_keep_the_books_and_finish(
             assert record.explanation is not None and "quota" in str(record.explanation)
     assert core.state.allocations == {}
     assert core.ledger.by_queue == {}
+    # every preemption lets its preemptor start once the victims stop (grace 1 s)
+    starts: dict[str, list[float]] = {}
+    for t, a in h.actions(Bind):
+        starts.setdefault(a.job_id, []).append(t)
+    for t, a in h.actions(Preempt):
+        assert isinstance(a, Preempt)
+        assert any(t <= s <= t + 1 for s in starts.get(a.preemptor, [])), a
