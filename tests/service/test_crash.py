@@ -59,7 +59,8 @@ def _body(i: int) -> dict[str, Any]:
         resources["devices"] = [{"class": "gpu", "count": 1, "share": 500}]
     return {
         "name": f"crash-{i}",
-        "command": ["sleep", "0.3" if kind < 4 else "0.1"],
+        # a tenth run long enough to be running across kills, and so to be adopted
+        "command": ["sleep", {4: "1.5"}.get(kind, "0.3" if kind < 4 else "0.1")],
         "resources": resources,
         "restart_policy": "on_failure",
         "max_restarts": 10,

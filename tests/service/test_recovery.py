@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -106,4 +107,26 @@ def test_pending_jobs_and_cancel_requests_survive_a_restart(tmp_path: Path) -> N
         history = svc.built.service.store.allocation_history()
         live = [a for a in history if a["live"]]
         assert live == []
+        api.close()
+
+
+def test_a_task_spawned_but_never_recorded_is_found_by_its_key(tmp_path: Path) -> None:
+    """A crash between committing a Bind and recording the pid leaves a task ``starting``
+    without a pid while its process runs: the restart finds it by the key in its
+    environment and adopts it instead of losing it."""
+    options = service_options(tmp_path)
+    with running(options) as svc:
+        api = Api(svc)
+        job_id = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "2"])).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        api.close()
+    db = sqlite3.connect(options.home / "hetsched.db")
+    with db:
+        db.execute("UPDATE tasks SET state = 'starting', pid = NULL, pid_started = NULL")
+    db.close()
+    with running(options) as svc:
+        api = Api(svc)
+        job = api.wait(api.admin, job_id, {"succeeded", "failed"})
+        assert job["state"] == "succeeded" and job["run"] == 1
+        assert [t["pid"] for t in job["tasks"]] == [task["pid"]]
         api.close()

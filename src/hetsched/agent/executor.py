@@ -270,6 +270,22 @@ class Executor:
         except (OSError, ValueError):
             return None
 
+    def find_leaders(self) -> dict[str, tuple[int, float]]:
+        """Task key -> (pid, start time) of each live task wrapper of this instance: the
+        session leader carrying the key. Finds tasks whose pid was never recorded."""
+        found: dict[str, tuple[int, float]] = {}
+        for proc in psutil.process_iter(["pid"]):
+            try:
+                environ = proc.environ()
+                if environ.get("HETSCHED_INSTANCE") != self.instance:
+                    continue
+                if os.getsid(proc.pid) != proc.pid or proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                found[environ["HETSCHED_TASK_KEY"]] = (proc.pid, proc.create_time())
+            except (psutil.Error, OSError, KeyError):
+                continue
+        return found
+
     def sweep(self, live_keys: Iterable[str]) -> list[int]:
         """Kill process groups of this instance that no live task accounts for."""
         keep = set(live_keys)

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from hetsched.agent.executor import Executor
+from hetsched.agent.executor import Executor, task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.model.job import Job
@@ -120,6 +120,7 @@ def recover(loop: ControlLoop, now: float | None = None) -> list[Any]:
     events: list[Any] = []
     submits: list[tuple[Job, int, int]] = []
     adopted: list[str] = []
+    leaders = executor.find_leaders()
     with store.write() as conn:
         for row in rows:
             job_id = row["id"]
@@ -146,6 +147,26 @@ def recover(loop: ControlLoop, now: float | None = None) -> list[Any]:
                     handle = executor.adopt(
                         job_id, t["task"], run, t["pid"], t["pid_started"], deadline
                     )
+                elif t["state"] == "starting":
+                    # bound and perhaps spawned, but the pid was never recorded (a crash
+                    # between the two commits): find the wrapper by the key it carries
+                    leader = leaders.get(task_key(job_id, t["task"], run))
+                    if leader is not None:
+                        pid, pid_started = leader
+                        if job.max_runtime_s:
+                            deadline = pid_started + job.max_runtime_s
+                        handle = executor.adopt(job_id, t["task"], run, pid, pid_started, deadline)
+                        if handle is not None:
+                            conn.execute(
+                                update(tasks)
+                                .where(tasks.c.id == t["id"])
+                                .values(
+                                    state="running",
+                                    pid=pid,
+                                    pid_started=pid_started,
+                                    started_at=pid_started,
+                                )
+                            )
                 if handle is not None:
                     adopted.append(handle.key)
                     continue
