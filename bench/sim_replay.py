@@ -58,19 +58,22 @@ PHILLY = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly" / 
 
 class IndexedCore(Scheduler):
     """The core with the proposed waiting index: ids of jobs with tasks to place, refreshed
-    for the jobs an event or action names (a full rescan only after node or device loss)."""
+    for the jobs an event or action names (a full rescan only after node or device loss);
+    and time-based rules that visit only jobs that can have a deadline."""
 
     def __init__(self, state: ClusterState, profile: ProfileSpec | None = None, seed: int = 0):
         super().__init__(state, profile, seed)
         self._index: dict[str, None] = {}
         self._touched: list[str] = []
         self._rescan = False
+        self._runtime_limits = self.profile.timeouts.max_runtime_s is not None
 
     def handle(self, events: Iterable[Any], now: float) -> list[Any]:
         batch = list(events)
         for event in batch:
             if isinstance(event, JobSubmitted):
                 self._touched.append(event.job.id)
+                self._runtime_limits |= event.job.max_runtime_s is not None
             elif isinstance(event, NodeRemoved | DeviceHealthChanged):
                 self._rescan = True
             elif hasattr(event, "job_id"):
@@ -89,6 +92,27 @@ class IndexedCore(Scheduler):
             self._refresh(job_id)
         self._touched.clear()
         return [self.jobs[j] for j in self._index]
+
+    def _timers(self, now: float) -> list[Any]:
+        # The second proposed change, emulated: time-based rules visit only the jobs that
+        # can have a deadline. With no runtime limit anywhere, those are the waiting jobs
+        # (gang holds, maximum pending time), so the scan covers the index, not every
+        # running job. A deadline heap in the core would make this O(log n) per call.
+        if self._runtime_limits:
+            return list(super()._timers(now))
+        live = self._live
+        visited = {j: live[j] for j in self.waiting_ids() if j in live}
+        self._live = dict(visited)
+        try:
+            return list(super()._timers(now))
+        finally:
+            for job_id in visited.keys() - self._live.keys():
+                live.pop(job_id, None)  # ended by a rule (e.g. maximum pending time)
+            self._live = live
+
+    def waiting_ids(self) -> list[str]:
+        self.waiting()  # refresh
+        return list(self._index)
 
     def _refresh(self, job_id: str) -> None:
         record = self.jobs.get(job_id)
