@@ -1,4 +1,13 @@
-"""Simulation: the discrete-event engine, workloads and trace loaders, metrics, reports."""
+"""Simulation: trace loaders, experiments and their reports, driving the same core.
+
+Modules are imported directly (``from hetsched.sim.openb import run_openb``) so that a
+command loads only what it uses. ``alibaba``: the Alibaba GPU trace v2023 (openb) loader;
+``openb``: the fragmentation experiment; ``openb_report``: its grid, table and plots.
+
+Replays with departures: ``engine`` (the discrete-event driver), ``workload`` (the neutral
+CSV format), ``gavel``, ``philly`` and ``synthetic`` (workload sources), ``metrics``,
+``replay`` and ``replay_report``. Their main names are exported here.
+"""
 
 from hetsched.sim.engine import ClusterChange, EngineConfig, JobOutcome, SimResult, Simulator
 from hetsched.sim.metrics import Summary, jain_index, summarize
