@@ -79,4 +79,5 @@ def _load_builtins() -> None:
     # The built-in plugins register themselves on import; importing here keeps the
     # framework free of a static dependency on them.
     import hetsched.plugins
-    import hetsched.queueing  # noqa: F401
+    import hetsched.queueing
+    import hetsched.scheduler.preemption  # noqa: F401 - the core's post-filter
