@@ -28,7 +28,6 @@ from hetsched.agent.executor import Executor, task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.model.job import Job
-from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import (
     JobCancelled,
     JobRecord,
@@ -36,7 +35,6 @@ from hetsched.scheduler import (
     Scheduler,
     TaskFinished,
 )
-from hetsched.scheduler.core import task_key as core_task_key
 from hetsched.service.loop import ControlLoop, placement_from_json, release_allocations
 from hetsched.service.schemas import from_stored
 from hetsched.service.tables import jobs, tasks
@@ -46,19 +44,6 @@ __all__ = ["recover", "restore_running_job"]
 log = logging.getLogger(__name__)
 
 
-# ------------------------------------------------------------------------------------------
-# ADAPTER: the core has no API to take back a running job's placements without a new
-# scheduling decision. This function reaches into Scheduler internals (``_submit``,
-# ``allocate``, JobRecord fields) to do it. The API the service wants from the core:
-#
-#     Scheduler.restore(job, run, placements: dict[int, Placement], finished: set[int],
-#                       restarts: int, started: float, now: float) -> None
-#
-# which allocates the placements under the core's own task keys (raising AllocationError
-# and changing nothing if one does not fit), creates the record as RUNNING with that run
-# number, and updates whatever bookkeeping (queues, quota usage) the core keeps for running
-# jobs. Replace this function with a call to it once it exists.
-# ------------------------------------------------------------------------------------------
 def restore_running_job(
     core: Scheduler,
     job: Job,
@@ -69,35 +54,10 @@ def restore_running_job(
     started: float | None,
     now: float,
 ) -> JobRecord:
-    """Put a running job back into the core with its recorded placements."""
-    if job.id in core.jobs:
-        raise ValueError(f"job {job.id} is already in the core")
-    taken: list[str] = []
-    try:
-        for task, placement in sorted(placements.items()):
-            key = core_task_key(job.id, task, run)
-            # Scheduler.allocate keeps the usage ledger (quotas, fair share) in step
-            core.allocate(key, placement, job)
-            taken.append(key)
-    except AllocationError:
-        for key in taken:
-            core.unallocate(key)
-        raise
-    # the core's own submission path does its bookkeeping for a new job (ordering, the
-    # set of live jobs, quota checks); the record is then moved on to its recorded run
-    rejected = core._submit(job, job.submit_time)
-    record = core.jobs[job.id]
-    if rejected or record.state is not JobState.PENDING:
-        for key in taken:
-            core.release(key)
-        raise AllocationError(f"the core refused job {job.id} again: {rejected}")
-    record.run = run
-    record.restarts = restarts
-    record.placements = dict(placements)
-    record.finished = set(finished)
-    record.started = started
-    record.move(JobState.RUNNING, now, "restored after restart")
-    return record
+    """Put a running job back into the core with its recorded placements, without a new
+    scheduling decision (``Scheduler.restore``: allocates under the core's task keys and
+    charges the usage ledger; raises AllocationError and changes nothing if it cannot)."""
+    return core.restore(job, run, placements, finished, restarts, started, now)
 
 
 def recover(loop: ControlLoop, now: float | None = None) -> list[Any]:
