@@ -1,7 +1,9 @@
 """Device discovery for the node the service runs on.
 
-Backends: the machine itself (CPUs and memory from psutil) and ``fake``, a YAML list of
-device groups in the cluster-spec format, for machines without accelerators and for tests:
+The backends live in :mod:`hetsched.agent.backends` (``cpu``, ``nvidia``, ``pci``, ``fake``);
+this module turns what they find into a :class:`~hetsched.model.device.Node`. ``fake`` reads
+a YAML list of device groups in the cluster-spec format, for machines without accelerators
+and for tests:
 
 ```yaml
 devices:
@@ -16,29 +18,40 @@ friends receive.
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
-from pydantic import Field, ValidationError
 
+from hetsched.agent.backends import HOST_CLASS, FoundDevice, assign_ids, discover
+from hetsched.agent.backends.fake import load_fake_devices
 from hetsched.model.device import Node
-from hetsched.model.specs import DeviceGroupSpec, NodeSpec, SpecError, _Strict, format_errors
-from hetsched.model.specs import load_yaml as _load_yaml
 
-__all__ = ["discover_local", "load_fake_devices"]
+__all__ = ["discover_local", "load_fake_devices", "node_from"]
 
 
-class _FakeDevices(_Strict):
-    devices: list[DeviceGroupSpec] = Field(default_factory=list)
-
-
-def load_fake_devices(path: str | Path) -> list[DeviceGroupSpec]:
-    """Device groups from a ``fake`` backend file; SpecError with field paths if invalid."""
-    data = _load_yaml(path)
-    try:
-        return _FakeDevices.model_validate(data or {}).devices
-    except ValidationError as exc:
-        raise SpecError(format_errors(exc), str(path)) from None
+def node_from(
+    name: str,
+    found: Sequence[FoundDevice],
+    cpu_milli: int | None = None,
+    memory_mib: int | None = None,
+) -> Node:
+    """A node from discovered devices: CPU and memory from psutil unless given, the
+    devices (host entries left out) numbered per class in the order found."""
+    cpus = psutil.cpu_count(logical=True) or 1
+    devices = tuple(assign_ids(name, found).values())
+    numa = {d.attributes.get("numa") for d in found if d.device_class == HOST_CLASS}
+    labels = {"hetsched.io/node": "local"}
+    if len(numa) > 1:
+        labels["hetsched.io/numa-nodes"] = str(len(numa))
+    return Node(
+        name,
+        cpu_milli if cpu_milli is not None else cpus * 1000,
+        memory_mib if memory_mib is not None else psutil.virtual_memory().total // (1 << 20),
+        devices,
+        labels,
+    )
 
 
 def discover_local(
@@ -46,21 +59,16 @@ def discover_local(
     fake_devices: str | Path | None = None,
     cpu_milli: int | None = None,
     memory_mib: int | None = None,
+    backends: Sequence[str] | None = None,
+    sysfs_root: str | Path = "/sys",
+    nvml: Any = None,
 ) -> Node:
-    """This machine as a node: its logical CPUs, its memory, and the devices found."""
-    cpus = psutil.cpu_count(logical=True) or 1
-    spec = NodeSpec.model_validate(
-        {
-            "name": name or socket.gethostname() or "local",
-            "cpu": "1",
-            "memory": "1Mi",
-            "labels": {"hetsched.io/node": "local"},
-        }
-    )
-    spec.cpu_milli = cpu_milli if cpu_milli is not None else cpus * 1000
-    spec.memory_mib = (
-        memory_mib if memory_mib is not None else psutil.virtual_memory().total // (1 << 20)
-    )
-    if fake_devices is not None:
-        spec.devices = load_fake_devices(fake_devices)
-    return spec.expand()[0]
+    """This machine as a node: its logical CPUs, its memory, and the devices found.
+
+    ``backends`` defaults to ``cpu`` plus ``fake`` when a device file is given; pass
+    ``["cpu", "nvidia", "pci"]`` to look at the real hardware.
+    """
+    if backends is None:
+        backends = ["cpu", "fake"] if fake_devices is not None else ["cpu"]
+    found = discover(backends, sysfs_root=sysfs_root, fake_file=fake_devices, nvml=nvml)
+    return node_from(name or socket.gethostname() or "local", found, cpu_milli, memory_mib)
