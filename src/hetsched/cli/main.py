@@ -7,6 +7,7 @@ import typer
 from hetsched import __version__
 from hetsched.cli.check import check
 from hetsched.cli.cluster import nodes, queues
+from hetsched.cli.devices import devices
 from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
 from hetsched.cli.place import place
 from hetsched.cli.sim_openb import openb
@@ -34,6 +35,7 @@ app.command()(cancel)
 app.command()(why)
 app.command()(nodes)
 app.command()(queues)
+app.command()(devices)
 app.add_typer(token_app, name="token")
 
 sim_app = typer.Typer(
