@@ -1,7 +1,9 @@
 """The HTTP API (FastAPI). OpenAPI at ``/docs``.
 
 Rules every route follows:
-- a bearer token is required everywhere except ``GET /healthz``;
+- a bearer token is required everywhere except ``GET /healthz``, the dashboard's static
+  files under ``/ui`` (they hold no data; the page calls the API with the user's token) and,
+  when the service runs with ``--metrics-public``, ``GET /metrics``;
 - a user sees, cancels and reads the logs of only their own jobs (others' ids answer 404,
   as unknown ids do, so ids cannot be probed); an admin sees all;
 - a change is committed to the store before any 2xx answer;
@@ -21,11 +23,12 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetsched.agent.executor import Executor
+from hetsched.service import metrics, ui
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.loop import ControlLoop
 from hetsched.service.queues import QueuesSpec
@@ -58,6 +61,8 @@ class Service:
     auth_failures: RateLimiter
     #: hetsched users that have an OS account, when jobs run as mapped users
     mapped_users: frozenset[str] | None = None
+    #: serve ``/metrics`` without a token (``--metrics-public``)
+    metrics_public: bool = False
 
 
 class _BodyLimit:
@@ -174,6 +179,18 @@ def create_app(service: Service) -> FastAPI:
     def healthz() -> dict[str, Any]:
         return {"ok": True}
 
+    registry = metrics.install(service)
+
+    @app.get("/metrics", tags=["service"], response_class=Response)
+    def prometheus(request: Request) -> Response:
+        """Prometheus metrics (docs/observability.md); any valid token, or none with
+        ``--metrics-public``."""
+        if not service.metrics_public:
+            caller(request)
+        return Response(metrics.render(registry), media_type=metrics.CONTENT_TYPE)
+
+    ui.add_routes(app)
+
     # -- jobs ----------------------------------------------------------------------------
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"])
@@ -264,6 +281,13 @@ def create_app(service: Service) -> FastAPI:
     def queues(who: Caller) -> list[dict[str, Any]]:
         """Each queue: who may submit, jobs by state, and quota used, borrowed and free."""
         return _queues_view(service)
+
+    @app.get("/v1/history", tags=["cluster"])
+    def history(who: Caller, since: float = 0.0) -> dict[str, Any]:
+        """Samples taken every few seconds for the dashboard's charts, newest last: allocated
+        and measured share per device class, jobs pending per queue, jobs running."""
+        ring = service.loop.metrics.history
+        return {"interval_s": ring.interval_s, "samples": [s.to_dict() for s in ring.since(since)]}
 
     # -- tokens (admin) ------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from hetsched.scheduler import (
     TaskStopped,
     Tick,
 )
+from hetsched.service.metrics import LoopMetrics
 from hetsched.service.schemas import SubmitSpec, from_stored
 from hetsched.service.store import Store
 from hetsched.service.tables import allocations, jobs, tasks, transitions
@@ -132,6 +133,8 @@ class ControlLoop:
         self.turns = 0
         #: restart counts of jobs resubmitted by recovery, applied after their submission
         self.restarts_to_restore: dict[str, int] = {}
+        #: counters, histograms and the dashboard's history (service/metrics.py)
+        self.metrics = LoopMetrics()
 
     # -- the API side --------------------------------------------------------------------
 
@@ -162,7 +165,9 @@ class ControlLoop:
             began = time.perf_counter()
             try:
                 self.turn()
+                self.metrics.turn_done(time.time())
             except Exception:
+                self.metrics.turn_failed()
                 # The core may now disagree with the store (a decision it took was not
                 # committed). The store is the truth: rebuild the core from it, exactly as
                 # a restart would.
@@ -228,7 +233,9 @@ class ControlLoop:
             return []
         self._last_tick = now
         with self.lock:
+            began = time.perf_counter()
             actions = self.core.handle([*events, Tick()], now)
+            self.metrics.observe_turn(self.core, actions, now, time.perf_counter() - began)
             for job_id, restarts in self.restarts_to_restore.items():
                 record = self.core.jobs.get(job_id)
                 if record is not None:
@@ -529,6 +536,7 @@ class ControlLoop:
                     }
                 )
             self.quota_view = self._quotas()
+            self.metrics.sample(self.core, now)
         self.nodes_view = view
 
     def _quotas(self) -> dict[str, dict[str, dict[str, float]]]:

@@ -1,0 +1,530 @@
+"""Prometheus metrics and the dashboard's history, one registry per service.
+
+Two kinds of metric live here (the names are listed in docs/observability.md):
+
+- *events*, counted by the reconcile loop as they happen (:class:`LoopMetrics`): scheduling
+  attempts, cycle latency, queue wait at bind, preemptions, loop turns and failures;
+- *state*, computed when Prometheus scrapes (:class:`ServiceCollector`): jobs by queue and
+  state, the oldest pending job per queue, allocation, health and fragmentation of the
+  devices, and what the agent measured when its watchers run.
+
+Each service owns its :class:`~prometheus_client.CollectorRegistry` (never the global one),
+so several services can run in one process, as they do in the tests.
+
+Fragmentation is FGD's measure (:mod:`hetsched.cluster.frag`) per device class and model,
+against a target workload taken from the jobs themselves: the distinct task shapes (CPU,
+device count, share, selector) of the pending and running jobs that ask for that class,
+weighted by task count (the 16 most common shapes). With no such job, the target is one
+whole device of the class, under which the fragmented share is the free share of partly
+used devices. Per model, the measure sees only that model's devices.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter as Tally
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expected_frag
+from hetsched.model.device import SHARE_UNITS
+from hetsched.model.lifecycle import JobState
+from hetsched.scheduler import Action, Bind, Preempt, Reject, Scheduler
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from hetsched.service.app import Service
+
+__all__ = [
+    "CONTENT_TYPE",
+    "METRIC_NAMES",
+    "History",
+    "LoopMetrics",
+    "ServiceCollector",
+    "install",
+    "measured_by_class",
+    "render",
+    "target_workload",
+]
+
+log = logging.getLogger(__name__)
+
+# the text format shows a counter's creation time as a gauge family of its own
+# (``..._created``), which doubles the series and helps no alert or panel here
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: shapes kept in a fragmentation target workload
+_MAX_SHAPES = 16
+
+#: every metric family this module exports (without the _total, _bucket... suffixes);
+#: the deploy tests check that alert rules and dashboard panels use only these
+METRIC_NAMES = frozenset(
+    {
+        "hetsched_scheduling_attempts_total",
+        "hetsched_scheduling_cycle_duration_seconds",
+        "hetsched_queue_wait_seconds",
+        "hetsched_preemptions_total",
+        "hetsched_loop_turns_total",
+        "hetsched_loop_turn_failures_total",
+        "hetsched_loop_last_turn_timestamp_seconds",
+        "hetsched_jobs",
+        "hetsched_oldest_pending_job_age_seconds",
+        "hetsched_nodes",
+        "hetsched_cpu_capacity_cores",
+        "hetsched_cpu_allocated_cores",
+        "hetsched_devices",
+        "hetsched_devices_unhealthy",
+        "hetsched_device_healthy",
+        "hetsched_device_allocated",
+        "hetsched_device_allocation_ratio",
+        "hetsched_device_utilization_ratio",
+        "hetsched_fragmentation_ratio",
+        "hetsched_fragmented_devices",
+        "hetsched_alerts",
+    }
+)
+
+
+# -- what the agent may add --------------------------------------------------------------
+
+
+@runtime_checkable
+class MeasuresUtilization(Protocol):
+    """Something that measured how busy devices are: device id -> 0..1 (an agent watcher)."""
+
+    def utilization(self) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class RaisesAlerts(Protocol):
+    """Something that raises alerts (the agent's overcommit guard, its health watcher):
+    each alert a mapping with at least ``kind``, optionally ``node`` and ``device``."""
+
+    def alerts(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+def _parts(service: Service) -> list[object]:
+    """Every object of the service that may measure or alert, present or not."""
+    found: list[object] = []
+    for owner in (service, service.loop, service.executor):
+        for name in ("watcher", "guard", "health", "monitor"):
+            part = getattr(owner, name, None)
+            if part is not None and part not in found:
+                found.append(part)
+    return found
+
+
+# -- history for the dashboard -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at one moment: allocated and measured share per device class (0..1),
+    jobs waiting per queue, jobs running."""
+
+    time: float
+    allocation: dict[str, float]
+    utilization: dict[str, float]
+    pending: dict[str, int]
+    running: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "allocation": self.allocation,
+            "utilization": self.utilization,
+            "pending": self.pending,
+            "running": self.running,
+        }
+
+
+class History:
+    """A bounded ring of samples, one every ``interval_s`` at most (thread-safe)."""
+
+    def __init__(self, interval_s: float = 2.0, size: int = 1800) -> None:
+        self.interval_s = interval_s
+        self._samples: deque[Sample] = deque(maxlen=size)
+        self._guard = threading.Lock()
+
+    def due(self, now: float) -> bool:
+        with self._guard:
+            return not self._samples or now - self._samples[-1].time >= self.interval_s
+
+    def add(self, sample: Sample) -> None:
+        with self._guard:
+            self._samples.append(sample)
+
+    def since(self, after: float = 0.0) -> list[Sample]:
+        with self._guard:
+            return [s for s in self._samples if s.time > after]
+
+
+def _allocation_by_class(core: Scheduler) -> dict[str, float]:
+    state = core.state
+    out: dict[str, float] = {}
+    if not state.kinds:
+        return out
+    present = (state.dev_kind >= 0) & state.active[:, None]
+    for cls in state.class_names():
+        rows = [i for i, k in enumerate(state.kinds) if k.device_class == cls]
+        mask = present & np.isin(state.dev_kind, rows)
+        slots = int(mask.sum())
+        if slots:
+            used = slots * SHARE_UNITS - int(state.dev_free[mask].sum())
+            out[cls] = used / (slots * SHARE_UNITS)
+    return out
+
+
+# -- what the loop counts ----------------------------------------------------------------
+
+
+class LoopMetrics:
+    """The counters and histograms the reconcile loop updates, and the dashboard's history.
+
+    The loop calls :meth:`observe_turn` after each turn that ran the core, with the core
+    still locked, :meth:`turn_done` or :meth:`turn_failed` after every turn, and
+    :meth:`sample` now and then, with the core locked.
+    """
+
+    def __init__(self, history: History | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.history = history or History()
+        r = self.registry
+        self.attempts = Counter(
+            "hetsched_scheduling_attempts",
+            "Jobs tried by scheduling cycles, by result: scheduled (bound), unschedulable "
+            "(still waiting after the cycle), rejected, error (the turn failed).",
+            ["result"],
+            registry=r,
+        )
+        self.cycle_seconds = Histogram(
+            "hetsched_scheduling_cycle_duration_seconds",
+            "Time the core took to handle one turn's events and run its scheduling cycle.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "hetsched_queue_wait_seconds",
+            "Time a job waited in its queue (since submission or requeue) until it was bound.",
+            ["queue"],
+            buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600),
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "hetsched_preemptions",
+            "Jobs preempted, by the victim's queue and the kind (priority or reclaim).",
+            ["queue", "kind"],
+            registry=r,
+        )
+        self.turns = Counter("hetsched_loop_turns", "Reconcile loop turns.", registry=r)
+        self.failures = Counter(
+            "hetsched_loop_turn_failures",
+            "Reconcile loop turns that raised (the core is then rebuilt from the store).",
+            registry=r,
+        )
+        self.last_turn = Gauge(
+            "hetsched_loop_last_turn_timestamp_seconds",
+            "Unix time the reconcile loop last finished a turn; stalls show as its age.",
+            registry=r,
+        )
+        #: mean measured utilization per device class; the app points it at the agent's parts
+        self.measure: Callable[[], Mapping[str, float]] = dict
+        # the families exist from the start, so rate() and alerts see zeros, not gaps
+        for result in ("scheduled", "unschedulable", "rejected", "error"):
+            self.attempts.labels(result)
+
+    def observe_turn(
+        self, core: Scheduler, actions: Sequence[Action], now: float, seconds: float
+    ) -> None:
+        """Count one turn's decisions. Called with the core locked, right after it ran."""
+        self.cycle_seconds.observe(seconds)
+        binds = 0
+        for action in actions:
+            match action:
+                case Bind(job_id):
+                    binds += 1
+                    record = core.jobs.get(job_id)
+                    # a first bind of this run (not more tasks of a running elastic gang)
+                    if record is not None and record.started == now:
+                        self.queue_wait.labels(record.job.queue).observe(
+                            max(0.0, now - record.queued_since)
+                        )
+                case Preempt(job_id, kind=kind):
+                    record = core.jobs.get(job_id)
+                    queue = record.job.queue if record is not None else ""
+                    self.preemptions.labels(queue, kind or "priority").inc()
+                case Reject():
+                    self.attempts.labels("rejected").inc()
+        if binds:
+            self.attempts.labels("scheduled").inc(binds)
+        waiting = sum(1 for r in core.waiting() if r.state is JobState.PENDING)
+        if waiting:
+            self.attempts.labels("unschedulable").inc(waiting)
+
+    def turn_done(self, now: float) -> None:
+        self.turns.inc()
+        self.last_turn.set(now)
+
+    def turn_failed(self) -> None:
+        self.failures.inc()
+        self.attempts.labels("error").inc()
+
+    def sample(self, core: Scheduler, now: float) -> None:
+        """Add a history sample if one is due. Called with the core locked."""
+        if not self.history.due(now):
+            return
+        try:
+            measured = dict(self.measure())
+        except Exception:  # what the agent measures must never stop the loop
+            log.exception("reading measured utilization failed")
+            measured = {}
+        pending: Tally[str] = Tally()
+        running = 0
+        for record in core.active_jobs():
+            if record.state is JobState.PENDING:
+                pending[record.job.queue] += 1
+            elif record.state is JobState.RUNNING:
+                running += 1
+        self.history.add(Sample(now, _allocation_by_class(core), measured, dict(pending), running))
+
+
+# -- what a scrape computes --------------------------------------------------------------
+
+
+def target_workload(core: Scheduler, device_class: str) -> TargetWorkload:
+    """The fragmentation target for ``device_class``: see the module docstring."""
+    shapes: Tally[tuple[int, int, int, str | None]] = Tally()
+    for record in core.active_jobs():
+        resources = record.job.resources
+        for request in resources.devices:
+            choice = request.primary
+            if choice.device_class == device_class:
+                share = choice.share if choice.count == 1 else SHARE_UNITS
+                key = (resources.cpu_milli, choice.count, share, choice.selector)
+                shapes[key] += record.job.replicas
+                break
+    if not shapes:
+        return TargetWorkload.of([TargetClass(0, 1, SHARE_UNITS, None, 1.0)])
+    return TargetWorkload.of(
+        TargetClass(cpu, count, share, selector, float(weight))
+        for (cpu, count, share, selector), weight in shapes.most_common(_MAX_SHAPES)
+    )
+
+
+def _gauge(name: str, doc: str, labels: Sequence[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+class ServiceCollector(Collector):
+    """State metrics, computed from the service at each scrape."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        service = self.service
+        now = time.time()
+        yield from self._jobs(service)
+        with service.loop.lock:
+            core = service.loop.core
+            metrics = [
+                *self._pending_age(core, now),
+                *self._capacity(core),
+                *self._fragmentation(core),
+            ]
+            node_of = {d.id: n.name for n in core.state.nodes for d in n.devices}
+        yield from metrics
+        yield from self._agent(service, node_of)
+
+    def _jobs(self, service: Service) -> Iterator[Metric]:
+        jobs = _gauge("hetsched_jobs", "Jobs by queue and state.", ["queue", "state"])
+        for item in service.store.queue_usage():
+            jobs.add_metric([item["queue"], item["state"]], item["count"])
+        yield jobs
+
+    def _pending_age(self, core: Scheduler, now: float) -> Iterator[Metric]:
+        oldest: dict[str, float] = {}
+        for record in core.active_jobs():
+            if record.state is JobState.PENDING:
+                age = max(0.0, now - record.queued_since)
+                queue = record.job.queue
+                oldest[queue] = max(oldest.get(queue, 0.0), age)
+        family = _gauge(
+            "hetsched_oldest_pending_job_age_seconds",
+            "Per queue, how long its longest-waiting pending job has waited (since its "
+            "submission or requeue).",
+            ["queue"],
+        )
+        for queue, age in sorted(oldest.items()):
+            family.add_metric([queue], age)
+        yield family
+
+    def _capacity(self, core: Scheduler) -> Iterator[Metric]:
+        state = core.state
+        nodes = _gauge("hetsched_nodes", "Nodes by state.", ["state"])
+        active = int(state.active.sum())
+        nodes.add_metric(["active"], active)
+        nodes.add_metric(["inactive"], len(state.nodes) - active)
+        yield nodes
+        cpu_cap = _gauge("hetsched_cpu_capacity_cores", "CPU cores of active nodes.")
+        cpu_used = _gauge("hetsched_cpu_allocated_cores", "CPU cores allocated to tasks.")
+        cap = int(state.cpu_cap[state.active].sum())
+        cpu_cap.add_metric([], cap / 1000)
+        cpu_used.add_metric([], (cap - int(state.cpu_free[state.active].sum())) / 1000)
+        yield cpu_cap
+        yield cpu_used
+
+        labels = ["class", "model"]
+        devices = _gauge("hetsched_devices", "Devices on active nodes.", labels)
+        unhealthy = _gauge("hetsched_devices_unhealthy", "Unhealthy devices.", labels)
+        allocated = _gauge(
+            "hetsched_device_allocated",
+            "Devices allocated to tasks, in devices (fractional shares add up).",
+            labels,
+        )
+        ratio = _gauge(
+            "hetsched_device_allocation_ratio",
+            "Allocated share of the devices of a class and model, 0..1.",
+            labels,
+        )
+        healthy = _gauge(
+            "hetsched_device_healthy",
+            "1 if the device is healthy, 0 if not.",
+            ["node", "device", "class", "model"],
+        )
+        per: dict[tuple[str, str], list[int]] = {}
+        for row, node in enumerate(state.nodes):
+            if not state.active[row]:
+                continue
+            for slot, device in enumerate(node.devices):
+                ok = bool(state.dev_healthy[row, slot])
+                key = (device.device_class, device.model)
+                count = per.setdefault(key, [0, 0, 0])
+                count[0] += 1
+                count[1] += 0 if ok else 1
+                count[2] += SHARE_UNITS - int(state.dev_free[row, slot])
+                healthy.add_metric([node.name, device.id, *key], 1.0 if ok else 0.0)
+        for key, (total, bad, used) in sorted(per.items()):
+            devices.add_metric(list(key), total)
+            unhealthy.add_metric(list(key), bad)
+            allocated.add_metric(list(key), used / SHARE_UNITS)
+            ratio.add_metric(list(key), used / (total * SHARE_UNITS))
+        yield from (devices, unhealthy, allocated, ratio, healthy)
+
+    def _fragmentation(self, core: Scheduler) -> Iterator[Metric]:
+        labels = ["class", "model"]
+        ratio = _gauge(
+            "hetsched_fragmentation_ratio",
+            "FGD fragmentation: the share of idle devices that the target workload (the "
+            "pending and running jobs' task shapes) cannot use, 0..1.",
+            labels,
+        )
+        amount = _gauge(
+            "hetsched_fragmented_devices",
+            "FGD fragmentation in devices: idle share the target workload cannot use.",
+            labels,
+        )
+        state = core.state
+        for cls in state.class_names():
+            target = target_workload(core, cls)
+            slots = state.device_mask(cls)
+            elig = eligibility(state, target, cls)
+            for model in state.models(cls):
+                rows = [
+                    i
+                    for i, k in enumerate(state.kinds)
+                    if k.device_class == cls and k.model == model
+                ]
+                mine = slots & np.isin(state.dev_kind, rows)
+                per_node = expected_frag(state.cpu_free, state.dev_free, mine, elig, target)
+                frag = float(per_node[state.active].sum())
+                idle = float(np.where(mine, state.dev_free, 0).sum())
+                ratio.add_metric([cls, model], frag / idle if idle else 0.0)
+                amount.add_metric([cls, model], frag / SHARE_UNITS)
+        yield ratio
+        yield amount
+
+    def _agent(self, service: Service, node_of: Mapping[str, str]) -> Iterator[Metric]:
+        util = _gauge(
+            "hetsched_device_utilization_ratio",
+            "Measured busy share of a device, 0..1 (from the agent's watcher, when it runs).",
+            ["node", "device", "class", "model"],
+        )
+        alerts = _gauge(
+            "hetsched_alerts",
+            "Active alerts raised by the agent (overcommit guard, health watcher), by kind.",
+            ["kind", "node", "device"],
+        )
+        devices = service.loop.devices
+        for part in _parts(service):
+            if isinstance(part, MeasuresUtilization):
+                for device_id, value in sorted(part.utilization().items()):
+                    device = devices.get(device_id)
+                    if device is None:
+                        continue
+                    util.add_metric(
+                        [node_of.get(device_id, ""), device_id, device.device_class, device.model],
+                        float(value),
+                    )
+            if isinstance(part, RaisesAlerts):
+                counts: Tally[tuple[str, str, str]] = Tally()
+                for alert in part.alerts():
+                    counts[
+                        (
+                            str(alert.get("kind", "")),
+                            str(alert.get("node", "")),
+                            str(alert.get("device", "")),
+                        )
+                    ] += 1
+                for key, n in sorted(counts.items()):
+                    alerts.add_metric(list(key), n)
+        yield util
+        yield alerts
+
+
+def measured_by_class(service: Service) -> dict[str, float]:
+    """Mean measured utilization per device class, from whatever measures it (may be empty)."""
+    sums: dict[str, list[float]] = {}
+    for part in _parts(service):
+        if isinstance(part, MeasuresUtilization):
+            for device_id, value in part.utilization().items():
+                device = service.loop.devices.get(device_id)
+                if device is not None:
+                    sums.setdefault(device.device_class, []).append(float(value))
+    return {cls: sum(v) / len(v) for cls, v in sums.items() if v}
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus' text format."""
+    return generate_latest(registry)
+
+
+def install(service: Service) -> CollectorRegistry:
+    """Register the state collector on the service loop's registry and let the history
+    read measured utilization; returns the registry ``/metrics`` renders."""
+    metrics = service.loop.metrics
+    metrics.registry.register(ServiceCollector(service))
+    metrics.measure = lambda: measured_by_class(service)
+    return metrics.registry

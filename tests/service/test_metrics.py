@@ -1,0 +1,269 @@
+"""/metrics against the real service: parsed with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+from service_fixtures import Api, job_body, service_options
+
+from hetsched.cluster.state import ClusterState
+from hetsched.model.device import Device, Node
+from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.scheduler import Bind, JobSubmitted, NodeAdded, Scheduler
+from hetsched.service.metrics import METRIC_NAMES, LoopMetrics, target_workload
+from hetsched.service.testing import running
+
+
+def scrape(client: httpx.Client) -> dict[str, list[Sample]]:
+    answer = client.get("/metrics")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith("text/plain")
+    out: dict[str, list[Sample]] = {}
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def value(samples: dict[str, list[Sample]], name: str, **labels: str) -> float:
+    found = [s.value for s in samples.get(name, []) if labels.items() <= s.labels.items()]
+    assert len(found) == 1, (name, labels, samples.get(name))
+    return found[0]
+
+
+def wait_for(api: Api, check: object, timeout: float = 20) -> dict[str, list[Sample]]:
+    """Scrape until ``check(samples)`` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = scrape(api.admin)
+        try:
+            if check(samples):  # type: ignore[operator]
+                return samples
+        except AssertionError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"metrics never matched: {sorted(samples)}")
+        time.sleep(0.1)
+
+
+def test_metrics_follow_jobs_devices_and_the_loop(api: Api) -> None:
+    # one A100 for a long job, a second A100 job that must wait, and a quick CPU job
+    running_job = api.alice.post(
+        "/v1/jobs",
+        json=job_body(
+            name="hold",
+            command=["sleep", "30"],
+            resources={
+                "cpu": "1",
+                "memory": "1Gi",
+                "devices": [{"class": "gpu", "count": 2, "model": "A100"}],
+            },
+        ),
+    ).json()
+    api.wait(api.alice, running_job["id"], {"running"})
+    # half of the MI250; a job asking for two whole GPUs must then wait
+    half = api.bob.post(
+        "/v1/jobs",
+        json=job_body(
+            name="half",
+            command=["sleep", "30"],
+            resources={
+                "cpu": "1",
+                "memory": "1Gi",
+                "devices": [{"class": "gpu", "count": 1, "share": 500, "model": "MI250"}],
+            },
+        ),
+    ).json()
+    api.wait(api.bob, half["id"], {"running"})
+    waiting = api.bob.post(
+        "/v1/jobs",
+        json=job_body(
+            name="waits",
+            resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2}]},
+        ),
+    ).json()
+    done = api.alice.post("/v1/jobs", json=job_body(name="quick")).json()
+    api.wait(api.alice, done["id"], {"succeeded"})
+
+    def ready(s: dict[str, list[Sample]]) -> bool:
+        return value(s, "hetsched_jobs", queue="default", state="pending") == 1
+
+    samples = wait_for(api, ready)
+    assert value(samples, "hetsched_jobs", queue="default", state="running") == 2
+    assert value(samples, "hetsched_jobs", queue="default", state="succeeded") == 1
+    assert value(samples, "hetsched_oldest_pending_job_age_seconds", queue="default") >= 0
+    # allocation per class and model, from the core's cluster state
+    assert value(samples, "hetsched_devices", **{"class": "gpu", "model": "A100"}) == 2
+    assert value(samples, "hetsched_device_allocated", **{"class": "gpu", "model": "A100"}) == 2
+    assert value(samples, "hetsched_device_allocated", **{"class": "gpu", "model": "MI250"}) == 0.5
+    assert (
+        value(samples, "hetsched_device_allocation_ratio", **{"class": "fpga", "model": "U250"})
+        == 0
+    )
+    assert value(samples, "hetsched_devices_unhealthy", **{"class": "gpu", "model": "A100"}) == 0
+    healthy = samples["hetsched_device_healthy"]
+    assert len(healthy) == 4 and {s.value for s in healthy} == {1.0}
+    assert value(samples, "hetsched_nodes", state="active") == 3
+    assert value(samples, "hetsched_cpu_allocated_cores") == 2
+    # the target workload is the jobs' shapes: two whole GPUs (and half a GPU); the half-used
+    # MI250 cannot host a whole-GPU task, so its idle half is fragmented
+    assert value(samples, "hetsched_fragmentation_ratio", **{"class": "gpu", "model": "MI250"}) > 0
+    assert value(samples, "hetsched_fragmentation_ratio", **{"class": "gpu", "model": "A100"}) == 0
+    # what the loop counted
+    assert value(samples, "hetsched_scheduling_attempts_total", result="scheduled") >= 3
+    assert value(samples, "hetsched_scheduling_attempts_total", result="unschedulable") >= 1
+    assert value(samples, "hetsched_scheduling_attempts_total", result="error") == 0
+    assert value(samples, "hetsched_scheduling_cycle_duration_seconds_count") >= 1
+    assert value(samples, "hetsched_queue_wait_seconds_count", queue="default") >= 3
+    assert value(samples, "hetsched_loop_turns_total") >= 1
+    assert value(samples, "hetsched_loop_last_turn_timestamp_seconds") > 0
+    # every family exported is a documented name, and every documented name is exported
+    # (the agent's utilization and alert families are empty without its watchers)
+    families = {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in text_string_to_metric_families(api.admin.get("/metrics").text)
+    }
+    assert families == METRIC_NAMES
+    # the history behind the dashboard's charts
+    deadline = time.monotonic() + 20
+    while True:
+        ring = api.alice.get("/v1/history").json()
+        last = ring["samples"][-1]
+        if last["allocation"]["gpu"] > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ring["interval_s"] > 0
+    assert set(last) == {"time", "allocation", "utilization", "pending", "running"}
+    # 2 A100s and half an MI250 of 3 GPUs
+    assert last["allocation"]["gpu"] == pytest.approx(2.5 / 3)
+    assert last["pending"] == {"default": 1} and last["running"] == 2
+    newer = api.alice.get("/v1/history", params={"since": last["time"]}).json()["samples"]
+    assert all(s["time"] > last["time"] for s in newer)
+    assert waiting["state"] == "pending"
+
+
+def test_preemptions_are_counted(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(
+        "name: p\nqueue_sort: {name: priority}\n"
+        "post_filter: [{name: preemption, args: {grace_s: 1, priority: true}}]\n"
+    )
+    with running(service_options(tmp_path, profile=profile)) as svc:
+        api = Api(svc)
+        try:
+            low = api.alice.post(
+                "/v1/jobs",
+                json=job_body(
+                    name="low",
+                    priority=0,
+                    command=["sleep", "60"],
+                    resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "fpga"}]},
+                ),
+            ).json()
+            api.wait(api.alice, low["id"], {"running"})
+            high = api.bob.post(
+                "/v1/jobs",
+                json=job_body(
+                    name="high",
+                    priority=10,
+                    resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "fpga"}]},
+                ),
+            ).json()
+            api.wait(api.bob, high["id"], {"running", "succeeded"})
+            samples = scrape(api.admin)
+            assert value(samples, "hetsched_preemptions_total", queue="default") == 1
+        finally:
+            api.close()
+
+
+def test_metrics_need_a_token_unless_public(tmp_path: Path) -> None:
+    with running(service_options(tmp_path)) as svc:
+        assert httpx.get(f"{svc.url}/metrics").status_code == 401
+        svc.built.service.metrics_public = True
+        answer = httpx.get(f"{svc.url}/metrics")
+        assert answer.status_code == 200 and "hetsched_jobs" in answer.text
+
+
+def test_two_services_in_one_process_keep_their_own_counts(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    with (
+        running(service_options(tmp_path / "one")) as one,
+        running(service_options(tmp_path / "two")) as two,
+    ):
+        api_one, api_two = Api(one), Api(two)
+        try:
+            job = api_one.alice.post("/v1/jobs", json=job_body(name="only-here")).json()
+            api_one.wait(api_one.alice, job["id"], {"succeeded"})
+            first, second = scrape(api_one.admin), scrape(api_two.admin)
+            assert value(first, "hetsched_jobs", queue="default", state="succeeded") == 1
+            assert "hetsched_jobs" not in second
+            assert value(second, "hetsched_scheduling_attempts_total", result="scheduled") == 0
+        finally:
+            api_one.close()
+            api_two.close()
+
+
+# -- the pieces, without a service --------------------------------------------------------------
+
+
+def _gpu_job(job_id: str, count: int, share: int = 1000, replicas: int = 1) -> Job:
+    return Job(
+        job_id,
+        TaskRequest(1000, 1024, (DeviceRequest.of("gpu", count, share),)),
+        replicas=replicas,
+        gang=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expected"),
+    [
+        ([], [(0, 1, 1000, 1.0)]),
+        ([_gpu_job("a", 2)], [(1000, 2, 1000, 1.0)]),
+        (
+            [_gpu_job("a", 1, 250, replicas=3), _gpu_job("b", 2)],
+            [(1000, 1, 250, 0.75), (1000, 2, 1000, 0.25)],
+        ),
+    ],
+)
+def test_target_workload_is_the_jobs_shapes(
+    jobs: list[Job], expected: list[tuple[int, int, int, float]]
+) -> None:
+    node = Node("n", 8000, 8192, tuple(Device(f"g{i}", "gpu") for i in range(4)))
+    core = Scheduler(ClusterState())
+    core.handle([NodeAdded(node)], now=0.0)
+    core.handle([JobSubmitted(j) for j in jobs], now=1.0)
+    target = target_workload(core, "gpu")
+    got = [
+        (c.cpu_milli, c.count, c.share, round(float(w), 6))
+        for c, w in zip(target.classes, target.weight, strict=True)
+    ]
+    assert got == expected
+
+
+def test_queue_wait_is_observed_once_per_start() -> None:
+    node = Node("n", 8000, 8192, (Device("g0", "gpu"),))
+    core = Scheduler(ClusterState())
+    core.handle([NodeAdded(node)], now=0.0)
+    metrics = LoopMetrics()
+    actions = core.handle([JobSubmitted(_gpu_job("a", 1))], now=5.0)
+    assert any(isinstance(a, Bind) for a in actions)
+    metrics.observe_turn(core, actions, 5.0, 0.001)
+    later = core.handle([JobSubmitted(_gpu_job("b", 1))], now=7.0)
+    metrics.observe_turn(core, later, 7.0, 0.001)
+    registry = metrics.registry
+    assert registry.get_sample_value("hetsched_queue_wait_seconds_count", {"queue": "default"}) == 1
+    assert (
+        registry.get_sample_value("hetsched_scheduling_attempts_total", {"result": "scheduled"})
+        == 1
+    )
+    assert (
+        registry.get_sample_value("hetsched_scheduling_attempts_total", {"result": "unschedulable"})
+        == 1
+    )
