@@ -241,6 +241,13 @@ def test_random_event_streams_keep_the_books_straight(
         s = core.state
         assert (s.dev_free >= 0).all() and (s.dev_free <= 1000).all()
         assert (s.cpu_free >= 0).all() and (s.cpu_free <= s.cpu_cap).all()
+        # the waiting index agrees with a scan of every job
+        scan = [
+            r
+            for r in core.jobs.values()
+            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.has_unplaced)
+        ]
+        assert core.waiting() == scan
         for r in core.jobs.values():
             if r.state is JobState.PENDING:
                 assert r.explanation is None or r.explanation.lines()

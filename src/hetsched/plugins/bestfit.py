@@ -57,6 +57,8 @@ class BestFit:
         self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
-        leftover = (free(ctx.state, rows) - demand(ctx)) / scale(ctx.state)
-        score = 100.0 * (1.0 - leftover @ self._weights)
+        # (free - demand) / scale @ w, folded into one pass over the rows
+        coef = self._weights / scale(ctx.state)
+        leftover = free(ctx.state, rows) @ coef - float(demand(ctx) @ coef)
+        score = 100.0 * (1.0 - leftover)
         return np.asarray(np.floor(score + 1e-9) if self._truncate else score, np.float64)

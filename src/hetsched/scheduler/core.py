@@ -29,11 +29,12 @@ from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
 from hetsched.framework.runtime import Framework
 from hetsched.framework.status import Code
 from hetsched.model.device import Health
-from hetsched.model.job import Job, RestartPolicy
+from hetsched.model.job import DeviceFailurePolicy, Job, RestartPolicy
 from hetsched.model.lifecycle import TERMINAL, JobState, Transition
 from hetsched.scheduler.actions import Action, Bind, Kill, Preempt, Reject
 from hetsched.scheduler.cycle import run_cycle
 from hetsched.scheduler.events import (
+    DeviceAdded,
     DeviceHealthChanged,
     Event,
     JobCancelled,
@@ -86,6 +87,10 @@ class Scheduler:
         self._live: dict[str, JobRecord] = {}
         #: live jobs with their own maximum runtime
         self._limited: set[str] = set()
+        #: jobs that may have tasks to place, by id: every job that becomes pending (or
+        #: runs with tasks still to start) is added; ``waiting`` drops the rest lazily. It
+        #: keeps cycles and timers proportional to the queue, not to all running jobs.
+        self._waiting: dict[str, JobRecord] = {}
         #: jobs that preempted others and have not started yet, by id
         self.promised: dict[str, JobRecord] = {}
         self._seq = 0
@@ -155,6 +160,8 @@ class Scheduler:
         )
         record.move(JobState.RUNNING, now, f"run {run}: restored after a restart")
         self._live[job.id] = record
+        if record.has_unplaced:
+            self._waiting[job.id] = record
         if job.max_runtime_s is not None:
             self._limited.add(job.id)
         return record
@@ -193,13 +200,16 @@ class Scheduler:
         return list(self._live.values())
 
     def waiting(self) -> list[JobRecord]:
-        """Jobs with tasks to place: pending jobs, and running jobs whose gang minimum was
-        below their replicas and that still have tasks to start."""
-        return [
-            r
-            for r in self._live.values()
-            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.has_unplaced)
-        ]
+        """Jobs with tasks to place, in arrival order: pending jobs, and running jobs whose
+        gang minimum was below their replicas and that still have tasks to start."""
+        out: list[JobRecord] = []
+        for job_id, r in list(self._waiting.items()):
+            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.has_unplaced):
+                out.append(r)
+            else:
+                del self._waiting[job_id]
+        out.sort(key=lambda r: r.seq)
+        return out
 
     def next_wakeup(self) -> float | None:
         """The earliest time after the last ``handle`` call at which a time-based rule acts
@@ -209,14 +219,15 @@ class Scheduler:
         times: list[float] = []
         gang = self.profile.gang
         max_pending = self.profile.timeouts.max_pending_s
-        for record in self._live.values():
+        for record in self.waiting():
             if record.state is JobState.PENDING:
                 if record.hold_since is not None:
                     times.append(record.hold_since + gang.timeout_s)
                 times.append(record.backoff_until)
                 if max_pending is not None:
                     times.append(record.queued_since + max_pending)
-            elif record.state is JobState.RUNNING and record.started is not None:
+        for record in self._running_limited():
+            if record.state is JobState.RUNNING and record.started is not None:
                 limit = self._max_runtime(record.job)
                 if limit is not None:
                     times.append(record.started + limit)
@@ -263,15 +274,27 @@ class Scheduler:
             case NodeRemoved(name, reason):
                 keys = self.state.remove_node(name)
                 return self._lose(keys, f"{reason}: {name}", now)
-            case DeviceHealthChanged(device_id, health):
-                keys = self.state.set_device_health(device_id, health)
-                if health is Health.HEALTHY:
-                    self.capacity_epoch += 1
-                    return []
-                return self._lose(keys, f"device {device_id} unhealthy", now)
+            case DeviceHealthChanged(device_id, health, reason):
+                return self._device_health(device_id, health, reason or "unhealthy", now)
+            case DeviceAdded(node_name, device):
+                if device.id in self.state.device_index:
+                    # it went away and came back: the id is known, only its health changes
+                    return self._device_health(device.id, device.health, "unhealthy", now)
+                self.state.add_device(node_name, device)
+                self.capacity_epoch += 1
+                return []
             case Tick():
                 return []
         raise TypeError(f"unknown event {event!r}")  # pragma: no cover
+
+    def _device_health(
+        self, device_id: str, health: Health, reason: str, now: float
+    ) -> list[Action]:
+        keys = self.state.set_device_health(device_id, health)
+        if health is Health.HEALTHY:
+            self.capacity_epoch += 1
+            return []
+        return self._lose(keys, f"device {device_id} {reason}", now)
 
     def _submit(self, job: Job, now: float) -> list[Action]:
         if job.id in self.jobs:
@@ -286,6 +309,7 @@ class Scheduler:
             return [Reject(job.id, problem)]
         record.move(JobState.PENDING, now, "submitted")
         self._live[job.id] = record
+        self._waiting[job.id] = record
         if job.max_runtime_s is not None:
             self._limited.add(job.id)
         return []
@@ -296,6 +320,7 @@ class Scheduler:
         record.ended = now
         self._live.pop(record.id, None)
         self._limited.discard(record.id)
+        self._waiting.pop(record.id, None)
 
     def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
         """Ask the driver to stop every running task of the current run.
@@ -379,7 +404,9 @@ class Scheduler:
 
     def _lose(self, keys: list[str], cause: str, now: float) -> list[Action]:
         """Tasks whose node or device went away: free what they held on it, stop the rest
-        of their job, and requeue the job. A gang hold on it is dropped whole."""
+        of their job, and apply the job's ``on_device_failure`` (requeue from scratch,
+        requeue to resume from its last checkpoint, or fail). A gang hold on it is dropped
+        whole."""
         actions: list[Action] = []
         for key in keys:
             record = self.jobs[_job_of(key)]
@@ -396,8 +423,23 @@ class Scheduler:
                 actions.append(Kill(record.id, task, record.run, cause))
         for job_id in dict.fromkeys(_job_of(k) for k in keys):
             record = self.jobs[job_id]
-            if record.state is JobState.RUNNING:
-                actions += self._stop_all(record, cause)
+            if record.state is not JobState.RUNNING:
+                continue
+            actions += self._stop_all(record, cause)
+            policy = record.job.on_device_failure
+            if policy is DeviceFailurePolicy.FAIL:
+                self._end_pending(record)
+                self._end(record, JobState.FAILED, now, f"{cause}; fails by its policy")
+            elif policy is DeviceFailurePolicy.CHECKPOINT:
+                if record.checkpoint is not None:
+                    record.resume_from = record.checkpoint
+                if record.resume_from is None:
+                    text = f"{cause}; no checkpoint reported, starts from scratch"
+                else:
+                    text = f"{cause}; resumes from its checkpoint of t={record.resume_from:g}"
+                self._requeue(record, now, text)
+            else:
+                record.resume_from = None
                 self._requeue(record, now, cause)
         return actions
 
@@ -409,10 +451,18 @@ class Scheduler:
         record.queued_since = now
         record.failed_epoch = -1
         record.move(JobState.PENDING, now, cause)
+        self._waiting[record.id] = record
         # until the next attempt says more; the job may wait out this call untried
         record.explanation = Explanation(Code.UNSCHEDULABLE, f"back in the queue: {cause}")
 
     # -- time-based rules ----------------------------------------------------------------
+
+    def _running_limited(self) -> list[JobRecord]:
+        """Live jobs a maximum runtime applies to: all of them under a profile-wide limit,
+        else those with their own."""
+        if self.profile.timeouts.max_runtime_s is not None:
+            return list(self._live.values())
+        return [self._live[i] for i in self._limited if i in self._live]
 
     def _max_runtime(self, job: Job) -> float | None:
         if job.max_runtime_s is not None:
@@ -427,12 +477,7 @@ class Scheduler:
         """
         actions: list[Action] = []
         timeouts = self.profile.timeouts
-        running = (
-            self._live.values()
-            if timeouts.max_runtime_s is not None
-            else [self._live[i] for i in self._limited if i in self._live]
-        )
-        for record in list(running):
+        for record in self._running_limited():
             if record.state is JobState.RUNNING and record.started is not None:
                 limit = self._max_runtime(record.job)
                 if limit is not None and now - record.started >= limit:
@@ -446,7 +491,7 @@ class Scheduler:
                 self._gang_timeout(record, now)
         max_pending = timeouts.max_pending_s
         if max_pending is not None:
-            for record in list(self._live.values()):
+            for record in self.waiting():
                 if record.state is JobState.PENDING and now - record.queued_since >= max_pending:
                     actions.append(self._expire(record, max_pending, now))
         return actions
