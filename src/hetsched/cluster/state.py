@@ -144,6 +144,33 @@ class ClusterState:
         self.version += 1
         return list(range(first, first + count))
 
+    def add_device(self, node: str, device: Device) -> int:
+        """A device appears on an active node (hot-plug): it takes the node's next slot with
+        all of its share free; returns the slot. Raises (nothing changed) on an unknown or
+        inactive node or an id that exists. Widens the slot matrices when the node already
+        has as many devices as the widest one."""
+        row = self.row(node)
+        if not self.active[row]:
+            raise ValueError(f"node {node} is not active")
+        if device.id in self.device_index:
+            raise ValueError(f"device id {device.id} already exists")
+        old = self.nodes[row]
+        slot = len(old.devices)
+        if slot >= self.width:
+            self.dev_free = _grow(self.dev_free, 0, slot + 1, 0)
+            self.dev_kind = _grow(self.dev_kind, 0, slot + 1, -1)
+            self.dev_healthy = _grow(self.dev_healthy, 0, slot + 1, False)
+        self.nodes[row] = Node(
+            old.name, old.cpu_milli, old.memory_mib, (*old.devices, device), old.labels, old.taints
+        )
+        self.device_index[device.id] = (row, slot)
+        self.dev_free[row, slot] = SHARE_UNITS
+        self.dev_kind[row, slot] = self._kind_row(_kind_of(device))
+        self.dev_healthy[row, slot] = device.health is Health.HEALTHY
+        self._total(row)
+        self.version += 1
+        return slot
+
     def remove_node(self, name: str) -> list[str]:
         """Take a node out of service; returns the allocation keys that were on it.
 

@@ -3,6 +3,7 @@
 from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import (
     DeviceChoice,
+    DeviceFailurePolicy,
     DeviceRequest,
     Job,
     RestartPolicy,
@@ -25,6 +26,7 @@ __all__ = [
     "AttrValue",
     "Device",
     "DeviceChoice",
+    "DeviceFailurePolicy",
     "DeviceRequest",
     "Health",
     "InvalidTransition",

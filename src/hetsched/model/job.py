@@ -11,6 +11,7 @@ from hetsched.model.device import SHARE_UNITS, TaintEffect
 
 __all__ = [
     "DeviceChoice",
+    "DeviceFailurePolicy",
     "DeviceRequest",
     "Job",
     "RestartPolicy",
@@ -125,6 +126,19 @@ class RestartPolicy(enum.StrEnum):
     ON_FAILURE = "on_failure"
 
 
+class DeviceFailurePolicy(enum.StrEnum):
+    """What happens to a running job when a device (or node) under it goes away or fails.
+
+    ``requeue``: back in the queue, to start from scratch; ``checkpoint``: back in the queue,
+    to resume from the last checkpoint a task reported (from scratch without one); ``fail``:
+    the job fails.
+    """
+
+    REQUEUE = "requeue"
+    CHECKPOINT = "checkpoint"
+    FAIL = "fail"
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A unit of work: ``replicas`` identical tasks, bound all-or-nothing in groups of ``gang``.
@@ -147,6 +161,10 @@ class Job:
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     max_restarts: int = 0
     submit_time: float = 0.0
+    on_device_failure: DeviceFailurePolicy = DeviceFailurePolicy.REQUEUE
+    #: may run on oversubscribed capacity (the profile's ``overcommit``), and is the first
+    #: to be killed when the node runs short
+    best_effort: bool = False
 
     def __post_init__(self) -> None:
         if self.replicas < 1:

@@ -21,6 +21,7 @@ from pydantic import (
 from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import (
     DeviceChoice,
+    DeviceFailurePolicy,
     DeviceRequest,
     Job,
     RestartPolicy,
@@ -285,6 +286,8 @@ class JobSpec(_Strict):
     restart_policy: RestartPolicy = RestartPolicy.NEVER
     max_restarts: int = Field(default=0, ge=0)
     submit_time: float = Field(default=0.0, ge=0)
+    on_device_failure: DeviceFailurePolicy = DeviceFailurePolicy.REQUEUE
+    best_effort: bool = False
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
 
     @field_validator("estimated_runtime_s", "max_runtime_s", mode="before")
@@ -314,6 +317,8 @@ class JobSpec(_Strict):
             restart_policy=self.restart_policy,
             max_restarts=self.max_restarts,
             submit_time=self.submit_time,
+            on_device_failure=self.on_device_failure,
+            best_effort=self.best_effort,
         )
 
 

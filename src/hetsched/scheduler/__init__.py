@@ -3,6 +3,7 @@
 from hetsched.scheduler.actions import Action, Bind, Kill, Pending, Preempt, Reject
 from hetsched.scheduler.core import Scheduler, task_key
 from hetsched.scheduler.events import (
+    DeviceAdded,
     DeviceHealthChanged,
     Event,
     JobCancelled,
@@ -20,6 +21,7 @@ from hetsched.scheduler.records import JobRecord
 __all__ = [
     "Action",
     "Bind",
+    "DeviceAdded",
     "DeviceHealthChanged",
     "Event",
     "Explanation",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetsched.model.device import Health, Node
+from hetsched.model.device import Device, Health, Node
 from hetsched.model.job import Job
 
 __all__ = [
+    "DeviceAdded",
     "DeviceHealthChanged",
     "Event",
     "JobCancelled",
@@ -86,8 +87,22 @@ class NodeRemoved:
 
 @dataclass(frozen=True, slots=True)
 class DeviceHealthChanged:
+    """A device turned unhealthy or went away (its tasks are stopped and their jobs handled
+    by each job's ``on_device_failure``), or is healthy again (capacity grows). ``reason``
+    says which, for the jobs' histories: ``removed``, ``unhealthy: XID 79``, ..."""
+
     device_id: str
     health: Health
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAdded:
+    """A device appeared on a node (hot-plug). A device the core knows already (one that
+    went away and came back) takes the health given here instead."""
+
+    node_name: str
+    device: Device
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,5 +122,6 @@ Event = (
     | NodeAdded
     | NodeRemoved
     | DeviceHealthChanged
+    | DeviceAdded
     | Tick
 )

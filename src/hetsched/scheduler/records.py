@@ -42,6 +42,9 @@ class JobRecord:
     borrowing: bool = False
     #: when a task of the current run last reported a checkpoint (TaskCheckpointed)
     checkpoint: float | None = None
+    #: the checkpoint (its time) the next run resumes from, kept when a device failure
+    #: requeues a job whose policy is ``checkpoint``; drivers tell the task
+    resume_from: float | None = None
     #: a partial gang hold: task -> placement, allocated for the *next* run until the gang
     #: completes or ``gang.timeout_s`` passes
     held: dict[int, Placement] = field(default_factory=dict)
