@@ -1,0 +1,1 @@
+"""Kubernetes integration: a device plugin, a scheduler and a scheduler extender."""
