@@ -22,6 +22,8 @@ queues:                             # a tree by ``parent``; jobs name a leaf in 
 gang: {hold: true, timeout_s: 300, backoff_s: 10, max_backoff_s: 600}
 backfill: {enabled: true, default_runtime_s: 3600}
 timeouts: {max_pending_s: 86400, max_runtime_s: 604800}
+overcommit: {cpu: 1.5, memory: 1.0}  # best-effort jobs may use up to factor x capacity
+guard: {interval_s: 5, memory_tolerance: 1.0, node_memory_threshold: 0.95, kill_best_effort: true}
 ```
 """
 
@@ -38,7 +40,10 @@ from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 
 __all__ = [
     "BackfillSpec",
+    "MAX_OVERCOMMIT",
     "GangSpec",
+    "GuardSpec",
+    "OvercommitSpec",
     "PluginRef",
     "ProfileError",
     "ProfileSpec",
@@ -127,6 +132,40 @@ class TimeoutSpec(BaseModel):
     max_runtime_s: float | None = Field(default=None, gt=0)
 
 
+#: the hard cap on oversubscription: no node is ever promised more than this x its capacity
+MAX_OVERCOMMIT = 4.0
+
+
+class OvercommitSpec(BaseModel):
+    """Explicit oversubscription for best-effort jobs, per resource: a best-effort task fits
+    a node while everything allocated there stays within factor x capacity. Guaranteed tasks
+    never see more than the capacity itself, and devices are never oversubscribed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: float = Field(default=1.0, ge=1.0, le=MAX_OVERCOMMIT)
+    memory: float = Field(default=1.0, ge=1.0, le=MAX_OVERCOMMIT)
+
+
+class GuardSpec(BaseModel):
+    """The overcommit guard (the service measures what tasks use every ``interval_s``).
+
+    A task whose memory (its process tree's resident memory plus GPU memory) exceeds its
+    request x ``memory_tolerance`` raises an alert, as does a node whose memory or CPU use
+    passes its threshold (a fraction of the whole machine). With ``kill_best_effort`` the
+    offending best-effort task is killed (on a node alert: the best-effort task that uses
+    the most memory); guaranteed tasks are never killed by the guard."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    interval_s: float = Field(default=5.0, gt=0)
+    memory_tolerance: float = Field(default=1.0, ge=1.0)
+    node_memory_threshold: float = Field(default=0.95, gt=0, le=1)
+    node_cpu_threshold: float | None = Field(default=None, gt=0, le=1)
+    kill_best_effort: bool = False
+
+
 class ProfileError(ValueError):
     """A profile that does not load; the message lists every problem with its field path."""
 
@@ -164,6 +203,8 @@ class ProfileSpec(BaseModel):
     gang: GangSpec = GangSpec()
     backfill: BackfillSpec = BackfillSpec()
     timeouts: TimeoutSpec = TimeoutSpec()
+    overcommit: OvercommitSpec = OvercommitSpec()
+    guard: GuardSpec = GuardSpec()
 
     @field_validator("queue_sort", mode="before")
     @classmethod
