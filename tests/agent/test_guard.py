@@ -3,6 +3,7 @@ condition, and kills asked only for best-effort tasks."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,10 +39,8 @@ def spawn() -> Iterator[Callable[[int], int]]:
 
     yield run
     for proc in started:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
         assert proc.stdout is not None
         proc.stdout.close()
