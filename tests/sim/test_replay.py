@@ -180,3 +180,12 @@ def test_summary_of_two_users_sharing_one_gpu() -> None:
     # both arrived with 2 users in the system: alone on half the cluster a 1-GPU job
     # (demand share 1) runs at half speed, so T_alone = 200 s
     assert finish_time_fairness(result.jobs) == {"u1": 0.5, "u2": 1.0}
+
+
+def test_a_bad_profile_names_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("queue_sort: nope\n", encoding="utf-8")
+    code, out = invoke(
+        "sim", "replay", "--cluster", CLUSTER, "--workload", SMALL, "--profile", str(path)
+    )
+    assert code == 2 and f"{path}: queue_sort.name: unknown plugin 'nope'" in out.replace("\n", "")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsched.framework.profile import ProfileSpec, load_profile, parse_profile
+from hetsched.framework.profile import ProfileError, ProfileSpec, load_profile, parse_profile
 from hetsched.framework.registry import REGISTRY, lookup
 from hetsched.model.device import Node
 from hetsched.sim.engine import (
@@ -72,7 +72,13 @@ def policy_from_name(name: str) -> Policy:
 
 
 def policy_from_profile(path: str | Path) -> Policy:
-    profile = load_profile(path)
+    """The profile in ``path``; ProfileError lines are prefixed with the file."""
+    try:
+        profile = load_profile(path)
+    except ProfileError as exc:
+        raise ProfileError("\n".join(f"{path}: {line}" for line in str(exc).splitlines())) from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror}") from None
     label = profile.name if profile.name != "default" else Path(path).stem
     return Policy(label, profile)
 
