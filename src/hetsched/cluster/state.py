@@ -79,6 +79,17 @@ class ClusterState:
         #: per node: free share summed over healthy slots (kept in step with dev_free)
         self.dev_free_total: IntArray = np.zeros(0, np.int64)
         self.allocations: dict[str, Placement] = {}
+        #: oversubscription for best-effort work (the profile's ``overcommit``): per node,
+        #: free CPU and memory beyond the capacity that only best-effort allocations take,
+        #: first, before the capacity guaranteed work sees; (factor - 1) x capacity in all
+        self.cpu_factor = 1.0
+        self.mem_factor = 1.0
+        self.cpu_slack: IntArray = np.zeros(0, np.int64)
+        self.mem_slack: IntArray = np.zeros(0, np.int64)
+        #: jobs whose allocations are best-effort (keys are ``<job id>/...``)
+        self.best_effort_jobs: set[str] = set()
+        #: best-effort allocation key -> (cpu, memory) it took from the slack
+        self.slack_taken: dict[str, tuple[int, int]] = {}
         #: bumps whenever eligibility can change (nodes, health); caches key on it
         self.version = 0
         self._memo: dict[Hashable, Any] = {}
@@ -124,6 +135,8 @@ class ClusterState:
         mem = np.array([n.memory_mib for n in batch], np.int64)
         self.cpu_cap = np.concatenate([self.cpu_cap, cpu])
         self.cpu_free = np.concatenate([self.cpu_free, cpu])
+        self.cpu_slack = np.concatenate([self.cpu_slack, _slack(cpu, self.cpu_factor)])
+        self.mem_slack = np.concatenate([self.mem_slack, _slack(mem, self.mem_factor)])
         self.mem_cap = np.concatenate([self.mem_cap, mem])
         self.mem_free = np.concatenate([self.mem_free, mem])
         self.active = np.concatenate([self.active, np.ones(count, np.bool_)])
@@ -192,6 +205,20 @@ class ClusterState:
             for key, p in self.allocations.items()
             if any(d.device_id == device_id for d in p.devices)
         ]
+
+    def set_overcommit(self, cpu: float, memory: float) -> None:
+        """Let best-effort allocations use up to ``cpu`` (``memory``) x each node's capacity.
+        Only while nothing best-effort is allocated (the driver sets it at start)."""
+        if self.slack_taken:
+            raise AllocationError("overcommit changes while best-effort work holds slack")
+        if cpu < 1 or memory < 1:
+            raise ValueError("overcommit factors are at least 1")
+        self.cpu_factor, self.mem_factor = cpu, memory
+        self.cpu_slack = _slack(self.cpu_cap, cpu)
+        self.mem_slack = _slack(self.mem_cap, memory)
+
+    def best_effort(self, key: str) -> bool:
+        return bool(self.best_effort_jobs) and key.rsplit("/", 1)[0] in self.best_effort_jobs
 
     def _kind_row(self, kind: DeviceKind) -> int:
         row = self._kind_index.get(kind)
@@ -277,8 +304,9 @@ class ClusterState:
 
     # -- allocate and release ------------------------------------------------------------
 
-    def check(self, placement: Placement) -> str | None:
-        """Why ``placement`` cannot be allocated now, or None if it can."""
+    def check(self, placement: Placement, best_effort: bool = False) -> str | None:
+        """Why ``placement`` cannot be allocated now, or None if it can. A best-effort
+        placement may also take the node's slack (oversubscription)."""
         if placement.node not in self.node_index:
             return f"unknown node {placement.node!r}"
         row = self.node_index[placement.node]
@@ -286,10 +314,12 @@ class ClusterState:
             return f"node {placement.node} is not active"
         if placement.cpu_milli < 0 or placement.memory_mib < 0:
             return "negative request"
-        if placement.cpu_milli > self.cpu_free[row]:
-            return f"cpu: want {placement.cpu_milli}m, free {self.cpu_free[row]}m"
-        if placement.memory_mib > self.mem_free[row]:
-            return f"memory: want {placement.memory_mib}Mi, free {self.mem_free[row]}Mi"
+        cpu_free = int(self.cpu_free[row]) + (int(self.cpu_slack[row]) if best_effort else 0)
+        mem_free = int(self.mem_free[row]) + (int(self.mem_slack[row]) if best_effort else 0)
+        if placement.cpu_milli > cpu_free:
+            return f"cpu: want {placement.cpu_milli}m, free {cpu_free}m"
+        if placement.memory_mib > mem_free:
+            return f"memory: want {placement.memory_mib}Mi, free {mem_free}Mi"
         seen: set[str] = set()
         for d in placement.devices:
             if d.device_id in seen:
@@ -310,12 +340,22 @@ class ClusterState:
         """Take ``placement`` for ``key``; raise AllocationError (no change) if it does not fit."""
         if key in self.allocations:
             raise AllocationError(f"{key} already holds an allocation")
-        problem = self.check(placement)
+        best_effort = self.best_effort(key)
+        problem = self.check(placement, best_effort)
         if problem is not None:
             raise AllocationError(f"{key}: {problem}")
         row = self.node_index[placement.node]
-        self.cpu_free[row] -= placement.cpu_milli
-        self.mem_free[row] -= placement.memory_mib
+        cpu, mem = placement.cpu_milli, placement.memory_mib
+        if best_effort:
+            # the slack first: best-effort work eats into guaranteed capacity only beyond it
+            slack = (min(cpu, int(self.cpu_slack[row])), min(mem, int(self.mem_slack[row])))
+            if slack != (0, 0):
+                self.cpu_slack[row] -= slack[0]
+                self.mem_slack[row] -= slack[1]
+                self.slack_taken[key] = slack
+                cpu, mem = cpu - slack[0], mem - slack[1]
+        self.cpu_free[row] -= cpu
+        self.mem_free[row] -= mem
         for d in placement.devices:
             self.dev_free[self.device_index[d.device_id]] -= d.share
         if placement.devices:
@@ -328,8 +368,11 @@ class ClusterState:
         if placement is None:
             raise AllocationError(f"{key} holds no allocation")
         row = self.node_index[placement.node]
-        self.cpu_free[row] += placement.cpu_milli
-        self.mem_free[row] += placement.memory_mib
+        slack = self.slack_taken.pop(key, (0, 0))
+        self.cpu_slack[row] += slack[0]
+        self.mem_slack[row] += slack[1]
+        self.cpu_free[row] += placement.cpu_milli - slack[0]
+        self.mem_free[row] += placement.memory_mib - slack[1]
         for d in placement.devices:
             self.dev_free[self.device_index[d.device_id]] += d.share
         if placement.devices:
@@ -350,7 +393,10 @@ class ClusterState:
         other.device_index = dict(self.device_index)
         other.kinds = list(self.kinds)
         other._kind_index = dict(self._kind_index)
-        for name in ("cpu_cap", "cpu_free", "mem_cap", "mem_free", "active"):
+        other.best_effort_jobs = set(self.best_effort_jobs)
+        other.slack_taken = dict(self.slack_taken)
+        names = ("cpu_cap", "cpu_free", "mem_cap", "mem_free", "active", "cpu_slack", "mem_slack")
+        for name in names:
             setattr(other, name, getattr(self, name).copy())
         other.dev_free = self.dev_free.copy()
         other.dev_kind = self.dev_kind.copy()
@@ -373,6 +419,11 @@ class ClusterState:
 
     def free_share(self, device_id: str) -> int:
         return int(self.dev_free[self._device(device_id)])
+
+
+def _slack(capacity: IntArray, factor: float) -> IntArray:
+    out: IntArray = np.floor(capacity * (factor - 1.0)).astype(np.int64)
+    return out
 
 
 def _grow(array: _A, rows: int, width: int, fill: object) -> _A:

@@ -5,7 +5,8 @@ Points: prefilter, filter. Args: none.
 A node fits when its free CPU and memory cover the request and, for every device request,
 some alternative finds ``count`` eligible devices with enough free share (whole devices
 need all 1000 milli-units free). The prefilter answers UNRESOLVABLE when no node could hold
-the task even empty, so such a job is explained, not retried forever.
+the task even empty, so such a job is explained, not retried forever. A best-effort job
+also counts the nodes' oversubscription slack (the profile's ``overcommit``).
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ class Fit:
 
     def prefilter(self, ctx: CycleContext) -> Status:
         state, request = ctx.state, ctx.request
-        if fit_mask(state, request, state.cpu_cap, state.mem_cap, _capacity(state)).any():
+        cpu, mem = state.cpu_cap, state.mem_cap
+        if ctx.job.best_effort:
+            cpu = (cpu * state.cpu_factor).astype(np.int64)
+            mem = (mem * state.mem_factor).astype(np.int64)
+        if fit_mask(state, request, cpu, mem, _capacity(state)).any():
             return Status.success()
         return Status.unresolvable(
             f"no node of this cluster could hold {request.describe()} even when empty",
@@ -81,9 +86,10 @@ class Fit:
 
     def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
         state = ctx.state
-        return candidates & fit_mask(
-            state, ctx.request, state.cpu_free, state.mem_free, state.dev_free
-        )
+        cpu, mem = state.cpu_free, state.mem_free
+        if ctx.job.best_effort:
+            cpu, mem = cpu + state.cpu_slack, mem + state.mem_slack
+        return candidates & fit_mask(state, ctx.request, cpu, mem, state.dev_free)
 
     def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
         state, request = ctx.state, ctx.request
