@@ -51,11 +51,11 @@ def test_defaults_for_empty_cells(tmp_path: Path) -> None:
     assert second.job.replicas == 1
 
 
-def test_header_accepts_spaces_and_an_id_column(tmp_path: Path) -> None:
-    header = "id," + HEADER.replace("device_class", "Device Class")
-    path = write(tmp_path, "a,0,1,,,,,,gpu,,500,,", header=header)
+def test_header_accepts_spaces_and_the_optional_columns(tmp_path: Path) -> None:
+    header = "id," + HEADER.replace("device_class", "Device Class") + ",estimate"
+    path = write(tmp_path, "a,0,1,,,,,,gpu,,500,,,2h", header=header)
     (item,) = read_workload(path).jobs
-    assert item.job.id == "a"
+    assert item.job.id == "a" and item.job.estimated_runtime_s == 7200
     assert item.job.resources.devices[0].primary.share == 500
 
 
@@ -165,6 +165,7 @@ def workload_jobs(draw: st.DrawFn) -> list[WorkloadJob]:
             priority=draw(st.integers(-5, 5)),
             replicas=draw(st.integers(1, 4)),
             submit_time=float(i * draw(st.integers(0, 100))),
+            estimated_runtime_s=draw(st.one_of(st.none(), st.integers(0, 10**6).map(float))),
         )
         duration = draw(st.floats(0, 1e6, allow_nan=False, allow_infinity=False))
         out.append(WorkloadJob(job, duration))

@@ -17,8 +17,9 @@ selector       CEL over ``device.attributes`` (``device.attributes["model"] in [
 gang           tasks of the job, started all-or-nothing (empty: 1)
 =============  =================================================================
 
-The device class column may be spelled ``device_class`` or ``device class``. An optional
-``id`` column names jobs; without it job ids are ``job-<line>``.
+The device class column may be spelled ``device_class`` or ``device class``. Optional
+columns: ``id`` names jobs (without it job ids are ``job-<line>``); ``estimate`` is the
+runtime estimate the scheduler sees (for backfill), in the ``duration`` notation.
 
 Rows are validated with pydantic at the boundary; every problem is reported as
 ``FILE:LINE: FIELD: message`` (the header is line 1), and all of them are listed at once
@@ -75,7 +76,7 @@ COLUMNS: tuple[str, ...] = (
     "selector",
     "gang",
 )
-_OPTIONAL = ("id",)
+_OPTIONAL = ("id", "estimate")
 _MAX_ERRORS = 50
 
 
@@ -145,8 +146,9 @@ class RowSpec(BaseModel):
     share: int = Field(default=SHARE_UNITS, ge=1, le=SHARE_UNITS)
     selector: str | None = None
     gang: int = Field(default=1, ge=1, le=100_000)
+    estimate: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
-    @field_validator("duration", mode="before")
+    @field_validator("duration", "estimate", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         text = str(value).strip()
@@ -202,6 +204,7 @@ class RowSpec(BaseModel):
             queue=self.queue,
             priority=self.priority,
             replicas=self.gang,
+            estimated_runtime_s=self.estimate,
             submit_time=self.submit_time,
         )
         return WorkloadJob(job, self.duration, line)
@@ -299,7 +302,7 @@ def _number(value: float) -> str:
 
 
 def row_of(item: WorkloadJob) -> list[str]:
-    """The CSV cells of one job (``id`` first, then :data:`COLUMNS`)."""
+    """The CSV cells of one job: ``id``, then :data:`COLUMNS`, then ``estimate``."""
     job = item.job
     request = job.resources
     choice = request.devices[0].primary if request.devices else None
@@ -317,11 +320,12 @@ def row_of(item: WorkloadJob) -> list[str]:
         str(choice.share) if choice and choice.share != SHARE_UNITS else "",
         (choice.selector or "") if choice else "",
         str(job.replicas),
+        "" if job.estimated_runtime_s is None else _number(job.estimated_runtime_s),
     ]
 
 
 def write_workload(path: str | Path, workload: Workload | Iterable[WorkloadJob]) -> int:
-    """Write jobs in the neutral format (with an ``id`` column); returns the row count.
+    """Write jobs in the neutral format (with ``id`` and ``estimate``); returns the row count.
 
     Only the primary choice of the first device request is representable; richer jobs
     are written with that choice alone.
@@ -329,7 +333,7 @@ def write_workload(path: str | Path, workload: Workload | Iterable[WorkloadJob])
     items = workload.jobs if isinstance(workload, Workload) else tuple(workload)
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["id", *COLUMNS])
+        writer.writerow(["id", *COLUMNS, "estimate"])
         for item in items:
             writer.writerow(row_of(item))
     return len(items)
