@@ -1,1 +1,509 @@
+// The hetsched dashboard: vanilla JavaScript, no build step, nothing fetched but the API.
+//
+// It reads the JSON API with the user's token (kept in sessionStorage, sent as a Bearer
+// header) and redraws every few seconds: /v1/nodes, /v1/queues, /v1/jobs, /v1/history, and
+// /v1/jobs/{id}/why for the pending jobs shown. All text goes through textContent, never
+// innerHTML, so names and explanations cannot inject markup. Charts are hand-drawn SVG.
 "use strict";
+
+const TOKEN_KEY = "hetsched.token";
+const params = new URLSearchParams(location.search);
+const REFRESH_MS = Math.max(500, 1000 * Number(params.get("refresh") || 3));
+const MAX_JOBS = 200;
+const MAX_EXPLAINED = 25;
+const SVG = "http://www.w3.org/2000/svg";
+const PALETTE = ["#3867d6", "#20bf6b", "#f7b731", "#8854d0", "#eb3b5a", "#0fb9b1", "#fa8231", "#4b6584"];
+const STATE_ORDER = { pending: 0, running: 1, failed: 2, rejected: 3, cancelled: 4, succeeded: 5 };
+
+let timer = null;
+let filter = "live";
+let lastHistory = null;
+const colors = new Map();
+
+// -- small DOM helpers ----------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "style") setStyle(el, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+// through the CSSOM: the page's Content-Security-Policy refuses inline style attributes
+function setStyle(el, text) {
+  for (const decl of text.split(";")) {
+    const i = decl.indexOf(":");
+    if (i > 0) el.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+  }
+}
+
+function s(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+const $ = (id) => document.getElementById(id);
+
+// device classes keep one color everywhere: the charts, the model chips
+const CLASS_COLORS = { gpu: "#3867d6", fpga: "#8854d0", npu: "#0fb9b1", tpu: "#fa8231" };
+
+function colorOf(name) {
+  const cls = name.startsWith("class:") ? CLASS_COLORS[name.slice(6)] : undefined;
+  if (cls) return cls;
+  if (!colors.has(name)) colors.set(name, PALETTE[colors.size % PALETTE.length]);
+  return colors.get(name);
+}
+
+function pct(x) {
+  return `${Math.round(100 * x)}%`;
+}
+
+function num(x) {
+  return Number.isInteger(x) ? String(x) : x.toFixed(x < 10 ? 2 : 1).replace(/\.?0+$/, "");
+}
+
+function gib(mib) {
+  return mib >= 1024 ? `${num(mib / 1024)} GiB` : `${mib} MiB`;
+}
+
+// "used / total" in the total's unit
+function gibPair(used, total) {
+  return total >= 1024 ? `${num(Math.round((10 * used) / 1024) / 10)} / ${gib(total)}` : `${used} / ${total} MiB`;
+}
+
+function ago(seconds) {
+  if (seconds < 60) return `${Math.max(0, Math.round(seconds))}s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ${Math.round(seconds % 60)}s`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ${Math.round((seconds % 3600) / 60)}m`;
+  return `${Math.floor(seconds / 86400)}d`;
+}
+
+function clock(t) {
+  return new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+function bar(fraction, cls, label) {
+  const f = Math.max(0, Math.min(1, fraction));
+  return h(
+    "div",
+    { class: `bar ${cls || ""}`, role: "meter", "aria-valuemin": 0, "aria-valuemax": 100, "aria-valuenow": Math.round(100 * f), "aria-label": label || "" },
+    h("div", { class: "fill", style: `width:${(100 * f).toFixed(1)}%` }),
+  );
+}
+
+// -- the API --------------------------------------------------------------------------------
+
+class AuthError extends Error {}
+
+async function api(path) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const answer = await fetch(path, { headers: { Authorization: `Bearer ${token}` }, cache: "no-store" });
+  if (answer.status === 401) throw new AuthError("the token was refused");
+  if (!answer.ok) throw new Error(`${path}: HTTP ${answer.status}`);
+  return answer.json();
+}
+
+// -- sign in and out ------------------------------------------------------------------------
+
+function showLogin(message) {
+  stop();
+  $("main").hidden = true;
+  $("signout").hidden = true;
+  $("login").hidden = false;
+  $("summary").replaceChildren();
+  $("login-error").textContent = message || "";
+  setLive("not connected", "off");
+  $("token").focus();
+}
+
+function showMain() {
+  $("login").hidden = true;
+  $("main").hidden = false;
+  $("signout").hidden = false;
+}
+
+function stop() {
+  if (timer !== null) clearTimeout(timer);
+  timer = null;
+}
+
+function setLive(text, cls) {
+  const live = $("live");
+  live.textContent = text;
+  live.className = `live ${cls}`;
+}
+
+async function refresh() {
+  stop();
+  try {
+    const [nodes, queues, jobs, history] = await Promise.all([
+      api("/v1/nodes"),
+      api("/v1/queues"),
+      api(`/v1/jobs?all=true&limit=${MAX_JOBS * 5}`),
+      api("/v1/history"),
+    ]);
+    const explained = await explain(jobs);
+    showMain();
+    renderSummary(nodes, jobs);
+    renderCharts(history);
+    renderNodes(nodes);
+    renderQueues(queues);
+    renderJobs(jobs, explained);
+    setLive(`live · ${clock(Date.now() / 1000)}`, "on");
+  } catch (err) {
+    if (err instanceof AuthError) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin("That token was refused. Check it and try again.");
+      return;
+    }
+    setLive(`disconnected · retrying`, "err");
+  }
+  timer = setTimeout(refresh, REFRESH_MS);
+}
+
+async function explain(jobs) {
+  const pending = jobs.filter((j) => j.state === "pending").slice(0, MAX_EXPLAINED);
+  const answers = await Promise.all(
+    pending.map((j) => api(`/v1/jobs/${encodeURIComponent(j.id)}/why`).catch(() => null)),
+  );
+  const out = new Map();
+  answers.forEach((a) => a && out.set(a.id, a));
+  return out;
+}
+
+// -- summary --------------------------------------------------------------------------------
+
+function renderSummary(nodes, jobs) {
+  const active = nodes.filter((n) => n.active);
+  const devices = active.flatMap((n) => n.devices);
+  const healthy = devices.filter((d) => d.healthy).length;
+  const count = (state) => jobs.filter((j) => j.state === state).length;
+  const stat = (value, label, cls) =>
+    h("div", { class: `stat ${cls || ""}` }, h("strong", {}, value), h("span", {}, label));
+  $("summary").replaceChildren(
+    stat(active.length, active.length === 1 ? "node" : "nodes"),
+    stat(devices.length === healthy ? devices.length : `${healthy}/${devices.length}`, "devices", devices.length === healthy ? "" : "warn"),
+    stat(count("running"), "running"),
+    stat(count("pending"), "pending", count("pending") ? "attn" : ""),
+  );
+}
+
+// -- charts ---------------------------------------------------------------------------------
+
+function niceMax(v) {
+  if (v <= 4) return 4;
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+function lineChart(el, legendEl, series, { yMax, yFormat, empty }) {
+  const width = Math.max(280, el.clientWidth || 600);
+  const height = 190;
+  const m = { l: 44, r: 14, t: 10, b: 24 };
+  const times = series.flatMap((x) => x.points.map((p) => p[0]));
+  if (!times.length) {
+    el.replaceChildren(h("p", { class: "empty" }, empty));
+    legendEl.replaceChildren();
+    return;
+  }
+  let t1 = Math.max(...times);
+  let t0 = Math.min(...times);
+  if (t1 - t0 < 20) t0 = t1 - 20;
+  const top = yMax ?? niceMax(Math.max(1, ...series.flatMap((x) => x.points.map((p) => p[1]))));
+  const X = (t) => m.l + ((t - t0) / (t1 - t0)) * (width - m.l - m.r);
+  const Y = (v) => m.t + (1 - v / top) * (height - m.t - m.b);
+  const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, width, height, role: "img", class: "plot" });
+  for (let i = 0; i <= 4; i++) {
+    const v = (top * i) / 4;
+    svg.append(
+      s("line", { x1: m.l, x2: width - m.r, y1: Y(v), y2: Y(v), class: i ? "grid" : "axis" }),
+      s("text", { x: m.l - 8, y: Y(v) + 4, class: "tick", "text-anchor": "end" }, yFormat(v)),
+    );
+  }
+  const steps = width < 520 ? 1 : 3;
+  for (let i = 0; i <= steps; i++) {
+    const t = t0 + ((t1 - t0) * i) / steps;
+    const anchor = i === 0 ? "start" : i === steps ? "end" : "middle";
+    svg.append(s("text", { x: X(t), y: height - 6, class: "tick", "text-anchor": anchor }, clock(t)));
+  }
+  for (const line of series) {
+    if (!line.points.length) continue;
+    const d = line.points.map((p, i) => `${i ? "L" : "M"}${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join("");
+    if (line.fill) {
+      const first = line.points[0][0];
+      const last = line.points[line.points.length - 1][0];
+      svg.append(
+        s("path", { d: `${d}L${X(last).toFixed(1)},${Y(0)}L${X(first).toFixed(1)},${Y(0)}Z`, fill: line.color, class: "area" }),
+      );
+    }
+    svg.append(s("path", { d, stroke: line.color, class: `line ${line.dashed ? "dashed" : ""}` }));
+    const [lt, lv] = line.points[line.points.length - 1];
+    svg.append(s("circle", { cx: X(lt), cy: Y(lv), r: 3.5, fill: line.color, class: "dot" }));
+  }
+  el.replaceChildren(svg);
+  legendEl.replaceChildren(
+    ...series.map((line) => {
+      const last = line.points.length ? line.points[line.points.length - 1][1] : 0;
+      return h(
+        "span",
+        { class: "key" },
+        h("i", { class: line.dashed ? "dashed" : "", style: `--c:${line.color}` }),
+        line.name,
+        h("b", {}, yFormat(last)),
+      );
+    }),
+  );
+}
+
+function renderCharts(history) {
+  lastHistory = history;
+  const samples = history.samples;
+  const classes = [...new Set(samples.flatMap((x) => Object.keys(x.allocation)))].sort();
+  const measured = [...new Set(samples.flatMap((x) => Object.keys(x.utilization)))].sort();
+  const alloc = classes.map((c) => ({
+    name: c,
+    color: colorOf(`class:${c}`),
+    fill: true,
+    points: samples.filter((x) => c in x.allocation).map((x) => [x.time, 100 * x.allocation[c]]),
+  }));
+  for (const c of measured) {
+    alloc.push({
+      name: `${c} measured`,
+      color: colorOf(`class:${c}`),
+      dashed: true,
+      points: samples.filter((x) => c in x.utilization).map((x) => [x.time, 100 * x.utilization[c]]),
+    });
+  }
+  lineChart($("chart-alloc"), $("legend-alloc"), alloc, {
+    yMax: 100,
+    yFormat: (v) => `${Math.round(v)}%`,
+    empty: "No samples yet.",
+  });
+  const queues = [...new Set(samples.flatMap((x) => Object.keys(x.pending)))].sort();
+  const waiting = queues.map((q) => ({
+    name: q,
+    color: colorOf(`queue:${q}`),
+    points: samples.map((x) => [x.time, x.pending[q] || 0]),
+  }));
+  waiting.push({ name: "running", color: "#8a94a6", dashed: true, points: samples.map((x) => [x.time, x.running]) });
+  lineChart($("chart-queue"), $("legend-queue"), waiting, {
+    yFormat: (v) => num(Math.round(v * 10) / 10),
+    empty: "No samples yet.",
+  });
+}
+
+// -- nodes ----------------------------------------------------------------------------------
+
+function renderNodes(nodes) {
+  const sorted = [...nodes].sort((a, b) => b.devices.length - a.devices.length || a.name.localeCompare(b.name));
+  const models = new Set(nodes.flatMap((n) => n.devices.map((d) => `${d.class} ${d.model}`)));
+  $("nodes-hint").textContent = `${nodes.length} nodes · ${models.size} device models`;
+  $("nodes").replaceChildren(
+    ...sorted.map((node) => {
+      const cpuUsed = (node.cpu_milli - node.cpu_free_milli) / Math.max(1, node.cpu_milli);
+      const memUsed = (node.memory_mib - node.memory_free_mib) / Math.max(1, node.memory_mib);
+      const labels = Object.entries(node.labels || {}).map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
+      return h(
+        "article",
+        { class: `node ${node.active ? "" : "inactive"}`, "data-node": node.name },
+        h(
+          "header",
+          {},
+          h("h3", {}, node.name),
+          node.active ? null : h("span", { class: "badge bad" }, "removed"),
+          h("div", { class: "tags" }, labels),
+        ),
+        h(
+          "div",
+          { class: "resources" },
+          h("div", { class: "res" }, h("span", { class: "res-name" }, "CPU"), bar(cpuUsed, "cpu", "CPU allocated"),
+            h("span", { class: "res-val" }, `${num((node.cpu_milli - node.cpu_free_milli) / 1000)} / ${num(node.cpu_milli / 1000)}`)),
+          h("div", { class: "res" }, h("span", { class: "res-name" }, "Memory"), bar(memUsed, "mem", "memory allocated"),
+            h("span", { class: "res-val" }, gibPair(node.memory_mib - node.memory_free_mib, node.memory_mib))),
+        ),
+        node.devices.length
+          ? h(
+              "ul",
+              { class: "devices" },
+              node.devices.map((d) => {
+                const used = (1000 - d.free_share) / 1000;
+                return h(
+                  "li",
+                  { class: `device ${d.healthy ? "" : "unhealthy"}`, "data-device": d.id, title: `${d.id} (${d.vendor} ${d.model})` },
+                  h("span", { class: `health ${d.healthy ? "ok" : "bad"}`, title: d.healthy ? "healthy" : "unhealthy" }),
+                  h("span", { class: "model", style: `--c:${colorOf(`class:${d.class}`)}` }, d.model || d.class),
+                  h("span", { class: "dclass" }, d.class),
+                  bar(used, d.healthy ? "dev" : "dev bad", `${d.id} allocated`),
+                  h("span", { class: "dval" }, d.healthy ? pct(used) : "unhealthy"),
+                );
+              }),
+            )
+          : h("p", { class: "no-devices" }, "CPU only"),
+      );
+    }),
+  );
+}
+
+// -- queues ---------------------------------------------------------------------------------
+
+function quotaCell(name, r) {
+  const unit = name === "memory" ? (v) => (v ? gib(v) : "0") : name === "cpu" ? (v) => num(v / 1000) : num;
+  if (r.quota === null || r.quota === undefined) {
+    return h("div", { class: "quota" }, h("span", { class: "qname" }, name), h("span", { class: "qtext" }, `${unit(r.used)} used · no quota`));
+  }
+  const total = Math.max(r.quota, r.used, 1e-9);
+  const within = Math.min(r.used, r.quota);
+  const seg = (v, cls) => h("span", { class: `seg ${cls}`, style: `width:${((100 * v) / total).toFixed(1)}%` });
+  const parts = [`${unit(r.used)} / ${unit(r.quota)}`];
+  if (r.borrowed > 0) parts.push(`${unit(r.borrowed)} borrowed`);
+  parts.push(`${unit(r.free)} free`);
+  return h(
+    "div",
+    { class: "quota" },
+    h("span", { class: "qname" }, name),
+    h("div", { class: "stack", role: "img", "aria-label": `${name}: ${parts.join(", ")}` }, seg(within, "used"), seg(r.borrowed, "borrowed"), seg(r.free, "free")),
+    h("span", { class: "qtext" }, parts.join(" · ")),
+  );
+}
+
+function renderQueues(queues) {
+  const rows = queues.map((q) => {
+    const jobs = q.jobs || {};
+    const resources = Object.entries(q.resources || {});
+    return h(
+      "tr",
+      { "data-queue": q.name },
+      h("td", { class: "qcol" }, h("strong", {}, q.name), h("div", { class: "muted" }, q.users ? q.users.join(", ") : "everyone")),
+      h(
+        "td",
+        { class: "counts" },
+        h("span", { class: "badge pending" }, `${jobs.pending || 0} pending`),
+        h("span", { class: "badge running" }, `${jobs.running || 0} running`),
+      ),
+      h("td", {}, h("div", { class: "quotas" }, resources.length ? resources.map(([n, r]) => quotaCell(n, r)) : h("span", { class: "muted" }, "no quota"))),
+    );
+  });
+  $("queues").replaceChildren(
+    h("table", { class: "table" }, h("thead", {}, h("tr", {}, h("th", {}, "Queue"), h("th", {}, "Jobs"), h("th", {}, "Quota"))), h("tbody", {}, rows)),
+  );
+}
+
+// -- jobs -----------------------------------------------------------------------------------
+
+function resources(job) {
+  const r = job.resources || {};
+  const parts = [];
+  if (r.cpu) parts.push(`${r.cpu} CPU`);
+  if (r.memory) parts.push(String(r.memory));
+  for (const d of r.devices || []) {
+    const count = d.count ?? 1;
+    const what = d.model ? `${d.model}` : d.class;
+    parts.push(d.share && d.share < 1000 ? `${d.share / 10}% of 1 ${what}` : `${count}× ${what}`);
+  }
+  if ((job.replicas || 1) > 1) parts.push(`× ${job.replicas} tasks`);
+  return parts.join(" · ");
+}
+
+function explanationBlock(why) {
+  const e = why && why.explanation;
+  if (!e) return null;
+  const reasons = [...(e.reasons || [])];
+  for (const r of e.rejections || []) reasons.push(`${r.reason}${r.nodes ? ` (${r.nodes} node${r.nodes === 1 ? "" : "s"})` : ""}`);
+  return h(
+    "div",
+    { class: "explanation" },
+    h("div", { class: "summary-line" }, e.summary),
+    reasons.length ? h("ul", {}, reasons.slice(0, 6).map((x) => h("li", {}, x))) : null,
+    (e.suggestions || []).length ? h("div", { class: "suggest" }, `Would fit: ${e.suggestions.join("; ")}`) : null,
+    e.position ? h("div", { class: "muted" }, `#${e.position.index} in queue ${e.position.queue}`) : null,
+  );
+}
+
+function renderJobs(jobs, explained) {
+  const now = Date.now() / 1000;
+  const shown = jobs
+    .filter((j) => filter === "all" || j.state === "pending" || j.state === "running")
+    .sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || b.submitted_at - a.submitted_at)
+    .slice(0, MAX_JOBS);
+  if (!shown.length) {
+    $("jobs").replaceChildren(h("p", { class: "empty" }, filter === "all" ? "No jobs yet." : "Nothing pending or running."));
+    return;
+  }
+  const rows = shown.map((job) => {
+    const since = job.state === "running" ? job.started_at : job.state === "pending" ? job.submitted_at : job.ended_at;
+    const detail =
+      job.state === "pending"
+        ? explanationBlock(explained.get(job.id)) || h("span", { class: "muted" }, job.reason || "waiting")
+        : h("span", { class: "muted" }, job.reason || "");
+    return h(
+      "tr",
+      { "data-job": job.id, class: `job ${job.state}` },
+      h("td", {}, h("span", { class: `badge ${job.state}` }, job.state)),
+      h("td", { class: "jname" }, h("strong", {}, job.name), h("div", { class: "mono muted" }, job.id)),
+      h("td", {}, job.user),
+      h("td", {}, job.queue),
+      h("td", { class: "res-col" }, resources(job)),
+      h("td", { class: "num" }, since ? ago(now - since) : ""),
+      h("td", { class: "detail" }, detail),
+    );
+  });
+  $("jobs").replaceChildren(
+    h(
+      "table",
+      { class: "table jobs" },
+      h("thead", {}, h("tr", {}, ["State", "Job", "User", "Queue", "Asks for", "For", "Why"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, rows),
+    ),
+  );
+}
+
+// -- start ----------------------------------------------------------------------------------
+
+function start() {
+  // a link may carry the token in its fragment (never sent to the server): keep it, drop it
+  const hash = new URLSearchParams(location.hash.slice(1));
+  if (hash.get("token")) {
+    sessionStorage.setItem(TOKEN_KEY, hash.get("token"));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = $("token").value.trim();
+    if (!token) return;
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("token").value = "";
+    $("login-error").textContent = "";
+    refresh();
+  });
+  $("signout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin("");
+  });
+  for (const chip of document.querySelectorAll("[data-filter]")) {
+    chip.addEventListener("click", () => {
+      filter = chip.dataset.filter;
+      for (const c of document.querySelectorAll("[data-filter]")) c.classList.toggle("on", c === chip);
+      refresh();
+    });
+  }
+  // charts are drawn at the container's width: redraw them at once when it changes
+  window.addEventListener("resize", () => lastHistory && !$("main").hidden && renderCharts(lastHistory));
+  if (sessionStorage.getItem(TOKEN_KEY)) refresh();
+  else showLogin("");
+}
+
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,170 @@
+"""The dashboard at /ui in a real headless Chromium (Debian's ``chromium``, driven by
+Playwright; no browser is ever downloaded) against the real demo service.
+
+Screenshots go to ``test-artifacts/ui/`` at the repository root (or under
+``$HETSCHED_TEST_ARTIFACTS``); the test prints where.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_fixtures import Api, job_body
+
+from hetsched.service.server import Options
+from hetsched.service.testing import running
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+CHROMIUM = os.environ.get("HETSCHED_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason=f"no chromium at {CHROMIUM} (.ci/run installs Debian's chromium package)",
+)
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    base = Path(os.environ.get("HETSCHED_TEST_ARTIFACTS") or ROOT / "test-artifacts")
+    folder = base / "ui"
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"dashboard screenshots in {folder}")
+    return folder
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[Api]:
+    options = Options(home=tmp_path / "home", demo=True, node_name="local", kill_grace_s=1.0)
+    with running(options) as svc:
+        api = Api(svc)
+        try:
+            yield api
+        finally:
+            api.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def test_dashboard_shows_the_demo_cluster_and_live_jobs(
+    demo: Api, browser: Any, artifacts: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    problems: list[str] = []
+    # the browser logs the refused bad token below as a console error; nothing else may fail
+    page.on(
+        "console",
+        lambda m: problems.append(m.text) if m.type == "error" and "401" not in m.text else None,
+    )
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    # requests that leave the service would fail here (no internet): record any attempt
+    page.on(
+        "request",
+        lambda r: None if r.url.startswith(demo.url) else problems.append(f"fetched {r.url}"),
+    )
+    expect = sync_api.expect
+    expect.set_options(timeout=15_000)
+
+    page.goto(f"{demo.url}/ui?refresh=0.5")
+    expect(page.locator("#login-form")).to_be_visible()
+    page.screenshot(path=str(artifacts / "1-login.png"))
+
+    # a wrong token is refused with a readable message
+    page.fill("#token", "hs_not-a-token")
+    page.click("#connect")
+    expect(page.locator("#login-error")).to_contain_text("refused")
+
+    page.fill("#token", demo.svc.admin_token)
+    page.click("#connect")
+    nodes = page.locator("#nodes")
+    for name in ("demo-a100-0", "demo-v100-0", "demo-t4-0", "demo-t4-1", "demo-fpga-0"):
+        expect(nodes.locator(f"[data-node='{name}']")).to_be_visible()
+    a100 = nodes.locator("[data-node='demo-a100-0'] .device")
+    expect(a100).to_have_count(4)
+    expect(a100.first.locator(".model")).to_have_text("A100")
+    expect(nodes.locator("[data-node='demo-fpga-0'] .model")).to_have_text("U250")
+    expect(page.locator("#queues [data-queue='team-a']")).to_contain_text("gpu")
+    page.screenshot(path=str(artifacts / "2-cluster.png"), full_page=True)
+
+    # a newly submitted job appears, and its A100s fill up on their node
+    hold = demo.admin.post(
+        "/v1/jobs",
+        json=job_body(
+            name="hold-a100s",
+            command=["sleep", "60"],
+            resources={
+                "cpu": "4",
+                "memory": "16Gi",
+                "devices": [{"class": "gpu", "count": 4, "model": "A100"}],
+            },
+        ),
+    ).json()
+    row = page.locator(f"#jobs [data-job='{hold['id']}']")
+    expect(row).to_contain_text("hold-a100s")
+    expect(row.locator(".badge")).to_have_text("running")
+    expect(a100.locator(".dval")).to_have_text(["100%"] * 4)
+
+    # a job that cannot start now explains why, readably, in its row
+    waiting = demo.admin.post(
+        "/v1/jobs",
+        json=job_body(
+            name="needs-a100s",
+            resources={
+                "cpu": "4",
+                "memory": "16Gi",
+                "devices": [{"class": "gpu", "count": 2, "model": "A100"}],
+            },
+        ),
+    ).json()
+    assert waiting["state"] == "pending"
+    pending_row = page.locator(f"#jobs [data-job='{waiting['id']}']")
+    expect(pending_row.locator(".badge")).to_have_text("pending")
+    explanation = pending_row.locator(".explanation")
+    expect(explanation).to_be_visible()
+    why = demo.admin.get(f"/v1/jobs/{waiting['id']}/why").json()["explanation"]
+    expect(explanation.locator(".summary-line")).to_have_text(why["summary"])
+    # readable: the text is not clipped, and dark enough on its background
+    box = explanation.bounding_box()
+    assert box is not None and box["width"] > 200 and box["height"] > 10
+    # the charts have drawn lines from the history
+    several = re.compile(r"^M[^L]+(L[^L]+){2,}$")
+    expect(page.locator("#chart-alloc svg path.line").first).to_have_attribute("d", several)
+    expect(page.locator("#chart-queue svg path.line").first).to_have_attribute("d", several)
+    expect(page.locator("#legend-queue")).to_contain_text("default")
+    expect(page.locator("#summary")).to_contain_text("pending")
+    page.screenshot(path=str(artifacts / "3-pending-explained.png"), full_page=True)
+    page.locator("#jobs-card").screenshot(path=str(artifacts / "4-jobs.png"))
+    page.locator("#queues-card").screenshot(path=str(artifacts / "5-queues.png"))
+
+    # a narrow window still lays out (the phone-width shot is for a person to look at)
+    page.set_viewport_size({"width": 420, "height": 900})
+    expect(nodes.locator("[data-node='demo-a100-0']")).to_be_visible()
+    page.screenshot(path=str(artifacts / "6-narrow.png"), full_page=True)
+
+    assert problems == []
+    demo.admin.post(f"/v1/jobs/{hold['id']}/cancel")
