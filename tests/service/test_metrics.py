@@ -11,7 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from service_fixtures import Api, job_body, service_options
 
+from hetsched.agent.guard import Guard, Watched
 from hetsched.cluster.state import ClusterState
+from hetsched.framework.profile import GuardSpec
 from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.scheduler import Bind, JobSubmitted, NodeAdded, Scheduler
@@ -179,6 +181,24 @@ def test_preemptions_are_counted(tmp_path: Path) -> None:
             assert value(samples, "hetsched_preemptions_total", queue="default") == 1
         finally:
             api.close()
+
+
+def test_the_overcommit_guards_measures_and_alerts_are_exported(api: Api) -> None:
+    guard = Guard(GuardSpec(), node="local")
+    service = api.svc.built.service
+    service.guard = guard  # type: ignore[attr-defined]
+    job = api.alice.post("/v1/jobs", json=job_body(name="big", command=["sleep", "30"])).json()
+    api.wait(api.alice, job["id"], {"running"})
+    task = api.alice.get(f"/v1/jobs/{job['id']}").json()["tasks"][0]
+    # a task that asked for 1 MiB of memory: its process tree uses more
+    watched = Watched(f"{job['id']}/0#1", job["id"], 0, 1, "local", task["pid"], 1, 1000, False)
+    raised = guard.check([watched], node_memory=0.1)
+    assert [a.kind for a in raised] == ["task_memory"]
+    samples = scrape(api.admin)
+    assert value(samples, "hetsched_alerts_total", kind="task_memory") == 1
+    assert value(samples, "hetsched_guard_kills_total") == 0
+    assert value(samples, "hetsched_tasks_memory_used_bytes") > 1 << 20
+    assert value(samples, "hetsched_tasks_cpu_used_cores") >= 0
 
 
 def test_metrics_need_a_token_unless_public(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expected_frag
@@ -72,6 +72,8 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+_MIB = 1 << 20
+
 #: shapes kept in a fragmentation target workload
 _MAX_SHAPES = 16
 
@@ -99,7 +101,11 @@ METRIC_NAMES = frozenset(
         "hetsched_device_utilization_ratio",
         "hetsched_fragmentation_ratio",
         "hetsched_fragmented_devices",
-        "hetsched_alerts",
+        "hetsched_alerts_total",
+        "hetsched_guard_kills_total",
+        "hetsched_tasks_memory_used_bytes",
+        "hetsched_tasks_gpu_memory_used_bytes",
+        "hetsched_tasks_cpu_used_cores",
     }
 )
 
@@ -109,17 +115,21 @@ METRIC_NAMES = frozenset(
 
 @runtime_checkable
 class MeasuresUtilization(Protocol):
-    """Something that measured how busy devices are: device id -> 0..1 (an agent watcher)."""
+    """Something that measures how busy each device is: device id -> 0..1. No part of the
+    agent does yet (the guard measures tasks, not devices); the family stays empty until
+    one does."""
 
     def utilization(self) -> Mapping[str, float]: ...
 
 
 @runtime_checkable
-class RaisesAlerts(Protocol):
-    """Something that raises alerts (the agent's overcommit guard, its health watcher):
-    each alert a mapping with at least ``kind``, optionally ``node`` and ``device``."""
+class GuardLike(Protocol):
+    """What the collector reads from the agent's overcommit guard (agent/guard.py): alerts
+    raised so far by kind, kills asked for, and the last usage measured per task."""
 
-    def alerts(self) -> Sequence[Mapping[str, Any]]: ...
+    counts: Mapping[str, int]
+    kills: int
+    usage: Mapping[str, Any]
 
 
 def _parts(service: Service) -> list[object]:
@@ -128,7 +138,7 @@ def _parts(service: Service) -> list[object]:
     for owner in (service, service.loop, service.executor):
         for name in ("watcher", "guard", "health", "monitor"):
             part = getattr(owner, name, None)
-            if part is not None and part not in found:
+            if part is not None and all(part is not f for f in found):
                 found.append(part)
     return found
 
@@ -179,8 +189,12 @@ class History:
 
 
 def _allocation_by_class(core: Scheduler) -> dict[str, float]:
+    """Allocated share of capacity per device class, and of CPU (``cpu``)."""
     state = core.state
     out: dict[str, float] = {}
+    cpu_cap = int(state.cpu_cap[state.active].sum())
+    if cpu_cap:
+        out["cpu"] = 1 - int(state.cpu_free[state.active].sum()) / cpu_cap
     if not state.kinds:
         return out
     present = (state.dev_kind >= 0) & state.active[:, None]
@@ -469,51 +483,68 @@ class ServiceCollector(Collector):
     def _agent(self, service: Service, node_of: Mapping[str, str]) -> Iterator[Metric]:
         util = _gauge(
             "hetsched_device_utilization_ratio",
-            "Measured busy share of a device, 0..1 (from the agent's watcher, when it runs).",
+            "Measured busy share of a device, 0..1 (when a part of the agent measures it).",
             ["node", "device", "class", "model"],
         )
-        alerts = _gauge(
+        alerts = CounterMetricFamily(
             "hetsched_alerts",
-            "Active alerts raised by the agent (overcommit guard, health watcher), by kind.",
-            ["kind", "node", "device"],
+            "Alerts the agent's overcommit guard raised, by kind (task_memory, node_memory, "
+            "node_cpu).",
+            labels=["kind"],
         )
+        kills = CounterMetricFamily(
+            "hetsched_guard_kills", "Best-effort tasks the overcommit guard had killed."
+        )
+        memory = _gauge(
+            "hetsched_tasks_memory_used_bytes",
+            "Measured memory of running tasks' process trees (resident plus GPU memory).",
+        )
+        gpu_memory = _gauge(
+            "hetsched_tasks_gpu_memory_used_bytes", "Measured GPU memory of running tasks."
+        )
+        cpu = _gauge("hetsched_tasks_cpu_used_cores", "Measured CPU use of running tasks.")
         devices = service.loop.devices
+        seen: set[str] = set()
         for part in _parts(service):
             if isinstance(part, MeasuresUtilization):
                 for device_id, value in sorted(part.utilization().items()):
                     device = devices.get(device_id)
-                    if device is None:
-                        continue
-                    util.add_metric(
-                        [node_of.get(device_id, ""), device_id, device.device_class, device.model],
-                        float(value),
-                    )
-            if isinstance(part, RaisesAlerts):
-                counts: Tally[tuple[str, str, str]] = Tally()
-                for alert in part.alerts():
-                    counts[
-                        (
-                            str(alert.get("kind", "")),
-                            str(alert.get("node", "")),
-                            str(alert.get("device", "")),
-                        )
-                    ] += 1
-                for key, n in sorted(counts.items()):
-                    alerts.add_metric(list(key), n)
-        yield util
-        yield alerts
+                    if device is not None and device_id not in seen:
+                        seen.add(device_id)
+                        where = node_of.get(device_id, "")
+                        labels = [where, device_id, device.device_class, device.model]
+                        util.add_metric(labels, float(value))
+            if isinstance(part, GuardLike):
+                for kind, n in sorted(part.counts.items()):
+                    alerts.add_metric([kind], n)
+                kills.add_metric([], part.kills)
+                used = list(part.usage.values())
+                memory.add_metric([], sum(u.memory_mib for u in used) * _MIB)
+                gpu_memory.add_metric([], sum(u.gpu_memory_mib for u in used) * _MIB)
+                cpu.add_metric([], sum(u.cpu_milli for u in used) / 1000)
+        yield from (util, alerts, kills, memory, gpu_memory, cpu)
 
 
 def measured_by_class(service: Service) -> dict[str, float]:
-    """Mean measured utilization per device class, from whatever measures it (may be empty)."""
+    """What the agent measured, as shares of capacity for the dashboard's chart: devices
+    per class (mean utilization, when measured) and ``cpu`` (tasks' CPU use over the
+    capacity of active nodes, when the guard runs)."""
     sums: dict[str, list[float]] = {}
+    out: dict[str, float] = {}
     for part in _parts(service):
         if isinstance(part, MeasuresUtilization):
             for device_id, value in part.utilization().items():
                 device = service.loop.devices.get(device_id)
                 if device is not None:
                     sums.setdefault(device.device_class, []).append(float(value))
-    return {cls: sum(v) / len(v) for cls, v in sums.items() if v}
+        if isinstance(part, GuardLike):
+            state = service.loop.core.state
+            capacity = int(state.cpu_cap[state.active].sum())
+            if capacity:
+                used = sum(u.cpu_milli for u in list(part.usage.values()))
+                out["cpu"] = used / capacity
+    out.update({cls: sum(v) / len(v) for cls, v in sums.items() if v})
+    return out
 
 
 def render(registry: CollectorRegistry) -> bytes:

@@ -58,7 +58,7 @@ function s(tag, attrs, ...children) {
 const $ = (id) => document.getElementById(id);
 
 // device classes keep one color everywhere: the charts, the model chips
-const CLASS_COLORS = { gpu: "#3867d6", fpga: "#8854d0", npu: "#0fb9b1", tpu: "#fa8231" };
+const CLASS_COLORS = { cpu: "#4b6584", gpu: "#3867d6", fpga: "#8854d0", npu: "#0fb9b1", tpu: "#fa8231" };
 
 function colorOf(name) {
   const cls = name.startsWith("class:") ? CLASS_COLORS[name.slice(6)] : undefined;
