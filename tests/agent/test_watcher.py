@@ -48,6 +48,15 @@ def test_unplug_replug_and_a_new_device(tmp_path: Path) -> None:
     assert added.device.attributes["pci_address"] == "0000:c1:00.0"
     assert watcher.changes == 3
 
+    sysfs.unplug("0000:43:00.0")
+    watcher.poll()
+    now = watcher.current(node)
+    assert [(d.id, d.health) for d in now.devices] == [
+        ("n/gpu0", Health.HEALTHY),
+        ("n/gpu1", Health.UNHEALTHY),
+        ("n/gpu2", Health.HEALTHY),
+    ]
+
 
 def test_health_changes_from_a_fake_file(tmp_path: Path) -> None:
     path = tmp_path / "devices.yaml"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,8 @@ class DeviceWatcher:
     present: dict[str, Device] = field(default_factory=dict)
     #: key -> state of every device ever seen
     states: dict[str, DeviceState] = field(default_factory=dict)
+    #: key -> the device as last found, present or not, in the order first seen
+    known: dict[str, Device] = field(default_factory=dict)
     #: events produced so far (all polls)
     changes: int = 0
     _answers: dict[str, list[FoundDevice]] = field(default_factory=dict)
@@ -137,6 +139,7 @@ class DeviceWatcher:
             for key, device in by_key.items():
                 self.ids[key] = device.id
                 self.present[key] = device
+                self.known[key] = device
                 self.states[key] = self._state(key, device, True, "")
         return node
 
@@ -161,6 +164,7 @@ class DeviceWatcher:
                 else:
                     reason = self.states[key].reason
                 self.present[key] = device
+                self.known[key] = device
                 self.states[key] = self._state(key, device, True, reason)
             for key in [k for k in self.present if k not in by_key]:
                 device = self.present.pop(key)
@@ -184,6 +188,16 @@ class DeviceWatcher:
             health or device.health,
             reason,
         )
+
+    def current(self, base: Node) -> Node:
+        """``base`` (the node :meth:`initial` returned) with every device seen so far, those
+        not present now unhealthy: what a core rebuilt from scratch must start from."""
+        with self._lock:
+            devices = tuple(
+                d if key in self.present else replace(d, health=Health.UNHEALTHY)
+                for key, d in self.known.items()
+            )
+        return replace(base, devices=devices)
 
     def view(self) -> list[DeviceState]:
         """Every device seen, present or not, by id (safe from any thread)."""
