@@ -291,3 +291,17 @@ def test_same_seed_same_result(rows: list[tuple[int, int, int, int, int]], seed:
     assert first.jobs == second.jobs
     assert first.series == second.series
     assert first.user_share_integral == second.user_share_integral
+
+
+def test_progress_reports_finished_jobs() -> None:
+    seen: list[tuple[int, int, float]] = []
+    config = EngineConfig(progress_every=1)
+    Simulator(
+        [gpu_node("n", gpus=1)],
+        workload(("a", 0, 10, 1), ("b", 0, 10, 1)),
+        config=config,
+        progress=lambda done, total, now: seen.append((done, total, now)),
+    ).run()
+    assert seen[0] == (0, 2, 0.0)
+    assert seen[-1] == (2, 2, 20.0)
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)

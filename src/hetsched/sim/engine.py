@@ -285,6 +285,7 @@ class Simulator:
     def run(self) -> SimResult:
         """Run to the end (or ``until``); returns the outcome of every job."""
         idle = 0
+        last = 0.0  # the time of the last call to the core: the end of the run
         until = self.config.until
         heap = self._heap
         while heap:
@@ -318,6 +319,7 @@ class Simulator:
             if not batch:
                 continue  # only stale finishes: nothing to tell the core
             self.handle_calls += 1
+            last = time
             actions = self.scheduler.handle(batch, time)
             changed = self._carry_out(actions, time)
             self.steps += 1
@@ -336,9 +338,9 @@ class Simulator:
             if self.config.tick_s and self._waiting and not self._tick_pending:
                 self._tick_pending = True
                 self._push(time + self.config.tick_s, _Order.TICK, None)
-        self._close_fairness(self.now)
+        self._close_fairness(last)
         if self._progress is not None:
-            self._progress(self._done, len(self.outcomes), self.now)
+            self._progress(self._done, len(self.outcomes), last)
         return SimResult(
             tuple(self.outcomes.values()),
             self.series,
@@ -348,7 +350,7 @@ class Simulator:
             self.lost_work_s,
             self.steps,
             self.handle_calls,
-            self.now,
+            last,
             self._initial_cap,
         )
 
