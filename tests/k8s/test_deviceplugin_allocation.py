@@ -1,0 +1,275 @@
+"""The device plugin's decisions as pure functions: preferred ids, Allocate answers, the pod
+an Allocate is for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetsched.k8s.deviceplugin.allocation import (
+    AssignedDevice,
+    Assignment,
+    MountSpec,
+    Roots,
+    build_response,
+    control_nodes,
+    device_nodes,
+    parse_assigned,
+    physical_id,
+    pick_pod,
+    preferred_devices,
+    preferred_slots,
+    visible_env,
+)
+from hetsched.k8s.deviceplugin.publisher import PodView, devices_annotation
+from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES
+from hetsched.model.device import Device, Health
+
+# an 8-GPU box: two NVLink domains of four, one per NUMA node; gpu8 has no topology
+BOX = {
+    f"gpu{i}": Device(
+        f"n/gpu{i}", "gpu", "nvidia", "H100", {"numa": i // 4, "nvlink_domain": 4 * (i // 4)}
+    )
+    for i in range(8)
+}
+BOX["gpu8"] = Device("n/gpu8", "gpu", "nvidia", "H100")
+ALL = [f"gpu{i}" for i in range(9)]
+
+
+@pytest.mark.parametrize(
+    ("available", "must", "size", "chosen", "expected"),
+    [
+        # everything free: the first group that holds the request
+        (ALL, [], 4, None, ["gpu0", "gpu1", "gpu2", "gpu3"]),
+        # best fit: domain 4 has two free, domain 0 four; two GPUs go where two are left
+        (["gpu0", "gpu1", "gpu2", "gpu3", "gpu5", "gpu7"], [], 2, None, ["gpu5", "gpu7"]),
+        # a must-include device pins the group
+        (ALL, ["gpu6"], 2, None, ["gpu4", "gpu6"]),
+        # no group holds three: the must device's NUMA node first, then by id
+        (["gpu0", "gpu1", "gpu4", "gpu5"], ["gpu4"], 3, None, ["gpu4", "gpu5", "gpu0"]),
+        # the scheduler's choice wins when it fits
+        (ALL, [], 2, ["gpu7", "gpu0"], ["gpu0", "gpu7"]),
+        # ... and is ignored when a device in it is not available, or the size differs
+        (["gpu1", "gpu2", "gpu3"], [], 2, ["gpu0", "gpu1"], ["gpu1", "gpu2"]),
+        (ALL, [], 1, ["gpu0", "gpu1"], ["gpu0"]),
+        # ... or when it leaves out a device the kubelet must include
+        (ALL, ["gpu5"], 2, ["gpu0", "gpu1"], ["gpu4", "gpu5"]),
+        # natural order: gpu10 after gpu9
+        (["gpu10", "gpu9"], [], 2, None, ["gpu9", "gpu10"]),
+        # asking for everything available, or nothing
+        (["gpu3", "gpu8"], [], 2, None, ["gpu3", "gpu8"]),
+        (ALL, [], 0, None, []),
+    ],
+)
+def test_preferred_devices(
+    available: list[str],
+    must: list[str],
+    size: int,
+    chosen: list[str] | None,
+    expected: list[str],
+) -> None:
+    assert preferred_devices(available, must, size, BOX, chosen) == expected
+
+
+SLOTS = [f"gpu{g}::{k}" for g in range(3) for k in range(4) if not (g == 1 and k < 3)]
+
+
+@pytest.mark.parametrize(
+    ("available", "must", "size", "chosen", "expected"),
+    [
+        # the most used GPU that still fits: gpu1 has one slot left
+        (SLOTS, [], 1, None, ["gpu1::3"]),
+        # two slots do not fit on gpu1: the next fullest, then lowest id
+        (SLOTS, [], 2, None, ["gpu0::0", "gpu0::1"]),
+        # the scheduler's GPU
+        (SLOTS, [], 1, "n/gpu2", ["gpu2::0"]),
+        # a must-include slot keeps its GPU
+        (SLOTS, ["gpu2::2"], 2, None, ["gpu2::2", "gpu2::0"]),
+        # no GPU holds the request alone: whatever is free
+        (["gpu0::0", "gpu1::0"], [], 2, None, ["gpu0::0", "gpu1::0"]),
+    ],
+)
+def test_preferred_slots(
+    available: list[str], must: list[str], size: int, chosen: str | None, expected: list[str]
+) -> None:
+    assert preferred_slots(available, must, size, chosen) == expected
+
+
+def test_ids() -> None:
+    assert physical_id("gpu3::2") == "gpu3"
+    assert physical_id("n/gpu3") == "gpu3"
+    assert physical_id("gpu3") == "gpu3"
+
+
+def _gpu(number: int, vendor: str = "nvidia", **attributes: object) -> Device:
+    return Device(f"n/gpu{number}", "gpu", vendor, "X", attributes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("assignments", "expected"),
+    [
+        (
+            [Assignment(_gpu(0, uuid="GPU-a", index=5))],
+            {
+                "CUDA_VISIBLE_DEVICES": "GPU-a",
+                "NVIDIA_VISIBLE_DEVICES": "GPU-a",
+                "HETSCHED_DEVICES": '[{"id":"n/gpu0","index":5,"share":1000,"uuid":"GPU-a"}]',
+            },
+        ),
+        (
+            [Assignment(_gpu(2, "amd")), Assignment(_gpu(3, "amd"))],
+            {
+                "ROCR_VISIBLE_DEVICES": "2,3",
+                "HIP_VISIBLE_DEVICES": "2,3",
+                "HETSCHED_DEVICES": '[{"id":"n/gpu2","index":2,"share":1000},'
+                '{"id":"n/gpu3","index":3,"share":1000}]',
+            },
+        ),
+        (
+            [Assignment(_gpu(1, memory_gib=24), 333)],
+            {
+                "CUDA_VISIBLE_DEVICES": "1",
+                "NVIDIA_VISIBLE_DEVICES": "1",
+                "HETSCHED_DEVICES": '[{"id":"n/gpu1","index":1,"share":333}]',
+                "HETSCHED_DEVICE_SHARE": "333",
+                "HETSCHED_DEVICE_MEMORY_MIB": str(24 * 1024 * 333 // 1000),
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "34",
+            },
+        ),
+        (
+            [Assignment(Device("n/fpga0", "fpga", "xilinx", "U250"), 500)],
+            {
+                "HETSCHED_DEVICES": '[{"id":"n/fpga0","index":0,"share":500}]',
+                "HETSCHED_DEVICE_SHARE": "500",
+            },
+        ),
+    ],
+)
+def test_visible_env(assignments: list[Assignment], expected: dict[str, str]) -> None:
+    assert visible_env(assignments) == expected
+
+
+def test_device_nodes_from_the_driver_and_sysfs(tmp_path: Path) -> None:
+    roots = Roots(dev=tmp_path / "dev", sysfs=tmp_path / "sys", proc=tmp_path / "proc")
+    info = roots.proc / "driver/nvidia/gpus/0000:3b:00.0/information"
+    info.parent.mkdir(parents=True)
+    info.write_text("Model: H100\nDevice Minor: 6\n")
+    amd = roots.sysfs / "bus/pci/devices/0000:c1:00.0/drm"
+    for name in ("card1", "renderD129", "controlD65"):
+        (amd / name).mkdir(parents=True)
+    roots.dev.mkdir()
+    (roots.dev / "kfd").touch()
+    (roots.dev / f"xclmgmt{(0x65 << 8) | 0}").touch()
+
+    nvidia = _gpu(0, pci_address="0000:3b:00.0", index=2)
+    assert device_nodes(nvidia, roots) == ["/dev/nvidia6"]  # the minor, not the index
+    assert device_nodes(_gpu(4), roots) == ["/dev/nvidia4"]
+    assert device_nodes(_gpu(1, "amd", pci_address="0000:c1:00.0"), roots) == [
+        "/dev/dri/card1",
+        "/dev/dri/renderD129",
+    ]
+    fpga = Device("n/fpga0", "fpga", "xilinx", "U250", {"pci_address": "0000:65:00.0"})
+    assert device_nodes(fpga, roots) == [f"/dev/xclmgmt{0x6500}"]
+    fake = Device("n/npu0", "npu", "acme", "N1", {"device_nodes": "/dev/acme0, /dev/acmectl"})
+    assert device_nodes(fake, roots) == ["/dev/acme0", "/dev/acmectl"]
+    assert control_nodes(["amd", "nvidia"], roots) == ["/dev/kfd"]
+
+
+def test_build_response() -> None:
+    response = build_response(
+        [Assignment(_gpu(0))],
+        ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia0"],
+        [MountSpec("/usr/lib/nvidia", "/usr/local/nvidia", True)],
+        {"EXTRA": "1"},
+    )
+    assert [d.host_path for d in response.devices] == ["/dev/nvidia0", "/dev/nvidiactl"]
+    assert {d.permissions for d in response.devices} == {"rwm"}
+    assert [(m.host_path, m.container_path, m.read_only) for m in response.mounts] == [
+        ("/usr/lib/nvidia", "/usr/local/nvidia", True)
+    ]
+    assert response.envs["EXTRA"] == "1"
+    assert response.envs["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('[{"id": "n/gpu0", "share": 300}]', [AssignedDevice("n/gpu0", 300)]),
+        (
+            '[{"id": "n/gpu0"}, {"id": "n/gpu1"}]',
+            [AssignedDevice("n/gpu0"), AssignedDevice("n/gpu1")],
+        ),
+        ("[]", []),
+        ("not json", None),
+        ('{"id": "n/gpu0"}', None),
+        ('[{"share": 300}]', None),
+        ('[{"id": "n/gpu0", "share": 0}]', None),
+        ('[{"id": "n/gpu0", "share": 1001}]', None),
+        ('[{"id": "n/gpu0", "share": "300"}]', None),
+    ],
+)
+def test_parse_assigned(value: str, expected: list[AssignedDevice] | None) -> None:
+    assert parse_assigned(value) == expected
+
+
+def _pod(
+    name: str, created: str, limits: dict[str, int], shares: list[int], phase: str = "allocating"
+) -> PodView:
+    assigned = json.dumps([{"id": f"n/gpu{i}", "share": s} for i, s in enumerate(shares)])
+    return PodView(
+        "ns",
+        name,
+        f"uid-{name}",
+        created,
+        {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: phase},
+        limits,
+    )
+
+
+def test_pick_pod_matches_phase_resource_size_and_kind() -> None:
+    gpu, shared = "hetsched.io/gpu", "hetsched.io/gpu-shared"
+    pods = [
+        _pod("done", "2026-01-01T00:00:00Z", {gpu: 2}, [1000, 1000], phase="allocated"),
+        _pod("later", "2026-01-01T00:00:09Z", {gpu: 2}, [1000, 1000]),
+        _pod("first", "2026-01-01T00:00:05Z", {gpu: 2}, [1000, 1000]),
+        _pod("one", "2026-01-01T00:00:01Z", {gpu: 1}, [1000]),
+        _pod("part", "2026-01-01T00:00:02Z", {shared: 1}, [400]),
+        _pod("bad", "2026-01-01T00:00:00Z", {gpu: 2}, [1000]),  # two asked, one assigned
+    ]
+
+    def name(found: tuple[PodView, list[AssignedDevice]] | None) -> str | None:
+        return None if found is None else found[0].name
+
+    assert name(pick_pod(pods, gpu, 2, shared=False)) == "first"
+    assert name(pick_pod(pods, gpu, 2, shared=False, skip={"uid-first"})) == "later"
+    assert name(pick_pod(pods, gpu, 1, shared=False)) == "one"
+    assert name(pick_pod(pods, shared, 1, shared=True)) == "part"
+    # a shared pod never answers the whole resource, nor a whole pod the shared one
+    assert name(pick_pod(pods, gpu, 1, shared=True)) is None
+    assert name(pick_pod(pods, gpu, 3, shared=False)) is None
+
+
+def test_devices_annotation_is_sorted_json() -> None:
+    value = devices_annotation(
+        [_gpu(1, memory_gib=80), Device("n/gpu0", "gpu", "nvidia", "A100", health=Health.UNHEALTHY)]
+    )
+    assert json.loads(value) == [
+        {
+            "id": "n/gpu0",
+            "class": "gpu",
+            "vendor": "nvidia",
+            "model": "A100",
+            "attributes": {},
+            "health": "unhealthy",
+        },
+        {
+            "id": "n/gpu1",
+            "class": "gpu",
+            "vendor": "nvidia",
+            "model": "X",
+            "attributes": {"memory_gib": 80},
+            "health": "healthy",
+        },
+    ]
