@@ -202,11 +202,16 @@ def test_the_overcommit_guards_measures_and_alerts_are_exported(api: Api) -> Non
 
 
 def test_metrics_need_a_token_unless_public(tmp_path: Path) -> None:
-    with running(service_options(tmp_path)) as svc:
+    (tmp_path / "closed").mkdir()
+    (tmp_path / "open").mkdir()
+    with running(service_options(tmp_path / "closed")) as svc:
         assert httpx.get(f"{svc.url}/metrics").status_code == 401
-        svc.built.service.metrics_public = True
+        assert httpx.get(f"{svc.url}/metrics", headers={"Authorization": "Bearer x"}).is_error
+    with running(service_options(tmp_path / "open", metrics_public=True)) as svc:
         answer = httpx.get(f"{svc.url}/metrics")
         assert answer.status_code == 200 and "hetsched_jobs" in answer.text
+        # only /metrics opens
+        assert httpx.get(f"{svc.url}/v1/history").status_code == 401
 
 
 def test_two_services_in_one_process_keep_their_own_counts(tmp_path: Path) -> None:

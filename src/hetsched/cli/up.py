@@ -42,6 +42,12 @@ def up(
     ] = 200.0,
     kill_grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 5.0,
     sync: Annotated[str, typer.Option(help="SQLite synchronous mode: FULL or NORMAL.")] = "FULL",
+    metrics_public: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-public", help="Serve /metrics without a token (it needs one by default)."
+        ),
+    ] = False,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and a local agent."""
     # imported here so the other commands start without the server's dependencies
@@ -70,6 +76,7 @@ def up(
         rate_limit=rate_limit,
         kill_grace_s=kill_grace,
         sync=sync.upper(),
+        metrics_public=metrics_public,
     )
     try:
         serve(options)

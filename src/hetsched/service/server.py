@@ -67,6 +67,8 @@ class Options:
     kill_grace_s: float = 5.0
     sync: str = "FULL"
     seed: int = 0
+    #: serve /metrics without a token (for a Prometheus that cannot send one)
+    metrics_public: bool = False
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""
@@ -150,6 +152,7 @@ def build(options: Options) -> Built:
         limiter=RateLimiter(options.rate_limit),
         auth_failures=RateLimiter(options.auth_failure_rate),
         mapped_users=frozenset(run_as) if run_as is not None else None,
+        metrics_public=options.metrics_public,
     )
     loop.start(initial)
     return Built(service, create_app(service), admin_token, token_file)
@@ -181,8 +184,8 @@ def serve(options: Options) -> None:
     )
     server = uvicorn.Server(config)
     print(
-        f"hetsched up: http://{options.host}:{options.port} (API docs at /docs), "
-        f"home {options.home}",
+        f"hetsched up: http://{options.host}:{options.port} (API docs at /docs, dashboard at "
+        f"/ui, Prometheus metrics at /metrics), home {options.home}",
         flush=True,
     )
     # uvicorn re-raises the signal it stopped for once it is done; these handlers make that
