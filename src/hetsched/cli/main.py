@@ -9,6 +9,7 @@ from hetsched.cli.check import check
 from hetsched.cli.cluster import nodes, queues
 from hetsched.cli.devices import devices
 from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
+from hetsched.cli.k8s import k8s_app
 from hetsched.cli.place import place
 from hetsched.cli.sim_openb import openb
 from hetsched.cli.sim_replay import replay, synth
@@ -37,6 +38,7 @@ app.command()(nodes)
 app.command()(queues)
 app.command()(devices)
 app.add_typer(token_app, name="token")
+app.add_typer(k8s_app, name="k8s")
 
 sim_app = typer.Typer(
     help="Simulate: replay traces against scheduling policies on a virtual clock.",

@@ -1,0 +1,91 @@
+"""The device plugin's configuration file (``--config``), validated at the boundary.
+
+```yaml
+node_name: gpu-node-7          # default: $NODE_NAME (the DaemonSet's downward API), else hostname
+device_class: gpu              # default: the resource's name after the domain
+plugin_dir: /var/lib/kubelet/device-plugins
+shared_slots: 10               # slots per device of <resource>-shared; 0: whole devices only
+shared_resource: hetsched.io/gpu-shared
+pre_start_required: false
+poll_interval_s: 2.0           # device watch (health, hot-plug)
+socket_check_interval_s: 0.5   # kubelet restart detection
+fake_devices: devices.yaml     # the fake backend's file (relative to this file)
+sysfs_root: /sys
+dev_root: /dev
+proc_root: /proc
+mounts:                        # given to every container that gets a device
+  - {host_path: /usr/lib/x86_64-linux-gnu/libcuda.so.1, container_path: /usr/lib/libcuda.so.1}
+kube_api: true                 # false: no Node annotation, no pod lookup (shares fall back)
+kubeconfig: null               # default: in-cluster credentials
+```
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
+from hetsched.k8s.deviceplugin.plugin import DEFAULT_PLUGIN_DIR, PluginSettings
+from hetsched.model.specs import SpecError, _Strict, format_errors, load_yaml
+
+__all__ = ["MountConfig", "PluginConfig", "load_config"]
+
+
+class MountConfig(_Strict):
+    host_path: str = Field(min_length=1)
+    container_path: str = Field(min_length=1)
+    read_only: bool = True
+
+
+class PluginConfig(_Strict):
+    node_name: str | None = None
+    device_class: str = ""
+    plugin_dir: Path = DEFAULT_PLUGIN_DIR
+    shared_slots: int = Field(default=0, ge=0, le=1000)
+    shared_resource: str = ""
+    pre_start_required: bool = False
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    socket_check_interval_s: float = Field(default=0.5, gt=0)
+    fake_devices: Path | None = None
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
+    proc_root: Path = Path("/proc")
+    mounts: list[MountConfig] = Field(default_factory=list)
+    kube_api: bool = True
+    kubeconfig: str | None = None
+
+    def settings(self, resource: str) -> PluginSettings:
+        node = self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+        return PluginSettings(
+            resource=resource,
+            node_name=node,
+            device_class=self.device_class,
+            plugin_dir=self.plugin_dir,
+            shared_slots=self.shared_slots,
+            shared_resource=self.shared_resource,
+            pre_start_required=self.pre_start_required,
+            socket_check_interval_s=self.socket_check_interval_s,
+            roots=Roots(dev=self.dev_root, sysfs=self.sysfs_root, proc=self.proc_root),
+            mounts=tuple(
+                MountSpec(m.host_path, m.container_path, m.read_only) for m in self.mounts
+            ),
+        )
+
+
+def load_config(path: str | Path | None) -> PluginConfig:
+    """The file's configuration (defaults without a file); SpecError with field paths.
+    ``fake_devices`` is taken relative to the file."""
+    if path is None:
+        return PluginConfig()
+    data = load_yaml(path)
+    try:
+        config = PluginConfig.model_validate(data or {})
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc), str(path)) from None
+    if config.fake_devices is not None and not config.fake_devices.is_absolute():
+        config.fake_devices = Path(path).parent / config.fake_devices
+    return config
