@@ -1,0 +1,245 @@
+"""The scheduler's view of the API server: a small Protocol, and one implementation on the
+official ``kubernetes`` client.
+
+Objects cross this boundary as plain Kubernetes JSON (dicts), as the server sent them, so
+:mod:`hetsched.k8s.translate` reads the same shapes from a watch, a list or the extender.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "ApiError",
+    "ClusterAPI",
+    "KubeClusterAPI",
+    "WatchEvent",
+    "WatchExpired",
+    "for_host",
+    "load_api",
+]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class ApiError(RuntimeError):
+    """An API call that failed; ``status`` is the HTTP code (0 for a transport error)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class WatchExpired(ApiError):
+    """The watch's resourceVersion is too old (410 Gone): relist."""
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    type: str
+    object: Obj
+
+
+class ClusterAPI(Protocol):
+    """What the scheduler asks of the API server. Conflicts are answers, not errors: a
+    method returns False/None on 409 and raises ApiError on anything else unexpected."""
+
+    def list_nodes(self) -> tuple[list[Obj], str]:
+        """All nodes and the list's resourceVersion."""
+        ...
+
+    def list_pods(self) -> tuple[list[Obj], str]:
+        """All pods of every namespace (bound ones count against capacity whatever their
+        scheduler) and the list's resourceVersion."""
+        ...
+
+    def watch(self, resource: str, resource_version: str, timeout_s: int) -> Iterator[WatchEvent]:
+        """Changes to ``nodes`` or ``pods`` after ``resource_version``, until ``timeout_s``;
+        raises WatchExpired when the version is too old."""
+        ...
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        """POST the pod's Binding; False when the pod is already bound (409)."""
+        ...
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None: ...
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
+        """Delete with a grace period; a pod that is already gone is not an error."""
+        ...
+
+    def create_event(self, namespace: str, event: Obj) -> None: ...
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None: ...
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj | None:
+        """The created lease, or None when one of that name exists (409)."""
+        ...
+
+    def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj | None:
+        """The replaced lease, or None when ``metadata.resourceVersion`` is stale (409)."""
+        ...
+
+
+def _k8s(module: str) -> Any:
+    """A module of the official client, untyped on purpose: its models are partially typed
+    and the raw JSON read here never goes through them."""
+    return importlib.import_module(f"kubernetes.{module}")
+
+
+def _api_exception() -> type[Exception]:
+    exc: type[Exception] = _k8s("client.rest").ApiException
+    return exc
+
+
+def _code(exc: Exception) -> int:
+    return int(getattr(exc, "status", 0) or 0)
+
+
+def load_api(kubeconfig: str | None = None) -> KubeClusterAPI:
+    """A client from ``kubeconfig``, else in-cluster config, else the default kubeconfig."""
+    client, config = _k8s("client"), _k8s("config")
+    if kubeconfig:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return KubeClusterAPI(client.ApiClient(configuration))
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return KubeClusterAPI(client.ApiClient())
+
+
+def for_host(host: str) -> KubeClusterAPI:
+    """A client for an API server at ``host`` without authentication (tests, proxies)."""
+    client = _k8s("client")
+    configuration = client.Configuration()
+    configuration.host = host
+    return KubeClusterAPI(client.ApiClient(configuration))
+
+
+class KubeClusterAPI:
+    """ClusterAPI on the official client. Responses are read raw (``_preload_content=False``)
+    so objects stay the server's JSON; for the Binding POST that is also the workaround for
+    the client's binding-response bug (kubernetes-client/python #547, #825): the server
+    answers with a Status, which the client fails to read as a Binding after the bind
+    succeeded."""
+
+    def __init__(self, api_client: Any) -> None:
+        client = _k8s("client")
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+
+    # -- reading -------------------------------------------------------------------------
+
+    @staticmethod
+    def _json(response: Any) -> Obj:
+        data: Obj = json.loads(response.data or b"{}")
+        return data
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Obj:
+        api_exception = _api_exception()
+        try:
+            return self._json(fn(*args, _preload_content=False, **kwargs))
+        except api_exception as exc:
+            raise ApiError(_code(exc), str(getattr(exc, "reason", exc))) from None
+
+    def _list(self, fn: Any) -> tuple[list[Obj], str]:
+        data = self._call(fn)
+        return list(data.get("items") or []), str(data["metadata"].get("resourceVersion") or "")
+
+    def list_nodes(self) -> tuple[list[Obj], str]:
+        return self._list(self.core.list_node)
+
+    def list_pods(self) -> tuple[list[Obj], str]:
+        return self._list(self.core.list_pod_for_all_namespaces)
+
+    def watch(self, resource: str, resource_version: str, timeout_s: int) -> Iterator[WatchEvent]:
+        api_exception = _api_exception()
+        fn = self.core.list_node if resource == "nodes" else self.core.list_pod_for_all_namespaces
+        stream = (
+            _k8s("watch")
+            .Watch()
+            .stream(fn, resource_version=resource_version, timeout_seconds=timeout_s)
+        )
+        try:
+            for event in stream:
+                raw = event["raw_object"]
+                if event["type"] == "ERROR":
+                    code = int(raw.get("code") or 0)
+                    if code == 410:
+                        raise WatchExpired(410, str(raw.get("message", "")))
+                    raise ApiError(code, str(raw.get("message", "")))
+                yield WatchEvent(str(event["type"]), raw)
+        except api_exception as exc:
+            if _code(exc) == 410:
+                raise WatchExpired(410, str(getattr(exc, "reason", exc))) from None
+            raise ApiError(_code(exc), str(getattr(exc, "reason", exc))) from None
+
+    # -- writing -------------------------------------------------------------------------
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        client = _k8s("client")
+        api_exception = _api_exception()
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            response = self.core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False
+            )
+        except api_exception as exc:
+            if _code(exc) == 409:
+                return False
+            raise ApiError(_code(exc), str(getattr(exc, "reason", exc))) from None
+        if response.status not in (200, 201):
+            raise ApiError(int(response.status), "unexpected answer to the binding POST")
+        return True
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
+        self._call(self.core.patch_namespaced_pod, name, namespace, patch)
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
+        try:
+            self._call(
+                self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_s
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def create_event(self, namespace: str, event: Obj) -> None:
+        self._call(self.core.create_namespaced_event, namespace, event)
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._call(self.coordination.read_namespaced_lease, name, namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, lease: Obj) -> Obj | None:
+        try:
+            return self._call(self.coordination.create_namespaced_lease, namespace, lease)
+        except ApiError as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    def replace_lease(self, namespace: str, name: str, lease: Obj) -> Obj | None:
+        try:
+            return self._call(self.coordination.replace_namespaced_lease, name, namespace, lease)
+        except ApiError as exc:
+            if exc.status == 409:
+                return None
+            raise

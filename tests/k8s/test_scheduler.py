@@ -1,0 +1,290 @@
+"""The Kubernetes scheduler through the official client against the API server double
+(tests/k8s/apiserver.py) over real HTTP on 127.0.0.1.
+
+Decisions are driven on the test's thread (``step``); only the watches run on threads.
+Every wait is bounded by a deadline on the number of steps, never by a wall-clock assert.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES, POD_GROUP, POD_GROUP_MIN
+from hetsched.k8s.scheduler import PodScheduler
+from k8s.apiserver import ApiServer, gpus, node_json, pod_json
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    srv = ApiServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def api(server: ApiServer) -> KubeClusterAPI:
+    return for_host(server.url)
+
+
+def make(api: Any, **kwargs: Any) -> PodScheduler:
+    sched = PodScheduler(api, watch_timeout_s=2, **kwargs)
+    sched.sync()
+    sched.start_watches()
+    return sched
+
+
+def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 100) -> None:
+    """Step the scheduler until ``done`` (at most ``steps`` steps of up to 0.1 s)."""
+    for _ in range(steps):
+        if done():
+            return
+        sched.step(0.1)
+    assert done(), "condition not reached"
+
+
+def create_node(api: KubeClusterAPI, body: Obj) -> None:
+    api.core.create_node(body)
+
+
+def create_pod(api: KubeClusterAPI, body: Obj) -> None:
+    api.core.create_namespaced_pod(body["metadata"]["namespace"], body)
+
+
+def pod(server: ApiServer, name: str, namespace: str = "default") -> Obj:
+    obj = server.store.get("pods", namespace, name)
+    assert obj is not None
+    return obj
+
+
+def node_of(server: ApiServer, name: str) -> str:
+    return str(pod(server, name)["spec"].get("nodeName") or "")
+
+
+def assigned(server: ApiServer, name: str) -> list[Obj]:
+    raw = pod(server, name)["metadata"].get("annotations", {}).get(ASSIGNED_DEVICES)
+    return list(json.loads(raw)) if raw else []
+
+
+def events_for(server: ApiServer, name: str, reason: str) -> list[Obj]:
+    return [
+        e
+        for e in server.store.items("events", None, "")
+        if e["involvedObject"]["name"] == name and e["reason"] == reason
+    ]
+
+
+def test_gang_of_four_waits_for_its_group_then_binds_all_at_once(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    for n in ("a", "b"):
+        create_node(api, node_json(n, devices=gpus(n, 4)))
+    sched = make(api)
+    group = {"labels": {POD_GROUP: "train"}, "annotations": {POD_GROUP_MIN: "4"}}
+    try:
+        for i in range(3):
+            create_pod(api, pod_json(f"w{i}", devices={"gpu": 2}, **group))
+        wait(sched, lambda: len(events_for(server, "w2", "FailedScheduling")) == 1)
+        assert "3 of the 4 pods" in events_for(server, "w0", "FailedScheduling")[0]["message"]
+        assert all(node_of(server, f"w{i}") == "" for i in range(3))
+        create_pod(api, pod_json("w3", devices={"gpu": 2}, **group))
+        wait(sched, lambda: all(node_of(server, f"w{i}") for i in range(4)))
+    finally:
+        sched.stop()
+    devices = [d["id"] for i in range(4) for d in assigned(server, f"w{i}")]
+    assert len(devices) == len(set(devices)) == 8
+    for i in range(4):
+        meta = pod(server, f"w{i}")["metadata"]
+        assert meta["annotations"][ASSIGN_PHASE] == "allocating"
+        assert all(d["id"].startswith(node_of(server, f"w{i}")) for d in assigned(server, f"w{i}"))
+    # the annotations were patched before the binding was posted
+    assert [b[3] for b in server.store.bindings] == [201] * 4
+
+
+def test_fractional_gpu_pods_share_one_device(server: ApiServer, api: KubeClusterAPI) -> None:
+    create_node(api, node_json("a", devices=gpus("a", 2)))
+    sched = make(api)
+    try:
+        for name in ("s1", "s2"):
+            create_pod(
+                api,
+                pod_json(name, devices={"gpu": 1}, annotations={"hetsched.io/share": "300"}),
+            )
+        wait(sched, lambda: bool(node_of(server, "s1") and node_of(server, "s2")))
+    finally:
+        sched.stop()
+    first, second = assigned(server, "s1"), assigned(server, "s2")
+    assert first[0]["share"] == second[0]["share"] == 300
+    assert first[0]["id"] == second[0]["id"]  # packed on one device, the other stays whole
+    scheduled = events_for(server, "s1", "Scheduled")
+    assert scheduled[0]["type"] == "Normal"
+    assert scheduled[0]["message"] == "Successfully assigned default/s1 to a"
+
+
+def test_fpga_pod_goes_to_the_node_with_an_fpga(server: ApiServer, api: KubeClusterAPI) -> None:
+    create_node(api, node_json("gpu-node", devices=gpus("gpu-node", 4)))
+    fpga = [{"id": "f0", "class": "fpga", "vendor": "xilinx", "model": "U250"}]
+    create_node(api, node_json("fpga-node", devices=fpga))
+    sched = make(api)
+    try:
+        create_pod(api, pod_json("f", devices={"fpga": 1}))
+        wait(sched, lambda: bool(node_of(server, "f")))
+    finally:
+        sched.stop()
+    assert node_of(server, "f") == "fpga-node"
+    assert assigned(server, "f") == [{"id": "f0", "share": 1000}]
+
+
+def test_a_pod_that_cannot_fit_gets_failed_scheduling_with_the_explanation(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    create_node(api, node_json("a", devices=gpus("a", 4)))
+    sched = make(api)
+    try:
+        create_pod(api, pod_json("big", devices={"gpu": 8}))
+        wait(sched, lambda: bool(events_for(server, "big", "FailedScheduling")))
+    finally:
+        sched.stop()
+    (event,) = events_for(server, "big", "FailedScheduling")
+    explanation = sched.core.record(sched.owner["default/big"][0]).explanation
+    assert explanation is not None
+    assert event["message"] == str(explanation)
+    assert "gpu" in event["message"]
+    assert event["type"] == "Warning"
+    assert event["action"] == "Scheduling"
+    assert event["involvedObject"]["kind"] == "Pod"
+    assert event["involvedObject"]["uid"] == pod(server, "big")["metadata"]["uid"]
+    assert node_of(server, "big") == ""
+
+
+class _Racing:
+    """A ClusterAPI that lets another binder win the race just before our bind."""
+
+    def __init__(self, inner: KubeClusterAPI, server: ApiServer, node: str) -> None:
+        self.inner = inner
+        self.server = server
+        self.node = node
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        body = {"target": {"kind": "Node", "name": self.node}, "metadata": {"name": name}}
+        self.inner.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        return self.inner.bind(namespace, name, uid, node)
+
+
+def test_409_on_bind_means_someone_else_won(server: ApiServer, api: KubeClusterAPI) -> None:
+    create_node(api, node_json("a", devices=gpus("a", 1)))
+    create_node(api, node_json("b", devices=gpus("b", 1)))
+    sched = make(api)
+    sched.api = _Racing(api, server, "b")
+    try:
+        create_pod(api, pod_json("p", devices={"gpu": 1}))
+        wait(sched, lambda: bool(sched.conflicts))
+        # the pod is accounted on the node it really went to
+        wait(sched, lambda: any(j.endswith("@b") for j in sched.core.jobs))
+    finally:
+        sched.stop()
+    assert sched.conflicts == ["default/p"]
+    assert [b[3] for b in server.store.bindings] == [201, 409]
+    assert node_of(server, "p") == "b"
+    state = sched.core.state
+    assert state.free_share("b-gpu0") == 0
+    assert state.free_share("a-gpu0") == 1000  # our assumption was dropped
+
+
+def test_restart_rebuilds_state_from_the_api_server(server: ApiServer, api: KubeClusterAPI) -> None:
+    create_node(api, node_json("a", devices=gpus("a", 1)))
+    first = make(api)
+    try:
+        create_pod(api, pod_json("p1", devices={"gpu": 1}))
+        wait(first, lambda: bool(node_of(server, "p1")))
+    finally:
+        first.stop()
+    # a new instance: p1 is bound, so the only GPU counts as allocated
+    second = make(api)
+    try:
+        assert second.core.state.free_share("a-gpu0") == 0
+        create_pod(api, pod_json("p2", devices={"gpu": 1}))
+        wait(second, lambda: bool(events_for(server, "p2", "FailedScheduling")))
+        assert node_of(server, "p2") == ""
+        # p1 ends: its GPU is free again and p2 gets it
+        server.store.set_phase("default", "p1", "Succeeded")
+        wait(second, lambda: node_of(server, "p2") == "a")
+    finally:
+        second.stop()
+    assert assigned(server, "p2") == [{"id": "a-gpu0", "share": 1000}]
+
+
+def test_pods_of_other_schedulers_count_against_capacity(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    create_node(api, node_json("a", cpu="4"))
+    other = pod_json("other", cpu="3", scheduler="default-scheduler")
+    other["spec"]["nodeName"] = "a"
+    create_pod(api, other)
+    sched = make(api)
+    try:
+        create_pod(api, pod_json("mine", cpu="2"))
+        wait(sched, lambda: bool(events_for(server, "mine", "FailedScheduling")))
+        api.core.delete_namespaced_pod("other", "default")
+        wait(sched, lambda: node_of(server, "mine") == "a")
+    finally:
+        sched.stop()
+    assert [b[1] for b in server.store.bindings] == ["mine"]  # never bound "other"
+
+
+def test_pods_of_another_scheduler_are_not_scheduled(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    create_node(api, node_json("a"))
+    create_pod(api, pod_json("theirs", scheduler="default-scheduler"))
+    sched = make(api)
+    try:
+        create_pod(api, pod_json("mine"))
+        wait(sched, lambda: node_of(server, "mine") == "a")
+    finally:
+        sched.stop()
+    assert node_of(server, "theirs") == ""
+    assert events_for(server, "theirs", "FailedScheduling") == []
+
+
+def test_preemption_deletes_the_victim_and_binds_the_preemptor(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    from hetsched.framework.profile import parse_profile
+
+    create_node(api, node_json("a", devices=gpus("a", 1)))
+    profile = parse_profile({"queue_sort": "priority", "post_filter": ["preemption"]})
+    sched = make(api, profile=profile)
+    try:
+        create_pod(api, pod_json("low", devices={"gpu": 1}, priority=0))
+        wait(sched, lambda: bool(node_of(server, "low")))
+        create_pod(api, pod_json("high", devices={"gpu": 1}, priority=100))
+        wait(sched, lambda: server.store.get("pods", "default", "low") is None)
+        wait(sched, lambda: node_of(server, "high") == "a")
+    finally:
+        sched.stop()
+    assert events_for(server, "low", "Preempted")
+
+
+def test_watch_expiry_relists(server: ApiServer, api: KubeClusterAPI) -> None:
+    create_node(api, node_json("a"))
+    sched = make(api)
+    try:
+        sched.stop()
+        server.store.compact()
+        create_pod(api, pod_json("p"))
+        server.store.compact()
+        sched._rv["pods"] = "1"  # a version the double no longer has
+        sched.start_watches()
+        wait(sched, lambda: node_of(server, "p") == "a")
+    finally:
+        sched.stop()
