@@ -52,7 +52,20 @@ def artifacts() -> Path:
 
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[Api]:
-    options = Options(home=tmp_path / "home", demo=True, node_name="local", kill_grace_s=1.0)
+    # this machine gets two fake L4s, one of them failed, next to the demo's simulated nodes
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(
+        "devices:\n"
+        "  - {class: gpu, vendor: nvidia, model: L4, count: 1}\n"
+        "  - {class: gpu, vendor: nvidia, model: L4, count: 1, health: unhealthy}\n"
+    )
+    options = Options(
+        home=tmp_path / "home",
+        demo=True,
+        node_name="local",
+        fake_devices=devices,
+        kill_grace_s=1.0,
+    )
     with running(options) as svc:
         api = Api(svc)
         try:
@@ -109,6 +122,12 @@ def test_dashboard_shows_the_demo_cluster_and_live_jobs(
     expect(a100.first.locator(".model")).to_have_text("A100")
     expect(nodes.locator("[data-node='demo-fpga-0'] .model")).to_have_text("U250")
     expect(page.locator("#queues [data-queue='team-a']")).to_contain_text("gpu")
+    # the failed device is marked, on its node and in the header
+    local = nodes.locator("[data-node='local'] .device")
+    expect(local).to_have_count(2)
+    expect(local.locator(".health.bad")).to_have_count(1)
+    expect(local.locator(".dval")).to_have_text(["0%", "unhealthy"])
+    expect(page.locator("#summary")).to_contain_text("10/11")
     page.screenshot(path=str(artifacts / "2-cluster.png"), full_page=True)
 
     # a newly submitted job appears, and its A100s fill up on their node
