@@ -273,3 +273,19 @@ def test_devices_annotation_is_sorted_json() -> None:
             "health": "healthy",
         },
     ]
+
+
+def test_pick_pod_counts_only_the_plugins_class() -> None:
+    assigned = json.dumps([{"id": "n/gpu1", "share": 1000}, {"id": "n/fpga0", "share": 1000}])
+    pod = PodView(
+        "ns",
+        "mixed",
+        "uid-mixed",
+        "2026-01-01T00:00:00Z",
+        {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: "allocating"},
+        {"hetsched.io/gpu": 1, "hetsched.io/fpga": 1},
+    )
+    found = pick_pod([pod], "hetsched.io/gpu", 1, shared=False, device_class="gpu")
+    assert found is not None
+    assert found[1] == [AssignedDevice("n/gpu1")]
+    assert pick_pod([pod], "hetsched.io/gpu", 1, shared=False) is None

@@ -376,6 +376,11 @@ class AssignedDevice:
     share: int = SHARE_UNITS
 
 
+def _class_of(device_id: str) -> str:
+    """``n/gpu3`` -> ``gpu``: the class part of a device id."""
+    return kubelet_id(device_id).rstrip("0123456789")
+
+
 def parse_assigned(value: str) -> list[AssignedDevice] | None:
     """The annotation's ``[{"id", "share"}]``; None when it is not that shape."""
     try:
@@ -401,6 +406,7 @@ def pick_pod(
     size: int,
     shared: bool,
     skip: Iterable[str] = (),
+    device_class: str | None = None,
 ) -> tuple[PodView, list[AssignedDevice]] | None:
     """The pod an Allocate of ``size`` ids of ``resource`` is for, with its assignment.
 
@@ -408,7 +414,9 @@ def pick_pod(
     (then by namespace and name) whose assign phase is ``allocating``, whose containers'
     limits for ``resource`` add up to ``size``, and whose assigned devices are ``size``
     entries: whole devices (share 1000) for the whole resource, parts (share below 1000) for
-    the shared one. Pods whose uid is in ``skip`` (already handed out) are passed over.
+    the shared one. With ``device_class``, only the assigned devices of that class count (a
+    pod may hold GPUs and FPGAs, each advertised by its own plugin). Pods whose uid is in
+    ``skip`` (already handed out) are passed over.
     """
     skipped = set(skip)
     found: list[tuple[PodView, list[AssignedDevice]]] = []
@@ -418,6 +426,8 @@ def pick_pod(
         if pod.limits.get(resource) != size:
             continue
         assigned = parse_assigned(pod.annotations.get(ASSIGNED_DEVICES, ""))
+        if assigned is not None and device_class is not None:
+            assigned = [a for a in assigned if _class_of(a.id) == device_class]
         if assigned is None or len(assigned) != size:
             continue
         if shared != all(a.share < SHARE_UNITS for a in assigned):

@@ -196,7 +196,7 @@ class DevicePlugin:
 
     def __post_init__(self) -> None:
         s = self.settings
-        allocator = Allocator(self.api, s.node_name)
+        allocator = Allocator(self.api, s.node_name, s.device_class_name)
         if self.api is not None:
             self.publisher = NodePublisher(self.api, s.node_name)
 

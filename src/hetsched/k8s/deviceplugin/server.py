@@ -99,6 +99,8 @@ class Allocator:
 
     api: NodeAPI | None
     node: str
+    #: the class of the devices this plugin hands out; None: every assigned device counts
+    device_class: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: uids of pods this plugin marked allocated (their annotation may not show it yet)
     _taken: set[str] = field(default_factory=set)
@@ -109,9 +111,8 @@ class Allocator:
             return None
         try:
             with self._lock:
-                found = pick_pod(
-                    self.api.pods_on_node(self.node), resource, size, shared, self._taken
-                )
+                pods = self.api.pods_on_node(self.node)
+                found = pick_pod(pods, resource, size, shared, self._taken, self.device_class)
         except Exception as exc:
             log.warning("cannot list the pods on %s: %s", self.node, exc)
             return None
@@ -128,7 +129,7 @@ class Allocator:
             except Exception as exc:
                 raise Refused(f"cannot list the pods on node {self.node}: {exc}") from exc
             self._taken &= {p.uid for p in pods}
-            found = pick_pod(pods, resource, size, shared, self._taken)
+            found = pick_pod(pods, resource, size, shared, self._taken, self.device_class)
             if found is None:
                 return None
             pod, assigned = found
