@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.leader import LeaseLock
 from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES, POD_GROUP, POD_GROUP_MIN
-from hetsched.k8s.scheduler import PodScheduler
+from hetsched.k8s.scheduler import PodScheduler, run_leading
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
 
 Obj = dict[str, Any]
@@ -288,3 +289,108 @@ def test_watch_expiry_relists(server: ApiServer, api: KubeClusterAPI) -> None:
         wait(sched, lambda: node_of(server, "p") == "a")
     finally:
         sched.stop()
+
+
+# -- leader election ------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_lease_one_leader_then_takeover_after_expiry(api: KubeClusterAPI) -> None:
+    clock = FakeClock()
+    a = LeaseLock(api, "kube-system", "hetsched", "a", lease_duration_s=15, clock=clock)
+    b = LeaseLock(api, "kube-system", "hetsched", "b", lease_duration_s=15, clock=clock)
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    clock.t += 10
+    assert a.try_acquire_or_renew()  # renewed: b sees a new record and waits again
+    assert not b.try_acquire_or_renew()
+    clock.t += 14
+    assert not b.try_acquire_or_renew()  # 14 s since b saw the renewal: not expired yet
+    clock.t += 2
+    assert b.try_acquire_or_renew()  # a stopped renewing: b takes over
+    lease = api.get_lease("kube-system", "hetsched")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "b"
+    assert lease["spec"]["leaseTransitions"] == 1
+    assert not a.try_acquire_or_renew()  # a sees b's lease and steps down at once
+    assert not a.leading
+
+
+def test_lease_update_with_a_stale_resource_version_conflicts(api: KubeClusterAPI) -> None:
+    a = LeaseLock(api, "kube-system", "hetsched", "a")
+    assert a.try_acquire_or_renew()
+    stale = api.get_lease("kube-system", "hetsched")
+    assert stale is not None
+    assert a.try_acquire_or_renew()  # the renewal moves the resourceVersion on
+    stale["spec"]["holderIdentity"] = "intruder"
+    assert api.replace_lease("kube-system", "hetsched", stale) is None  # 409
+    body = {"metadata": {"name": "hetsched"}, "spec": {"holderIdentity": "late"}}
+    assert api.create_lease("kube-system", body) is None  # 409 AlreadyExists
+
+
+def test_release_lets_the_next_candidate_in_at_once(api: KubeClusterAPI) -> None:
+    clock = FakeClock()
+    a = LeaseLock(api, "ns", "l", "a", clock=clock)
+    b = LeaseLock(api, "ns", "l", "b", clock=clock)
+    assert a.try_acquire_or_renew()
+    a.release()
+    assert b.try_acquire_or_renew()
+
+
+def test_a_leader_that_cannot_renew_past_the_deadline_steps_down(api: KubeClusterAPI) -> None:
+    clock = FakeClock()
+    a = LeaseLock(api, "ns", "l", "a", renew_deadline_s=10, clock=clock)
+    assert a.try_acquire_or_renew()
+
+    class Failing:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(api, name)
+
+        def replace_lease(self, *args: Any) -> None:
+            return None  # every renewal conflicts
+
+    a.api = Failing()
+    clock.t += 5
+    assert a.try_acquire_or_renew()  # within the deadline it still leads
+    clock.t += 6
+    assert not a.try_acquire_or_renew()
+    assert a.lost()
+
+
+def test_run_leading_schedules_only_while_it_holds_the_lease(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    import threading
+
+    create_node(api, node_json("a"))
+    create_pod(api, pod_json("p"))
+    holder = LeaseLock(api, "kube-system", "hetsched", "other", lease_duration_s=1)
+    assert holder.try_acquire_or_renew()
+    sched = PodScheduler(api, watch_timeout_s=1)
+    lock = LeaseLock(api, "kube-system", "hetsched", "me", lease_duration_s=1, retry_period_s=0.05)
+    stop = threading.Event()
+    thread = threading.Thread(target=run_leading, args=(sched, lock, stop), daemon=True)
+    thread.start()
+    try:
+        assert not lock.leading
+        assert server.store.bindings == []  # the other holder leads: we do nothing
+        # the other holder stops renewing; after the lease duration we take over and bind
+        for _ in range(200):
+            if node_of(server, "p"):
+                break
+            thread.join(0.05)
+        assert node_of(server, "p") == "a"
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+    lease = api.get_lease("kube-system", "hetsched")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == ""  # released on the way out

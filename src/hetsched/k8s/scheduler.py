@@ -39,6 +39,7 @@ from hetsched.cluster.assign import assign_devices
 from hetsched.cluster.state import AllocationError, ClusterState
 from hetsched.framework.profile import ProfileSpec
 from hetsched.k8s.api import ApiError, ClusterAPI, WatchExpired
+from hetsched.k8s.leader import LeaseLock
 from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES, SCHEDULER_NAME
 from hetsched.k8s.translate import (
     PodInfo,
@@ -73,7 +74,7 @@ from hetsched.scheduler import (
     Tick,
 )
 
-__all__ = ["PodScheduler"]
+__all__ = ["PodScheduler", "run_leading"]
 
 log = logging.getLogger(__name__)
 
@@ -596,3 +597,39 @@ class PodScheduler:
         }
         with contextlib.suppress(ApiError):
             self.api.create_event(namespace, event)
+
+
+def run_leading(sched: PodScheduler, lock: LeaseLock, stop: threading.Event) -> int:
+    """Wait for the lease, then sync, watch and schedule while renewing it every retry
+    period, until ``stop`` (returns 0) or the lease is lost (returns 1: the process should
+    exit and start over, as kube-scheduler does, rather than act on a stale view)."""
+    while not stop.is_set() and not _attempt(lock):
+        stop.wait(lock.retry_period_s)
+    if stop.is_set():
+        return 0
+    sched.sync()
+    sched.start_watches()
+    renew_at = lock.clock() + lock.retry_period_s
+    try:
+        while not stop.is_set():
+            sched.step(min(1.0, lock.retry_period_s))
+            if lock.clock() >= renew_at:
+                if not _attempt(lock):
+                    log.error("lost the lease %s/%s; stopping", lock.namespace, lock.name)
+                    return 1
+                renew_at = lock.clock() + lock.retry_period_s
+    finally:
+        sched.stop()
+        with contextlib.suppress(ApiError):
+            lock.release()
+    return 0
+
+
+def _attempt(lock: LeaseLock) -> bool:
+    try:
+        return lock.try_acquire_or_renew()
+    except ApiError as exc:
+        log.warning("lease %s/%s: %s", lock.namespace, lock.name, exc)
+        if lock.leading and lock.lost():
+            lock.leading = False
+        return lock.leading

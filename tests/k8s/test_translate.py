@@ -1,0 +1,286 @@
+"""Kubernetes JSON to the model: literal tables of inputs and what they must become."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.k8s.translate import (
+    TranslateError,
+    assigned_devices,
+    devices_annotation,
+    group_job,
+    node_from_k8s,
+    pod_info,
+    pod_job,
+    pod_request,
+    restored_placement,
+)
+from hetsched.model.device import Device, Health, Taint, TaintEffect
+from hetsched.model.job import DeviceRequest, Toleration
+
+GPU = {
+    "id": "g0",
+    "class": "gpu",
+    "vendor": "nvidia",
+    "model": "A100",
+    "attributes": {"memory_gib": 80, "numa": 0},
+    "health": "healthy",
+}
+
+
+def node(**over: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "metadata": {"name": "n1", "labels": {"zone": "z1"}, "annotations": {}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "7500m", "memory": "32Gi"}},
+    }
+    for key, value in over.items():
+        obj[key] = {**obj.get(key, {}), **value}
+    return obj
+
+
+def pod(
+    containers: list[dict[str, Any]],
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "team-a",
+            "uid": "u-1",
+            "annotations": annotations or {},
+            "labels": labels or {},
+        },
+        "spec": {"schedulerName": "hetsched", "containers": containers, **spec},
+    }
+
+
+def c(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None) -> Any:
+    return {"name": "c", "resources": {"requests": requests or {}, "limits": limits or {}}}
+
+
+NODE_CASES = [
+    ("plain", node(), 7500, 32768, (), ()),
+    (
+        "devices from the annotation",
+        node(metadata={"name": "n1", "annotations": {"hetsched.io/devices": json.dumps([GPU])}}),
+        7500,
+        32768,
+        (Device("g0", "gpu", "nvidia", "A100", {"memory_gib": 80, "numa": 0}),),
+        (),
+    ),
+    (
+        "taints, cordoned and not ready",
+        node(
+            spec={
+                "taints": [{"key": "gpu", "value": "yes", "effect": "NoExecute"}],
+                "unschedulable": True,
+            },
+            status={
+                "allocatable": {"cpu": "2", "memory": "1Gi"},
+                "conditions": [{"type": "Ready", "status": "False"}],
+            },
+        ),
+        2000,
+        1024,
+        (),
+        (
+            Taint("gpu", "yes", TaintEffect.NO_EXECUTE),
+            Taint("node.kubernetes.io/unschedulable"),
+            Taint("node.kubernetes.io/not-ready"),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "obj", "cpu", "memory", "devices", "taints"), NODE_CASES)
+def test_node(case: str, obj: Any, cpu: int, memory: int, devices: Any, taints: Any) -> None:
+    got = node_from_k8s(obj)
+    assert (got.cpu_milli, got.memory_mib, got.devices, got.taints) == (
+        cpu,
+        memory,
+        devices,
+        taints,
+    ), case
+
+
+def test_node_labels_and_unhealthy_device() -> None:
+    sick = {**GPU, "health": "Unhealthy"}
+    obj = node(
+        metadata={
+            "name": "n1",
+            "labels": {"zone": "z1"},
+            "annotations": {"hetsched.io/devices": json.dumps([sick])},
+        }
+    )
+    got = node_from_k8s(obj)
+    assert got.labels["zone"] == "z1"
+    assert got.devices[0].health is Health.UNHEALTHY
+
+
+def test_devices_annotation_round_trips() -> None:
+    devices = (Device("g0", "gpu", "nvidia", "A100", {"memory_gib": 80}),)
+    obj = node(
+        metadata={"name": "n", "annotations": {"hetsched.io/devices": devices_annotation(devices)}}
+    )
+    assert node_from_k8s(obj).devices == devices
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("not json", "not JSON"),
+        ('{"id": "x"}', "must be a JSON list"),
+        ('[{"id": "x"}]', "needs 'id' and 'class'"),
+    ],
+)
+def test_node_with_a_bad_device_annotation(bad: str, message: str) -> None:
+    obj = node(metadata={"name": "n1", "annotations": {"hetsched.io/devices": bad}})
+    with pytest.raises(TranslateError, match=message):
+        node_from_k8s(obj)
+
+
+POD_CASES = [
+    (
+        "cpu and memory summed",
+        [c({"cpu": "500m", "memory": "1Gi"}), c({"cpu": "1", "memory": "512Mi"})],
+        {},
+        1500,
+        1536,
+        (),
+    ),
+    ("limits stand in for requests", [c(limits={"cpu": "2", "memory": "2Gi"})], {}, 2000, 2048, ()),
+    (
+        "whole gpus",
+        [c({"cpu": "1"}, {"hetsched.io/gpu": "2"})],
+        {},
+        1000,
+        0,
+        (DeviceRequest.of("gpu", 2),),
+    ),
+    (
+        "a share of one gpu",
+        [c(limits={"hetsched.io/gpu": "1"})],
+        {"hetsched.io/share": "300"},
+        0,
+        0,
+        (DeviceRequest.of("gpu", 1, 300),),
+    ),
+    (
+        "a selector",
+        [c(limits={"hetsched.io/fpga": "1"})],
+        {"hetsched.io/selector": 'device.attributes["model"] == "U250"'},
+        0,
+        0,
+        (DeviceRequest.of("fpga", 1, selector='device.attributes["model"] == "U250"'),),
+    ),
+    ("other extended resources are not ours", [c(limits={"nvidia.com/gpu": "1"})], {}, 0, 0, ()),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "containers", "annotations", "cpu", "memory", "devices"), POD_CASES
+)
+def test_pod_request(
+    case: str, containers: Any, annotations: Any, cpu: int, memory: int, devices: Any
+) -> None:
+    got = pod_request(pod(containers, annotations))
+    assert (got.cpu_milli, got.memory_mib, got.devices) == (cpu, memory, devices), case
+
+
+def test_pod_selectors_and_tolerations() -> None:
+    obj = pod(
+        [c({"cpu": "1"})],
+        nodeSelector={"zone": "z1"},
+        tolerations=[
+            {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "team", "operator": "Equal", "value": "a"},
+        ],
+    )
+    got = pod_request(obj)
+    assert dict(got.node_selector) == {"zone": "z1"}
+    assert got.tolerations == (
+        Toleration("gpu", None, TaintEffect.NO_SCHEDULE),
+        Toleration("team", "a", None),
+    )
+
+
+@pytest.mark.parametrize(
+    ("containers", "annotations", "message"),
+    [
+        ([c(limits={"hetsched.io/gpu": "2"})], {"hetsched.io/share": "300"}, "needs a limit of 1"),
+        ([c(limits={"hetsched.io/gpu": "1"})], {"hetsched.io/share": "x"}, "must be an integer"),
+        ([c(limits={"hetsched.io/gpu": "1"})], {"hetsched.io/share": "2000"}, "must be 1..1000"),
+        ([c({"cpu": "lots"})], {}, "resources"),
+    ],
+)
+def test_bad_pods(containers: Any, annotations: Any, message: str) -> None:
+    with pytest.raises(TranslateError, match=message):
+        pod_request(pod(containers, annotations))
+
+
+def test_pod_info_queue_priority_group() -> None:
+    obj = pod(
+        [c()],
+        {"hetsched.io/min-available": "4"},
+        {"hetsched.io/pod-group": "train", "hetsched.io/queue": "research"},
+        priority=50,
+    )
+    info = pod_info(obj)
+    assert (info.key, info.queue, info.priority, info.group, info.min_available) == (
+        "team-a/p",
+        "research",
+        50,
+        "train",
+        4,
+    )
+    assert info.schedulable_by("hetsched")
+    assert not info.schedulable_by("default-scheduler")
+    assert pod_info(pod([c()])).queue == "team-a"  # the namespace by default
+
+
+@pytest.mark.parametrize(
+    ("spec", "meta", "phase", "schedulable"),
+    [
+        ({"nodeName": "n1"}, {}, "Pending", False),
+        ({"schedulingGates": [{"name": "wait"}]}, {}, "Pending", False),
+        ({}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "Pending", False),
+        ({}, {}, "Succeeded", False),
+        ({}, {}, "Pending", True),
+    ],
+)
+def test_which_pods_wait_for_us(spec: Any, meta: Any, phase: str, schedulable: bool) -> None:
+    obj = pod([c()], **spec)
+    obj["metadata"].update(meta)
+    obj["status"] = {"phase": phase}
+    assert pod_info(obj).schedulable_by("hetsched") is schedulable
+
+
+def test_jobs_of_pods_and_groups() -> None:
+    obj = pod([c({"cpu": "1"}, {"hetsched.io/gpu": "1"})], priority=7)
+    job = pod_job(obj)
+    assert (job.id, job.queue, job.priority, job.replicas) == ("team-a/p", "team-a", 7, 1)
+    gang = group_job("g", [obj, obj, obj], min_available=4)
+    assert (gang.replicas, gang.gang_min) == (3, 3)
+    other = pod([c({"cpu": "2"})])
+    with pytest.raises(TranslateError, match="same resources"):
+        group_job("g", [obj, other], 2)
+
+
+def test_assigned_devices_and_restore() -> None:
+    placement = Placement("n1", 1000, 0, (DeviceShare("g0", 300),))
+    annotation = assigned_devices(placement)
+    assert json.loads(annotation) == [{"id": "g0", "share": 300}]
+    obj = pod(
+        [c({"cpu": "1"}, {"hetsched.io/gpu": "1"})],
+        {"hetsched.io/assigned-devices": annotation},
+        nodeName="n1",
+    )
+    assert restored_placement(obj) == placement
+    assert restored_placement(pod([c()])) is None
