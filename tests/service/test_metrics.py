@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -187,7 +188,12 @@ def test_the_overcommit_guards_measures_and_alerts_are_exported(api: Api) -> Non
     guard = Guard(GuardSpec(), node="local")
     service = api.svc.built.service
     service.guard = guard  # type: ignore[attr-defined]
-    job = api.alice.post("/v1/jobs", json=job_body(name="big", command=["sleep", "30"])).json()
+    body = job_body(
+        name="big",
+        command=["sleep", "30"],
+        resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "model": "A100"}]},
+    )
+    job = api.alice.post("/v1/jobs", json=body).json()
     api.wait(api.alice, job["id"], {"running"})
     task = api.alice.get(f"/v1/jobs/{job['id']}").json()["tasks"][0]
     # a task that asked for 1 MiB of memory: its process tree uses more
@@ -199,6 +205,12 @@ def test_the_overcommit_guards_measures_and_alerts_are_exported(api: Api) -> Non
     assert value(samples, "hetsched_guard_kills_total") == 0
     assert value(samples, "hetsched_tasks_memory_used_bytes") > 1 << 20
     assert value(samples, "hetsched_tasks_cpu_used_cores") >= 0
+    # no NVML here: the GPU memory its processes would hold is put in by hand
+    guard.usage = {watched.key: replace(guard.usage[watched.key], gpu_memory_mib=2048.0)}
+    samples = scrape(api.admin)
+    gpu = {"class": "gpu", "model": "A100"}
+    assert value(samples, "hetsched_device_memory_used_bytes", **gpu) == 2048 << 20
+    assert value(samples, "hetsched_tasks_gpu_memory_used_bytes") == 2048 << 20
 
 
 def test_metrics_need_a_token_unless_public(tmp_path: Path) -> None:

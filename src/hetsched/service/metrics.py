@@ -106,6 +106,7 @@ METRIC_NAMES = frozenset(
         "hetsched_tasks_memory_used_bytes",
         "hetsched_tasks_gpu_memory_used_bytes",
         "hetsched_tasks_cpu_used_cores",
+        "hetsched_device_memory_used_bytes",
     }
 )
 
@@ -369,8 +370,9 @@ class ServiceCollector(Collector):
                 *self._fragmentation(core),
             ]
             node_of = {d.id: n.name for n in core.state.nodes for d in n.devices}
+            devices_of = _task_devices(core)
         yield from metrics
-        yield from self._agent(service, node_of)
+        yield from self._agent(service, node_of, devices_of)
 
     def _jobs(self, service: Service) -> Iterator[Metric]:
         jobs = _gauge("hetsched_jobs", "Jobs by queue and state.", ["queue", "state"])
@@ -480,7 +482,12 @@ class ServiceCollector(Collector):
         yield ratio
         yield amount
 
-    def _agent(self, service: Service, node_of: Mapping[str, str]) -> Iterator[Metric]:
+    def _agent(
+        self,
+        service: Service,
+        node_of: Mapping[str, str],
+        devices_of: Mapping[tuple[str, int], list[tuple[str, str]]],
+    ) -> Iterator[Metric]:
         util = _gauge(
             "hetsched_device_utilization_ratio",
             "Measured busy share of a device, 0..1 (when a part of the agent measures it).",
@@ -503,6 +510,12 @@ class ServiceCollector(Collector):
             "hetsched_tasks_gpu_memory_used_bytes", "Measured GPU memory of running tasks."
         )
         cpu = _gauge("hetsched_tasks_cpu_used_cores", "Measured CPU use of running tasks.")
+        by_model = _gauge(
+            "hetsched_device_memory_used_bytes",
+            "Measured GPU memory of running tasks, by the class and model of the devices they "
+            "hold (a task on several devices counts evenly on each).",
+            ["class", "model"],
+        )
         devices = service.loop.devices
         seen: set[str] = set()
         for part in _parts(service):
@@ -522,7 +535,36 @@ class ServiceCollector(Collector):
                 memory.add_metric([], sum(u.memory_mib for u in used) * _MIB)
                 gpu_memory.add_metric([], sum(u.gpu_memory_mib for u in used) * _MIB)
                 cpu.add_metric([], sum(u.cpu_milli for u in used) / 1000)
-        yield from (util, alerts, kills, memory, gpu_memory, cpu)
+                per: dict[tuple[str, str], float] = {}
+                for key, usage in list(part.usage.items()):
+                    held = devices_of.get(_job_task(key), [])
+                    for what in held:
+                        per[what] = per.get(what, 0.0) + usage.gpu_memory_mib * _MIB / len(held)
+                for what, amount in sorted(per.items()):
+                    by_model.add_metric(list(what), amount)
+        yield from (util, alerts, kills, memory, gpu_memory, cpu, by_model)
+
+
+def _task_devices(core: Scheduler) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    """(job, task) -> (class, model) of each device its running task holds."""
+    state = core.state
+    out: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for record in core.active_jobs():
+        for task, placement in record.placements.items():
+            kinds = []
+            for share in placement.devices:
+                device = state.device_of(share.device_id)
+                kinds.append((device.device_class, device.model))
+            if kinds:
+                out[(record.id, task)] = kinds
+    return out
+
+
+def _job_task(key: str) -> tuple[str, int]:
+    """A task key ``job/task#run`` as (job, task); ("", -1) if it is not one."""
+    job, _, rest = key.rpartition("/")
+    task = rest.split("#", 1)[0]
+    return (job, int(task)) if task.isdigit() else ("", -1)
 
 
 def measured_by_class(service: Service) -> dict[str, float]:
