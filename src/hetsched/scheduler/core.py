@@ -74,6 +74,9 @@ class Scheduler:
         errors = check_queues(self.profile)
         if errors:
             raise ProfileError("\n".join(errors))
+        overcommit = self.profile.overcommit
+        if (state.cpu_factor, state.mem_factor) != (overcommit.cpu, overcommit.memory):
+            state.set_overcommit(overcommit.cpu, overcommit.memory)
         self.quotas = QuotaTree(self.profile.queues)
         self.ledger = Ledger()
         self.jobs: dict[str, JobRecord] = {}
@@ -135,6 +138,8 @@ class Scheduler:
         problem = self.quotas.submit_error(job)
         if problem is not None:
             raise AllocationError(f"job {job.id}: {problem}")
+        if job.best_effort:
+            self.state.best_effort_jobs.add(job.id)
         taken: list[str] = []
         try:
             for task, placement in sorted(placements.items()):
@@ -144,6 +149,7 @@ class Scheduler:
         except AllocationError:
             for key in reversed(taken):
                 self.unallocate(key)
+            self.state.best_effort_jobs.discard(job.id)
             raise
         record = JobRecord(job, self._seq, queued_since=job.submit_time)
         self._seq += 1
@@ -312,6 +318,8 @@ class Scheduler:
         self._waiting[job.id] = record
         if job.max_runtime_s is not None:
             self._limited.add(job.id)
+        if job.best_effort:
+            self.state.best_effort_jobs.add(job.id)
         return []
 
     def _end(self, record: JobRecord, state: JobState, now: float, cause: str) -> None:
@@ -319,6 +327,7 @@ class Scheduler:
         record.move(state, now, cause)
         record.ended = now
         self._live.pop(record.id, None)
+        self.state.best_effort_jobs.discard(record.id)
         self._limited.discard(record.id)
         self._waiting.pop(record.id, None)
 

@@ -25,18 +25,21 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection, and_, update
 
 from hetsched.agent.executor import Executor, RunAs, TaskExit, local_indices, task_key
+from hetsched.agent.guard import Guard, Watched
+from hetsched.agent.watcher import DeviceWatcher
 from hetsched.cluster.placement import Placement
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
 from hetsched.scheduler import (
     Action,
     Bind,
+    DeviceAdded,
     Event,
     JobCancelled,
     JobSubmitted,
@@ -95,6 +98,8 @@ class ControlLoop:
         run_as: dict[str, RunAs] | None = None,
         tick_s: float = 0.5,
         make_core: Callable[[], Scheduler] | None = None,
+        watcher: DeviceWatcher | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.store = store
         self.core = scheduler
@@ -133,6 +138,16 @@ class ControlLoop:
         self.turns = 0
         #: restart counts of jobs resubmitted by recovery, applied after their submission
         self.restarts_to_restore: dict[str, int] = {}
+        #: the local node's device watcher (hot-plug and health); its events come in
+        #: through :meth:`device_events`
+        self.watcher = watcher
+        if watcher is not None:
+            watcher.sink = self.device_events
+        #: the overcommit guard, run every ``guard.spec.interval_s`` by the loop
+        self.guard = guard
+        self._guard_at = 0.0
+        #: executor key -> why the guard killed that task, until its exit is reported
+        self._guard_kills: dict[str, str] = {}
         #: counters, histograms and the dashboard's history (service/metrics.py)
         self.metrics = LoopMetrics()
 
@@ -147,6 +162,11 @@ class ControlLoop:
         self._inbox.put(("cancel", (job_id, user)))
         self._wake.set()
 
+    def device_events(self, events: list[Event]) -> None:
+        """Hot-plug and health changes from the device watcher (called from its thread)."""
+        self._inbox.put(("devices", events))
+        self._wake.set()
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self, initial: list[Any]) -> None:
@@ -155,6 +175,8 @@ class ControlLoop:
         self._thread.start()
 
     def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -221,11 +243,17 @@ class ControlLoop:
                 break
             if kind == "submit":
                 events.append(self._submit_event(payload))
+            elif kind == "devices":
+                events.extend(self._device_event(e) for e in payload)
             else:
                 job_id, user = payload
                 events.append(JobCancelled(job_id, f"cancelled by {user}"))
+        self._guard_round(now)
         failed, self._failed_starts = self._failed_starts, []
         for exit_ in [*failed, *self.executor.poll(now)]:
+            why = self._guard_kills.pop(task_key(exit_.job_id, exit_.task, exit_.run), None)
+            if why is not None and not exit_.stopped:
+                exit_ = replace(exit_, reason=f"killed by the overcommit guard: {why}")
             turn.exits.append(exit_)
             events.append(self._exit_event(exit_))
         if not events and now - self._last_tick < self.tick_s:
@@ -256,6 +284,59 @@ class ControlLoop:
         self.specs[job.id] = spec
         self.persisted[job.id] = 1  # the store wrote the "submitted" transition
         return JobSubmitted(job)
+
+    def _device_event(self, event: Event) -> Event:
+        """Note a hot-plugged device for the executor (its id, its index among the node's
+        devices of its class and vendor) before the core sees it."""
+        if isinstance(event, DeviceAdded) and event.device.id not in self.devices:
+            device = event.device
+            prefix = f"{event.node_name}/"
+            self.device_indices[device.id] = sum(
+                1
+                for d in self.devices.values()
+                if d.id.startswith(prefix)
+                and d.device_class == device.device_class
+                and d.vendor.lower() == device.vendor.lower()
+            )
+            self.devices[device.id] = device
+        return event
+
+    def _guard_round(self, now: float) -> None:
+        """Measure running tasks against their requests; kill what the guard names (a
+        best-effort task, by the profile's policy). Its exit is reported as a failure with
+        the guard's reason in a later turn."""
+        guard = self.guard
+        if guard is None or now - self._guard_at < guard.spec.interval_s:
+            return
+        self._guard_at = now
+        watched: list[Watched] = []
+        for key, handle in self.executor.handles.items():
+            record = self.core.jobs.get(handle.job_id)
+            if record is None or handle.stopping:
+                continue
+            core_run = handle.run - self.run_offset.get(handle.job_id, 0)
+            placement = record.placements.get(handle.task) if record.run == core_run else None
+            if placement is None:
+                continue
+            watched.append(
+                Watched(
+                    key,
+                    handle.job_id,
+                    handle.task,
+                    handle.run,
+                    placement.node,
+                    handle.pid,
+                    placement.memory_mib,
+                    placement.cpu_milli,
+                    record.job.best_effort,
+                )
+            )
+        for alert in guard.check(watched, now):
+            victim = self.executor.handles.get(alert.killed) if alert.killed else None
+            if victim is not None:
+                self._guard_kills[alert.killed] = alert.message
+                self.executor.kill_now(victim.pid)
+                self._wake.set()
 
     def _exit_event(self, exit_: TaskExit) -> Event:
         core_run = exit_.run - self.run_offset.get(exit_.job_id, 0)
