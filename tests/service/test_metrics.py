@@ -18,7 +18,15 @@ from hetsched.framework.profile import GuardSpec
 from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.scheduler import Bind, JobSubmitted, NodeAdded, Scheduler
-from hetsched.service.metrics import METRIC_NAMES, LoopMetrics, target_workload
+from hetsched.service.metrics import (
+    METRIC_NAMES,
+    History,
+    LoopMetrics,
+    target_workload,
+)
+from hetsched.service.metrics import (
+    Sample as HistorySample,
+)
 from hetsched.service.testing import running
 
 
@@ -304,3 +312,15 @@ def test_queue_wait_is_observed_once_per_start() -> None:
         registry.get_sample_value("hetsched_scheduling_attempts_total", {"result": "unschedulable"})
         == 1
     )
+
+
+def test_history_keeps_one_sample_per_interval_and_the_newest() -> None:
+    ring = History(interval_s=2.0, size=3)
+    added = []
+    for t in (0.0, 1.0, 2.0, 3.0, 4.5, 6.5, 9.0):
+        if ring.due(t):
+            ring.add(HistorySample(t, {"gpu": 0.5}, {}, {"default": 1}, 0))
+            added.append(t)
+    assert added == [0.0, 2.0, 4.5, 6.5, 9.0]
+    assert [s.time for s in ring.since()] == [4.5, 6.5, 9.0]
+    assert [s.time for s in ring.since(6.5)] == [9.0]

@@ -57,6 +57,7 @@ __all__ = [
     "METRIC_NAMES",
     "History",
     "LoopMetrics",
+    "Sample",
     "ServiceCollector",
     "install",
     "measured_by_class",
