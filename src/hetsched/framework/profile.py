@@ -39,8 +39,8 @@ from hetsched.framework.registry import lookup
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 
 __all__ = [
-    "BackfillSpec",
     "MAX_OVERCOMMIT",
+    "BackfillSpec",
     "GangSpec",
     "GuardSpec",
     "OvercommitSpec",
