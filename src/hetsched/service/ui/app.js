@@ -433,11 +433,18 @@ function explanationBlock(why) {
   );
 }
 
+// pending jobs in line order (oldest first); the others newest first
+function newest(a, b) {
+  if (a.state === "pending") return a.submitted_at - b.submitted_at;
+  const at = (j) => j.ended_at || j.started_at || j.submitted_at;
+  return at(b) - at(a);
+}
+
 function renderJobs(jobs, explained) {
   const now = Date.now() / 1000;
   const shown = jobs
     .filter((j) => filter === "all" || j.state === "pending" || j.state === "running")
-    .sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || b.submitted_at - a.submitted_at)
+    .sort((a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || newest(a, b))
     .slice(0, MAX_JOBS);
   if (!shown.length) {
     $("jobs").replaceChildren(h("p", { class: "empty" }, filter === "all" ? "No jobs yet." : "Nothing pending or running."));
