@@ -141,6 +141,8 @@ class PodScheduler:
         self._queue: queue.Queue[Change | tuple[str, str, list[Obj]]] = queue.Queue()
         self._rv: dict[str, str] = {"nodes": "", "pods": ""}
         self._stop = threading.Event()
+        #: held while a batch is applied
+        self.lock = threading.RLock()
         self._threads: list[threading.Thread] = []
         #: every bind this instance carried out: (pod key, node); conflicts: pod keys
         self.bound: list[tuple[str, str]] = []
@@ -254,7 +256,13 @@ class PodScheduler:
     # -- changes into events -------------------------------------------------------------
 
     def process(self, changes: list[Change]) -> None:
-        """Apply changes (nodes first, then pods), run the core, carry out its actions."""
+        """Apply changes (nodes first, then pods), run the core, carry out its actions.
+
+        Holds :attr:`lock`, so a reader of the core (the extender) sees whole batches."""
+        with self.lock:
+            self._process(changes)
+
+    def _process(self, changes: list[Change]) -> None:
         now = self.clock()
         events: list[Event] = []
         for resource, kind, obj in changes:
@@ -360,7 +368,10 @@ class PodScheduler:
         if placement is None or placement.node not in self.core.state.node_index:
             return
         request = pod_request(obj)
-        if request.devices and self.core.state.check(placement) is not None:
+        wanted = sum(d.primary.count for d in request.devices)
+        if wanted and (
+            len(placement.devices) != wanted or self.core.state.check(placement) is not None
+        ):
             # no (or stale) device annotation: hold devices of the kind it asked for there
             row = self.core.state.row(placement.node)
             chosen = assign_devices(self.core.state, row, request, "most_used")
