@@ -175,7 +175,10 @@ async function refresh() {
 }
 
 async function explain(jobs) {
-  const pending = jobs.filter((j) => j.state === "pending").slice(0, MAX_EXPLAINED);
+  const pending = jobs
+    .filter((j) => j.state === "pending")
+    .sort(newest)
+    .slice(0, MAX_EXPLAINED);
   const answers = await Promise.all(
     pending.map((j) => api(`/v1/jobs/${encodeURIComponent(j.id)}/why`).catch(() => null)),
   );
