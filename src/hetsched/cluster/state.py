@@ -79,6 +79,10 @@ class ClusterState:
         #: per node: free share summed over healthy slots (kept in step with dev_free)
         self.dev_free_total: IntArray = np.zeros(0, np.int64)
         self.allocations: dict[str, Placement] = {}
+        #: rows whose free capacity grew (release, node or device added, device healed), in
+        #: order; with ``growth_mark`` a caller asks "which rows grew since then"
+        self._grown: list[int] = []
+        self._grown_base = 0
         #: oversubscription for best-effort work (the profile's ``overcommit``): per node,
         #: free CPU and memory beyond the capacity that only best-effort allocations take,
         #: first, before the capacity guaranteed work sees; (factor - 1) x capacity in all
@@ -154,6 +158,7 @@ class ClusterState:
                 self.dev_kind[row, slot] = self._kind_row(_kind_of(device))
                 self.dev_healthy[row, slot] = device.health is Health.HEALTHY
             self._total(row)
+        self._grown.extend(range(first, first + count))
         self.version += 1
         return list(range(first, first + count))
 
@@ -181,6 +186,7 @@ class ClusterState:
         self.dev_kind[row, slot] = self._kind_row(_kind_of(device))
         self.dev_healthy[row, slot] = device.health is Health.HEALTHY
         self._total(row)
+        self._grown.append(row)
         self.version += 1
         return slot
 
@@ -199,6 +205,8 @@ class ClusterState:
         row, slot = self._device(device_id)
         self.dev_healthy[row, slot] = health is Health.HEALTHY
         self._total(row)
+        if health is Health.HEALTHY:
+            self._grown.append(row)
         self.version += 1
         return [
             key
@@ -377,7 +385,20 @@ class ClusterState:
             self.dev_free[self.device_index[d.device_id]] += d.share
         if placement.devices:
             self._total(row)
+        self._grown.append(row)
         return placement
+
+    def growth_mark(self) -> int:
+        """A position in the growth log, for ``grown_since``."""
+        return self._grown_base + len(self._grown)
+
+    def grown_since(self, mark: int) -> list[int]:
+        """Rows whose free capacity may have grown since ``mark`` (with repeats). A row not
+        listed has no more free capacity than it had then: a task that fitted nowhere then
+        can only fit now on a listed row. A mark from before a fork counts as "everything"."""
+        if mark < self._grown_base:
+            return list(range(len(self.nodes)))
+        return self._grown[mark - self._grown_base :]
 
     def _total(self, row: int) -> None:
         self.dev_free_total[row] = int(self.dev_free[row][self.dev_healthy[row]].sum())
@@ -403,6 +424,8 @@ class ClusterState:
         other.dev_healthy = self.dev_healthy.copy()
         other.dev_free_total = self.dev_free_total.copy()
         other.allocations = dict(self.allocations)
+        other._grown = []
+        other._grown_base = self.growth_mark()
         other._memo = dict(self._memo)
         return other
 

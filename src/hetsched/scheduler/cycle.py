@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from hetsched.cluster.placement import Placement
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code
@@ -59,6 +61,8 @@ class _Pass:
     #: (request, tasks needed) -> explanation, for attempts that failed for capacity in this
     #: cycle: free capacity only shrinks during a cycle, so an equal request fails too
     no_room: dict[tuple[object, int], Explanation] = field(default_factory=dict)
+    #: (request, growth mark) -> whether a node that grew since the mark holds it now
+    room: dict[tuple[object, int], bool] = field(default_factory=dict)
 
 
 def run_cycle(sched: Scheduler, now: float) -> list[Action]:
@@ -93,6 +97,12 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         if now < record.backoff_until or record.nominated:
             _block(sched, cycle, record, now)
             continue
+        if record.failed_epoch != sched.capacity_epoch and _still_no_room(
+            sched, cycle, record, now
+        ):
+            record.failed_epoch = sched.capacity_epoch
+            record.failed_growth = sched.state.growth_mark()
+            record.failed_version = sched.state.version
         if record.failed_epoch == sched.capacity_epoch:
             if record.blocked_by in ("capacity", "gang") and cycle.head is None:
                 _make_head(sched, cycle, record, now)
@@ -111,6 +121,8 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
             actions.append(sched.bind(record, outcome.placements, now))
             continue
         record.failed_epoch = sched.capacity_epoch
+        record.failed_growth = sched.state.growth_mark()
+        record.failed_version = sched.state.version
         record.blocked_by = outcome.kind
         if record.promised and not record.nominated:
             sched.promise(record, False)  # its victims are gone and it still does not fit
@@ -133,6 +145,31 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         _explain(record, explanation, actions)
         _block(sched, cycle, record, now)
     return actions
+
+
+def _still_no_room(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> bool:
+    """A job that last failed for lack of room, where no node that gained capacity since
+    can hold one of its tasks now, still fails: every other node has at most the room it had
+    then. Saves a full attempt (and its explanation) per waiting job after every release;
+    the explanation stays the one of the last real attempt.
+
+    A job no node could hold even empty (unresolvable) waits for the topology to change
+    (nodes, devices, health): freed capacity cannot help it."""
+    if record.blocked_by == "unresolvable":
+        return record.failed_version == sched.state.version
+    if record.blocked_by != "capacity" or record.failed_growth < 0 or record.held:
+        return False
+    rows = sched.state.grown_since(record.failed_growth)
+    key = (record.job.resources, record.failed_growth)
+    room = cycle.room.get(key)
+    if room is None:
+        candidates = np.zeros(len(sched.state), np.bool_)
+        candidates[rows] = True
+        candidates &= sched.state.active
+        ctx = CycleContext(sched.state, record.job, record.job.resources, now)
+        room = bool(candidates.any()) and bool(sched.framework.feasible(ctx, candidates).any())
+        cycle.room[key] = room
+    return not room
 
 
 def _needed(record: JobRecord) -> int:

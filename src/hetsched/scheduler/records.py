@@ -32,6 +32,10 @@ class JobRecord:
     explanation: Explanation | None = None
     #: the capacity epoch of the last failed attempt: no retry until capacity grows
     failed_epoch: int = -1
+    #: the cluster's growth mark at that failure (see ClusterState.grown_since), -1 if none
+    failed_growth: int = -1
+    #: the cluster's topology version at that failure (unresolvable jobs wait for a change)
+    failed_version: int = -1
     #: when the job entered the queue this time (submission or requeue)
     queued_since: float = 0.0
     #: when its current run started
