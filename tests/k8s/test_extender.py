@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +186,35 @@ def test_stateless_mode_checks_the_nodes_it_is_sent() -> None:
     assert [n["metadata"]["name"] for n in got["Nodes"]["items"]] == ["gpu-a"]
     assert "cpu-only" in got["FailedAndUnresolvableNodes"]
     assert "needs a connection" in bind["Error"]
+
+
+def test_the_cli_command_serves_the_webhook() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        str(Path(sys.executable).parent / "hetsched"),
+        "k8s",
+        "extender",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--no-watch",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        got = None
+        for _ in range(200):
+            try:
+                got = post(f"http://127.0.0.1:{port}", "filter", fixture("filter-nodes.json"))
+                break
+            except httpx.TransportError:
+                if process.poll() is not None:
+                    break
+                threading.Event().wait(0.05)
+        assert got is not None, "the extender did not start"
+        assert [n["metadata"]["name"] for n in got["Nodes"]["items"]] == ["gpu-a"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=20)

@@ -8,10 +8,16 @@ Every wait is bounded by a deadline on the number of steps, never by a wall-cloc
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hetsched.k8s.api import KubeClusterAPI, for_host
 from hetsched.k8s.leader import LeaseLock
@@ -115,7 +121,7 @@ def test_fractional_gpu_pods_share_one_device(server: ApiServer, api: KubeCluste
         for name in ("s1", "s2"):
             create_pod(
                 api,
-                pod_json(name, devices={"gpu": 1}, annotations={"hetsched.io/share": "300"}),
+                pod_json(name, devices={"gpu-shared": 1}, annotations={"hetsched.io/share": "300"}),
             )
         wait(sched, lambda: bool(node_of(server, "s1") and node_of(server, "s2")))
     finally:
@@ -367,8 +373,6 @@ def test_a_leader_that_cannot_renew_past_the_deadline_steps_down(api: KubeCluste
 def test_run_leading_schedules_only_while_it_holds_the_lease(
     server: ApiServer, api: KubeClusterAPI
 ) -> None:
-    import threading
-
     create_node(api, node_json("a"))
     create_pod(api, pod_json("p"))
     holder = LeaseLock(api, "kube-system", "hetsched", "other", lease_duration_s=1)
@@ -394,3 +398,49 @@ def test_run_leading_schedules_only_while_it_holds_the_lease(
     lease = api.get_lease("kube-system", "hetsched")
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == ""  # released on the way out
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def test_the_cli_command_schedules_against_the_api_server(
+    server: ApiServer, api: KubeClusterAPI, tmp_path: Path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "double", "cluster": {"server": server.url}}],
+                "users": [{"name": "test", "user": {}}],
+                "contexts": [{"name": "test", "context": {"cluster": "double", "user": "test"}}],
+                "current-context": "test",
+            }
+        )
+    )
+    create_node(api, node_json("a", devices=gpus("a", 1)))
+    create_pod(api, pod_json("p", devices={"gpu": 1}))
+    command = [
+        str(Path(sys.executable).parent / "hetsched"),
+        "k8s",
+        "scheduler",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--identity",
+        "cli-test",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(300):
+            if node_of(server, "p") or process.poll() is not None:
+                break
+            threading.Event().wait(0.05)
+        assert node_of(server, "p") == "a"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=20)[0].decode()
+    assert process.returncode == 0, output
+    lease = api.get_lease("kube-system", "hetsched")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == ""  # it stepped down on SIGTERM

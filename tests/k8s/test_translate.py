@@ -173,6 +173,14 @@ POD_CASES = [
         (DeviceRequest.of("gpu", 1, 300),),
     ),
     (
+        "a slot of a shared gpu",
+        [c(limits={"hetsched.io/gpu-shared": "1"})],
+        {"hetsched.io/share": "250"},
+        0,
+        0,
+        (DeviceRequest.of("gpu", 1, 250),),
+    ),
+    (
         "a selector",
         [c(limits={"hetsched.io/fpga": "1"})],
         {"hetsched.io/selector": 'device.attributes["model"] == "U250"'},

@@ -4,16 +4,25 @@ as a DaemonSet on every node with devices)."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
+import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hetsched.cli.output import fail
+from hetsched.k8s.names import SCHEDULER_NAME
 
-__all__ = ["device_plugin", "k8s_app"]
+if TYPE_CHECKING:
+    from hetsched.framework.profile import ProfileSpec
+    from hetsched.k8s.api import ClusterAPI
+    from hetsched.k8s.scheduler import PodScheduler
+
+__all__ = ["device_plugin", "extender", "k8s_app", "scheduler"]
 
 k8s_app = typer.Typer(
     help="Kubernetes: the device plugin, the scheduler and the scheduler extender.",
@@ -119,3 +128,116 @@ def device_plugin(
     except SpecError as exc:
         fail(str(exc))
     plugin.wait()
+
+
+def _profile(path: Path | None) -> ProfileSpec:
+    from hetsched.framework.profile import ProfileError, load_profile
+
+    try:
+        return load_profile(path)
+    except (OSError, ProfileError, ValueError) as exc:
+        fail(f"{path}: {exc}")
+
+
+def _api(kubeconfig: Path | None) -> ClusterAPI:
+    from hetsched.k8s.api import load_api
+
+    try:
+        return load_api(str(kubeconfig) if kubeconfig else None)
+    except Exception as exc:
+        fail(f"cannot load a Kubernetes configuration: {exc}")
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    return stop
+
+
+@k8s_app.command("scheduler")
+def scheduler(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="A kubeconfig file (default: in-cluster config, else ~/.kube/config)."),
+    ] = None,
+    scheduler_name: Annotated[
+        str, typer.Option(help="Schedule the pods whose spec.schedulerName is this.")
+    ] = SCHEDULER_NAME,
+    profile: Annotated[
+        Path | None, typer.Option(help="A scheduling profile (YAML); default: the built-in one.")
+    ] = None,
+    leader_elect: Annotated[
+        bool, typer.Option("--leader-elect/--no-leader-elect", help="Hold a Lease to act.")
+    ] = True,
+    lease_namespace: Annotated[str, typer.Option(help="The Lease's namespace.")] = "kube-system",
+    lease_name: Annotated[str, typer.Option(help="The Lease's name.")] = SCHEDULER_NAME,
+    identity: Annotated[
+        str | None, typer.Option(help="This instance's Lease identity (default: $POD_NAME).")
+    ] = None,
+) -> None:
+    """Schedule pods naming hetsched: watch pods and nodes, bind, explain what waits."""
+    from hetsched.k8s.leader import LeaseLock
+    from hetsched.k8s.scheduler import PodScheduler, run_leading
+
+    spec = _profile(profile)
+    api = _api(kubeconfig)
+    me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    sched = PodScheduler(api, spec, scheduler_name=scheduler_name, identity=me)
+    stop = _stop_on_signals()
+    if not leader_elect:
+        sched.run(stop)
+        return
+    lock = LeaseLock(api, lease_namespace, lease_name, me)
+    code = run_leading(sched, lock, stop)
+    if code:
+        raise typer.Exit(code)
+
+
+@k8s_app.command("extender")
+def extender(
+    port: Annotated[int, typer.Option(help="The port to serve the webhook on.")] = 8888,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "0.0.0.0",
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="A kubeconfig file (default: in-cluster config, else ~/.kube/config)."),
+    ] = None,
+    profile: Annotated[
+        Path | None, typer.Option(help="A scheduling profile (YAML); default: the built-in one.")
+    ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch/--no-watch",
+            help="Keep a node and pod cache from the API server (needed for nodeCacheCapable "
+            "and bind); --no-watch judges only the Nodes each request carries.",
+        ),
+    ] = True,
+) -> None:
+    """Serve the kube-scheduler extender webhook: /filter, /prioritize, /bind, /preempt."""
+    import uvicorn
+
+    from hetsched.k8s.extender import create_app
+    from hetsched.k8s.scheduler import PodScheduler
+
+    spec = _profile(profile)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cache = None
+    if watch:
+        # a name no pod uses: the cache only watches and accounts, it never schedules
+        cache = PodScheduler(_api(kubeconfig), spec, scheduler_name="hetsched-extender-cache")
+        cache.sync()
+        cache.start_watches()
+        feeder = threading.Thread(target=_feed, args=(cache,), daemon=True, name="cache")
+        feeder.start()
+    uvicorn.run(create_app(spec, cache), host=host, port=port, log_level="info")
+
+
+def _feed(cache: PodScheduler) -> None:
+    while True:
+        cache.step(1.0)

@@ -11,7 +11,8 @@ What is read:
   that is not Ready count as NoSchedule taints, as in Kubernetes).
 - Pod: cpu and memory requests summed over containers (init containers: the largest of
   them, if larger); ``hetsched.io/<class>`` extended resources as device counts (limits,
-  else requests); the ``hetsched.io/share`` and ``hetsched.io/selector`` annotations (the
+  else requests), ``hetsched.io/<class>-shared`` (the device plugin's slots of shared
+  devices) as the same class; the ``hetsched.io/share`` and ``hetsched.io/selector`` annotations (the
   selector applies to every device request of the pod); ``spec.priority``; the queue from
   the ``hetsched.io/queue`` label, else the namespace; the gang from the
   ``hetsched.io/pod-group`` label and ``hetsched.io/min-available`` annotation;
@@ -55,6 +56,10 @@ __all__ = [
 ]
 
 JSON = Mapping[str, Any]
+
+#: ``hetsched.io/gpu-shared``: the device plugin's resource of slots of shared devices; a
+#: pod asks for one slot and says its share with ``hetsched.io/share``
+SHARED_SUFFIX = "-shared"
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -203,7 +208,7 @@ def pod_request(obj: JSON) -> TaskRequest:
             for resource in {*requests, *limits}:
                 if resource.startswith(DOMAIN + "/"):
                     amount = limits.get(resource, requests.get(resource, 0))
-                    device_class = resource[len(DOMAIN) + 1 :]
+                    device_class = resource[len(DOMAIN) + 1 :].removesuffix(SHARED_SUFFIX)
                     counts[device_class] = counts.get(device_class, 0) + int(amount)
         for container in _containers(spec, "initContainers"):
             requests, limits = _amounts(container)
