@@ -1,0 +1,271 @@
+"""The manifests under deploy/ validate against the Kubernetes schemas.
+
+What validates them: the ``kubernetes-validate`` package (PyPI), which ships the JSON
+schemas generated from Kubernetes' official OpenAPI spec, in strict mode (unknown fields
+are errors), for Kubernetes 1.34. kubeconform is not packaged in any registry we can use.
+
+Two things those schemas do not cover, checked here by hand with the reason:
+
+- ``KubeSchedulerConfiguration`` is component configuration, not an API object, so it has
+  no OpenAPI schema; its ``extenders`` stanza is checked against the field table of
+  ``kubescheduler.config.k8s.io/v1`` (keys and types), as kube-scheduler reads it strictly.
+- The Helm chart: no ``helm`` binary is available here, so the templates are rendered by a
+  small renderer for exactly the template constructs the chart uses (values and release
+  fields, ``if``/``end``, ``quote``, ``toYaml``, ``nindent``) and the output is validated
+  like the plain manifests. This is not Helm; ``helm lint`` and ``helm template`` remain the
+  check to run where Helm is installed (docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from hetsched.framework.profile import parse_profile
+from hetsched.k8s.translate import pod_request
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+CHART = ROOT / "deploy" / "helm" / "hetsched"
+VERSION = "1.34.0"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+MANIFESTS = sorted(p for p in DEPLOY.rglob("*.yaml") if p.name != "scheduler-config.yaml")
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: str(p.relative_to(DEPLOY)))
+def test_manifest_validates_against_the_kubernetes_schema(path: Path) -> None:
+    docs = documents(path)
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, VERSION, strict=True)
+
+
+def test_the_validator_rejects_what_it_should() -> None:
+    pod = documents(DEPLOY / "examples" / "pod-gpu.yaml")[0]
+    pod["spec"]["schedulerNmae"] = "hetsched"  # a typo: strict mode must refuse it
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pod, VERSION, strict=True)
+
+
+def test_expected_objects_are_deployed() -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for p in MANIFESTS for d in documents(p)}
+    for expected in [
+        ("DaemonSet", "hetsched-device-plugin"),
+        ("Deployment", "hetsched-scheduler"),
+        ("Deployment", "hetsched-extender"),
+        ("ServiceAccount", "hetsched-scheduler"),
+        ("ClusterRole", "hetsched-scheduler"),
+        ("Role", "hetsched-scheduler-lease"),
+    ]:
+        assert expected in kinds
+
+
+def test_scheduler_rbac_is_least_privilege() -> None:
+    docs = documents(DEPLOY / "rbac.yaml")
+    role = next(
+        d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "hetsched-scheduler"
+    )
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert ("", "pods/binding", "create") in granted
+    assert ("", "events", "create") in granted
+    assert all(verb not in {"*", "escalate", "bind", "impersonate"} for _, _, verb in granted)
+    assert all(resource != "*" and resource != "secrets" for _, resource, _ in granted)
+    assert not any(g == "coordination.k8s.io" for g, _, _ in granted)  # the Lease: a Role
+    lease = next(d for d in docs if d["kind"] == "Role")
+    assert lease["metadata"]["namespace"] == "kube-system"
+
+
+def test_the_profile_in_the_deployment_loads() -> None:
+    config = next(
+        d for d in documents(DEPLOY / "scheduler-deployment.yaml") if d["kind"] == "ConfigMap"
+    )
+    assert parse_profile(yaml.safe_load(config["data"]["profile.yaml"])).name == "kubernetes"
+
+
+@pytest.mark.parametrize("name", ["pod-gpu.yaml", "shared-gpu.yaml", "fpga.yaml", "gang.yaml"])
+def test_examples_are_read_by_hetsched(name: str) -> None:
+    doc = documents(DEPLOY / "examples" / name)[0]
+    pod = (
+        doc
+        if doc["kind"] == "Pod"
+        else {
+            "metadata": {"name": "x", **doc["spec"]["template"]["metadata"]},
+            "spec": doc["spec"]["template"]["spec"],
+        }
+    )
+    assert pod["spec"]["schedulerName"] == "hetsched"
+    request = pod_request(pod)
+    assert request.devices  # every example asks for a device
+
+
+# -- KubeSchedulerConfiguration --------------------------------------------------------------
+
+_EXTENDER_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "urlPrefix": str,
+    "filterVerb": str,
+    "prioritizeVerb": str,
+    "weight": int,
+    "bindVerb": str,
+    "preemptVerb": str,
+    "enableHTTPS": bool,
+    "tlsConfig": dict,
+    "httpTimeout": str,
+    "nodeCacheCapable": bool,
+    "managedResources": list,
+    "ignorable": bool,
+}
+_TOP_FIELDS = {
+    "apiVersion",
+    "kind",
+    "parallelism",
+    "leaderElection",
+    "clientConnection",
+    "healthzBindAddress",
+    "metricsBindAddress",
+    "enableProfiling",
+    "enableContentionProfiling",
+    "percentageOfNodesToScore",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "profiles",
+    "extenders",
+    "delayCacheUntilActive",
+}
+
+
+def test_scheduler_config_extender_stanza() -> None:
+    (config,) = documents(DEPLOY / "scheduler-config.yaml")
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert set(config) <= _TOP_FIELDS
+    (extender,) = config["extenders"]
+    assert set(extender) <= set(_EXTENDER_FIELDS)
+    for key, value in extender.items():
+        assert isinstance(value, _EXTENDER_FIELDS[key]), key
+    assert extender["urlPrefix"].startswith("http")
+    assert extender["weight"] > 0
+    assert re.fullmatch(r"\d+(ms|s|m)", extender["httpTimeout"])
+    # the verbs are the routes the extender serves
+    from hetsched.k8s.extender import create_app
+
+    routes = {getattr(r, "path", "") for r in create_app().routes}
+    for verb in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb"):
+        assert f"/{extender[verb]}" in routes
+    # cache-capable: the extender must keep its own node cache (it does, by watching)
+    assert extender["nodeCacheCapable"] is True
+    for resource in extender["managedResources"]:
+        assert set(resource) <= {"name", "ignoredByScheduler"}
+        assert resource["name"].startswith("hetsched.io/")
+
+
+# -- the Helm chart ---------------------------------------------------------------------------
+
+_ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
+
+
+def _lookup(expr: str, scope: dict[str, Any]) -> Any:
+    value: Any = scope
+    for part in expr.lstrip(".").split("."):
+        value = value[part]
+    return value
+
+
+def _pipeline(expr: str, scope: dict[str, Any]) -> Any:
+    stages = [s.strip() for s in expr.split("|")]
+    head = stages[0].split()
+    if head[0] == "toYaml":
+        value: Any = yaml.safe_dump(_lookup(head[1], scope), default_flow_style=False).rstrip("\n")
+    else:
+        value = _lookup(head[0], scope)
+    for stage in stages[1:]:
+        name, *args = stage.split()
+        if name == "quote":
+            value = '"' + str(value) + '"'
+        elif name == "nindent":
+            pad = " " * int(args[0])
+            value = "\n" + "\n".join(pad + line for line in str(value).rstrip("\n").split("\n"))
+        else:
+            raise AssertionError(f"the test renderer does not know {name!r}")
+    return value
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    """Render the subset of Go templates the chart uses (see the module docstring)."""
+    scope = {"Values": values, "Release": {"Name": "hetsched", "Namespace": "kube-system"}}
+    out: list[str] = []
+    emitting = [True]
+    position = 0
+    for match in _ACTION.finditer(template):
+        text = template[position : match.start()]
+        if match.group(1):
+            text = text.rstrip()
+        if all(emitting):
+            out.append(text)
+        position = match.end()
+        if match.group(3):
+            while position < len(template) and template[position].isspace():
+                position += 1
+        action = match.group(2)
+        if action.startswith("if "):
+            emitting.append(bool(_pipeline(action[3:], scope)))
+        elif action == "end":
+            emitting.pop()
+        elif all(emitting):
+            out.append(str(_pipeline(action, scope)))
+    if all(emitting):
+        out.append(template[position:])
+    return "".join(out)
+
+
+def chart_documents(values: dict[str, Any]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for template in sorted((CHART / "templates").glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(render(template.read_text(), values)) if d]
+    return docs
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert {"name", "version", "appVersion", "description"} <= set(chart)
+    assert chart["name"] == "hetsched"
+
+
+@pytest.mark.parametrize("extender", [False, True])
+def test_chart_renders_valid_manifests(extender: bool) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["extender"]["enabled"] = extender
+    docs = chart_documents(values)
+    for doc in docs:
+        kubernetes_validate.validate(doc, VERSION, strict=True)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("Deployment", "hetsched-scheduler") in kinds
+    assert ("DaemonSet", "hetsched-device-plugin") in kinds
+    assert (("Deployment", "hetsched-extender") in kinds) is extender
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert parse_profile(yaml.safe_load(config["data"]["profile.yaml"])).name == "kubernetes"
+
+
+def test_chart_with_the_device_plugin_off_has_no_daemonset() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["devicePlugin"]["enabled"] = False
+    kinds = {d["kind"] for d in chart_documents(values)}
+    assert "DaemonSet" not in kinds
