@@ -7,6 +7,7 @@ make one unhealthy; the plugin's device watcher polls it every 20 ms.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -85,6 +86,14 @@ def rig(short_dir: Path) -> Iterator[Rig]:
     rig.kubelet.stop()
 
 
+def _write(path: Path, text: str) -> None:
+    """Replace the device file at once: the watcher never reads it half-written (an empty
+    file is a valid one with no devices)."""
+    staged = path.with_suffix(".new")
+    staged.write_text(text)
+    os.replace(staged, path)
+
+
 def _healthy(listed: list[Listed]) -> list[str]:
     return [d.id for d in listed if d.health == "Healthy"]
 
@@ -115,8 +124,9 @@ def test_registers_both_resources_and_lists_the_devices(rig: Rig) -> None:
 
 def test_list_and_watch_resends_on_health_change_and_unplug(rig: Rig) -> None:
     rig.kubelet.wait_list(GPU, lambda devs: len(devs) == 4, "four GPUs")
-    rig.devices.write_text(
-        FOUR_GPUS.replace("nvlink_domain: 2}}", "nvlink_domain: 2}, health: unhealthy}")
+    _write(
+        rig.devices,
+        FOUR_GPUS.replace("nvlink_domain: 2}}", "nvlink_domain: 2}, health: unhealthy}"),
     )
     listed = rig.kubelet.wait_list(
         GPU, lambda devs: "gpu2" not in _healthy(devs), "gpu2 and gpu3 unhealthy"
@@ -133,11 +143,12 @@ def test_list_and_watch_resends_on_health_change_and_unplug(rig: Rig) -> None:
     assert {d.health for d in shared if d.id.startswith("gpu3::")} == {"Unhealthy"}
 
     # hot-unplug: the last GPU of the second group disappears from the file
-    rig.devices.write_text(
+    _write(
+        rig.devices,
         FOUR_GPUS.replace(
             "count: 2,\n     attributes: {memory_gib: 80, numa: 1",
             "count: 1,\n     attributes: {memory_gib: 80, numa: 1",
-        )
+        ),
     )
     listed = rig.kubelet.wait_list(
         GPU, lambda devs: [d.id for d in devs] == ["gpu0", "gpu1", "gpu2"], "gpu3 gone"
@@ -233,8 +244,9 @@ def test_allocate_refuses_unknown_and_unhealthy_devices(rig: Rig) -> None:
     assert unknown.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "unknown device gpu9" in str(unknown.value.details())
 
-    rig.devices.write_text(
-        FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}")
+    _write(
+        rig.devices,
+        FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}"),
     )
     rig.kubelet.wait_list(GPU, lambda devs: "gpu0" not in _healthy(devs), "gpu0 unhealthy")
     with pytest.raises(grpc.RpcError) as unhealthy:
@@ -329,8 +341,9 @@ def test_the_node_annotation_follows_the_devices(rig: Rig) -> None:
     assert listed[0]["vendor"] == "nvidia"
 
     rig.api.fail_node_patches = 1  # the next write fails; the plugin's loop writes it again
-    rig.devices.write_text(
-        FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}")
+    _write(
+        rig.devices,
+        FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}"),
     )
     rig.kubelet.wait_for(
         lambda: [d["health"] for d in rig.api.devices_on(NODE)][:2] == ["unhealthy", "unhealthy"],
@@ -338,3 +351,15 @@ def test_the_node_annotation_follows_the_devices(rig: Rig) -> None:
         timeout_s=WAIT_S,
     )
     assert rig.api.fail_node_patches == 0
+
+
+def test_a_new_kubelet_socket_alone_is_a_restart_too(rig: Rig) -> None:
+    # a kubelet that comes back without wiping the plugins' sockets: the new kubelet.sock
+    # (another inode) is what tells the plugin to register again
+    rig.kubelet.wait_for(lambda: len(rig.kubelet.registrations) == 2, "two registrations")
+    rig.kubelet.stop()
+    rig.kubelet.socket.unlink(missing_ok=True)
+    rig.kubelet.start()
+    rig.kubelet.wait_for(lambda: len(rig.kubelet.registrations) == 4, "registered again")
+    listed = rig.kubelet.wait_list(GPU, lambda devs: len(devs) == 4, "the list after restart")
+    assert _healthy(listed) == ["gpu0", "gpu1", "gpu2", "gpu3"]

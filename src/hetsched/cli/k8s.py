@@ -117,17 +117,20 @@ def device_plugin(
         interval_s=options.poll_interval_s,
     )
     plugin = DevicePlugin(settings, watcher, api)
+    stopping = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
-        plugin.stop()
+        # only a flag: a signal may land anywhere, even inside start()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
         plugin.start()
-    except SpecError as exc:
-        fail(str(exc))
-    plugin.wait()
+        stopping.wait()
+    finally:
+        # the gRPC servers' worker threads hold the process open until their streams end
+        plugin.stop()
 
 
 def _profile(path: Path | None) -> ProfileSpec:

@@ -8,8 +8,8 @@ during Register, so the socket must already answer).
 Registration is not durable. A restarted kubelet deletes every socket in the directory and
 creates a new ``kubelet.sock``; the plugin's loop checks every ``socket_check_interval_s``
 whether its socket is gone (then it serves again on a new one) and whether it is registered
-with the ``kubelet.sock`` that exists now (by inode); if not, it registers again, retrying
-until the kubelet answers.
+with the ``kubelet.sock`` that exists now (by inode and change time); if not, it registers
+again, retrying until the kubelet answers.
 
 The devices come from a :class:`~hetsched.agent.watcher.DeviceWatcher`: every change it
 finds (hot-plug, unplug, health) updates the :class:`DeviceTable`, which wakes the
@@ -99,8 +99,8 @@ class Endpoint:
     pre_start_required: bool = False
     server: grpc.Server | None = None
     servicer: DevicePluginServicer | None = None
-    #: inode of the kubelet.sock we registered with; None: not registered
-    registered_with: int | None = None
+    #: identity of the kubelet.sock we registered with; None: not registered
+    registered_with: tuple[int, int, int] | None = None
     _said: str = ""
 
     @property
@@ -131,9 +131,8 @@ class Endpoint:
     def register(self) -> bool:
         """Register with the kubelet now; False (logged once per reason) when it fails."""
         kubelet = self.plugin_dir / KUBELET_SOCKET
-        try:
-            inode = kubelet.stat().st_ino
-        except OSError:
+        inode = _identity(kubelet)
+        if inode is None:
             self._say(f"waiting for the kubelet: {kubelet} does not exist")
             return False
         request = api_pb2.RegisterRequest(
@@ -163,17 +162,25 @@ class Endpoint:
             if self.server is not None:
                 log.info("%s disappeared (kubelet restart?): serving again", self.socket)
             self.serve()
-        try:
-            inode: int | None = (self.plugin_dir / KUBELET_SOCKET).stat().st_ino
-        except OSError:
-            inode = None
-        if self.registered_with is None or inode != self.registered_with:
+        if self.registered_with is None or (
+            _identity(self.plugin_dir / KUBELET_SOCKET) != self.registered_with
+        ):
             self.register()
 
     def _say(self, line: str) -> None:
         if line != self._said:
             self._said = line
             log.warning(line)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which file ``path`` is now: device, inode and change time (a file system may give a
+    new socket the inode of the one just deleted)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 def _class_devices(watcher: DeviceWatcher, device_class: str) -> list[Device]:
@@ -233,18 +240,16 @@ class DevicePlugin:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop serving and remove the sockets; safe to call more than once, or after a
+        :meth:`start` that failed half-way."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread.ident is not None:
             self._thread.join(timeout=10)
-            self._thread = None
+        self._thread = None
         self.watcher.stop()
         for endpoint in self.endpoints:
             endpoint.shutdown()
             endpoint.socket.unlink(missing_ok=True)
-
-    def wait(self) -> None:
-        """Block until :meth:`stop` (from a signal handler)."""
-        self._stop.wait()
 
     def _on_events(self, events: Sequence[Event]) -> None:
         self._refresh()
