@@ -12,9 +12,9 @@ What is read:
 - Pod: cpu and memory requests summed over containers (init containers: the largest of
   them, if larger); ``hetsched.io/<class>`` extended resources as device counts (limits,
   else requests), ``hetsched.io/<class>-shared`` (the device plugin's slots of shared
-  devices) as the same class; the ``hetsched.io/share`` and ``hetsched.io/selector`` annotations (the
-  selector applies to every device request of the pod); ``spec.priority``; the queue from
-  the ``hetsched.io/queue`` label, else the namespace; the gang from the
+  devices) as the same class; the ``hetsched.io/share`` and ``hetsched.io/selector``
+  annotations (the selector applies to every device request of the pod); ``spec.priority``;
+  the queue from the ``hetsched.io/queue`` label, else the namespace; the gang from the
   ``hetsched.io/pod-group`` label and ``hetsched.io/min-available`` annotation;
   ``spec.nodeSelector``; ``spec.tolerations``.
 """
