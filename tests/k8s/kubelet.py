@@ -215,7 +215,7 @@ class FakeNodeAPI:
     """The plugin's :class:`~hetsched.k8s.deviceplugin.publisher.NodeAPI`, in memory."""
 
     def __init__(self) -> None:
-        self.node_annotations: dict[str, dict[str, str]] = {}
+        self.node_annotations_of: dict[str, dict[str, str]] = {}
         self.pods: dict[tuple[str, str], PodView] = {}
         self.node_of: dict[tuple[str, str], str] = {}
         self.fail_node_patches = 0
@@ -247,18 +247,22 @@ class FakeNodeAPI:
         return self.pods[(namespace, name)].annotations
 
     def devices_on(self, node: str) -> list[dict[str, object]]:
-        value = self.node_annotations.get(node, {}).get("hetsched.io/devices", "[]")
+        value = self.node_annotations_of.get(node, {}).get("hetsched.io/devices", "[]")
         listed: list[dict[str, object]] = json.loads(value)
         return listed
 
     # NodeAPI
+
+    def node_annotations(self, node: str) -> Mapping[str, str]:
+        with self._lock:
+            return dict(self.node_annotations_of.get(node, {}))
 
     def patch_node_annotations(self, node: str, annotations: Mapping[str, str]) -> None:
         with self._lock:
             if self.fail_node_patches > 0:
                 self.fail_node_patches -= 1
                 raise RuntimeError("the API server is not answering")
-            self.node_annotations.setdefault(node, {}).update(annotations)
+            self.node_annotations_of.setdefault(node, {}).update(annotations)
 
     def pods_on_node(self, node: str) -> list[PodView]:
         with self._lock:

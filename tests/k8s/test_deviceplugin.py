@@ -340,17 +340,24 @@ def test_the_node_annotation_follows_the_devices(rig: Rig) -> None:
     assert listed[0]["class"] == "gpu"
     assert listed[0]["vendor"] == "nvidia"
 
+    # another class's plugin (FPGAs) writes its entries; ours stay, and so do theirs
+    fpga = {"id": "n1/fpga0", "class": "fpga", "health": "healthy", "attributes": {}}
+    rig.api.patch_node_annotations(NODE, {"hetsched.io/devices": json.dumps([*listed, fpga])})
     rig.api.fail_node_patches = 1  # the next write fails; the plugin's loop writes it again
     _write(
         rig.devices,
         FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}"),
     )
     rig.kubelet.wait_for(
-        lambda: [d["health"] for d in rig.api.devices_on(NODE)][:2] == ["unhealthy", "unhealthy"],
+        lambda: (
+            [d["health"] for d in rig.api.devices_on(NODE) if d["class"] == "gpu"][:2]
+            == ["unhealthy", "unhealthy"]
+        ),
         "the annotation shows gpu0 and gpu1 unhealthy",
         timeout_s=WAIT_S,
     )
     assert rig.api.fail_node_patches == 0
+    assert rig.api.devices_on(NODE)[0] == fpga
 
 
 def test_a_new_kubelet_socket_alone_is_a_restart_too(rig: Rig) -> None:

@@ -23,7 +23,7 @@ from hetsched.k8s.deviceplugin.allocation import (
     preferred_slots,
     visible_env,
 )
-from hetsched.k8s.deviceplugin.publisher import PodView, devices_annotation
+from hetsched.k8s.deviceplugin.publisher import PodView, devices_annotation, merged_annotation
 from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES
 from hetsched.model.device import Device, Health
 
@@ -289,3 +289,16 @@ def test_pick_pod_counts_only_the_plugins_class() -> None:
     assert found is not None
     assert found[1] == [AssignedDevice("n/gpu1")]
     assert pick_pod([pod], "hetsched.io/gpu", 1, shared=False) is None
+
+
+def test_merged_annotation_keeps_the_other_classes() -> None:
+    fpga = {"id": "n/fpga0", "class": "fpga", "vendor": "xilinx", "model": "U250"}
+    old_gpu = {"id": "n/gpu7", "class": "gpu"}
+    current = json.dumps([old_gpu, fpga])
+    merged = json.loads(merged_annotation(current, "gpu", [_gpu(0)]))
+    assert [(e["id"], e["class"]) for e in merged] == [("n/fpga0", "fpga"), ("n/gpu0", "gpu")]
+    assert merged[0] == fpga
+    for garbage in (None, "", "not json", '{"id": 1}'):
+        assert [e["id"] for e in json.loads(merged_annotation(garbage, "gpu", [_gpu(1)]))] == [
+            "n/gpu1"
+        ]

@@ -77,6 +77,11 @@ def test_the_command_serves_registers_and_stops_on_sigterm(short_dir: Path) -> N
         (["--resource", "hetsched.io/gpu", "--backend", "fake"], None, "needs a device file"),
         (["--resource", "hetsched.io/gpu"], "shared_slots: -1\n", "shared_slots: Input should be"),
         (["--resource", "hetsched.io/gpu"], "sockets: 3\n", "sockets: Extra inputs"),
+        (
+            ["--resource", "hetsched.io/gpu", "--plugin-dir", "/nonexistent/dp"],
+            None,
+            "/nonexistent/dp is not a directory",
+        ),
     ],
 )
 def test_refusals(tmp_path: Path, args: list[str], config: str | None, message: str) -> None:

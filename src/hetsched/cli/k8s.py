@@ -101,6 +101,11 @@ def device_plugin(
     if "fake" in names and options.fake_devices is None:
         fail("the fake backend needs a device file: --fake FILE or fake_devices in --config")
     settings = options.settings(resource)
+    if not settings.plugin_dir.is_dir():
+        fail(
+            f"{settings.plugin_dir} is not a directory: mount the kubelet's device-plugins "
+            "directory, or pass --plugin-dir"
+        )
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     api: NodeAPI | None = None

@@ -9,6 +9,7 @@ shared_resource: hetsched.io/gpu-shared
 pre_start_required: false
 poll_interval_s: 2.0           # device watch (health, hot-plug)
 socket_check_interval_s: 0.5   # kubelet restart detection
+annotation_resync_s: 60        # rewrite the Node annotation this often even without a change
 fake_devices: devices.yaml     # the fake backend's file (relative to this file)
 sysfs_root: /sys
 dev_root: /dev
@@ -50,6 +51,7 @@ class PluginConfig(_Strict):
     pre_start_required: bool = False
     poll_interval_s: float = Field(default=2.0, gt=0)
     socket_check_interval_s: float = Field(default=0.5, gt=0)
+    annotation_resync_s: float = Field(default=60.0, gt=0)
     fake_devices: Path | None = None
     sysfs_root: Path = Path("/sys")
     dev_root: Path = Path("/dev")
@@ -69,6 +71,7 @@ class PluginConfig(_Strict):
             shared_resource=self.shared_resource,
             pre_start_required=self.pre_start_required,
             socket_check_interval_s=self.socket_check_interval_s,
+            annotation_resync_s=self.annotation_resync_s,
             roots=Roots(dev=self.dev_root, sysfs=self.sysfs_root, proc=self.proc_root),
             mounts=tuple(
                 MountSpec(m.host_path, m.container_path, m.read_only) for m in self.mounts

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ class PluginSettings:
     shared_resource: str = ""
     pre_start_required: bool = False
     socket_check_interval_s: float = 0.5
+    #: how often the Node annotation is read and rewritten even when nothing changed here
+    annotation_resync_s: float = 60.0
     roots: Roots = field(default_factory=Roots)
     mounts: tuple[MountSpec, ...] = ()
 
@@ -205,7 +208,7 @@ class DevicePlugin:
         s = self.settings
         allocator = Allocator(self.api, s.node_name, s.device_class_name)
         if self.api is not None:
-            self.publisher = NodePublisher(self.api, s.node_name)
+            self.publisher = NodePublisher(self.api, s.node_name, s.device_class_name)
 
         def servicer(resource: str, slots: int) -> DevicePluginServicer:
             return DevicePluginServicer(
@@ -265,6 +268,7 @@ class DevicePlugin:
             self.publisher.publish(devices)
 
     def _run(self) -> None:
+        resync_at = time.monotonic() + self.settings.annotation_resync_s
         while not self._stop.wait(self.settings.socket_check_interval_s):
             for endpoint in self.endpoints:
                 try:
@@ -272,6 +276,9 @@ class DevicePlugin:
                 except Exception:
                     log.exception("device plugin endpoint %s", endpoint.resource)
             if self.publisher is not None:
-                # a write that failed earlier is tried again
+                # a write that failed earlier is tried again; now and then a full resync
+                force = time.monotonic() >= resync_at
+                if force:
+                    resync_at = time.monotonic() + self.settings.annotation_resync_s
                 _, devices = self.table.snapshot()
-                self.publisher.publish(devices.values())
+                self.publisher.publish(devices.values(), force=force)

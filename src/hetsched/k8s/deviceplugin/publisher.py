@@ -30,6 +30,7 @@ __all__ = [
     "NodePublisher",
     "PodView",
     "devices_annotation",
+    "merged_annotation",
 ]
 
 log = logging.getLogger("hetsched.k8s.deviceplugin")
@@ -52,6 +53,8 @@ class PodView:
 class NodeAPI(Protocol):
     """The API server calls the plugin makes. Each may raise; callers log and retry."""
 
+    def node_annotations(self, node: str) -> Mapping[str, str]: ...
+
     def patch_node_annotations(self, node: str, annotations: Mapping[str, str]) -> None: ...
 
     def pods_on_node(self, node: str) -> list[PodView]:
@@ -63,48 +66,75 @@ class NodeAPI(Protocol):
     ) -> None: ...
 
 
+def _entry(device: Device) -> dict[str, Any]:
+    return {
+        "id": device.id,
+        "class": device.device_class,
+        "vendor": device.vendor,
+        "model": device.model,
+        "attributes": dict(device.attributes),
+        "health": device.health.value,
+    }
+
+
+def _dump(entries: Iterable[Mapping[str, Any]]) -> str:
+    listed = sorted(entries, key=lambda e: str(e.get("id", "")))
+    return json.dumps(listed, separators=(",", ":"), sort_keys=True)
+
+
 def devices_annotation(devices: Iterable[Device]) -> str:
     """The :data:`NODE_DEVICES` annotation's value: devices by id, as JSON."""
-    listed = [
-        {
-            "id": d.id,
-            "class": d.device_class,
-            "vendor": d.vendor,
-            "model": d.model,
-            "attributes": dict(d.attributes),
-            "health": d.health.value,
-        }
-        for d in sorted(devices, key=lambda d: d.id)
-    ]
-    return json.dumps(listed, separators=(",", ":"), sort_keys=True)
+    return _dump(_entry(d) for d in devices)
+
+
+def merged_annotation(current: str | None, device_class: str, devices: Iterable[Device]) -> str:
+    """``current`` with the entries of ``device_class`` replaced by ``devices``: each class
+    has its own plugin on a node, and each keeps the others' entries. A value that is not a
+    JSON list is replaced."""
+    others: list[Mapping[str, Any]] = []
+    try:
+        parsed = json.loads(current) if current else []
+    except ValueError:
+        parsed = []
+    if isinstance(parsed, list):
+        others = [e for e in parsed if isinstance(e, dict) and e.get("class") != device_class]
+    return _dump([*others, *(_entry(d) for d in devices)])
 
 
 @dataclass
 class NodePublisher:
-    """Writes the node's device annotation when it changed since the last successful write.
+    """Keeps this plugin's devices (those of ``device_class``) in the node's annotation.
 
-    ``publish`` is called from the device watcher's thread and from the plugin's loop; a
-    failed write is logged and tried again at the next call.
+    ``publish`` is called from the device watcher's thread and from the plugin's loop. It
+    reads the annotation and writes it back merged when this class's devices changed since
+    the last successful write, or when ``force`` is set (the loop forces a resync now and
+    then, which repairs an entry another class's plugin overwrote in a race). A failed read
+    or write is logged and tried again at the next call.
     """
 
     api: NodeAPI
     node: str
+    device_class: str
     _last: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def publish(self, devices: Iterable[Device]) -> bool:
+    def publish(self, devices: Iterable[Device], force: bool = False) -> bool:
         """True when the annotation was written now."""
-        value = devices_annotation(devices)
+        devices = list(devices)
+        mine = devices_annotation(devices)
         with self._lock:
-            if value == self._last:
+            if mine == self._last and not force:
                 return False
             try:
-                self.api.patch_node_annotations(self.node, {NODE_DEVICES: value})
+                current = self.api.node_annotations(self.node).get(NODE_DEVICES)
+                value = merged_annotation(current, self.device_class, devices)
+                if value != current:
+                    self.api.patch_node_annotations(self.node, {NODE_DEVICES: value})
             except Exception as exc:
                 log.warning("cannot annotate node %s with its devices: %s", self.node, exc)
                 return False
-            self._last = value
-            return True
+            self._last = mine
+            return value != current
 
 
 def _quantity(value: Any) -> int:
@@ -133,6 +163,9 @@ class KubernetesNodeAPI:
             except config.ConfigException:
                 config.load_kube_config()
         self._core: Any = client.CoreV1Api()
+
+    def node_annotations(self, node: str) -> Mapping[str, str]:
+        return dict(self._core.read_node(node).metadata.annotations or {})
 
     def patch_node_annotations(self, node: str, annotations: Mapping[str, str]) -> None:
         self._core.patch_node(node, {"metadata": {"annotations": dict(annotations)}})
