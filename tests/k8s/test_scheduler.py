@@ -444,3 +444,45 @@ def test_the_cli_command_schedules_against_the_api_server(
     lease = api.get_lease("kube-system", "hetsched")
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == ""  # it stepped down on SIGTERM
+
+
+def test_a_waiting_pod_bound_by_someone_else_is_counted_where_it_went(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    create_node(api, node_json("a", devices=gpus("a", 1)))
+    create_node(api, node_json("b", cpu="2"))
+    sched = make(api)
+    try:
+        create_pod(api, pod_json("p", devices={"gpu": 2}))  # never fits here
+        wait(sched, lambda: bool(events_for(server, "p", "FailedScheduling")))
+        body = {"target": {"kind": "Node", "name": "b"}, "metadata": {"name": "p"}}
+        api.core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
+        wait(sched, lambda: any(j.endswith("@b") for j in sched.core.jobs))
+    finally:
+        sched.stop()
+    assert sched.core.state.cpu_free[sched.core.state.row("b")] == 1000
+    assert [b[3] for b in server.store.bindings] == [201]  # we never tried to bind it
+
+
+def test_a_gang_that_loses_a_pod_before_starting_waits_for_its_minimum_again(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    create_node(api, node_json("a", devices=gpus("a", 2)))
+    sched = make(api)
+    group = {"labels": {POD_GROUP: "g"}, "annotations": {POD_GROUP_MIN: "3"}}
+    try:
+        for i in range(3):
+            create_pod(api, pod_json(f"w{i}", devices={"gpu": 1}, **group))
+        # 3 pods exist but only 2 GPUs: the gang is submitted and waits
+        wait(sched, lambda: bool(events_for(server, "w0", "FailedScheduling")))
+        api.core.delete_namespaced_pod("w2", "default")
+        wait(
+            sched,
+            lambda: any(
+                "2 of the 3 pods" in e["message"]
+                for e in events_for(server, "w0", "FailedScheduling")
+            ),
+        )
+    finally:
+        sched.stop()
+    assert server.store.bindings == []  # never 2 of a gang of 3

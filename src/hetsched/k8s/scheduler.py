@@ -335,6 +335,12 @@ class PodScheduler:
                 del self.owner[info.key]
                 run = self._run.get(job_id, 1)
                 return [TaskFinished(job_id, task, run, info.phase == "Succeeded", info.phase)]
+            record = self.core.jobs.get(job_id)
+            if info.node_name and record is not None and record.state is JobState.PENDING:
+                # bound while it waited in our queue, by someone else (another scheduler, a
+                # user, a former leader): stop placing it and count it where it went
+                self._recheck.append(info.key)
+                return self._withdraw(job_id, info.key, f"bound to {info.node_name} by another")
             return []
         if info.key in self._stopping:
             return []
@@ -406,16 +412,24 @@ class PodScheduler:
         if record is None:
             return []
         if record.state is JobState.PENDING:
-            rest = [k for k in self.members.get(job_id, []) if k != key]
-            for other in rest:
-                self.owner.pop(other, None)
-                info = pod_info(self.pods[other])
-                if info.group is not None:
-                    self._groups.setdefault(f"{info.namespace}/{info.group}", []).append(other)
-            return [JobCancelled(job_id, f"pod {key} deleted")]
+            return self._withdraw(job_id, key, f"pod {key} deleted")
         if task in record.placements:
             return [TaskFinished(job_id, task, record.run, False, "pod deleted")]
         return []
+
+    def _withdraw(self, job_id: str, key: str, reason: str) -> list[Event]:
+        """Cancel a pending job that lost its pod ``key``; the rest of a gang's pods wait
+        for their group's minimum again."""
+        self.owner.pop(key, None)
+        for other in self.members.get(job_id, []):
+            if other == key or self.owner.pop(other, None) is None or other not in self.pods:
+                continue
+            info = pod_info(self.pods[other])
+            if info.group is not None:
+                group = f"{info.namespace}/{info.group}"
+                self._groups.setdefault(group, []).append(other)
+                self._groups_started.discard(group)
+        return [JobCancelled(job_id, reason)]
 
     def _submit_groups(self, now: float) -> list[Event]:
         events: list[Event] = []
