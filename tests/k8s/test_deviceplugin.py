@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -370,3 +371,29 @@ def test_a_new_kubelet_socket_alone_is_a_restart_too(rig: Rig) -> None:
     rig.kubelet.wait_for(lambda: len(rig.kubelet.registrations) == 4, "registered again")
     listed = rig.kubelet.wait_list(GPU, lambda devs: len(devs) == 4, "the list after restart")
     assert _healthy(listed) == ["gpu0", "gpu1", "gpu2", "gpu3"]
+
+
+def test_concurrent_allocates_never_take_one_pod_twice(rig: Rig) -> None:
+    rig.kubelet.wait_list(SHARED, bool, "the first shared list")
+    shares = [100, 200, 300, 400, 500, 600]
+    for k, share in enumerate(shares):
+        rig.api.add_pod(
+            f"p{k}",
+            NODE,
+            {SHARED: 1},
+            {
+                ASSIGNED_DEVICES: json.dumps([{"id": f"n1/gpu{k % 4}", "share": share}]),
+                ASSIGN_PHASE: "allocating",
+            },
+        )
+    with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+        answers = list(
+            pool.map(
+                lambda k: rig.kubelet.allocate(SHARED, [f"gpu{k % 4}::{k // 4}"]),
+                range(len(shares)),
+            )
+        )
+    assert sorted(int(a.envs["HETSCHED_DEVICE_SHARE"]) for a in answers) == shares
+    assert {rig.api.annotations_of(f"p{k}")[ASSIGN_PHASE] for k in range(len(shares))} == {
+        "allocated"
+    }

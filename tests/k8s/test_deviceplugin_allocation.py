@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hetsched.k8s.deviceplugin.allocation import (
     AssignedDevice,
@@ -302,3 +304,37 @@ def test_merged_annotation_keeps_the_other_classes() -> None:
         assert [e["id"] for e in json.loads(merged_annotation(garbage, "gpu", [_gpu(1)]))] == [
             "n/gpu1"
         ]
+
+
+@given(
+    available=st.lists(st.sampled_from(ALL), unique=True),
+    must_count=st.integers(0, 3),
+    size=st.integers(0, 10),
+    chosen=st.none() | st.lists(st.sampled_from(ALL), unique=True, max_size=4),
+)
+def test_preferred_devices_properties(
+    available: list[str], must_count: int, size: int, chosen: list[str] | None
+) -> None:
+    must = available[: min(must_count, size)]
+    picked = preferred_devices(available, must, size, BOX, chosen)
+    assert len(picked) == len(set(picked)) == min(size, len(available))
+    assert set(picked) <= set(available)
+    assert set(must) <= set(picked)
+
+
+@given(
+    slots=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), unique=True).map(
+        lambda pairs: [f"gpu{g}::{k}" for g, k in pairs]
+    ),
+    must_count=st.integers(0, 2),
+    size=st.integers(0, 5),
+    chosen=st.none() | st.sampled_from(["n/gpu0", "n/gpu3"]),
+)
+def test_preferred_slots_properties(
+    slots: list[str], must_count: int, size: int, chosen: str | None
+) -> None:
+    must = slots[: min(must_count, size)]
+    picked = preferred_slots(slots, must, size, chosen)
+    assert len(picked) == len(set(picked)) == min(size, len(slots))
+    assert set(picked) <= set(slots)
+    assert set(must) <= set(picked)
