@@ -192,7 +192,21 @@ def test_preemptions_are_counted(tmp_path: Path) -> None:
             api.close()
 
 
-def test_the_overcommit_guards_measures_and_alerts_are_exported(api: Api) -> None:
+def test_the_overcommit_guards_measures_and_alerts_are_exported(tmp_path: Path) -> None:
+    # the service's own guard is off: this test drives one by hand, with no loop round
+    # racing it
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("name: hand-guard\nguard: {enabled: false}\n")
+    with running(service_options(tmp_path, profile=profile)) as svc:
+        api = Api(svc)
+        try:
+            assert svc.built.service.loop.guard is None
+            _guard_exports(api)
+        finally:
+            api.close()
+
+
+def _guard_exports(api: Api) -> None:
     guard = Guard(GuardSpec(), node="local")
     service = api.svc.built.service
     service.guard = guard  # type: ignore[attr-defined]

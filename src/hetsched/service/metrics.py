@@ -519,6 +519,7 @@ class ServiceCollector(Collector):
         )
         devices = service.loop.devices
         seen: set[str] = set()
+        guards: list[GuardLike] = []
         for part in _parts(service):
             if isinstance(part, MeasuresUtilization):
                 for device_id, value in sorted(part.utilization().items()):
@@ -529,20 +530,28 @@ class ServiceCollector(Collector):
                         labels = [where, device_id, device.device_class, device.model]
                         util.add_metric(labels, float(value))
             if isinstance(part, GuardLike):
-                for kind, n in sorted(part.counts.items()):
-                    alerts.add_metric([kind], n)
-                kills.add_metric([], part.kills)
-                used = list(part.usage.values())
-                memory.add_metric([], sum(u.memory_mib for u in used) * _MIB)
-                gpu_memory.add_metric([], sum(u.gpu_memory_mib for u in used) * _MIB)
-                cpu.add_metric([], sum(u.cpu_milli for u in used) / 1000)
-                per: dict[tuple[str, str], float] = {}
-                for key, usage in list(part.usage.items()):
-                    held = devices_of.get(_job_task(key), [])
-                    for what in held:
-                        per[what] = per.get(what, 0.0) + usage.gpu_memory_mib * _MIB / len(held)
-                for what, amount in sorted(per.items()):
-                    by_model.add_metric(list(what), amount)
+                guards.append(part)
+        # one series each, summed over the guards the service holds (one per machine)
+        counts: Tally[str] = Tally()
+        per: dict[tuple[str, str], float] = {}
+        used: list[Any] = []
+        for guard in guards:
+            counts.update(dict(guard.counts))
+            usage = dict(guard.usage)
+            used += usage.values()
+            for key, task in usage.items():
+                held = devices_of.get(_job_task(key), [])
+                for what in held:
+                    per[what] = per.get(what, 0.0) + task.gpu_memory_mib * _MIB / len(held)
+        if guards:
+            for kind, n in sorted(counts.items()):
+                alerts.add_metric([kind], n)
+            kills.add_metric([], sum(g.kills for g in guards))
+            memory.add_metric([], sum(u.memory_mib for u in used) * _MIB)
+            gpu_memory.add_metric([], sum(u.gpu_memory_mib for u in used) * _MIB)
+            cpu.add_metric([], sum(u.cpu_milli for u in used) / 1000)
+            for what, amount in sorted(per.items()):
+                by_model.add_metric(list(what), amount)
         yield from (util, alerts, kills, memory, gpu_memory, cpu, by_model)
 
 
@@ -585,7 +594,7 @@ def measured_by_class(service: Service) -> dict[str, float]:
             capacity = int(state.cpu_cap[state.active].sum())
             if capacity:
                 used = sum(u.cpu_milli for u in list(part.usage.values()))
-                out["cpu"] = used / capacity
+                out["cpu"] = out.get("cpu", 0.0) + used / capacity
     out.update({cls: sum(v) / len(v) for cls, v in sums.items() if v})
     return out
 
