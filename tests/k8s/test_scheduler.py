@@ -168,6 +168,10 @@ def test_a_pod_that_cannot_fit_gets_failed_scheduling_with_the_explanation(
     assert event["involvedObject"]["kind"] == "Pod"
     assert event["involvedObject"]["uid"] == pod(server, "big")["metadata"]["uid"]
     assert node_of(server, "big") == ""
+    (condition,) = pod(server, "big")["status"]["conditions"]
+    assert condition["type"] == "PodScheduled"
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert condition["message"] == event["message"]
 
 
 class _Racing:

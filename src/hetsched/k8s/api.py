@@ -71,6 +71,10 @@ class ClusterAPI(Protocol):
 
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> None: ...
 
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        """Patch the ``pods/status`` subresource (the PodScheduled condition)."""
+        ...
+
     def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
         """Delete with a grace period; a pod that is already gone is not an error."""
         ...
@@ -207,6 +211,9 @@ class KubeClusterAPI:
 
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
         self._call(self.core.patch_namespaced_pod, name, namespace, patch)
+
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> None:
+        self._call(self.core.patch_namespaced_pod_status, name, namespace, patch)
 
     def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
         try:

@@ -590,6 +590,21 @@ class PodScheduler:
             return
         self._reported[key] = message
         self._event(obj, "Warning", "FailedScheduling", message)
+        # what kubectl shows as the pod's condition: PodScheduled False, Unschedulable
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": _now_iso(),
+        }
+        meta = obj.get("metadata", {})
+        with contextlib.suppress(ApiError):
+            self.api.patch_pod_status(
+                str(meta.get("namespace") or "default"),
+                str(meta.get("name")),
+                {"status": {"conditions": [condition]}},
+            )
 
     def _event(
         self, obj: Obj, kind: str, reason: str, message: str, action: str = "Scheduling"
