@@ -30,6 +30,18 @@ def up(
         Path | None, typer.Option(help="Devices of this node from a YAML (fake backend).")
     ] = None,
     node_name: Annotated[str | None, typer.Option(help="Name of this node.")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="Discovery backends for this node, comma-separated: cpu, nvidia, pci, fake "
+            "(default: cpu, plus fake with --fake-devices).",
+        ),
+    ] = None,
+    sysfs_root: Annotated[Path, typer.Option(help="Where sysfs is.")] = Path("/sys"),
+    watch_interval: Annotated[
+        float, typer.Option(help="Seconds between looks for hot-plug and health changes.")
+    ] = 2.0,
     demo: Annotated[
         bool, typer.Option("--demo", help="Add the demo's simulated heterogeneous nodes.")
     ] = False,
@@ -61,6 +73,13 @@ def up(
         mapping[user] = account
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")
+    backends = [b.strip() for b in backend.split(",") if b.strip()] if backend else None
+    if backends is not None:
+        from hetsched.agent.backends import backend_names
+
+        unknown = [b for b in backends if b not in backend_names()]
+        if unknown:
+            fail(f"--backend: unknown {unknown[0]!r} (known: {', '.join(backend_names())})")
     options = Options(
         home=home or default_home(),
         host=host,
@@ -71,6 +90,9 @@ def up(
         cluster=list(cluster or []),
         fake_devices=fake_devices,
         node_name=node_name,
+        device_backends=backends,
+        sysfs_root=sysfs_root,
+        watch_interval_s=watch_interval,
         demo=demo,
         run_as=mapping,
         rate_limit=rate_limit,

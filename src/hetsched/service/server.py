@@ -11,13 +11,15 @@ import os
 import pwd
 import secrets
 import signal
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.agent.discovery import discover_local
 from hetsched.agent.executor import Executor, RunAs
+from hetsched.agent.guard import Guard
+from hetsched.agent.watcher import DeviceWatcher
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import load_profile
 from hetsched.model.device import Node
@@ -59,6 +61,11 @@ class Options:
     cluster: list[Path] = field(default_factory=list)
     fake_devices: Path | None = None
     node_name: str | None = None
+    #: discovery backends for this machine (default: cpu, plus fake with fake_devices)
+    device_backends: list[str] | None = None
+    sysfs_root: Path = Path("/sys")
+    #: how often the device watcher looks for hot-plug and health changes
+    watch_interval_s: float = 2.0
     demo: bool = False
     run_as: dict[str, str] = field(default_factory=dict)
     rate_limit: float = 200.0
@@ -121,19 +128,47 @@ def build(options: Options) -> Built:
     if not instance_file.exists():
         instance_file.write_text(secrets.token_hex(8))
     instance = instance_file.read_text().strip()
-    nodes: list[Node] = [discover_local(options.node_name, options.fake_devices)]
+    backends = options.device_backends or (
+        ["cpu", "fake"] if options.fake_devices is not None else ["cpu"]
+    )
+    watcher = DeviceWatcher.create(
+        options.node_name or socket.gethostname() or "local",
+        backends,
+        options.sysfs_root,
+        options.fake_devices,
+        options.watch_interval_s,
+    )
+    local = watcher.initial()
+    nodes: list[Node] = [local]
     for path in options.cluster:
         nodes += load_cluster(path)
     profile = load_profile(options.profile)
 
     def make_core() -> Scheduler:
         core = Scheduler(ClusterState(), profile, seed=options.seed)
-        core.handle([NodeAdded(n) for n in nodes], now=0.0)
+        # the local node as the watcher sees it now: a rebuilt core keeps hot-plug changes
+        core.handle([NodeAdded(watcher.current(local)), *map(NodeAdded, nodes[1:])], now=0.0)
         return core
+
+    nvidia = next((b for b in watcher.backends if b.name == "nvidia"), None)
+    guard = (
+        Guard(profile.guard, local.name, getattr(nvidia, "process_memory", None))
+        if profile.guard.enabled
+        else None
+    )
 
     executor = Executor(home, instance, kill_grace_s=options.kill_grace_s)
     run_as = _run_as_map(options.run_as)
-    loop = ControlLoop(store, make_core(), executor, nodes, run_as=run_as, make_core=make_core)
+    loop = ControlLoop(
+        store,
+        make_core(),
+        executor,
+        nodes,
+        run_as=run_as,
+        make_core=make_core,
+        watcher=watcher,
+        guard=guard,
+    )
     initial = recover(loop)
     token_file = home / "admin.token"
     admin_token = None
@@ -155,6 +190,7 @@ def build(options: Options) -> Built:
         metrics_public=options.metrics_public,
     )
     loop.start(initial)
+    watcher.start()
     return Built(service, create_app(service), admin_token, token_file)
 
 
