@@ -165,6 +165,9 @@ class Store:
 
 class _Handler(BaseHTTPRequestHandler):
     server: ApiServer
+    #: keep-alive, and chunked watch streams as the real server sends them (a client reads
+    #: each event as its chunk arrives)
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
@@ -244,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
         since_raw = query.get("resourceVersion") or "0"
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Connection", "close")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         lines: list[Obj] = []
         with store.lock:
@@ -268,9 +271,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             while True:
                 for line in lines:
-                    self.wfile.write(json.dumps(line).encode() + b"\n")
+                    data = json.dumps(line).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
                 if time.monotonic() >= deadline or self.server.stopping:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
                     return
                 with store.lock:
                     store.lock.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
@@ -374,6 +380,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:
         resource, namespace, name, _, _ = self._route()
+        self._body()  # DeleteOptions: read it, so the kept-alive connection stays in step
         obj = self.server.store.delete(resource, namespace or "", name or "")
         if obj is None:
             self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
