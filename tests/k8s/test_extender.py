@@ -165,6 +165,8 @@ def test_bind_assigns_devices_then_posts_the_binding(
     (device,) = json.loads(annotations["hetsched.io/assigned-devices"])
     assert device["share"] == 250
     assert device["id"].startswith("gpu-a-")
+    # assumed at once: the share is taken in the extender's state
+    assert cluster.core.state.free_share(device["id"]) == 750
     # a second bind of the same pod: the API server answers 409, reported as an Error
     again = post(url, "bind", fixture("bind.json"))
     assert "already bound" in again["Error"]

@@ -20,6 +20,7 @@ Where node state comes from:
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -259,6 +260,17 @@ class _Extender:
                 return {"Error": f"pod {key} is already bound (409)"}
         except ApiError as exc:
             return {"Error": f"binding {key} to {args.Node}: {exc}"}
+        # assume the binding at once (the watch confirms it later), so that the next bind
+        # never hands out the same device share
+        bound = copy.deepcopy(pod)
+        bound.setdefault("spec", {})["nodeName"] = args.Node
+        if placement.devices:
+            bound["metadata"].setdefault("annotations", {})[ASSIGNED_DEVICES] = assigned_devices(
+                placement
+            )
+        with cache.lock:
+            cache.pods[key] = bound
+            cache.assume(bound)
         return {"Error": ""}
 
     def preempt(self, args: ExtenderPreemptionArgs) -> Obj:

@@ -368,6 +368,12 @@ class PodScheduler:
         for task, key in enumerate(keys):
             self.owner[key] = (job_id, task)
 
+    def assume(self, obj: Obj) -> None:
+        """Account a pod someone just bound (the extender), before the watch shows it."""
+        info = pod_info(obj)
+        if info.key not in self.owner:
+            self._restore(info, obj)
+
     def _restore(self, info: PodInfo, obj: Obj) -> None:
         """Account a bound pod we did not bind in this life: it holds its node's capacity."""
         placement = restored_placement(obj)
