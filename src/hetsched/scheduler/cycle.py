@@ -365,7 +365,8 @@ def _preempt(sched: Scheduler, record: JobRecord, now: float, actions: list[Acti
     status = sched.framework.post_filter(ctx, [])
     plan = ctx.data.get(PLAN_KEY)
     if not status.ok or not isinstance(plan, Plan):
-        return [f"preemption: {status}"]
+        # a status names its plugin itself ("preemption: ..."); say it once
+        return [str(status) if status.plugin else f"preemption: {status}"]
     names = []
     for victim in plan.victims:
         kind = plan.kinds[victim.id]
