@@ -84,13 +84,19 @@ def test_a_best_effort_hog_is_alerted_and_killed_by_policy(tmp_path: Path, kill:
             if kill:
                 job = _wait(api, hog_id, lambda j: j["state"] == "failed")
                 assert "killed by the overcommit guard" in job["reason"]
-                history = api.alice.get(f"/v1/jobs/{hog_id}/why").json()["history"]
-                assert "killed by the overcommit guard" in history[-1]["cause"]
                 assert guard.kills == 1
             else:
                 time.sleep(1.0)
                 assert api.admin.get(f"/v1/jobs/{hog_id}").json()["state"] == "running"
                 assert guard.kills == 0
+            # the alert, and the kill, are in the job's history
+            history = api.alice.get(f"/v1/jobs/{hog_id}/why").json()["history"]
+            causes = [h["cause"] for h in history]
+            assert [c for c in causes if c.startswith("overcommit guard: ")] == [
+                f"overcommit guard: {alert.message}"
+            ]
+            if kill:
+                assert "killed by the overcommit guard" in causes[-1]
             # the guaranteed task is untouched, and one alert was raised, not one per round
             calm_now = api.admin.get(f"/v1/jobs/{calm_id}").json()
             assert calm_now["state"] == "running"

@@ -331,7 +331,23 @@ class ControlLoop:
                     record.job.best_effort,
                 )
             )
-        for alert in guard.check(watched, now):
+        alerts = guard.check(watched, now)
+        # an alert on a job goes into its history (``hetsched why``), where the state stays
+        rows = [
+            {
+                "job_id": a.job_id,
+                "time": a.time,
+                "source": "running",
+                "target": "running",
+                "cause": f"overcommit guard: {a.message}",
+            }
+            for a in alerts
+            if a.job_id
+        ]
+        if rows:
+            with self.store.write() as conn:
+                conn.execute(transitions.insert(), rows)
+        for alert in alerts:
             victim = self.executor.handles.get(alert.killed) if alert.killed else None
             if victim is not None:
                 self._guard_kills[alert.killed] = alert.message
