@@ -10,9 +10,10 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
+import psutil
 import pytest
 
-from hetsched.agent.guard import Guard, Watched, measure_tree
+from hetsched.agent.guard import Guard, Watched, children_map, measure_tree
 from hetsched.framework.profile import GuardSpec
 
 # a shell (the session leader, like the executor's wrapper) whose child holds the memory
@@ -50,12 +51,15 @@ def watched(key: str, pid: int, memory_mib: int, best_effort: bool) -> Watched:
     return Watched(key, key.split("/")[0], 0, 1, "local", pid, memory_mib, 1000, best_effort)
 
 
-def test_the_tree_is_measured(spawn: Callable[[int], int]) -> None:
+@pytest.mark.parametrize("one_table", [False, True])
+def test_the_tree_is_measured(spawn: Callable[[int], int], one_table: bool) -> None:
     pid = spawn(150)
-    rss, gpu, pids, _cpu = measure_tree(pid, {pid + 1: 5 << 20})
-    assert len(pids) == 2 and pid in pids
+    tree = children_map() if one_table else None
+    (child,) = tree[pid] if tree is not None else [p.pid for p in psutil.Process(pid).children()]
+    rss, gpu, pids, _cpu = measure_tree(pid, {child: 5 << 20, 1: 1 << 30}, tree)
+    assert pids == {pid, child}
     assert 150 <= rss < 400
-    assert gpu in (0.0, 5.0)  # the child is usually pid + 1, but need not be
+    assert gpu == 5.0
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ In-process API for metrics and views (read from any thread):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,7 +36,7 @@ import psutil
 
 from hetsched.framework.profile import GuardSpec
 
-__all__ = ["Alert", "Guard", "Usage", "Watched", "measure_tree"]
+__all__ = ["Alert", "Guard", "Usage", "Watched", "children_map", "measure_tree"]
 
 log = logging.getLogger("hetsched.agent.guard")
 _MIB = 1 << 20
@@ -100,13 +101,34 @@ class Alert:
         }
 
 
+def children_map() -> dict[int, list[int]]:
+    """Parent pid -> child pids of every process, read once per guard round (psutil's own
+    ``children()`` reads the whole process table at each call)."""
+    out: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["pid", "ppid"]):
+        ppid = proc.info.get("ppid")
+        if ppid is not None:
+            out.setdefault(int(ppid), []).append(int(proc.info["pid"]))
+    return out
+
+
 def measure_tree(
-    pid: int, gpu_memory: dict[int, int] | None = None
+    pid: int,
+    gpu_memory: dict[int, int] | None = None,
+    children: dict[int, list[int]] | None = None,
 ) -> tuple[float, float, set[int], float]:
     """(resident MiB, GPU MiB, pids, CPU seconds so far) of a process and its descendants."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        if children is None:
+            procs = [root, *root.children(recursive=True)]
+        else:
+            procs, todo = [root], list(children.get(pid, ()))
+            while todo:
+                child = todo.pop()
+                with contextlib.suppress(psutil.Error):
+                    procs.append(psutil.Process(child))
+                todo.extend(children.get(child, ()))
     except psutil.Error:
         return 0.0, 0.0, set(), 0.0
     rss = 0
@@ -154,11 +176,12 @@ class Guard:
         wall = time.monotonic()
         gpu = self.gpu_memory() if self.gpu_memory is not None else {}
         watched = list(tasks)
+        tree = children_map() if watched else {}
         new: list[Alert] = []
         usage: dict[str, Usage] = {}
         killed: set[str] = set()
         for task in watched:
-            rss, gpu_mib, pids, cpu_s = measure_tree(task.pid, gpu)
+            rss, gpu_mib, pids, cpu_s = measure_tree(task.pid, gpu, tree)
             cpu_milli = 0.0
             before = self._cpu_seen.get(task.key)
             if before is not None and wall > before[0]:
