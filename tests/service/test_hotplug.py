@@ -53,13 +53,13 @@ def _running_on_gpu(job: dict[str, Any], run: int) -> bool:
     )
 
 
-def _healthy(api: Api, device_id: str, healthy: bool) -> None:
+def _healthy(api: Api, device_id: str, healthy: bool, reason: str) -> None:
     """The node view (refreshed by the loop twice a second) comes to say so."""
     deadline = time.monotonic() + 10
     while True:
         devices = [d for n in api.admin.get("/v1/nodes").json() for d in n["devices"]]
         (device,) = [d for d in devices if d["id"] == device_id]
-        if device["healthy"] is healthy:
+        if (device["healthy"], device["health_reason"]) == (healthy, reason):
             return
         assert time.monotonic() < deadline, device
         time.sleep(0.05)
@@ -101,7 +101,7 @@ def test_a_gpu_that_disappears_under_a_running_task(
             history = api.alice.get(f"/v1/jobs/{job_id}/why").json()["history"]
             causes = [h["cause"] for h in history]
             assert "device local/gpu0 removed" in causes[-1]
-            _healthy(api, "local/gpu0", False)
+            _healthy(api, "local/gpu0", False, "removed")
 
             # no new work on it: another H100 job waits, and says why
             other = api.alice.post("/v1/jobs", json=_h100_job("requeue")).json()["id"]
@@ -115,6 +115,6 @@ def test_a_gpu_that_disappears_under_a_running_task(
             first = job_id if policy == "requeue" else other
             resumed = _until(api, first, lambda j: _running_on_gpu(j, 2 if first == job_id else 1))
             assert resumed["tasks"][-1]["devices"] == [{"id": "local/gpu0", "share": 1000}]
-            _healthy(api, "local/gpu0", True)
+            _healthy(api, "local/gpu0", True, "")
         finally:
             api.close()

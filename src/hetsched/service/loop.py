@@ -606,6 +606,8 @@ class ControlLoop:
         if now - self._nodes_at < 0.5:
             return
         self._nodes_at = now
+        # why the watcher last saw a device change ("removed", "unhealthy: XID 79")
+        reasons = {d.id: d.reason for d in self.watcher.view()} if self.watcher else {}
         with self.lock:
             state = self.core.state
             view = []
@@ -627,6 +629,7 @@ class ControlLoop:
                                 "model": d.model,
                                 "free_share": int(state.dev_free[row, slot]),
                                 "healthy": bool(state.dev_healthy[row, slot]),
+                                "health_reason": reasons.get(d.id, ""),
                             }
                             for slot, d in enumerate(node.devices)
                         ],
