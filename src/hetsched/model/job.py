@@ -99,21 +99,23 @@ class TaskRequest:
     devices: tuple[DeviceRequest, ...] = ()
     node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     tolerations: tuple[Toleration, ...] = ()
+    #: computed once: requests are hashed on the hot path (per-cycle caches key on them)
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_selector, MappingProxyType):
             object.__setattr__(self, "node_selector", MappingProxyType(dict(self.node_selector)))
+        key = (
+            self.cpu_milli,
+            self.memory_mib,
+            self.devices,
+            tuple(sorted(self.node_selector.items())),
+            self.tolerations,
+        )
+        object.__setattr__(self, "_hash", hash(key))
 
     def __hash__(self) -> int:
-        return hash(
-            (
-                self.cpu_milli,
-                self.memory_mib,
-                self.devices,
-                tuple(sorted(self.node_selector.items())),
-                self.tolerations,
-            )
-        )
+        return self._hash
 
     def describe(self) -> str:
         parts = [f"cpu {self.cpu_milli}m", f"memory {self.memory_mib}Mi"]
