@@ -5,6 +5,7 @@ frozen dataclasses the core uses. The core never sees an unvalidated value.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -126,6 +127,17 @@ class DeviceGroupSpec(_Strict):
     health: Health = Health.HEALTHY
 
 
+def number_devices(groups: Iterable[DeviceGroupSpec]) -> Iterator[tuple[DeviceGroupSpec, int]]:
+    """Each device of the groups with its index within its class, counting from 0 across
+    groups (two groups of 2 GPUs give gpu0..gpu3): the index device ids end in."""
+    per_class: dict[str, int] = {}
+    for group in groups:
+        for _ in range(group.count):
+            index = per_class.get(group.device_class, 0)
+            per_class[group.device_class] = index + 1
+            yield group, index
+
+
 class TaintSpec(_Strict):
     key: str = Field(min_length=1)
     value: str = ""
@@ -150,22 +162,17 @@ class NodeSpec(_Strict):
             names = [self.name.replace("{i}", str(i)) for i in range(self.replicas)]
         out = []
         for name in names:
-            devices: list[Device] = []
-            per_class: dict[str, int] = {}
-            for group in self.devices:
-                for _ in range(group.count):
-                    index = per_class.get(group.device_class, 0)
-                    per_class[group.device_class] = index + 1
-                    devices.append(
-                        Device(
-                            id=f"{name}/{group.device_class}{index}",
-                            device_class=group.device_class,
-                            vendor=group.vendor,
-                            model=group.model,
-                            attributes=group.attributes,
-                            health=group.health,
-                        )
-                    )
+            devices = [
+                Device(
+                    id=f"{name}/{group.device_class}{index}",
+                    device_class=group.device_class,
+                    vendor=group.vendor,
+                    model=group.model,
+                    attributes=group.attributes,
+                    health=group.health,
+                )
+                for group, index in number_devices(self.devices)
+            ]
             taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
             out.append(
                 Node(name, self.cpu_milli, self.memory_mib, tuple(devices), self.labels, taints)

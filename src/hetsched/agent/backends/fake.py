@@ -21,7 +21,13 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from hetsched.agent.backends import DiscoveryContext, FoundDevice
-from hetsched.model.specs import DeviceGroupSpec, SpecError, _Strict, format_errors
+from hetsched.model.specs import (
+    DeviceGroupSpec,
+    SpecError,
+    _Strict,
+    format_errors,
+    number_devices,
+)
 from hetsched.model.specs import load_yaml as _load_yaml
 
 __all__ = ["FakeBackend", "load_fake_devices"]
@@ -57,24 +63,18 @@ class FakeBackend:
         # a bad file raises SpecError: the watcher keeps its last answer for this backend
         # then, so a half-written file never looks like every device unplugged
         groups = load_fake_devices(path)
-        out: list[FoundDevice] = []
-        per_class: dict[str, int] = {}
-        for group in groups:
-            for _ in range(group.count):
-                index = per_class.get(group.device_class, 0)
-                per_class[group.device_class] = index + 1
-                out.append(
-                    FoundDevice(
-                        key=f"fake:{group.device_class}{index}",
-                        device_class=group.device_class,
-                        vendor=group.vendor,
-                        model=group.model,
-                        attributes=group.attributes,
-                        health=group.health,
-                        source=self.name,
-                    )
-                )
-        return out
+        return [
+            FoundDevice(
+                key=f"fake:{group.device_class}{index}",
+                device_class=group.device_class,
+                vendor=group.vendor,
+                model=group.model,
+                attributes=group.attributes,
+                health=group.health,
+                source=self.name,
+            )
+            for group, index in number_devices(groups)
+        ]
 
     def _say(self, line: str) -> None:
         if line not in self._said:
