@@ -17,6 +17,7 @@ __all__ = [
     "POD_GROUP_MIN",
     "QUEUE",
     "SCHEDULER_NAME",
+    "SHARED_SUFFIX",
     "resource_name",
 ]
 
@@ -28,6 +29,11 @@ SCHEDULER_NAME = "hetsched"
 def resource_name(device_class: str) -> str:
     """The extended resource a device class is advertised as: ``hetsched.io/gpu``."""
     return f"{DOMAIN}/{device_class}"
+
+
+#: Suffix of the resource that advertises slots of shared devices (``hetsched.io/gpu-shared``):
+#: several pods share one device, each with the share the scheduler assigned it
+SHARED_SUFFIX = "-shared"
 
 
 #: Node annotation written by the device plugin: a JSON list of the node's devices, each

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.k8s.deviceplugin.publisher import devices_annotation
 from hetsched.k8s.names import (
     ASSIGNED_DEVICES,
     DEVICE_SELECTOR,
@@ -36,6 +37,7 @@ from hetsched.k8s.names import (
     POD_GROUP,
     POD_GROUP_MIN,
     QUEUE,
+    SHARED_SUFFIX,
 )
 from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import DeviceRequest, Job, TaskRequest, Toleration
@@ -59,7 +61,6 @@ JSON = Mapping[str, Any]
 
 #: ``hetsched.io/gpu-shared``: the device plugin's resource of slots of shared devices; a
 #: pod asks for one slot and says its share with ``hetsched.io/share``
-SHARED_SUFFIX = "-shared"
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -150,25 +151,6 @@ def node_from_k8s(obj: JSON) -> Node:
     if not _ready(status):
         taints.append(Taint("node.kubernetes.io/not-ready"))
     return Node(name, cpu, memory, devices, _str_map(meta.get("labels")), tuple(taints))
-
-
-def devices_annotation(devices: Sequence[Device]) -> str:
-    """The ``hetsched.io/devices`` node annotation for these devices (the inverse of the
-    reading in :func:`node_from_k8s`)."""
-    return json.dumps(
-        [
-            {
-                "id": d.id,
-                "class": d.device_class,
-                "vendor": d.vendor,
-                "model": d.model,
-                "attributes": dict(d.attributes),
-                "health": d.health.value,
-            }
-            for d in devices
-        ],
-        sort_keys=True,
-    )
 
 
 # -- pods ---------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from hetsched.k8s.deviceplugin import api_pb2, api_pb2_grpc
 from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
 from hetsched.k8s.deviceplugin.publisher import NodeAPI, NodePublisher
 from hetsched.k8s.deviceplugin.server import Allocator, DevicePluginServicer, DeviceTable
+from hetsched.k8s.names import SHARED_SUFFIX
 from hetsched.model.device import Device
 from hetsched.scheduler.events import Event
 
@@ -89,7 +90,7 @@ class PluginSettings:
 
     @property
     def shared_resource_name(self) -> str:
-        return self.shared_resource or f"{self.resource}-shared"
+        return self.shared_resource or f"{self.resource}{SHARED_SUFFIX}"
 
 
 @dataclass
