@@ -97,13 +97,16 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         if now < record.backoff_until or record.nominated:
             _block(sched, cycle, record, now)
             continue
-        if record.failed_epoch != sched.capacity_epoch and _still_no_room(
-            sched, cycle, record, now
+        retry = _preemption_may_help(sched, record, now)
+        if (
+            not retry
+            and record.failed_epoch != sched.capacity_epoch
+            and _still_no_room(sched, cycle, record, now)
         ):
             record.failed_epoch = sched.capacity_epoch
             record.failed_growth = sched.state.growth_mark()
             record.failed_version = sched.state.version
-        if record.failed_epoch == sched.capacity_epoch:
+        if record.failed_epoch == sched.capacity_epoch and not retry:
             if record.blocked_by in ("capacity", "gang") and cycle.head is None:
                 _make_head(sched, cycle, record, now)
             _block(sched, cycle, record, now)
@@ -123,6 +126,7 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         record.failed_epoch = sched.capacity_epoch
         record.failed_growth = sched.state.growth_mark()
         record.failed_version = sched.state.version
+        record.retry_at = now + PREEMPTION_RETRY_S
         record.blocked_by = outcome.kind
         if record.promised and not record.nominated:
             sched.promise(record, False)  # its victims are gone and it still does not fit
@@ -145,6 +149,23 @@ def run_cycle(sched: Scheduler, now: float) -> list[Action]:
         _explain(record, explanation, actions)
         _block(sched, cycle, record, now)
     return actions
+
+
+#: how often (driver seconds) a waiting job that preemption might help is tried again when
+#: no room appeared for it: victims become eligible as they pass their minimum runtime, and
+#: lower-priority jobs that started since are new candidates
+PREEMPTION_RETRY_S = 1.0
+
+
+def _preemption_may_help(sched: Scheduler, record: JobRecord, now: float) -> bool:
+    """Whether the job is due for another try because preemption is enabled: a failure for
+    room, quota or a gang can turn into a preemption without any capacity being freed."""
+    return (
+        bool(sched.framework.post_filters)
+        and record.state is JobState.PENDING
+        and record.blocked_by in ("capacity", "quota", "gang")
+        and now >= record.retry_at
+    )
 
 
 def _still_no_room(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> bool:

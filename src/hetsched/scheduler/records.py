@@ -36,6 +36,9 @@ class JobRecord:
     failed_growth: int = -1
     #: the cluster's topology version at that failure (unresolvable jobs wait for a change)
     failed_version: int = -1
+    #: with preemption enabled, when a job that failed is tried again even if no room
+    #: appeared: victims become eligible with time (minimum runtime) and new binds
+    retry_at: float = 0.0
     #: when the job entered the queue this time (submission or requeue)
     queued_since: float = 0.0
     #: when its current run started
