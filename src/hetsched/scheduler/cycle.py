@@ -32,6 +32,7 @@ from hetsched.scheduler.actions import Action, Pending
 from hetsched.scheduler.backfill import Reservation, reserve
 from hetsched.scheduler.explain import Explanation, explain_placement
 from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
+from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.usage import Usage, placement_usage, request_usage
 
@@ -232,6 +233,12 @@ def _make_head(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) ->
             record.reserved_starts.append(start)
 
 
+def _quota_blocked(block: QuotaBlock) -> _Outcome:
+    """The outcome of an attempt stopped by a queue's quota (before or after placement)."""
+    text = f"blocked by the quota of queue {block.queue}"
+    return _Outcome(None, "quota", Explanation(Code.UNSCHEDULABLE, text, (str(block),)))
+
+
 def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _Outcome:
     """Place the job's tasks, all-or-nothing up to its gang minimum (see the module doc)."""
     from hetsched.scheduler.core import task_key
@@ -251,15 +258,7 @@ def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _
             sched.state,
         )
         if block is not None:
-            return _Outcome(
-                None,
-                "quota",
-                Explanation(
-                    Code.UNSCHEDULABLE,
-                    f"blocked by the quota of queue {block.queue}",
-                    (str(block),),
-                ),
-            )
+            return _quota_blocked(block)
     status = framework.prefilter(ctx)
     if not status.ok:
         kind = "unresolvable" if status.code is Code.UNRESOLVABLE else "capacity"
@@ -294,15 +293,7 @@ def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _
             block = quotas.check(job.queue, use, sched.ledger, sched.state, {job.queue: use})
             if block is not None:
                 rollback()
-                return _Outcome(
-                    None,
-                    "quota",
-                    Explanation(
-                        Code.UNSCHEDULABLE,
-                        f"blocked by the quota of queue {block.queue}",
-                        (str(block),),
-                    ),
-                )
+                return _quota_blocked(block)
         reason = _guard(sched, cycle, record, [p for _, p in placed], now)
         if reason is not None:
             rollback()
