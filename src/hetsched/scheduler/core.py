@@ -506,16 +506,24 @@ class Scheduler:
         return actions
 
     def _gang_timeout(self, record: JobRecord, now: float) -> None:
+        """Release a partial gang hold at its deadline and back the job off, so the next
+        gang may hold. A job that preempted others is not backed off: its room is kept by
+        its promise, not by the hold, and a backoff would leave that room idle (and break
+        the promise that it starts as soon as its victims stop)."""
         gang = self.profile.gang
         held = len(record.held)
         self._drop_hold(record)
         record.gang_timeouts += 1
-        backoff = min(gang.max_backoff_s, gang.backoff_s * 2 ** (record.gang_timeouts - 1))
-        record.backoff_until = now + backoff
         record.failed_epoch = -1
+        if record.promised:
+            then = "its preemption keeps room for it"
+        else:
+            backoff = min(gang.max_backoff_s, gang.backoff_s * 2 ** (record.gang_timeouts - 1))
+            record.backoff_until = now + backoff
+            then = f"back in the queue at t={now + backoff:g}"
         text = (
             f"gang timeout: held {held} of {record.job.gang_min} tasks for "
-            f"{gang.timeout_s:g}s; released, back in the queue at t={now + backoff:g}"
+            f"{gang.timeout_s:g}s; released, {then}"
         )
         record.explanation = Explanation(
             Code.UNSCHEDULABLE, text, (f"gang timeouts so far: {record.gang_timeouts}",)
