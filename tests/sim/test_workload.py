@@ -182,3 +182,47 @@ def test_write_then_read_is_the_same_workload(jobs: list[WorkloadJob]) -> None:
         assert write_workload(path, Workload(tuple(jobs))) == len(jobs)
         back = read_workload(path)
     assert [(j.job, j.duration_s) for j in back.jobs] == [(j.job, j.duration_s) for j in jobs]
+
+
+def test_speed_columns_read_and_round_trip(tmp_path: Path) -> None:
+    text = (
+        "id,submit_time,duration,user,queue,priority,cpu,memory,device_class,count,share,"
+        "selector,gang,speed,work,job_type\n"
+        "a,0,,u,q,0,4,16Gi,gpu,1,,,1,A100:3.1;V100:1;T4:0.35,2h@V100,\n"
+        "b,5,600,u,q,0,4,16Gi,gpu,1,,,1,,1e6,ResNet-50 (batch size 64)\n"
+        "c,9,60,u,q,0,4,16Gi,gpu,1,,,1,,,\n"
+    )
+    path = tmp_path / "speeds.csv"
+    path.write_text(text)
+    workload = read_workload(path)
+    a, b, c = workload.jobs
+    assert a.duration_s == 7200  # work as a duration on a model sets the duration
+    assert dict(a.job.speed.rates) == {"A100": 3.1, "V100": 1.0, "T4": 0.35}
+    assert (a.job.speed.work_s, a.job.speed.work_model) == (7200, "V100")
+    assert (b.job.speed.job_type, b.job.speed.work) == ("ResNet-50 (batch size 64)", 1e6)
+    assert not c.job.speed.known
+    out = tmp_path / "out.csv"
+    write_workload(out, workload)
+    again = read_workload(out)
+    assert [j.job.speed for j in again.jobs] == [j.job.speed for j in workload.jobs]
+    assert [j.duration_s for j in again.jobs] == [7200, 600, 60]
+
+
+@pytest.mark.parametrize(
+    ("cells", "error"),
+    [
+        (",,,", "duration: required (or give work as a duration: 2h@V100)"),
+        ("60,A100:-1,,", "speed: A100: rate must be finite and >= 0"),
+        ("60,A100,,", "speed: speed entry 'A100': expected MODEL:RATE"),
+        ("60,,1e6,", "work: work in steps needs a speed map or a job type"),
+        ("60,A100:2,2h@T4,", "work: work is a duration on T4, which the speed map does not"),
+        ("60,,soon,", "work: work 'soon': expected steps (1.2e6)"),
+    ],
+)
+def test_speed_column_errors(tmp_path: Path, cells: str, error: str) -> None:
+    header = "submit_time,user,queue,priority,cpu,memory,device_class,count,share,selector,gang"
+    path = tmp_path / "bad.csv"
+    path.write_text(f"{header},duration,speed,work,job_type\n0,u,q,0,1,1Gi,gpu,1,,,1,{cells}\n")
+    with pytest.raises(WorkloadError) as info:
+        read_workload(path)
+    assert any(e.startswith(f"{path}:2: {error}") for e in info.value.errors), info.value.errors

@@ -37,7 +37,7 @@ def check_document(path: Path) -> tuple[str, Any]:
             mode="json", by_alias=True, exclude_defaults=True
         )
     try:
-        spec = parse_profile(data)
+        spec = parse_profile(data, path.parent)
     except ProfileError as exc:
         raise SpecError(str(exc).splitlines(), source) from None
     return "profile", spec.model_dump(mode="json")

@@ -24,6 +24,7 @@ backfill: {enabled: true, default_runtime_s: 3600}
 timeouts: {max_pending_s: 86400, max_runtime_s: 604800}
 overcommit: {cpu: 1.5, memory: 1.0}  # best-effort jobs may use up to factor x capacity
 guard: {interval_s: 5, memory_tolerance: 1.0, node_memory_threshold: 0.95, kill_best_effort: true}
+speeds: {table: simulation_throughputs.json}  # job types' rates per device model
 ```
 """
 
@@ -36,6 +37,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hetsched.framework.registry import lookup
+from hetsched.framework.speeds import SpeedsSpec, check_speeds
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 
 __all__ = [
@@ -205,6 +207,8 @@ class ProfileSpec(BaseModel):
     timeouts: TimeoutSpec = TimeoutSpec()
     overcommit: OvercommitSpec = OvercommitSpec()
     guard: GuardSpec = GuardSpec()
+    #: the throughput table job types resolve in (framework/speeds.py)
+    speeds: SpeedsSpec = SpeedsSpec()
 
     @field_validator("queue_sort", mode="before")
     @classmethod
@@ -331,17 +335,28 @@ def check_profile(spec: ProfileSpec) -> list[str]:
     return check_plugins(spec) + check_queues(spec)
 
 
-def parse_profile(data: Any) -> ProfileSpec:
-    """Validate a profile document; raises ProfileError listing every problem."""
+def parse_profile(data: Any, base: Path | None = None) -> ProfileSpec:
+    """Validate a profile document; raises ProfileError listing every problem.
+
+    ``base`` is the folder relative file names in the profile (``speeds.table``) are in;
+    the returned spec names them by absolute path.
+    """
     try:
         spec = ProfileSpec.model_validate(data or {})
     except ValidationError as exc:
         raise ProfileError(
-            "\n".join(f"{_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors())
+            "\n".join(
+                f"{_path(tuple(e['loc']))}: {str(e['msg']).removeprefix('Value error, ')}"
+                for e in exc.errors()
+            )
         ) from None
-    errors = check_profile(spec)
+    errors = check_profile(spec) + check_speeds(spec.speeds, base)
     if errors:
         raise ProfileError("\n".join(errors))
+    table = spec.speeds.table
+    if table is not None and base is not None and not Path(table).is_absolute():
+        absolute = str((base / table).resolve())
+        spec.speeds = spec.speeds.model_copy(update={"table": absolute})
     return spec
 
 
@@ -349,4 +364,4 @@ def load_profile(path: str | Path | None) -> ProfileSpec:
     if path is None:
         return parse_profile({})
     with open(path, encoding="utf-8") as handle:
-        return parse_profile(yaml.safe_load(handle))
+        return parse_profile(yaml.safe_load(handle), Path(path).parent)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from hetsched.model.device import SHARE_UNITS, TaintEffect
+from hetsched.model.speed import JobSpeed
 
 __all__ = [
     "DeviceChoice",
@@ -167,6 +168,9 @@ class Job:
     #: may run on oversubscribed capacity (the profile's ``overcommit``), and is the first
     #: to be killed when the node runs short
     best_effort: bool = False
+    #: how fast the job runs per device model and how much work it has (see
+    #: :mod:`hetsched.model.speed`); empty: every model is equal
+    speed: JobSpeed = field(default_factory=JobSpeed)
 
     def __post_init__(self) -> None:
         if self.replicas < 1:

@@ -31,6 +31,7 @@ from hetsched.model.job import (
 )
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.selector import SelectorError, compile_selector
+from hetsched.model.speed import DEFAULT_KEY, JobSpeed, SpeedError
 
 __all__ = [
     "ClusterSpec",
@@ -43,6 +44,8 @@ __all__ = [
     "parse_cluster",
     "parse_duration",
     "parse_jobs",
+    "parse_speed_map",
+    "parse_work",
 ]
 
 
@@ -95,6 +98,96 @@ def parse_duration(value: str | int | float) -> float:
     if match is None:
         raise ValueError(f"not a duration: {value!r} (expected e.g. 90, 90s, 30m, 2h)")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+_NUMBER = re.compile(r"^\s*[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?\s*$")
+
+
+def parse_work(value: str | int | float) -> tuple[float | None, float | None, str | None]:
+    """(steps, seconds, model) from ``1.2e6`` (steps), ``2h@V100`` (two hours on a V100)
+    or ``2h`` (two hours on any model: only for jobs without speeds)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected work in steps or DURATION@MODEL, got {value!r}")
+    if isinstance(value, int | float):
+        if not value > 0 or value == float("inf"):
+            raise ValueError(f"work must be > 0, got {value}")
+        return float(value), None, None
+    text = value.strip()
+    if _NUMBER.match(text):
+        return parse_work(float(text))
+    duration, at, model = text.partition("@")
+    if at and not model.strip():
+        raise ValueError(f"work {value!r}: no model after '@' (expected e.g. 2h@V100)")
+    try:
+        seconds = parse_duration(duration.strip())
+    except ValueError:
+        raise ValueError(
+            f"work {value!r}: expected steps (1.2e6) or a duration on a model (2h@V100)"
+        ) from None
+    if seconds <= 0:
+        raise ValueError(f"work {value!r}: the duration must be > 0")
+    return None, seconds, (model.strip() or None)
+
+
+def parse_speed_map(value: Any) -> dict[str, float]:
+    """Device model -> rate from a mapping or ``A100:3.1;V100:1`` (``;``, ``,`` or spaces
+    between entries); rates finite and >= 0, at least one above 0, no model twice."""
+    if isinstance(value, str):
+        entries: dict[str, Any] = {}
+        for part in re.split(r"[;,\s]+", value.strip()):
+            if not part:
+                continue
+            model, sep, rate = part.replace("=", ":").partition(":")
+            if not sep or not model:
+                raise ValueError(f"speed entry {part!r}: expected MODEL:RATE")
+            entries[model] = rate
+        value = entries
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a map of device model to rate, got {value!r}")
+    out: dict[str, float] = {}
+    seen: dict[str, str] = {}
+    for model, raw in value.items():
+        name = str(model).strip()
+        if not name:
+            raise ValueError("a device model name is empty")
+        try:
+            rate = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: rate must be a number, got {raw!r}") from None
+        if isinstance(raw, bool) or not (rate >= 0 and rate != float("inf")):
+            raise ValueError(f"{name}: rate must be finite and >= 0, got {raw!r}")
+        folded = name.casefold()
+        if folded in seen:
+            raise ValueError(f"model {name!r} appears twice (as {seen[folded]!r})")
+        seen[folded] = name
+        out[name] = rate
+    if not out:
+        raise ValueError("a speed map needs at least one model")
+    if all(r == 0 for r in out.values()):
+        raise ValueError("a speed map needs at least one rate above 0")
+    return out
+
+
+def build_speed(
+    speed: dict[str, float] | None,
+    work: tuple[float | None, float | None, str | None] | None,
+    job_type: str | None,
+) -> JobSpeed:
+    """The JobSpeed of a spec's ``speed``, ``work`` and ``job_type``; ValueError naming
+    what does not fit together."""
+    steps, seconds, model = work if work is not None else (None, None, None)
+    listed = {m.casefold() for m in speed or {}}
+    if (
+        model is not None
+        and listed
+        and DEFAULT_KEY not in listed
+        and model.casefold() not in listed
+    ):
+        raise ValueError(f"work is a duration on {model}, which the speed map does not list")
+    try:
+        return JobSpeed(speed or {}, job_type, steps, seconds, model)
+    except SpeedError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class _Strict(BaseModel):
@@ -296,6 +389,24 @@ class JobSpec(_Strict):
     on_device_failure: DeviceFailurePolicy = DeviceFailurePolicy.REQUEUE
     best_effort: bool = False
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    #: device model -> rate of the whole job there (steps/s or relative)
+    speed: dict[str, float] | None = None
+    #: total work: steps (``1.2e6``) or a duration on a model (``2h@V100``)
+    work: float | str | None = None
+    #: a job type of the profile's throughput table (``speeds`` section)
+    job_type: str | None = Field(default=None, min_length=1)
+
+    _speed = field_validator("speed", mode="before")(
+        lambda cls, v: None if v is None else parse_speed_map(v)
+    )
+
+    @field_validator("work", mode="before")
+    @classmethod
+    def _work(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        parse_work(value)
+        return value
 
     @field_validator("estimated_runtime_s", "max_runtime_s", mode="before")
     @classmethod
@@ -306,7 +417,12 @@ class JobSpec(_Strict):
     def _gang_within_replicas(self) -> JobSpec:
         if self.gang is not None and self.gang > self.replicas:
             raise ValueError(f"gang must be 1..replicas ({self.replicas}), got {self.gang}")
+        self.job_speed()
         return self
+
+    def job_speed(self) -> JobSpeed:
+        work = None if self.work is None else parse_work(self.work)
+        return build_speed(self.speed, work, self.job_type)
 
     def build(self) -> Job:
         return Job(
@@ -326,6 +442,7 @@ class JobSpec(_Strict):
             submit_time=self.submit_time,
             on_device_failure=self.on_device_failure,
             best_effort=self.best_effort,
+            speed=self.job_speed(),
         )
 
 

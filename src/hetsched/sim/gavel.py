@@ -8,17 +8,20 @@ Two line layouts, tab-separated, no header (see the trace folder's README):
   num_steps_arg, needs_data_dir, total_steps, scale_factor, priority_weight, SLO,
   arrival_time.
 
-Mapping: ``scale_factor`` is the job's GPU count; a job larger than a node becomes a gang
-of equal tasks. The duration is ``total_steps`` divided by the job type's isolated
-throughput on a reference worker type (``v100`` by default) from
-``simulation_throughputs.json``; the simulator runs every job for that duration whatever
-GPU model it lands on. Gavel lists throughputs up to 8 GPUs, and only at 1 GPU for the
-types it does not distribute (A3C, CycleGAN, Recommendation); the Philly GPU counts were
-paired with types at random, so a (type, GPUs) pair without an entry is assumed to scale
-linearly from the largest listed size below it. A job whose type has no entry at all is
-skipped and counted. User and queue are the file's stem (the Philly
-virtual cluster), so fairness is measured between virtual clusters. Commands are opaque
-labels and never run.
+Mapping: ``scale_factor`` is the job's GPU count (0, which Gavel's old traces used for
+"skip", is skipped); a job larger than a node becomes a gang of equal tasks. Each job
+carries its speed model (:mod:`hetsched.model.speed`): its job type, ``total_steps`` as its
+work, and its isolated throughput per worker type (``v100``, ``p100``, ``k80``; device
+models match them case-insensitively) as its rates. The duration is ``total_steps``
+divided by the throughput on a reference worker type (``v100`` by default); a simulator
+that runs durations runs every job for that long whatever GPU model it lands on.
+
+Gavel lists throughputs up to 8 GPUs, and only at 1 GPU for the types it does not
+distribute (A3C, CycleGAN, Recommendation); the Philly GPU counts were paired with types at
+random, so a (type, GPUs) pair without an entry is assumed to scale linearly from the
+largest listed size below it. A job whose type has no entry at all is skipped and counted.
+User and queue are the file's stem (the Philly virtual cluster), so fairness is measured
+between virtual clusters. Commands are opaque labels and never run.
 """
 
 from __future__ import annotations
@@ -30,10 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.model.speed import JobSpeed, SpeedTable
 from hetsched.sim.synthetic import split_gang
 from hetsched.sim.workload import Workload, WorkloadError, WorkloadJob
 
-__all__ = ["GavelOptions", "Throughputs", "load_throughputs", "read_gavel"]
+__all__ = [
+    "GavelOptions",
+    "Throughputs",
+    "job_rates",
+    "load_throughputs",
+    "read_gavel",
+    "speed_table",
+]
 
 #: worker type -> (job type, GPUs) -> isolated steps per second
 Throughputs = Mapping[str, Mapping[tuple[str, int], float]]
@@ -64,6 +75,18 @@ def load_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]
     return out
 
 
+def speed_table(throughputs: Throughputs) -> SpeedTable:
+    """The throughputs as the speed model's table (worker types as device models; the
+    ``*_unconsolidated`` ones left out, as Gavel's simulator leaves them)."""
+    rows: dict[tuple[str, int], dict[str, float]] = {}
+    for worker, table in throughputs.items():
+        if worker.endswith("_unconsolidated"):
+            continue
+        for key, rate in table.items():
+            rows.setdefault(key, {})[worker] = rate
+    return SpeedTable(rows)
+
+
 def _steps_per_s(table: Mapping[tuple[str, int], float], job_type: str, gpus: int) -> float | None:
     """The listed throughput, or linear scaling from the largest listed size below."""
     rate = table.get((job_type, gpus))
@@ -74,6 +97,18 @@ def _steps_per_s(table: Mapping[tuple[str, int], float], job_type: str, gpus: in
         return None
     base = max(sizes)
     return table[(job_type, base)] * gpus / base
+
+
+def job_rates(throughputs: Throughputs, job_type: str, gpus: int) -> dict[str, float]:
+    """The job's isolated rate per worker type (consolidated types only), where listed."""
+    out: dict[str, float] = {}
+    for worker, table in throughputs.items():
+        if worker.endswith("_unconsolidated"):
+            continue
+        rate = _steps_per_s(table, job_type, gpus)
+        if rate is not None:
+            out[worker] = rate
+    return out
 
 
 def _files(paths: Sequence[str | Path]) -> list[Path]:
@@ -97,7 +132,6 @@ def read_gavel(
     if opts.reference not in throughputs:
         known = ", ".join(sorted(throughputs))
         raise WorkloadError([f"reference worker type {opts.reference!r} unknown (have: {known})"])
-    table = throughputs[opts.reference]
     jobs: list[WorkloadJob] = []
     errors: list[str] = []
     skipped: dict[str, int] = {}
@@ -109,7 +143,7 @@ def read_gavel(
             lines = path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             raise WorkloadError([f"{path}: cannot read: {exc.strerror}"]) from None
-        jobs += _parse(path, lines, table, opts, errors, skipped)
+        jobs += _parse(path, lines, throughputs, opts, errors, skipped)
         if len(errors) >= 50:
             break
     if errors:
@@ -122,12 +156,13 @@ def read_gavel(
 def _parse(
     path: Path,
     lines: Iterable[str],
-    table: Mapping[tuple[str, int], float],
+    throughputs: Throughputs,
     opts: GavelOptions,
     errors: list[str],
     skipped: dict[str, int],
 ) -> list[WorkloadJob]:
     stem = path.stem
+    table = throughputs[opts.reference]
     out: list[WorkloadJob] = []
     requests: dict[int, tuple[int, TaskRequest]] = {}
     for number, text in enumerate(lines, start=1):
@@ -157,12 +192,16 @@ def _parse(
             for name, value, ok, rule in (
                 ("total_steps", steps, steps > 0, "> 0"),
                 ("arrival_time", arrival, arrival >= 0, ">= 0"),
-                ("scale_factor", gpus, gpus >= 1, ">= 1"),
+                ("scale_factor", gpus, gpus >= 0, ">= 0"),
             )
             if not ok
         ]
         if bad:
             errors += [f"{where}: {b}" for b in bad]
+            continue
+        if gpus == 0:
+            reason = "scale_factor 0 (skip)"
+            skipped[reason] = skipped.get(reason, 0) + 1
             continue
         rate = _steps_per_s(table, job_type, gpus)
         if rate is None:
@@ -189,6 +228,7 @@ def _parse(
             priority=priority,
             replicas=tasks,
             submit_time=arrival,
+            speed=JobSpeed(job_rates(throughputs, job_type, gpus), job_type, float(steps)),
         )
         out.append(WorkloadJob(job, round(steps / rate, 3), number))
     return out

@@ -19,7 +19,11 @@ gang           tasks of the job, started all-or-nothing (empty: 1)
 
 The device class column may be spelled ``device_class`` or ``device class``. Optional
 columns: ``id`` names jobs (without it job ids are ``job-<line>``); ``estimate`` is the
-runtime estimate the scheduler sees (for backfill), in the ``duration`` notation.
+runtime estimate the scheduler sees (for backfill), in the ``duration`` notation; and the
+speed model (see :mod:`hetsched.model.speed`): ``speed`` (``A100:3.1;V100:1;T4:0.35``, the
+whole job's rate per device model), ``work`` (steps, ``1.2e6``, or a duration on a model,
+``2h@V100``) and ``job_type`` (a type of the profile's throughput table). With ``work`` as
+a duration, ``duration`` may be left empty: it is then that duration.
 
 Rows are validated with pydantic at the boundary; every problem is reported as
 ``FILE:LINE: FIELD: message`` (the header is line 1), and all of them are listed at once
@@ -48,10 +52,11 @@ from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.model.quantity import QuantityError, format_cpu, format_memory, parse_cpu
 from hetsched.model.quantity import parse_memory as _parse_memory
 from hetsched.model.selector import SelectorError, attr_key, compile_selector, matches
-from hetsched.model.specs import parse_duration
+from hetsched.model.specs import build_speed, parse_duration, parse_speed_map, parse_work
 
 __all__ = [
     "COLUMNS",
+    "SPEED_COLUMNS",
     "Workload",
     "WorkloadError",
     "WorkloadJob",
@@ -77,6 +82,8 @@ COLUMNS: tuple[str, ...] = (
     "gang",
 )
 _OPTIONAL = ("id", "estimate")
+#: the speed-model columns: optional, written only when a job of the workload uses them
+SPEED_COLUMNS: tuple[str, ...] = ("job_type", "speed", "work")
 _MAX_ERRORS = 50
 
 
@@ -135,7 +142,7 @@ class RowSpec(BaseModel):
 
     id: str | None = Field(default=None, min_length=1, max_length=253)
     submit_time: float = Field(ge=0, allow_inf_nan=False)
-    duration: float = Field(ge=0, allow_inf_nan=False)
+    duration: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     user: str = "default"
     queue: str = "default"
     priority: int = 0
@@ -147,6 +154,19 @@ class RowSpec(BaseModel):
     selector: str | None = None
     gang: int = Field(default=1, ge=1, le=100_000)
     estimate: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    job_type: str | None = None
+    speed: dict[str, float] | None = None
+    work: tuple[float | None, float | None, str | None] | None = None
+
+    @field_validator("speed", mode="before")
+    @classmethod
+    def _speed(cls, value: Any) -> Any:
+        return parse_speed_map(value)
+
+    @field_validator("work", mode="before")
+    @classmethod
+    def _work(cls, value: Any) -> Any:
+        return parse_work(str(value))
 
     @field_validator("duration", "estimate", mode="before")
     @classmethod
@@ -189,6 +209,12 @@ class RowSpec(BaseModel):
             out.append(("selector", "a selector needs a device class"))
         if has_class and self.share < SHARE_UNITS and (self.count or 1) != 1:
             out.append(("share", f"a share below {SHARE_UNITS} needs count 1"))
+        if self.duration is None and (self.work is None or self.work[1] is None):
+            out.append(("duration", "required (or give work as a duration: 2h@V100)"))
+        try:
+            build_speed(self.speed, self.work, self.job_type)
+        except ValueError as exc:
+            out.append(("work" if self.work is not None else "speed", str(exc)))
         return out
 
     def build(self, line: int) -> WorkloadJob:
@@ -206,8 +232,13 @@ class RowSpec(BaseModel):
             replicas=self.gang,
             estimated_runtime_s=self.estimate,
             submit_time=self.submit_time,
+            speed=build_speed(self.speed, self.work, self.job_type),
         )
-        return WorkloadJob(job, self.duration, line)
+        duration = self.duration
+        if duration is None:
+            assert self.work is not None and self.work[1] is not None  # cross_errors checked
+            duration = self.work[1]
+        return WorkloadJob(job, duration, line)
 
 
 def _field_name(loc: tuple[int | str, ...]) -> str:
@@ -220,7 +251,7 @@ def _field_name(loc: tuple[int | str, ...]) -> str:
 def _header(names: Sequence[str], source: str) -> list[str]:
     normalized = [n.strip().lower().replace(" ", "_") for n in names]
     errors = [f"{source}:1: header: missing column {c!r}" for c in COLUMNS if c not in normalized]
-    known = set(COLUMNS) | set(_OPTIONAL)
+    known = set(COLUMNS) | set(_OPTIONAL) | set(SPEED_COLUMNS)
     errors += [
         f"{source}:1: header: unknown column {n!r} (expected {', '.join(COLUMNS)})"
         for n in normalized
@@ -301,6 +332,14 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+def speed_cells(item: WorkloadJob) -> list[str]:
+    """The :data:`SPEED_COLUMNS` cells of one job (empty where it says nothing)."""
+    speed = item.job.speed
+    rates = ";".join(f"{m}:{_number(r)}" for m, r in speed.rates.items())
+    work = speed.describe_work()
+    return [speed.job_type or "", rates, work]
+
+
 def row_of(item: WorkloadJob) -> list[str]:
     """The CSV cells of one job: ``id``, then :data:`COLUMNS`, then ``estimate``."""
     job = item.job
@@ -331,11 +370,12 @@ def write_workload(path: str | Path, workload: Workload | Iterable[WorkloadJob])
     are written with that choice alone.
     """
     items = workload.jobs if isinstance(workload, Workload) else tuple(workload)
+    speeds = any(item.job.speed.known for item in items)
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["id", *COLUMNS, "estimate"])
+        writer.writerow(["id", *COLUMNS, "estimate", *(SPEED_COLUMNS if speeds else ())])
         for item in items:
-            writer.writerow(row_of(item))
+            writer.writerow(row_of(item) + (speed_cells(item) if speeds else []))
     return len(items)
 
 
