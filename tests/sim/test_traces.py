@@ -79,6 +79,17 @@ def test_gavel_lines_to_jobs(tmp_path: Path) -> None:
         "vc1",
     )
     assert (third.job.resources.devices[0].primary.count, third.duration_s) == (4, 100 / 20.0)
+    # each job carries its speed model: type, steps, rate per worker type at its size
+    assert first.job.speed.job_type == "ResNet-50 (batch size 64)"
+    assert first.job.speed.work == 1200
+    assert dict(first.job.speed.rates) == {"v100": 12.0 * 16 / 8}
+
+
+def test_gavel_scale_factor_zero_is_skipped(tmp_path: Path) -> None:
+    trace = tmp_path / "old.trace"
+    trace.write_text("A3C\tcmd\t-n\t1\t100\t0\t0\nA3C\tcmd\t-n\t1\t100\t3\t1\n")
+    workload, skipped = read_gavel([trace], load_throughputs(write_table(tmp_path)))
+    assert len(workload) == 1 and skipped == {"scale_factor 0 (skip)": 1}
 
 
 def test_gavel_bad_lines_name_file_line_and_field(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from hetsched.framework.profile import ProfileError
 from hetsched.model.device import Node
 from hetsched.model.specs import SpecError, load_cluster, parse_duration
 from hetsched.sim.engine import EngineConfig
-from hetsched.sim.gavel import GavelOptions, load_throughputs, read_gavel
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, GavelOptions, load_throughputs, read_gavel
+from hetsched.sim.gavel_synth import GavelWorkloadSpec, generate_gavel
 from hetsched.sim.philly import RuntimeDistribution
 from hetsched.sim.replay import (
     Policy,
@@ -270,7 +271,13 @@ def synth(
     priorities: Annotated[
         str, typer.Option(help="Priority levels: weights, e.g. 0:0.8,100:0.2.")
     ] = "0:0.8,1:0.2",
-    users: Annotated[int, typer.Option(help="Users (Zipf-like weights).")] = 8,
+    users: Annotated[
+        int | None,
+        typer.Option(
+            help="Users (Zipf-like weights; default 8). With --gavel: round-robin, "
+            "default: each job its own user."
+        ),
+    ] = None,
     queues: Annotated[int, typer.Option(help="Queues (user i submits to q<i mod queues>).")] = 2,
     max_gpus_per_task: Annotated[
         int | None,
@@ -286,12 +293,51 @@ def synth(
         str | None, typer.Option(help="Cap on a job's duration (e.g. 7d).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    gavel: Annotated[
+        bool,
+        typer.Option(
+            help="Gavel's continuous workload instead: its 26 job types, durations and "
+            "scale factors, the same jobs as its simulator for the same --seed (default "
+            "rate 4 jobs/h). Only --jobs, --rate-per-h, --seed, --users, --cluster and "
+            "--max-gpus-per-task apply."
+        ),
+    ] = False,
+    multi_gpu: Annotated[
+        bool, typer.Option(help="With --gavel: multi-GPU jobs (1/2/4/8 GPUs: 70/10/15/5%).")
+    ] = False,
+    multi_priority: Annotated[
+        bool, typer.Option(help="With --gavel: 20% of the jobs get priority weight 5.")
+    ] = False,
+    gavel_throughputs: Annotated[
+        Path | None,
+        typer.Option(help="With --gavel: Gavel's simulation_throughputs.json (default: bundled)."),
+    ] = None,
 ) -> None:
     """Generate a synthetic workload in the neutral CSV format.
 
     Poisson arrivals, a GPU-count mix (Gavel's Philly mix by default), a device-model mix,
-    Zipf-like users, and durations drawn from the Philly runtime distribution.
+    Zipf-like users, and durations drawn from the Philly runtime distribution. With
+    --gavel, Gavel's continuous workload: every job carries its job type, its work in steps
+    and its speed on V100, P100 and K80.
     """
+    if gavel:
+        nodes = _load_nodes(cluster)
+        try:
+            gavel_spec = GavelWorkloadSpec(
+                jobs=jobs,
+                rate_per_h=4.0 if rate_per_h is None else rate_per_h,
+                seed=seed,
+                multi_gpu=multi_gpu,
+                multi_priority=multi_priority,
+                users=users or 0,
+                gpus_per_node=max_gpus_per_task or (_gpus_per_node(nodes) if nodes else 8),
+            )
+        except ValueError as exc:
+            fail(str(exc), 2)
+        _write_synthetic(output_file, _gavel_workload(gavel_spec, gavel_throughputs), nodes)
+        return
+    if multi_gpu or multi_priority or gavel_throughputs is not None:
+        fail("--multi-gpu, --multi-priority and --gavel-throughputs need --gavel", 2)
     try:
         nodes = load_cluster(cluster) if cluster is not None else []
         cap = parse_duration(max_duration) if max_duration is not None else None
@@ -308,7 +354,7 @@ def synth(
             jobs=jobs,
             gpu_mix=_mix(gpu_mix, "--gpu-mix", int),
             model_mix=models,
-            users=users,
+            users=8 if users is None else users,
             queues=queues,
             priorities=_mix(priorities, "--priorities", int),
             gpus_per_node=max_gpus_per_task or (_gpus_per_node(nodes) if nodes else 8),
@@ -324,13 +370,30 @@ def synth(
             spec = dataclasses.replace(spec, rate_per_h=rate_per_h)
     except ValueError as exc:
         fail(str(exc), 2)
-    workload = generate(spec)
+    _write_synthetic(output_file, generate(spec), nodes, spec.rate_per_h)
+
+
+def _load_nodes(cluster: Path | None) -> list[Node]:
+    try:
+        return load_cluster(cluster) if cluster is not None else []
+    except (SpecError, OSError) as exc:
+        fail(str(exc), 2)
+
+
+def _gavel_workload(spec: GavelWorkloadSpec, table: Path | None) -> Workload:
+    try:
+        return generate_gavel(spec, load_throughputs(table or BUNDLED_THROUGHPUTS))
+    except (OSError, ValueError, SyntaxError) as exc:
+        fail(f"--gavel-throughputs: {exc}", 2)
+
+
+def _write_synthetic(
+    output_file: Path, workload: Workload, nodes: Sequence[Node], rate_per_h: float | None = None
+) -> None:
     if nodes:
         problems = check_against_cluster(workload, nodes)
         if problems:
             fail("\n".join(problems[:5]), 2)
     count = write_workload(output_file, workload)
-    console.print(
-        f"wrote {count} jobs to {output_file} ({spec.rate_per_h:.1f} arrivals/h)",
-        highlight=False,
-    )
+    rate = f" ({rate_per_h:.1f} arrivals/h)" if rate_per_h is not None else ""
+    console.print(f"wrote {count} jobs to {output_file}{rate}: {workload.source}", highlight=False)

@@ -38,6 +38,7 @@ from hetsched.sim.synthetic import split_gang
 from hetsched.sim.workload import Workload, WorkloadError, WorkloadJob
 
 __all__ = [
+    "BUNDLED_THROUGHPUTS",
     "GavelOptions",
     "Throughputs",
     "job_rates",
@@ -45,6 +46,10 @@ __all__ = [
     "read_gavel",
     "speed_table",
 ]
+
+#: Gavel's isolated throughputs of v100, p100 and k80, shipped with hetsched (MIT; see
+#: data/README.md): the table ``sim synth --gavel`` uses unless given another
+BUNDLED_THROUGHPUTS = Path(__file__).parent / "data" / "gavel_throughputs.json"
 
 #: worker type -> (job type, GPUs) -> isolated steps per second
 Throughputs = Mapping[str, Mapping[tuple[str, int], float]]
