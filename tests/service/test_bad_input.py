@@ -32,6 +32,10 @@ def _gpu(**choice: Any) -> dict[str, Any]:
     return {"devices": [{"class": "gpu", **choice}]}
 
 
+_LIST30 = "[" + ",".join(str(i) for i in range(30)) + "]"
+#: ~27,000 comprehension bodies: took seconds of server CPU before selectors were bounded
+_THREE_MAPS = f"{_LIST30}.map(a, {_LIST30}.map(b, {_LIST30}.map(c, a + b + c))).size() > 0"
+
 #: (case, body, expected status, text the answer must contain)
 CASES: list[tuple[str, Any, int, str]] = [
     ("negative count", _body(resources=_gpu(count=-1)), 422, "resources.devices[0].count"),
@@ -88,6 +92,18 @@ CASES: list[tuple[str, Any, int, str]] = [
     ("mass assignment: submit time", _body(submit_time=5), 422, "submit_time"),
     ("depends_on is not a field", _body(depends_on=["self"]), 422, "depends_on"),
     ("bad selector", _body(resources=_gpu(selector="device.attributes[")), 422, "selector"),
+    (
+        "selector of three nested comprehensions (refused before it runs)",
+        _body(resources=_gpu(selector=_THREE_MAPS)),
+        422,
+        "resources.devices[0].selector: selector refused: the nesting of comprehensions is 3",
+    ),
+    (
+        "selector of two nested comprehensions over 30 elements",
+        _body(resources=_gpu(selector=f"{_LIST30}.map(a, {_LIST30}.map(b, a * b)).size() > 0")),
+        422,
+        "max_cost",
+    ),
     ("bad restart policy", _body(restart_policy="always"), 422, "restart_policy"),
     ("not an object", [1, 2], 422, "object"),
     ("unknown queue", _body(queue="nope"), 404, "nope"),

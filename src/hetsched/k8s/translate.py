@@ -42,6 +42,7 @@ from hetsched.k8s.names import (
 from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import DeviceRequest, Job, TaskRequest, Toleration
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
+from hetsched.model.selector import SelectorError, compile_selector
 
 __all__ = [
     "PodInfo",
@@ -209,6 +210,11 @@ def pod_request(obj: JSON) -> TaskRequest:
         if not 1 <= share <= SHARE_UNITS:
             raise TranslateError(f"pod {name}: annotation {DEVICE_SHARE} must be 1..{SHARE_UNITS}")
     selector = annotations.get(DEVICE_SELECTOR) or None
+    if selector is not None:
+        try:
+            compile_selector(selector)
+        except SelectorError as exc:
+            raise TranslateError(f"pod {name}: annotation {DEVICE_SELECTOR}: {exc}") from None
     devices: list[DeviceRequest] = []
     for device_class, count in sorted(counts.items()):
         if count <= 0:

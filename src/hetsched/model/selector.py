@@ -6,19 +6,47 @@ Expressions are compiled once and evaluated once per distinct device attribute s
 cluster has few device models, so a selector costs a handful of evaluations however many
 nodes there are. An expression that fails at run time on a device (a missing attribute,
 a type mismatch) does not match that device, as in DRA.
+
+Cost is bounded twice (see :mod:`hetsched.model.selector_limits`): :func:`compile_selector`,
+the one function every loader, the API and the Kubernetes translation compile through,
+refuses a selector over the static limits before it ever runs; and :func:`matches` evaluates
+under a budget of steps, so no selector can take more than that on one device whatever the
+estimate missed. The budget counts steps, not seconds: the result does not depend on the
+machine or its load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import celpy
+from celpy.evaluation import Evaluator
+from lark import Token, Tree
 
 from hetsched.model.device import AttrValue
+from hetsched.model.selector_limits import (
+    LIMITS,
+    SelectorLimitError,
+    SelectorLimits,
+    SelectorShapeError,
+    check_text,
+    check_tree,
+)
 
-__all__ = ["AttrKey", "SelectorError", "attr_key", "compile_selector", "matches"]
+__all__ = [
+    "LIMITS",
+    "AttrKey",
+    "Selector",
+    "SelectorError",
+    "SelectorLimits",
+    "SelectorTooCostly",
+    "attr_key",
+    "compile_selector",
+    "matches",
+]
 
 AttrKey = tuple[tuple[str, AttrValue], ...]
 
@@ -26,7 +54,85 @@ _ENV = celpy.Environment()
 
 
 class SelectorError(ValueError):
-    """A selector that is not valid CEL."""
+    """A selector that is not valid CEL, or that the limits refuse."""
+
+
+class SelectorTooCostly(SelectorError):
+    """A selector over one of :class:`SelectorLimits`; ``limit`` names the limit it broke."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class _OverBudget(Exception):
+    """An evaluation that used up its budget of steps."""
+
+
+class _Budget:
+    __slots__ = ("left",)
+
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+
+class _BudgetedEvaluator(Evaluator):
+    """celpy's tree-walking evaluator, charging one step per node visited; comprehension
+    bodies run in sub-evaluators that share the budget."""
+
+    def __init__(self, ast: Tree[Token], activation: Any, budget: _Budget) -> None:
+        super().__init__(ast, activation)
+        self._budget = budget
+
+    def sub_evaluator(self, ast: Tree[Token]) -> _BudgetedEvaluator:
+        return _BudgetedEvaluator(ast, self.activation, self._budget)
+
+    def _visit_tree(self, tree: Tree[Token]) -> Any:
+        budget = self._budget
+        budget.left -= 1
+        if budget.left < 0:
+            raise _OverBudget
+        return super()._visit_tree(tree)
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A compiled selector within the limits."""
+
+    expression: str
+    #: estimated worst-case steps of one evaluation
+    cost: int
+    _ast: Tree[Token]
+    _runner: Any
+
+    def evaluate(self, attributes: Mapping[str, AttrValue], budget: int) -> bool:
+        """Whether a device with ``attributes`` matches; False on any run-time error and
+        when the evaluation takes more than ``budget`` steps."""
+        celpy.json_to_cel(  # type: ignore[attr-defined]
+            {"device": {"attributes": dict(attributes)}}
+        )
+        return self._run(attributes, budget)[0]
+
+    def steps(self, attributes: Mapping[str, AttrValue]) -> int:
+        """The steps one evaluation on ``attributes`` takes, with no budget (for tests of the
+        estimate: it never exceeds :attr:`cost`)."""
+        return self._run(attributes, 1 << 62)[1]
+
+    def _run(self, attributes: Mapping[str, AttrValue], budget: int) -> tuple[bool, int]:
+        activation: Any = celpy.json_to_cel(  # type: ignore[attr-defined]
+            {"device": {"attributes": dict(attributes)}}
+        )
+        left = _Budget(budget)
+        evaluator = _BudgetedEvaluator(self._ast, self._runner.new_activation(), left)
+        try:
+            result = evaluator.evaluate(activation)
+        except _OverBudget:
+            return False, budget - left.left
+        except Exception:  # a missing attribute or a type error: no match, as in DRA
+            return False, budget - left.left
+        # A non-boolean result (``1 + 1``) is a type error in DRA: no match.
+        matched = isinstance(result, celpy.celtypes.BoolType) and bool(result)
+        return matched, budget - left.left
 
 
 def attr_key(attributes: Mapping[str, AttrValue]) -> AttrKey:
@@ -34,26 +140,44 @@ def attr_key(attributes: Mapping[str, AttrValue]) -> AttrKey:
     return tuple(sorted(attributes.items()))
 
 
+def compile_selector(expression: str, limits: SelectorLimits = LIMITS) -> Selector:
+    """Compile a CEL expression held to ``limits``.
+
+    Raises SelectorTooCostly naming the limit broken, or SelectorError with the parser's
+    message. Every place that takes a selector from outside compiles it here.
+    """
+    if not isinstance(expression, str):
+        raise SelectorError(f"a selector is a string, got {type(expression).__name__}")
+    return _compile(expression, limits)
+
+
 @lru_cache(maxsize=1024)
-def compile_selector(expression: str) -> Any:
-    """Compile a CEL expression; raises SelectorError with the parser's message."""
+def _compile(expression: str, limits: SelectorLimits) -> Selector:
+    shown = expression if len(expression) <= 80 else expression[:77] + "..."
     try:
-        return _ENV.program(_ENV.compile(expression))
+        check_text(expression, limits)
+        ast = _ENV.compile(expression)
+        cost = check_tree(ast, limits)
+        runner = _ENV.program(ast)
+    except SelectorLimitError as exc:
+        raise SelectorTooCostly(f"selector refused: {exc}", exc.limit) from None
+    except SelectorShapeError as exc:
+        raise SelectorError(f"invalid selector {shown!r}: {exc}") from None
     except Exception as exc:  # celpy raises several parser error types
         message = " ".join(str(exc).split())
-        raise SelectorError(f"invalid selector {expression!r}: {message}") from exc
+        raise SelectorError(f"invalid selector {shown!r}: {message}") from exc
+    return Selector(expression, cost, ast, runner)
 
 
 @lru_cache(maxsize=65536)
 def matches(expression: str, attributes: AttrKey) -> bool:
-    """Whether a device with ``attributes`` satisfies ``expression``."""
-    program = compile_selector(expression)
-    activation = celpy.json_to_cel(  # type: ignore[attr-defined]
-        {"device": {"attributes": dict(attributes)}}
-    )
+    """Whether a device with ``attributes`` satisfies ``expression``.
+
+    An expression that does not compile, or that is over the limits, matches nothing: the
+    boundary refuses such selectors, and the core must not fail on one that slipped by.
+    """
     try:
-        result = program.evaluate(activation)
-    except Exception:  # a missing attribute or a type error: no match, as in DRA
+        selector = compile_selector(expression)
+    except SelectorError:
         return False
-    # A non-boolean result (``1 + 1``) is a type error in DRA: no match.
-    return isinstance(result, celpy.celtypes.BoolType) and bool(result)
+    return selector.evaluate(dict(attributes), LIMITS.max_cost)

@@ -4,6 +4,7 @@ frozen dataclasses the core uses. The core never sees an unvalidated value.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -328,13 +329,27 @@ class DeviceChoiceSpec(_Strict):
             raise ValueError(f"a share below {SHARE_UNITS} needs count 1, got count {self.count}")
         return self
 
-    def build(self) -> DeviceChoice:
-        selector = self.selector
+    @model_validator(mode="after")
+    def _combined_within_limits(self) -> DeviceChoiceSpec:
+        # the selector the core evaluates is the user's and the model shorthand together
         if self.model is not None:
-            models = [self.model] if isinstance(self.model, str) else self.model
-            quoted = ", ".join(f'"{m}"' for m in models)
-            by_model = f'device.attributes["model"] in [{quoted}]'
-            selector = by_model if selector is None else f"({selector}) && {by_model}"
+            try:
+                compile_selector(self._selector_with_models() or "")
+            except SelectorError as exc:
+                raise ValueError(f"selector with model: {exc}") from None
+        return self
+
+    def _selector_with_models(self) -> str | None:
+        if self.model is None:
+            return self.selector
+        models = [self.model] if isinstance(self.model, str) else self.model
+        # JSON string literals are CEL string literals: a quote in a name cannot escape
+        quoted = ", ".join(json.dumps(m) for m in models)
+        by_model = f'device.attributes["model"] in [{quoted}]'
+        return by_model if self.selector is None else f"({self.selector}) && {by_model}"
+
+    def build(self) -> DeviceChoice:
+        selector = self._selector_with_models()
         return DeviceChoice(self.device_class, self.count, self.share, selector)
 
 
