@@ -55,6 +55,28 @@ def test_exit_codes_and_logs(executor: Executor) -> None:
     assert oct(executor.log_path("job1", 0, "stdout").stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.parametrize("plant", ["hard link", "symlink", "fifo"])
+def test_a_planted_log_entry_is_replaced_never_written_through(
+    executor: Executor, tmp_path: Path, plant: str
+) -> None:
+    # an earlier run's process could leave anything under its log's name in its job directory
+    victim = tmp_path / "victim.txt"
+    victim.write_text("untouched\n")
+    log = executor.log_path("job1", 0, "stdout")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if plant == "hard link":
+        os.link(victim, log)
+    elif plant == "symlink":
+        log.symlink_to(victim)
+    else:
+        os.mkfifo(log)
+    _start(executor, ["echo", "written"])
+    assert _wait_exit(executor).exit_code == 0
+    assert victim.read_text() == "untouched\n"
+    assert log.is_file() and not log.is_symlink() and log.stat().st_nlink == 1
+    assert log.read_text().endswith("written\n")
+
+
 def test_a_missing_program_is_a_failed_task_not_a_crash(executor: Executor) -> None:
     _start(executor, ["/no/such/program"])
     assert _wait_exit(executor).exit_code == 127

@@ -4,6 +4,7 @@ rejected request stores nothing."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -202,3 +203,53 @@ def test_query_parameters_are_validated(module_api: Api) -> None:
         answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params=params)
         assert answer.status_code == 422, (params, answer.text)
     assert json.loads(module_api.bob.get("/v1/jobs", params={"limit": 0}).text)["errors"]
+
+
+@pytest.mark.parametrize("offset", [2**62, 2**63, 2**64, 10**30])
+def test_log_offsets_beyond_any_file_are_refused(module_api: Api, offset: int) -> None:
+    job = module_api.bob.post("/v1/jobs", json=_body(name="off")).json()
+    answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params={"offset": offset})
+    assert answer.status_code == 422, answer.text
+    assert "offset" in answer.text
+
+
+def test_a_log_offset_past_the_end_reads_nothing(module_api: Api) -> None:
+    job = module_api.bob.post("/v1/jobs", json=_body(name="end", command=["echo", "hi"])).json()
+    module_api.wait(module_api.bob, job["id"], {"succeeded"})
+    answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params={"offset": 2**40})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == "" and answer.json()["offset"] == 2**40
+
+
+def test_a_task_cannot_serve_a_file_by_hard_linking_it_as_its_log(module_api: Api) -> None:
+    home = module_api.svc.built.service.executor.home
+    secret = home.parent / "secret.txt"
+    secret.write_text("the secret\n")
+    secret.chmod(0o600)
+    # the task's working directory is its job directory, where its logs are
+    link = ["sh", "-c", f"ln {secret} task-1.out"]
+    job = module_api.bob.post("/v1/jobs", json=_body(name="linker", command=link)).json()
+    module_api.wait(module_api.bob, job["id"], {"succeeded"})
+    assert (home / "jobs" / job["id"] / "task-1.out").stat().st_nlink == 2
+    answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params={"task": 1})
+    assert answer.status_code == 403, answer.text
+    assert "link" in answer.text
+    assert "the secret" not in answer.text
+
+
+def test_a_log_of_another_owner_or_not_a_file_is_refused(module_api: Api) -> None:
+    job = module_api.bob.post("/v1/jobs", json=_body(name="planted")).json()
+    directory = module_api.svc.built.service.executor.home / "jobs" / job["id"]
+    directory.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(directory / "task-2.out")  # opening it for reading would wait for a writer
+    answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params={"task": 2})
+    assert answer.status_code == 403, answer.text
+    assert "not a regular file" in answer.text
+    if os.geteuid() != 0:
+        pytest.skip("planting a file of another owner needs root")
+    other = directory / "task-3.out"
+    other.write_text("someone else's\n")
+    os.chown(other, 65534, 65534)
+    answer = module_api.bob.get(f"/v1/jobs/{job['id']}/logs", params={"task": 3})
+    assert answer.status_code == 403, answer.text
+    assert "owner" in answer.text

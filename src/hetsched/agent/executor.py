@@ -22,6 +22,7 @@ import json
 import os
 import pwd
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -199,9 +200,8 @@ class Executor:
                 "HETSCHED_INSTANCE": self.instance,
             }
         )
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-        out_fd = os.open(out_path, flags, 0o600)
-        err_fd = os.open(err_path, flags, 0o600)
+        out_fd = _open_log(out_path)
+        err_fd = _open_log(err_path)
         exit_fd = os.open(exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(out_fd, header)
@@ -405,3 +405,29 @@ def _alive(pid: int, started: float) -> bool:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _open_log(path: Path) -> int:
+    """Open a task's log for appending (later runs of the task append to it).
+
+    An earlier run could have replaced the file in its job directory by a hard link to a
+    file it can read, or by something that is not a file; appending to that would write
+    into another file as the service. Such an entry is removed and a fresh file created
+    (O_EXCL: if the entry comes back in between, the start fails rather than follow it).
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY
+    create = flags | os.O_CREAT | os.O_EXCL
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return os.open(path, create, 0o600)
+    except OSError:
+        fd = -1  # a symlink (ELOOP), a FIFO without a reader (ENXIO): replaced below
+    if fd >= 0:
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid():
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+    os.unlink(path)
+    return os.open(path, create, 0o600)

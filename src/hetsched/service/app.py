@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +43,11 @@ from hetsched.service.schemas import (
 )
 from hetsched.service.store import Conflict, Principal, Store
 
-__all__ = ["Service", "create_app"]
+__all__ = ["MAX_LOG_OFFSET", "Service", "create_app"]
 
 _MAX_LOG_CHUNK = 1 << 20
+#: the largest log offset a request may name: 2^53 - 1, exact in every JSON client
+MAX_LOG_OFFSET = (1 << 53) - 1
 
 
 @dataclass
@@ -246,7 +249,7 @@ def create_app(service: Service) -> FastAPI:
         who: Caller,
         task: Annotated[int, Query(ge=0, le=100_000)] = 0,
         stream: Annotated[str, Query(pattern="^(stdout|stderr)$")] = "stdout",
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_LOG_OFFSET)] = 0,
         limit: Annotated[int, Query(ge=1, le=_MAX_LOG_CHUNK)] = 65536,
     ) -> dict[str, Any]:
         """A chunk of a task's output. The path comes from the job record, never from the
@@ -398,22 +401,40 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
 
 
 def _read_log(path: Path, root: Path, offset: int, limit: int) -> tuple[bytes, int]:
-    """Read from a log under ``root``, refusing symlinks and anything outside it."""
+    """Read from a log under ``root``. A task can write into its job directory, so what is
+    there is not trusted: symlinks are not followed (404); a file with more than one link
+    (a hard link to a file the task could read), another owner than the service, or that is
+    not a regular file (a FIFO would block the read) is refused (403)."""
     real_root = os.path.realpath(root)
     if not os.path.realpath(path).startswith(real_root + os.sep):
         raise HTTPException(404, "no such log")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         return b"", offset
     except OSError:
         raise HTTPException(404, "no such log") from None
     try:
-        os.lseek(fd, offset, os.SEEK_SET)
-        data = os.read(fd, limit)
+        info = os.fstat(fd)
+        problem = _log_file_problem(info)
+        if problem is not None:
+            raise HTTPException(403, f"log refused: {problem}")
+        if offset >= info.st_size:
+            return b"", offset
+        data = os.pread(fd, limit, offset)
     finally:
         os.close(fd)
     return data, offset + len(data)
+
+
+def _log_file_problem(info: os.stat_result) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_nlink != 1:
+        return f"the file has {info.st_nlink} links (a log has one)"
+    if info.st_uid != os.geteuid():
+        return f"the file's owner (uid {info.st_uid}) is not the service's"
+    return None
 
 
 def _queues_view(service: Service) -> list[dict[str, Any]]:
