@@ -11,6 +11,7 @@ from hetsched.cli.devices import devices
 from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
 from hetsched.cli.k8s import k8s_app
 from hetsched.cli.place import place
+from hetsched.cli.ray import ray_app
 from hetsched.cli.sim_openb import openb
 from hetsched.cli.sim_replay import replay, synth
 from hetsched.cli.tokens import token_app
@@ -39,6 +40,7 @@ app.command()(queues)
 app.command()(devices)
 app.add_typer(token_app, name="token")
 app.add_typer(k8s_app, name="k8s")
+app.add_typer(ray_app, name="ray")
 
 sim_app = typer.Typer(
     help="Simulate: replay traces against scheduling policies on a virtual clock.",

@@ -1,0 +1,11 @@
+"""hetsched on a Ray cluster: Ray starts the processes, moves the logs and detects dead
+nodes; hetsched decides where everything runs.
+
+Modules (Ray itself is imported only when one of them talks to a cluster):
+- ``labels``: the node labels and environment variables hetsched reads;
+- ``local``: ``LocalCluster``, a throwaway cluster on this machine (``hetsched ray local``).
+"""
+
+from hetsched.ray.local import LocalCluster, LocalClusterError, LocalNodeSpec, parse_nodes
+
+__all__ = ["LocalCluster", "LocalClusterError", "LocalNodeSpec", "parse_nodes"]

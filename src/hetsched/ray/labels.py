@@ -1,0 +1,40 @@
+"""The Ray node labels and node environment hetsched reads (one place for the names).
+
+A Ray node is started with labels (``ray start --labels k=v,...``); hetsched reads them from
+the Ray cluster's node table:
+
+- ``hetsched.io/node``: the hetsched node name (default: the node's hostname);
+- ``hetsched.io/schedulable``: ``"false"`` keeps hetsched from placing work on the node (the
+  head of a cluster made by ``hetsched ray local``);
+- ``hetsched.io/discovery``: which discovery backends the node's probe runs, joined with
+  dots (``cpu.nvidia.pci``, the default; ``fake``), or ``ray``: devices from Ray's own
+  resources (``GPU`` and ``accelerator_type:*``, logical GPUs), no probe;
+- ``hetsched.io/gpu-model``: the model of a node's GPUs, for ``ray`` discovery when Ray has
+  no ``accelerator_type:*`` resource.
+
+The ``fake`` backend reads its device file from ``HETSCHED_FAKE_DEVICES`` in the node's
+environment (the raylet's, which Ray's workers inherit). The same variable names a backend
+list as ``HETSCHED_DISCOVERY`` when the node has no discovery label.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DISCOVERY",
+    "DISCOVERY_ENV",
+    "FAKE_DEVICES_ENV",
+    "GPU_MODEL",
+    "NODE",
+    "RAY_NODE_ID",
+    "SCHEDULABLE",
+]
+
+NODE = "hetsched.io/node"
+SCHEDULABLE = "hetsched.io/schedulable"
+DISCOVERY = "hetsched.io/discovery"
+GPU_MODEL = "hetsched.io/gpu-model"
+#: set by Ray on every node
+RAY_NODE_ID = "ray.io/node-id"
+
+FAKE_DEVICES_ENV = "HETSCHED_FAKE_DEVICES"
+DISCOVERY_ENV = "HETSCHED_DISCOVERY"
