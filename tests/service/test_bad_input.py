@@ -146,17 +146,21 @@ def test_the_good_body_of_the_table_is_accepted(module_api: Api) -> None:
     assert module_api.bob.post("/v1/jobs", json=_body()).status_code == 201
 
 
+_DEEP = b'{"name": "deep", "resources": {"cpu": "1"}, "command": ' + b"[" * 5000 + b"]" * 5000
+#: (case, body, content type, expected status, text the answer must contain)
+BODIES: list[tuple[str, bytes, str, int, str]] = [
+    ("invalid JSON", b"{not json", "application/json", 400, "not valid JSON"),
+    ("valid JSON nested 5,000 levels in command", _DEEP + b"}", "application/json", 400, "deep"),
+    ("wrong content type", b"name=x", "application/x-www-form-urlencoded", 415, "json"),
+    ("body of 10 MiB", b"{" + b" " * (10 << 20) + b"}", "application/json", 413, "too large"),
+]
+
+
 @pytest.mark.parametrize(
-    ("case", "content", "content_type", "status"),
-    [
-        ("invalid JSON", b"{not json", "application/json", 400),
-        ("wrong content type", b"name=x", "application/x-www-form-urlencoded", 415),
-        ("body of 10 MiB", b"{" + b" " * (10 << 20) + b"}", "application/json", 413),
-    ],
-    ids=lambda v: v if isinstance(v, str) and " " in v else None,
+    ("case", "content", "content_type", "status", "text"), BODIES, ids=[b[0] for b in BODIES]
 )
 def test_bad_body(
-    module_api: Api, case: str, content: bytes, content_type: str, status: int
+    module_api: Api, case: str, content: bytes, content_type: str, status: int, text: str
 ) -> None:
     before = _count(module_api)
     # a connection of its own: the server may answer 413 before the body is sent
@@ -164,7 +168,17 @@ def test_bad_body(
     with httpx.Client(base_url=module_api.url, timeout=30) as client:
         answer = client.post("/v1/jobs", content=content, headers=headers)
     assert answer.status_code == status, answer.text
+    assert text in answer.text
     assert _count(module_api) == before
+
+
+def test_deep_json_is_called_nested_too_deeply_not_invalid(module_api: Api) -> None:
+    headers = {"Content-Type": "application/json"}
+    answer = module_api.bob.post("/v1/jobs", content=_DEEP + b"}", headers=headers)
+    assert answer.status_code == 400
+    detail = answer.json()["detail"]
+    assert "nested too deeply" in detail and "200 levels" in detail
+    assert "not valid JSON" not in detail
 
 
 def test_a_reused_idempotency_key_with_another_body_conflicts(module_api: Api) -> None:
@@ -174,6 +188,28 @@ def test_a_reused_idempotency_key_with_another_body_conflicts(module_api: Api) -
     answer = module_api.bob.post("/v1/jobs", json=_body(name="b"), headers=headers)
     assert answer.status_code == 409
     assert _count(module_api) == before
+
+
+def test_a_reused_idempotency_key_with_the_same_json_reserialized_replays(
+    module_api: Api,
+) -> None:
+    body = _body(name="same-json", env={"B": "2", "A": "1"}, resources={"cpu": "1"})
+    headers = {"Idempotency-Key": "reserialized", "Content-Type": "application/json"}
+    first = module_api.bob.post("/v1/jobs", content=json.dumps(body), headers=headers)
+    assert first.status_code == 201, first.text
+    before = _count(module_api)
+    # other whitespace, other key order at every level, an escaped character
+    again = json.dumps(
+        {k: body[k] for k in reversed(list(body))}
+        | {"env": {"A": "1", "B": "2"}, "resources": {"memory": "1Gi", "cpu": "1"}},
+        indent=3,
+    ).replace('"same-json"', '"same\\u002djson"')
+    answer = module_api.bob.post("/v1/jobs", content=again, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] == first.json()["id"]
+    assert _count(module_api) == before
+    changed = json.dumps(body | {"priority": 1})
+    assert module_api.bob.post("/v1/jobs", content=changed, headers=headers).status_code == 409
 
 
 @pytest.mark.parametrize(

@@ -347,7 +347,7 @@ def _submit(
             422, {"message": "invalid job", "errors": [f"resources: {exc}"]}
         ) from None
     stored = json.loads(body)
-    body_digest = hashlib.sha256(body).hexdigest() if key else None
+    body_digest = _canonical_digest(stored) if key else None
     try:
         row, created = service.store.insert_job(
             job_id, owner, spec.queue, spec.name, spec.priority, stored, key, body_digest
@@ -357,6 +357,13 @@ def _submit(
     if created:
         service.loop.submitted(row)
     return row, created
+
+
+def _canonical_digest(document: Any) -> str:
+    """The digest an idempotency key is bound to: of the request's JSON, not its bytes, so a
+    retry that re-serializes the same document (whitespace, key order, escapes) replays."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from hetsched.model.specs import JobSpec, format_errors
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
     "Feasibility",
     "InvalidBody",
     "SubmitSpec",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 MAX_BODY_BYTES = 1 << 20
+#: how deep JSON arrays and objects may nest in a body (the JSON parser's recursion limit)
+MAX_JSON_DEPTH = 200
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DENIED_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"})
@@ -147,9 +150,24 @@ def parse_submission(body: bytes | str) -> SubmitSpec:
     try:
         return SubmitSpec.model_validate_json(body, strict=True)
     except ValidationError as exc:
-        if any(e["type"] == "json_invalid" for e in exc.errors()):
-            raise InvalidBody("body is not valid JSON") from None
+        _raise_if_not_json(exc)
         raise
+
+
+def _raise_if_not_json(exc: ValidationError) -> None:
+    """InvalidBody if the parser refused the body itself: not JSON at all, or JSON nested
+    deeper than the parser follows (valid, but no job is shaped like that)."""
+    for error in exc.errors():
+        if error["type"] != "json_invalid":
+            continue
+        detail = str((error.get("ctx") or {}).get("error", ""))
+        if "recursion limit" in detail:
+            where = detail.rpartition(" at ")[2] if " at " in detail else "somewhere"
+            raise InvalidBody(
+                f"body is nested too deeply: arrays and objects may nest at most "
+                f"{MAX_JSON_DEPTH} levels ({where})"
+            )
+        raise InvalidBody("body is not valid JSON")
 
 
 def from_stored(data: dict[str, Any]) -> SubmitSpec:
