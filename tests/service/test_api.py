@@ -225,7 +225,9 @@ def test_the_admin_token_file_is_private(api: Api) -> None:
 def test_openapi_and_health(api: Api) -> None:
     anonymous = api.client(None)
     assert anonymous.get("/healthz").json() == {"ok": True}
-    spec = anonymous.get("/openapi.json").json()
+    # the description needs a token unless the service runs with --public-docs
+    assert anonymous.get("/openapi.json").status_code == 401
+    spec = api.alice.get("/openapi.json").json()
     assert "/v1/jobs" in spec["paths"]
 
 

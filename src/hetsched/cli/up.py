@@ -60,6 +60,14 @@ def up(
             "--metrics-public", help="Serve /metrics without a token (it needs one by default)."
         ),
     ] = False,
+    public_docs: Annotated[
+        bool,
+        typer.Option(
+            "--public-docs",
+            help="Serve the API description (/openapi.json, /docs, /redoc) without a token "
+            "(it needs one by default).",
+        ),
+    ] = False,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and a local agent."""
     # imported here so the other commands start without the server's dependencies
@@ -99,6 +107,7 @@ def up(
         kill_grace_s=kill_grace,
         sync=sync.upper(),
         metrics_public=metrics_public,
+        docs_public=public_docs,
     )
     try:
         serve(options)

@@ -1,9 +1,10 @@
-"""The HTTP API (FastAPI). OpenAPI at ``/docs``.
+"""The HTTP API (FastAPI). OpenAPI at ``/openapi.json``, viewers at ``/docs`` and ``/redoc``.
 
 Rules every route follows:
 - a bearer token is required everywhere except ``GET /healthz``, the dashboard's static
-  files under ``/ui`` (they hold no data; the page calls the API with the user's token) and,
-  when the service runs with ``--metrics-public``, ``GET /metrics``;
+  files under ``/ui`` (they hold no data; the page calls the API with the user's token),
+  ``GET /metrics`` when the service runs with ``--metrics-public``, and the OpenAPI
+  description with its viewers when it runs with ``--public-docs``;
 - a user sees, cancels and reads the logs of only their own jobs (others' ids answer 404,
   as unknown ids do, so ids cannot be probed); an admin sees all;
 - a change is committed to the store before any 2xx answer;
@@ -17,6 +18,7 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +26,8 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -66,6 +69,8 @@ class Service:
     mapped_users: frozenset[str] | None = None
     #: serve ``/metrics`` without a token (``--metrics-public``)
     metrics_public: bool = False
+    #: serve ``/docs``, ``/redoc`` and ``/openapi.json`` without a token (``--public-docs``)
+    docs_public: bool = False
 
 
 class _BodyLimit:
@@ -132,6 +137,10 @@ def create_app(service: Service) -> FastAPI:
         title="hetsched",
         summary="The hetsched control plane: submit, watch and cancel jobs.",
         version="1",
+        # served by _add_doc_routes, behind a token unless --public-docs
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.service = service
 
@@ -193,6 +202,7 @@ def create_app(service: Service) -> FastAPI:
         return Response(metrics.render(registry), media_type=metrics.CONTENT_TYPE)
 
     ui.add_routes(app)
+    _add_doc_routes(app, None if service.docs_public else caller)
 
     # -- jobs ----------------------------------------------------------------------------
 
@@ -312,6 +322,33 @@ def create_app(service: Service) -> FastAPI:
 
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     return app
+
+
+def _add_doc_routes(app: FastAPI, caller: Callable[[Request], Principal] | None) -> None:
+    """The OpenAPI description and its two viewers; with ``caller``, each needs a token.
+
+    The viewers are static pages, but the description lists every route and field, so it is
+    behind the same token as the API unless the service runs with ``--public-docs``.
+    """
+
+    def check(request: Request) -> None:
+        if caller is not None:
+            caller(request)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(request: Request) -> JSONResponse:
+        check(request)
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger(request: Request) -> HTMLResponse:
+        check(request)
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="hetsched API")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> HTMLResponse:
+        check(request)
+        return get_redoc_html(openapi_url="/openapi.json", title="hetsched API")
 
 
 def _submit(

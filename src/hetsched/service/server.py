@@ -76,6 +76,8 @@ class Options:
     seed: int = 0
     #: serve /metrics without a token (for a Prometheus that cannot send one)
     metrics_public: bool = False
+    #: serve /docs, /redoc and /openapi.json without a token
+    docs_public: bool = False
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""
@@ -188,6 +190,7 @@ def build(options: Options) -> Built:
         auth_failures=RateLimiter(options.auth_failure_rate),
         mapped_users=frozenset(run_as) if run_as is not None else None,
         metrics_public=options.metrics_public,
+        docs_public=options.docs_public,
     )
     loop.start(initial)
     watcher.start()
@@ -219,9 +222,10 @@ def serve(options: Options) -> None:
         loop="auto",
     )
     server = uvicorn.Server(config)
+    docs = "/docs" if options.docs_public else "/openapi.json with a token"
     print(
-        f"hetsched up: http://{options.host}:{options.port} (API docs at /docs, dashboard at "
-        f"/ui, Prometheus metrics at /metrics), home {options.home}",
+        f"hetsched up: http://{options.host}:{options.port} (API description at {docs}, "
+        f"dashboard at /ui, Prometheus metrics at /metrics), home {options.home}",
         flush=True,
     )
     # uvicorn re-raises the signal it stopped for once it is done; these handlers make that
