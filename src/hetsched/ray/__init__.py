@@ -3,7 +3,10 @@ nodes; hetsched decides where everything runs.
 
 Modules (Ray itself is imported only when one of them talks to a cluster):
 - ``labels``: the node labels and environment variables hetsched reads;
-- ``local``: ``LocalCluster``, a throwaway cluster on this machine (``hetsched ray local``).
+- ``local``: ``LocalCluster``, a throwaway cluster on this machine (``hetsched ray local``);
+- ``inventory``: ``RayInventory``, the cluster's nodes as hetsched nodes and events;
+- ``probe``: the discovery that runs on each Ray node;
+- ``testing``: Ray clusters in network and PID namespaces, for tests.
 """
 
 from hetsched.ray.local import LocalCluster, LocalClusterError, LocalNodeSpec, parse_nodes

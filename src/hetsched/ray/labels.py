@@ -1,4 +1,4 @@
-"""The Ray node labels and node environment hetsched reads (one place for the names).
+"""The Ray node labels, node environment and accelerator names hetsched reads (one place).
 
 A Ray node is started with labels (``ray start --labels k=v,...``); hetsched reads them from
 the Ray cluster's node table:
@@ -27,6 +27,7 @@ __all__ = [
     "NODE",
     "RAY_NODE_ID",
     "SCHEDULABLE",
+    "vendor_of",
 ]
 
 NODE = "hetsched.io/node"
@@ -38,3 +39,15 @@ RAY_NODE_ID = "ray.io/node-id"
 
 FAKE_DEVICES_ENV = "HETSCHED_FAKE_DEVICES"
 DISCOVERY_ENV = "HETSCHED_DISCOVERY"
+
+
+def vendor_of(model: str) -> str:
+    """The vendor of a GPU model as Ray names accelerator types (``A100``, ``T4``,
+    ``AMD-Instinct-MI300X-OAM``, ``Intel-GPU-Max-1550``) or as ``hetsched ray local`` does
+    (``MI300X``): AMD and Intel by their prefixes, NVIDIA otherwise."""
+    upper = model.upper()
+    if upper.startswith(("AMD", "MI")):
+        return "amd"
+    if upper.startswith("INTEL"):
+        return "intel"
+    return "nvidia"

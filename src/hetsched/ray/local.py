@@ -1,8 +1,9 @@
 """A throwaway Ray cluster on this machine, for the demo and tests (``hetsched ray local``).
 
 ``LocalCluster`` starts a head (no CPUs, no GPUs, labelled not schedulable) and one raylet
-per listed node, each as ``ray start --block`` in its own process, with logical GPUs,
-``accelerator_type:<MODEL>`` and labels naming the node and its model. It stops exactly what
+per listed node (or only the raylets, joining a running cluster), each as
+``ray start --block`` in its own process, with logical GPUs, ``accelerator_type:<MODEL>``
+and labels naming the node and its model. It stops exactly what
 it started: the ``ray start`` processes and every process they had started by then, by PID
 (checked against its start time), never by name.
 
@@ -94,8 +95,8 @@ class LocalNodeSpec:
     gpus: int
 
     def vendor(self) -> str:
-        """The GPU vendor its fake devices claim: AMD for Instinct models (MI...), else NVIDIA."""
-        return "amd" if (self.model or "").upper().startswith("MI") else "nvidia"
+        """The GPU vendor its fake devices claim (:func:`~hetsched.ray.labels.vendor_of`)."""
+        return labels.vendor_of(self.model or "")
 
 
 def parse_nodes(text: str) -> list[LocalNodeSpec]:
@@ -159,6 +160,8 @@ class LocalCluster:
     memory_mib: int = 8192
     fake_devices: bool = False
     ready_timeout_s: float = 120.0
+    #: the address of a running cluster to add ``nodes`` to (no head is started then)
+    join: str = ""
     #: where the cluster keeps its Ray session, logs and fake device files (removed at stop)
     workdir: Path | None = None
     address: str = ""
@@ -178,13 +181,16 @@ class LocalCluster:
             self.workdir = Path(tempfile.mkdtemp(prefix="hsray-", dir="/tmp"))
             self._own_workdir = True
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        port = self.port or _free_port(self.host)
-        self.address = f"{self.host}:{port}"
         deadline = time.monotonic() + self.ready_timeout_s
         try:
-            say("starting the head")
-            head = self._launch("head", self._head_args(port), {})
-            self._wait_for_port(head, port, deadline)
+            if self.join:
+                self.address = self.join
+            else:
+                port = self.port or _free_port(self.host)
+                self.address = f"{self.host}:{port}"
+                say("starting the head")
+                head = self._launch("head", self._head_args(port), {})
+                self._wait_for_port(head, port, deadline)
             for slot, spec in enumerate(self.nodes, 1):
                 say(f"starting node {spec.name}")
                 self._launch(spec.name, self._node_args(spec, slot), self._node_env(spec))
@@ -317,6 +323,8 @@ class LocalCluster:
         from hetsched.ray import _api
 
         want = {spec.name for spec in self.nodes}
+        # a process that is a driver already (a test adding a node) stays one
+        was_connected = _api.connected()
         _api.connect(self.address)
         try:
             while True:
@@ -334,7 +342,8 @@ class LocalCluster:
                     raise LocalClusterError(f"nodes {missing} did not join in time")
                 time.sleep(0.3)
         finally:
-            _api.disconnect()
+            if not was_connected:
+                _api.disconnect()
 
     def _check_alive(self, started: _Started) -> None:
         code = started.process.poll()

@@ -95,6 +95,8 @@ class ClusterInfo:
     pids: dict[str, int]
     #: a scratch directory for this body (inside the namespace's view of the filesystem)
     scratch: str
+    #: the cluster's work directory (Ray's session, the fake device files ``devices-<node>.yaml``)
+    workdir: str
 
     @classmethod
     def from_env(cls) -> ClusterInfo:
@@ -132,6 +134,7 @@ class NamespacedCluster:
     _process: subprocess.Popen[bytes] | None = None
     _replies: queue.Queue[bytes] = field(default_factory=queue.Queue)
     _log: Path | None = None
+    _pump: threading.Thread | None = None
 
     def start(self) -> None:
         reason = namespace_unavailable()
@@ -157,9 +160,10 @@ class NamespacedCluster:
                 env=env,
             )
         assert self._process.stdout is not None
-        threading.Thread(
+        self._pump = threading.Thread(
             target=_pump, args=(self._process.stdout, self._replies), daemon=True
-        ).start()
+        )
+        self._pump.start()
         hello = self._reply(self.start_timeout_s, "start the cluster")
         self.address = str(hello["address"])
         self.node_ids = dict(hello["node_ids"])
@@ -188,6 +192,10 @@ class NamespacedCluster:
             # the namespace's init dies with unshare, and everything in it with the init
             process.kill()
             process.wait(timeout=30)
+        if self._pump is not None:
+            self._pump.join(timeout=10)
+        assert process.stdout is not None
+        process.stdout.close()
         if self._log is not None:
             self._log.unlink(missing_ok=True)
 
@@ -312,7 +320,13 @@ def _serve(nodes: str, fake_devices: bool) -> int:
         out.write(json.dumps({"error": f"cannot start the cluster: {exc}"}) + "\n")
         out.flush()
         return 1
-    info = ClusterInfo(cluster.address, dict(cluster.node_ids), cluster.pids(), str(scratch))
+    info = ClusterInfo(
+        cluster.address,
+        dict(cluster.node_ids),
+        cluster.pids(),
+        str(scratch),
+        str(cluster.workdir),
+    )
     out.write(json.dumps(asdict(info)) + "\n")
     out.flush()
     try:
