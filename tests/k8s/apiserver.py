@@ -1,48 +1,62 @@
-"""A TEST DOUBLE of the Kubernetes API server: the few endpoints hetsched's scheduler uses,
-serving real Kubernetes JSON over real HTTP on 127.0.0.1.
+"""A TEST DOUBLE of the Kubernetes API server: the endpoints hetsched's Kubernetes parts
+use, serving real Kubernetes JSON over real HTTP on 127.0.0.1.
 
 Why a double: no real kube-apiserver can run on the machines these tests run on (no
-container engine, no API server package; see docs/kubernetes.md), yet the scheduler must be
-tested through the official ``kubernetes`` client on the wire. So this speaks the wire
-format the client parses, with the semantics that make races honest, and nothing else:
+container engine, no API server package; see docs/kubernetes.md), yet the scheduler, the
+extender and the DRA driver must be tested through the official ``kubernetes`` client on the
+wire. So this speaks the wire format the client parses, with the semantics that make races
+honest, and nothing else:
 
-- list and get of nodes and pods (all namespaces or one) with ``metadata.resourceVersion``
-  and field selectors (``spec.schedulerName``, ``spec.nodeName``, ``metadata.namespace``,
-  ``status.phase``); create, merge patch (strategic merge is taken as merge) and delete;
-- ``?watch=true``: newline-delimited ``{"type", "object"}`` WatchEvents from a
+- core/v1 pods, nodes and events, coordination.k8s.io/v1 leases, and resource.k8s.io/v1
+  ResourceSlices, DeviceClasses, ResourceClaims (with the ``status`` subresource) and
+  ResourceClaimTemplates (see apikinds.py for what is checked of those);
+- list and get with ``metadata.resourceVersion``, field selectors (``spec.schedulerName``,
+  ``spec.nodeName``, ``metadata.namespace``, ``status.phase``, ``spec.driver``, ...) and
+  equality label selectors; create (409 AlreadyExists), replace (409 Conflict on a stale
+  ``metadata.resourceVersion``), merge patch (strategic merge is taken as merge) and JSON
+  patch (add, remove, replace, test), delete (an object with finalizers is only marked
+  deleted until they are gone);
+- ``?watch=true``: newline-delimited ``{"type", "object"}`` WatchEvents in chunks, from a
   resourceVersion (none or ``0``: synthetic ADDED for what exists first), ending at
-  ``timeoutSeconds``; a resourceVersion older than the kept history gets an ERROR event
-  with a 410 ``Status``, as the real server does after compaction;
-- ``POST pods/{name}/binding``: sets ``spec.nodeName`` and answers **201 with a Status**
-  (not a Binding, as the real server does), **409 Conflict** when already bound;
-- core/v1 events: create and list;
-- ``coordination.k8s.io/v1`` leases: get, create (409 AlreadyExists), replace (409 Conflict
-  on a stale ``metadata.resourceVersion``).
+  ``timeoutSeconds``; each watch reads its resource's history from where it stopped (see
+  apistore.py); a resourceVersion older than the kept history gets an ERROR event with a
+  410 ``Status``, as the real server does after compaction;
+- ``POST pods/{name}/binding``: sets ``spec.nodeName`` and copies the Binding's
+  ``metadata.annotations`` onto the pod in the same update (as the real server does), with
+  the Binding's ``metadata.uid`` and ``metadata.resourceVersion`` as preconditions; answers
+  **201 with a Status** (not a Binding), **409 Conflict** when already bound.
 
-Not served: authentication, admission, defaulting beyond what the tests need, other kinds.
-Tests also act on the store directly (``set_phase``, ``compact``) where a kubelet or etcd
-compaction would act in a real cluster.
+Every answer goes out in one write on a socket with TCP_NODELAY, as kube-apiserver's do
+(headers and body in separate writes would wait for the client's delayed ACK).
+``connections`` counts the TCP connections accepted and ``writes`` the writes per
+non-watch answer, so tests can check connection reuse and single writes.
+
+Not served: authentication, admission, defaulting beyond what is listed, other kinds.
+Tests also act on the store directly (``set_phase``, ``compact``, ``create_pod_claims``)
+where a kubelet, etcd compaction or kube-controller-manager would act in a real cluster.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-Obj = dict[str, Any]
+from k8s.apikinds import KINDS, PREFIXES, apply_defaults, check, namespaced, status_view
+from k8s.apistore import Expired, Obj, Store, labels_selected, selected
 
-_GROUP_LEASES = "/apis/coordination.k8s.io/v1"
+__all__ = ["ApiServer", "Store", "gpus", "node_json", "pod_json", "status"]
 
 
-def status(code: int, reason: str, message: str) -> Obj:
-    return {
+def status(code: int, reason: str, message: str, causes: list[str] | None = None) -> Obj:
+    answer: Obj = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -51,26 +65,9 @@ def status(code: int, reason: str, message: str) -> Obj:
         "reason": reason,
         "code": code,
     }
-
-
-def _field(obj: Obj, path: str) -> str:
-    value: Any = obj
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return "" if value is None else str(value)
-
-
-def _selected(obj: Obj, selector: str) -> bool:
-    for term in filter(None, selector.split(",")):
-        if "!=" in term:
-            key, want = term.split("!=", 1)
-            if _field(obj, key) == want:
-                return False
-        else:
-            key, want = term.split("=", 1)
-            if _field(obj, key.rstrip("=")) != want:
-                return False
-    return True
+    if causes:
+        answer["details"] = {"causes": [{"message": c} for c in causes]}
+    return answer
 
 
 def _merge(target: Obj, patch: Obj) -> None:
@@ -84,83 +81,64 @@ def _merge(target: Obj, patch: Obj) -> None:
             target[key] = copy.deepcopy(value)
 
 
-class Store:
-    """Objects by (resource, namespace, name) and the history of changes watches replay."""
+class PatchFailed(Exception):
+    """A JSON patch whose ``test`` failed or whose path does not exist."""
 
-    def __init__(self, history: int = 10_000) -> None:
-        self.lock = threading.Condition()
-        self.rv = 0
-        self.objects: dict[tuple[str, str, str], Obj] = {}
-        #: (resourceVersion, resource, type, object)
-        self.log: list[tuple[int, str, str, Obj]] = []
-        self.history = history
-        #: the oldest resourceVersion a watch may resume from
-        self.floor = 0
-        #: every binding POST: (namespace, name, node, HTTP code)
-        self.bindings: list[tuple[str, str, str, int]] = []
 
-    def _record(self, resource: str, kind: str, obj: Obj) -> None:
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.log.append((self.rv, resource, kind, copy.deepcopy(obj)))
-        if len(self.log) > self.history:
-            self.compact(len(self.log) - self.history)
-        self.lock.notify_all()
+def _json_patch(target: Obj, operations: list[Obj]) -> None:
+    """JSON patch (RFC 6902): add, remove, replace and test."""
+    for op in operations:
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in str(op["path"]).split("/")[1:]]
+        parent: Any = target
+        for part in parts[:-1]:
+            parent = parent[int(part)] if isinstance(parent, list) else parent.get(part)
+            if parent is None:
+                raise PatchFailed(f"{op['path']}: no such path")
+        last = parts[-1]
+        kind = op["op"]
+        if isinstance(parent, list):
+            index = len(parent) if last == "-" else int(last)
+            if kind == "add":
+                parent.insert(index, copy.deepcopy(op["value"]))
+            elif kind == "remove":
+                parent.pop(index)
+            elif kind == "replace":
+                parent[index] = copy.deepcopy(op["value"])
+            elif kind == "test" and parent[index] != op["value"]:
+                raise PatchFailed(f"{op['path']}: test failed")
+        elif kind in ("add", "replace"):
+            if kind == "replace" and last not in parent:
+                raise PatchFailed(f"{op['path']}: no such path")
+            parent[last] = copy.deepcopy(op["value"])
+        elif kind == "remove":
+            if last not in parent:
+                raise PatchFailed(f"{op['path']}: no such path")
+            del parent[last]
+        elif kind == "test" and parent.get(last) != op["value"]:
+            raise PatchFailed(f"{op['path']}: test failed")
 
-    def compact(self, drop: int | None = None) -> None:
-        """Forget watch history (all of it by default): older resourceVersions get 410."""
-        with self.lock:
-            drop = len(self.log) if drop is None else drop
-            self.log = self.log[drop:]
-            self.floor = self.rv
 
-    def put(self, resource: str, obj: Obj) -> Obj:
-        with self.lock:
-            meta = obj.setdefault("metadata", {})
-            namespace = meta.get("namespace", "") if resource != "nodes" else ""
-            key = (resource, namespace, meta["name"])
-            kind = "MODIFIED" if key in self.objects else "ADDED"
-            meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-            self.objects[key] = obj
-            self._record(resource, kind, obj)
-            return copy.deepcopy(obj)
+class _CountingWriter:
+    """The connection's writer, counting writes (an answer must be one write)."""
 
-    def get(self, resource: str, namespace: str, name: str) -> Obj | None:
-        with self.lock:
-            obj = self.objects.get((resource, namespace, name))
-            return copy.deepcopy(obj) if obj is not None else None
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.count = 0
 
-    def delete(self, resource: str, namespace: str, name: str) -> Obj | None:
-        with self.lock:
-            obj = self.objects.pop((resource, namespace, name), None)
-            if obj is not None:
-                self._record(resource, "DELETED", obj)
-            return copy.deepcopy(obj) if obj is not None else None
+    def write(self, data: bytes) -> int:
+        self.count += 1
+        written: int = self.inner.write(data)
+        return written
 
-    def items(self, resource: str, namespace: str | None, selector: str) -> list[Obj]:
-        with self.lock:
-            return [
-                copy.deepcopy(o)
-                for (r, ns, _), o in sorted(self.objects.items())
-                if r == resource and namespace in (None, ns) and _selected(o, selector)
-            ]
+    def flush(self) -> None:
+        self.inner.flush()
 
-    def set_phase(self, namespace: str, name: str, phase: str) -> None:
-        """What a kubelet does when a pod's containers start or end."""
-        with self.lock:
-            obj = self.objects[("pods", namespace, name)]
-            obj.setdefault("status", {})["phase"] = phase
-            self._record("pods", "MODIFIED", obj)
+    def close(self) -> None:
+        self.inner.close()
 
-    def events(
-        self, resource: str, namespace: str | None, selector: str, since: int
-    ) -> Iterator[tuple[str, Obj]]:
-        for rv, res, kind, obj in self.log:
-            meta = obj["metadata"]
-            mine = res == resource and namespace in (None, meta.get("namespace", ""))
-            if rv > since and mine and _selected(obj, selector):
-                yield kind, obj
+    @property
+    def closed(self) -> bool:
+        return bool(self.inner.closed)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -169,47 +147,74 @@ class _Handler(BaseHTTPRequestHandler):
     #: each event as its chunk arrives)
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.wfile = _CountingWriter(self.wfile)  # type: ignore[assignment]
+        with self.server.counts_lock:
+            self.server.connections += 1
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
     # -- plumbing ------------------------------------------------------------------------
 
     def _send(self, code: int, body: Obj) -> None:
+        """The whole answer in one write: the status line, the headers and the body."""
         data = json.dumps(body).encode()
+        writer: Any = self.wfile
+        before = writer.count
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self._headers_buffer.append(b"\r\n" + data)
+        self.flush_headers()
+        with self.server.counts_lock:
+            self.server.writes[writer.count - before] += 1
 
-    def _body(self) -> Obj:
+    def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length) or b"{}") if length else {}
 
     def _route(self) -> tuple[str, str | None, str | None, str | None, dict[str, str]]:
-        """(resource, namespace, name, subresource, query) of the request path."""
+        """(resource, namespace, name, subresource, query) of the request path; resource
+        is empty for a path the double does not serve."""
         url = urlparse(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        path = url.path
-        for prefix in ("/api/v1", _GROUP_LEASES):
-            if path.startswith(prefix + "/"):
-                path = path[len(prefix) + 1 :]
+        for prefix in PREFIXES:
+            if url.path.startswith(prefix + "/"):
+                parts = url.path[len(prefix) + 1 :].split("/")
+                group_version = PREFIXES[prefix]
                 break
         else:
             return "", None, None, None, query
-        parts = path.split("/")
         namespace = None
         if parts[0] == "namespaces" and len(parts) >= 3:
             namespace, parts = parts[1], parts[2:]
         resource = parts[0]
+        kind = KINDS.get(resource)
+        if kind is None or kind.group_version != group_version:
+            return "", None, None, None, query
         name = parts[1] if len(parts) > 1 else None
         sub = parts[2] if len(parts) > 2 else None
+        self.server.store.requests[(self.command, resource, sub or "")] += 1
         return resource, namespace, name, sub, query
+
+    def _not_served(self) -> None:
+        self._send(404, status(404, "NotFound", f"the server could not find {self.path}"))
+
+    def _invalid(self, resource: str, name: str, errors: list[str]) -> None:
+        kind = KINDS[resource].kind
+        message = f'{kind} "{name}" is invalid: ' + "; ".join(errors)
+        self._send(422, status(422, "Invalid", message, errors))
 
     # -- verbs ---------------------------------------------------------------------------
 
     def do_GET(self) -> None:
         resource, namespace, name, _, query = self._route()
+        if not resource:
+            self._not_served()
+            return
         store = self.server.store
         if name is not None:
             obj = store.get(resource, namespace or "", name)
@@ -219,102 +224,127 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, obj)
             return
         selector = query.get("fieldSelector", "")
+        labels = query.get("labelSelector", "")
         if query.get("watch") in ("true", "1"):
-            self._watch(resource, namespace, selector, query)
+            self._watch(resource, namespace, selector, labels, query)
             return
         with store.lock:
-            items = store.items(resource, namespace, selector)
+            items = [o for o in store.items(resource, namespace, selector)]
             rv = store.rv
-        kind = {"pods": "PodList", "nodes": "NodeList", "events": "EventList"}.get(
-            resource, "LeaseList"
-        )
-        api = "coordination.k8s.io/v1" if resource == "leases" else "v1"
+        kind = KINDS[resource]
         self._send(
             200,
             {
-                "kind": kind,
-                "apiVersion": api,
+                "kind": f"{kind.kind}List",
+                "apiVersion": kind.group_version,
                 "metadata": {"resourceVersion": str(rv)},
-                "items": items,
+                "items": [o for o in items if labels_selected(o, labels)],
             },
         )
 
     def _watch(
-        self, resource: str, namespace: str | None, selector: str, query: dict[str, str]
+        self,
+        resource: str,
+        namespace: str | None,
+        selector: str,
+        labels: str,
+        query: dict[str, str],
     ) -> None:
         store = self.server.store
         deadline = time.monotonic() + float(query.get("timeoutSeconds") or 30)
-        since_raw = query.get("resourceVersion") or "0"
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+
+        def wanted(obj: Obj) -> bool:
+            ns = obj.get("metadata", {}).get("namespace", "")
+            return (
+                namespace in (None, ns) and selected(obj, selector) and labels_selected(obj, labels)
+            )
+
         lines: list[Obj] = []
+        position = 0
         with store.lock:
-            since = int(since_raw)
-            if since == 0:
-                lines = [
-                    {"type": "ADDED", "object": o}
-                    for o in store.items(resource, namespace, selector)
-                ]
-                since = store.rv
-            elif since < store.floor:
-                lines = [
-                    {
-                        "type": "ERROR",
-                        "object": status(
-                            410, "Expired", f"too old resource version: {since} ({store.floor})"
-                        ),
-                    }
-                ]
+            since = int(query.get("resourceVersion") or "0")
+            try:
+                if since == 0:
+                    lines = [
+                        {"type": "ADDED", "object": o}
+                        for o in store.items(resource, namespace, selector)
+                        if labels_selected(o, labels)
+                    ]
+                    position = store.end(resource)
+                else:
+                    position = store.position(resource, since)
+            except Expired as exc:
+                lines = [{"type": "ERROR", "object": status(410, "Expired", str(exc))}]
                 deadline = 0.0
         try:
             while True:
                 for line in lines:
                     data = json.dumps(line).encode() + b"\n"
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
                 if time.monotonic() >= deadline or self.server.stopping:
                     self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
                     return
                 with store.lock:
-                    store.lock.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
-                    lines = [
-                        {"type": kind, "object": obj}
-                        for kind, obj in store.events(resource, namespace, selector, since)
-                    ]
-                    since = store.rv
+                    if position == store.end(resource):
+                        store.lock.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
+                    try:
+                        position, changes = store.read(resource, position)
+                        lines = [{"type": k, "object": o} for k, o in changes if wanted(o)]
+                    except Expired as exc:
+                        lines = [{"type": "ERROR", "object": status(410, "Expired", str(exc))}]
+                        deadline = 0.0
         except (BrokenPipeError, ConnectionResetError):
             return
 
     def do_POST(self) -> None:
         resource, namespace, name, sub, _ = self._route()
-        store = self.server.store
         body = self._body()
+        if not resource or (name is not None and (resource, sub) != ("pods", "binding")):
+            self._not_served()
+            return
         if resource == "pods" and sub == "binding" and name is not None:
             self._bind(namespace or "default", name, body)
             return
+        self._create(resource, namespace, body)
+
+    def _create(self, resource: str, namespace: str | None, body: Obj) -> None:
+        store = self.server.store
+        kind = KINDS[resource]
+        body["apiVersion"], body["kind"] = kind.group_version, kind.kind
         meta = body.setdefault("metadata", {})
-        if namespace is not None:
+        if namespace is not None and kind.namespaced:
             meta["namespace"] = namespace
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        name = str(meta.get("name") or "")
+        if not name:
+            self._invalid(resource, name, ["metadata.name: Required value"])
+            return
+        if resource == "pods":
+            body.setdefault("status", {}).setdefault("phase", "Pending")
+            body.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+        if kind.status_subresource:
+            body.pop("status", None)  # a create sets no status, as on the real server
+        apply_defaults(resource, body)
         with store.lock:
-            if store.get(resource, namespace or "", meta.get("name", "")) is not None:
-                self._send(
-                    409, status(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
-                )
+            if store.get(resource, meta.get("namespace", "") if kind.namespaced else "", name):
+                self._send(409, status(409, "AlreadyExists", f'{resource} "{name}" already exists'))
                 return
-            if resource == "pods":
-                body.setdefault("status", {}).setdefault("phase", "Pending")
-                body.setdefault("spec", {}).setdefault("schedulerName", "default-scheduler")
+            errors = check(resource, body, None, None)
+            if errors:
+                self._invalid(resource, name, errors)
+                return
             created = store.put(resource, body)
         self._send(201, created)
 
     def _bind(self, namespace: str, name: str, body: Obj) -> None:
         store = self.server.store
         node = str((body.get("target") or {}).get("name") or "")
+        meta = body.get("metadata") or {}
         with store.lock:
             pod = store.objects.get(("pods", namespace, name))
             if pod is None:
@@ -327,61 +357,134 @@ class _Handler(BaseHTTPRequestHandler):
                     f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
                     f'already assigned to node "{pod["spec"]["nodeName"]}"',
                 )
-            elif (uid := body.get("metadata", {}).get("uid")) and uid != pod["metadata"]["uid"]:
+            elif pod["metadata"].get("deletionTimestamp"):
+                code = 409
+                answer = status(
+                    409, "Conflict", f"pod {name} is being deleted, cannot be assigned to a host"
+                )
+            elif (uid := meta.get("uid")) and uid != pod["metadata"]["uid"]:
                 code, answer = 409, status(409, "Conflict", f"pod {name}: uid precondition failed")
+            elif (rv := meta.get("resourceVersion")) and rv != pod["metadata"]["resourceVersion"]:
+                code = 409
+                answer = status(409, "Conflict", f"pod {name}: resourceVersion precondition failed")
             else:
                 pod["spec"]["nodeName"] = node
-                store._record("pods", "MODIFIED", pod)
+                annotations = meta.get("annotations") or {}
+                if annotations:
+                    pod["metadata"].setdefault("annotations", {}).update(annotations)
+                conditions = [
+                    c
+                    for c in pod.setdefault("status", {}).get("conditions") or []
+                    if c.get("type") != "PodScheduled"
+                ]
+                pod["status"]["conditions"] = [
+                    *conditions,
+                    {"type": "PodScheduled", "status": "True"},
+                ]
+                store.record("pods", "MODIFIED", pod)
                 code, answer = 201, status(201, "", "")
                 answer["status"] = "Success"
             store.bindings.append((namespace, name, node, code))
         self._send(code, answer)
 
     def do_PATCH(self) -> None:
-        resource, namespace, name, _, _ = self._route()
-        store = self.server.store
+        resource, namespace, name, sub, _ = self._route()
         patch = self._body()
-        with store.lock:
-            obj = store.objects.get((resource, namespace or "", name or ""))
-            if obj is None:
-                self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
-                return
-            _merge(obj, patch)
-            store._record(resource, "MODIFIED", obj)
-            answer = copy.deepcopy(obj)
-        self._send(200, answer)
+        if not resource or name is None:
+            self._not_served()
+            return
+        content = self.headers.get("Content-Type", "")
+        self._update(resource, namespace or "", name, sub, patch=(content, patch))
 
     def do_PUT(self) -> None:
-        resource, namespace, name, _, _ = self._route()
-        store = self.server.store
+        resource, namespace, name, sub, _ = self._route()
         body = self._body()
+        if not resource or name is None:
+            self._not_served()
+            return
+        self._update(resource, namespace or "", name, sub, replace=body)
+
+    def _update(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        sub: str | None,
+        *,
+        patch: tuple[str, Any] | None = None,
+        replace: Obj | None = None,
+    ) -> None:
+        store = self.server.store
+        kind = KINDS[resource]
+        key = (resource, namespace if kind.namespaced else "", name)
         with store.lock:
-            current = store.objects.get((resource, namespace or "", name or ""))
+            current = store.objects.get(key)
             if current is None:
                 self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
                 return
-            sent = str(body.get("metadata", {}).get("resourceVersion") or "")
-            if sent != current["metadata"]["resourceVersion"]:
-                self._send(
-                    409,
-                    status(
+            if replace is not None:
+                sent = str(replace.get("metadata", {}).get("resourceVersion") or "")
+                if sent != current["metadata"]["resourceVersion"]:
+                    self._send(
                         409,
-                        "Conflict",
-                        f'Operation cannot be fulfilled on {resource} "{name}": the object '
-                        "has been modified; please apply your changes to the latest version "
-                        "and try again",
-                    ),
-                )
+                        status(
+                            409,
+                            "Conflict",
+                            f'Operation cannot be fulfilled on {resource} "{name}": the object '
+                            "has been modified; please apply your changes to the latest "
+                            "version and try again",
+                        ),
+                    )
+                    return
+                new = copy.deepcopy(replace)
+            else:
+                assert patch is not None
+                new = copy.deepcopy(current)
+                try:
+                    if patch[0].startswith("application/json-patch") or isinstance(patch[1], list):
+                        _json_patch(new, patch[1])
+                    else:
+                        _merge(new, patch[1])
+                except (PatchFailed, KeyError, IndexError, ValueError, TypeError) as exc:
+                    self._send(422, status(422, "Invalid", f"the patch failed: {exc}"))
+                    return
+            new["apiVersion"], new["kind"] = kind.group_version, kind.kind
+            meta = new.setdefault("metadata", {})
+            for fixed in ("uid", "creationTimestamp", "name"):
+                meta[fixed] = current["metadata"].get(fixed)
+            if kind.namespaced:
+                meta["namespace"] = namespace
+            if current["metadata"].get("deletionTimestamp"):
+                meta["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
+            new = status_view(resource, new, current, sub)
+            apply_defaults(resource, new)
+            errors = check(resource, new, current, sub)
+            if errors:
+                self._invalid(resource, name, errors)
                 return
-            body["metadata"]["uid"] = current["metadata"]["uid"]
-            body["metadata"]["namespace"] = namespace or ""
-            replaced = store.put(resource, body)
-        self._send(200, replaced)
+            if replace is None and "resourceVersion" in new["metadata"]:
+                # a patch applies to the latest version unless it names an older one
+                sent = (
+                    (patch[1] if patch and isinstance(patch[1], dict) else {})
+                    .get("metadata", {})
+                    .get("resourceVersion")
+                )
+                if sent and sent != current["metadata"]["resourceVersion"]:
+                    self._send(409, status(409, "Conflict", f'{resource} "{name}" was modified'))
+                    return
+            stored = store.put(resource, new)
+            if store.objects.get(key) is None:
+                stored = new  # the last finalizer went: the object is gone
+        self._send(200, stored)
 
     def do_DELETE(self) -> None:
         resource, namespace, name, _, _ = self._route()
         self._body()  # DeleteOptions: read it, so the kept-alive connection stays in step
-        obj = self.server.store.delete(resource, namespace or "", name or "")
+        if not resource or name is None:
+            self._not_served()
+            return
+        space = namespace or "" if namespaced(resource) else ""
+        obj = self.server.store.delete(resource, space, name)
         if obj is None:
             self._send(404, status(404, "NotFound", f'{resource} "{name}" not found'))
         else:
@@ -397,6 +500,11 @@ class ApiServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.store = Store()
         self.stopping = False
+        #: TCP connections accepted
+        self.connections = 0
+        #: writes per non-watch answer -> how many answers took that many
+        self.writes: Counter[int] = Counter()
+        self.counts_lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

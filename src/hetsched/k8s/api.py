@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,13 +60,28 @@ class ClusterAPI(Protocol):
         scheduler) and the list's resourceVersion."""
         ...
 
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        """The pod as the server has it now; None when there is none."""
+        ...
+
     def watch(self, resource: str, resource_version: str, timeout_s: int) -> Iterator[WatchEvent]:
         """Changes to ``nodes`` or ``pods`` after ``resource_version``, until ``timeout_s``;
         raises WatchExpired when the version is too old."""
         ...
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
-        """POST the pod's Binding; False when the pod is already bound (409)."""
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
+        """POST the pod's Binding; False when the pod is already bound (409). ``uid`` (when
+        set) is a precondition: a pod recreated under the same name is not bound. The
+        ``annotations`` are written on the pod by the same update that binds it (the API
+        server copies a Binding's annotations onto the pod), so a binding that fails leaves
+        none of them behind."""
         ...
 
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> None: ...
@@ -166,6 +181,14 @@ class KubeClusterAPI:
     def list_pods(self) -> tuple[list[Obj], str]:
         return self._list(self.core.list_pod_for_all_namespaces)
 
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._call(self.core.read_namespaced_pod, name, namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def watch(self, resource: str, resource_version: str, timeout_s: int) -> Iterator[WatchEvent]:
         api_exception = _api_exception()
         fn = self.core.list_node if resource == "nodes" else self.core.list_pod_for_all_namespaces
@@ -190,13 +213,26 @@ class KubeClusterAPI:
 
     # -- writing -------------------------------------------------------------------------
 
-    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
-        client = _k8s("client")
+    def bind(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        node: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> bool:
         api_exception = _api_exception()
-        body = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
+        meta: Obj = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
         try:
             response = self.core.create_namespaced_pod_binding(
                 name, namespace, body, _preload_content=False
@@ -205,6 +241,13 @@ class KubeClusterAPI:
             if _code(exc) == 409:
                 return False
             raise ApiError(_code(exc), str(getattr(exc, "reason", exc))) from None
+        try:
+            # the Status in the answer is read to its end and the connection handed back to
+            # the pool: an unread answer keeps its connection, and the next call opens a new
+            # one (a TLS handshake per binding against a real cluster)
+            response.data  # noqa: B018
+        finally:
+            response.release_conn()
         if response.status not in (200, 201):
             raise ApiError(int(response.status), "unexpected answer to the binding POST")
         return True
