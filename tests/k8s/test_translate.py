@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.k8s.names import DEFAULT_SLOT_SHARE
+from hetsched.k8s.podrequest import device_requests
 from hetsched.k8s.translate import (
     TranslateError,
     assigned_devices,
+    assignment_annotations,
     devices_annotation,
     group_job,
     node_from_k8s,
@@ -292,3 +298,160 @@ def test_assigned_devices_and_restore() -> None:
     )
     assert restored_placement(obj) == placement
     assert restored_placement(pod([c()])) is None
+
+
+# -- several device classes and shares per class ----------------------------------------------
+
+G, GS, F, N = "hetsched.io/gpu", "hetsched.io/gpu-shared", "hetsched.io/fpga", "hetsched.io/npu"
+
+CLASS_CASES = [
+    (
+        "the bare share belongs to the shared slot, not to the FPGA",
+        {GS: "1", F: "1"},
+        {"hetsched.io/share": "300"},
+        [(F, DeviceRequest.of("fpga", 1)), (GS, DeviceRequest.of("gpu", 1, 300))],
+    ),
+    (
+        "a slot without a share is a tenth of a device, never a whole one",
+        {GS: "1"},
+        {},
+        [(GS, DeviceRequest.of("gpu", 1, DEFAULT_SLOT_SHARE))],
+    ),
+    (
+        "a whole GPU and a slot stay two requests",
+        {G: "1", GS: "1"},
+        {"hetsched.io/share.gpu": "250"},
+        [(G, DeviceRequest.of("gpu", 1)), (GS, DeviceRequest.of("gpu", 1, 250))],
+    ),
+    (
+        "shares per class",
+        {GS: "1", "hetsched.io/npu-shared": "1", F: "2"},
+        {"hetsched.io/share.gpu": "300", "hetsched.io/share.npu": "500"},
+        [
+            (F, DeviceRequest.of("fpga", 2)),
+            (GS, DeviceRequest.of("gpu", 1, 300)),
+            ("hetsched.io/npu-shared", DeviceRequest.of("npu", 1, 500)),
+        ],
+    ),
+    (
+        "a per-class share wins over the bare one",
+        {GS: "1"},
+        {"hetsched.io/share": "300", "hetsched.io/share.gpu": "600"},
+        [(GS, DeviceRequest.of("gpu", 1, 600))],
+    ),
+    (
+        "a selector per class, the bare one for the rest",
+        {G: "1", F: "1"},
+        {
+            "hetsched.io/selector": 'device.attributes["model"] == "A100"',
+            "hetsched.io/selector.fpga": 'device.attributes["model"] == "U250"',
+        },
+        [
+            (F, DeviceRequest.of("fpga", 1, selector='device.attributes["model"] == "U250"')),
+            (G, DeviceRequest.of("gpu", 1, selector='device.attributes["model"] == "A100"')),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "limits", "annotations", "expected"), CLASS_CASES)
+def test_device_requests_per_class(
+    case: str, limits: dict[str, str], annotations: dict[str, str], expected: Any
+) -> None:
+    assert device_requests(pod([c(limits=limits)], annotations)) == expected, case
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "message"),
+    [
+        ({G: "1", F: "1"}, {"hetsched.io/share": "300"}, "ambiguous"),
+        ({GS: "1", N + "-shared": "1"}, {"hetsched.io/share": "300"}, "ambiguous"),
+        ({G: "1"}, {"hetsched.io/share.fpga": "300"}, "asks for no hetsched.io/fpga"),
+        ({GS: "2"}, {}, "must be 1"),
+        ({G: "-1"}, {}, "must not be negative"),
+        ({G: "x"}, {}, "whole number"),
+        ({G: "1"}, {"hetsched.io/share.gpu": "0"}, "1..1000"),
+    ],
+)
+def test_bad_device_requests(limits: Any, annotations: Any, message: str) -> None:
+    with pytest.raises(TranslateError, match=message):
+        pod_request(pod([c(limits=limits)], annotations))
+
+
+def test_the_assignment_names_each_devices_resource_the_node_and_the_pod() -> None:
+    obj = pod([c(limits={G: "1", GS: "1", F: "1"})], {"hetsched.io/share.gpu": "300"})
+    placement = Placement(
+        "n1",
+        0,
+        0,
+        (DeviceShare("n1/fpga0", 1000), DeviceShare("n1/gpu0", 1000), DeviceShare("n1/gpu1", 300)),
+    )
+    annotations = assignment_annotations(obj, placement)
+    assert json.loads(annotations["hetsched.io/assigned-devices"]) == [
+        {"id": "n1/fpga0", "share": 1000, "resource": F},
+        {"id": "n1/gpu0", "share": 1000, "resource": G},
+        {"id": "n1/gpu1", "share": 300, "resource": GS},
+    ]
+    assert annotations["hetsched.io/assign-phase"] == "allocating"
+    assert annotations["hetsched.io/assigned-for"] == "n1/u-1"
+    # what a restart reads back
+    bound = pod([c(limits={G: "1", GS: "1", F: "1"})], annotations, nodeName="n1")
+    restored = restored_placement(bound)
+    assert restored is not None
+    assert restored.devices == placement.devices
+
+
+_CLASSES = ["gpu", "fpga", "npu"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    whole=st.dictionaries(st.sampled_from(_CLASSES), st.integers(0, 3)),
+    shared=st.sets(st.sampled_from(_CLASSES)),
+    shares=st.dictionaries(st.sampled_from(_CLASSES), st.integers(1, 1000)),
+)
+def test_a_share_of_one_class_never_changes_another(
+    whole: dict[str, int], shared: set[str], shares: dict[str, int]
+) -> None:
+    limits = {f"hetsched.io/{k}": str(n) for k, n in whole.items()}
+    limits |= {f"hetsched.io/{k}-shared": "1" for k in shared}
+    asked = {k for k, n in whole.items() if n} | shared
+    annotations = {f"hetsched.io/share.{k}": str(v) for k, v in shares.items() if k in asked}
+    try:
+        requests = device_requests(pod([c(limits=limits)], annotations))
+    except TranslateError as exc:
+        # only a share below 1000 on several whole devices of a class is refused
+        assert "needs a limit of 1" in str(exc)
+        return
+    for resource, request in requests:
+        choice = request.primary
+        if resource.endswith("-shared"):
+            assert choice.share == shares.get(choice.device_class, DEFAULT_SLOT_SHARE)
+        elif choice.device_class in shared or choice.device_class not in shares:
+            assert choice.share == 1000  # whole devices stay whole
+        else:
+            assert choice.share == shares[choice.device_class]
+    assert sorted(r for r, _ in requests) == sorted(
+        [f"hetsched.io/{k}" for k, n in whole.items() if n]
+        + [f"hetsched.io/{k}-shared" for k in shared]
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    obj=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner),
+        max_leaves=25,
+    )
+)
+def test_any_json_is_read_or_refused_with_a_translate_error(obj: Any) -> None:
+    for read in (pod_request, pod_info, node_from_k8s):
+        with contextlib.suppress(TranslateError):
+            read(obj if isinstance(obj, dict) else {"spec": obj, "metadata": obj})
+
+
+def test_a_selector_that_does_not_compile_names_its_annotation() -> None:
+    obj = pod([c(limits={G: "1"})], {"hetsched.io/selector.gpu": 'device.attributes["model"] =='})
+    with pytest.raises(TranslateError, match=r"annotation hetsched.io/selector.gpu"):
+        pod_request(obj)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 __all__ = [
     "ASSIGNED_DEVICES",
+    "ASSIGNED_FOR",
     "ASSIGN_PHASE",
+    "DEFAULT_SLOT_SHARE",
     "DEVICE_SELECTOR",
     "DEVICE_SHARE",
     "DOMAIN",
@@ -40,17 +42,27 @@ SHARED_SUFFIX = "-shared"
 #: ``{"id", "class", "vendor", "model", "attributes": {...}, "health": "healthy"|"unhealthy"}``
 NODE_DEVICES = f"{DOMAIN}/devices"
 
-#: Pod annotation written by the scheduler before binding: a JSON list ``[{"id", "share"}]``
-#: of the devices (and shares of them) the pod's container gets
+#: Pod annotation written by the scheduler in the pod's Binding: a JSON list
+#: ``[{"id", "share", "resource"}]`` of the devices (and shares of them) the pod gets, in the
+#: order of its requests, each with the extended resource it was asked as
 ASSIGNED_DEVICES = f"{DOMAIN}/assigned-devices"
+#: Pod annotation written with :data:`ASSIGNED_DEVICES`: ``<node>/<pod uid>``, the node and
+#: the pod the assignment was made for (the device plugin honours it for that pod alone)
+ASSIGNED_FOR = f"{DOMAIN}/assigned-for"
 #: Pod annotation: ``allocating`` when the scheduler has assigned devices, ``allocated``
 #: once the device plugin's Allocate has handed them to the container
 ASSIGN_PHASE = f"{DOMAIN}/assign-phase"
 
-#: Pod annotation: the share per device in milli-units (``"300"``), for a fractional request
-#: of one device (the pod's resource limit for the class must then be 1)
+#: Pod annotation: a share of one device in milli-units (``"300"``). ``<DEVICE_SHARE>.<class>``
+#: (``hetsched.io/share.gpu``) is the share of that class; the bare one applies to the pod's
+#: shared slots, or to its only device class (see :mod:`hetsched.k8s.podrequest`)
 DEVICE_SHARE = f"{DOMAIN}/share"
-#: Pod annotation: a CEL selector over device attributes (DRA syntax)
+#: The share of a shared-device slot whose pod names none: a tenth of the device (the
+#: device plugin's slots default to 10 per device, and it gives a slot nobody assigned
+#: this share too), never the whole device
+DEFAULT_SLOT_SHARE = 100
+#: Pod annotation: a CEL selector over device attributes (DRA syntax);
+#: ``<DEVICE_SELECTOR>.<class>`` is one for that class alone
 DEVICE_SELECTOR = f"{DOMAIN}/selector"
 
 #: Pod label: the pod group (gang) the pod belongs to

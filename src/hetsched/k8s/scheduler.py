@@ -12,9 +12,10 @@ carries out the actions the core returns:
   JobCancelled, a bound one a failed TaskFinished (a gang then stops as a whole);
 - nodes: NodeAdded, NodeRemoved, and DeviceHealthChanged/DeviceAdded from the device
   annotation (other node changes are not followed);
-- Bind: patch ``hetsched.io/assigned-devices`` and ``hetsched.io/assign-phase: allocating``
-  onto the pod, then POST its Binding; a 409 means someone else bound it first, so our
-  allocation is dropped and the pod is accounted where it really went;
+- Bind: POST the pod's Binding, carrying ``hetsched.io/assigned-devices``,
+  ``hetsched.io/assign-phase: allocating`` and ``hetsched.io/assigned-for`` as annotations
+  (written with ``spec.nodeName`` in one update); a 409 means someone else bound it first,
+  so our allocation is dropped and the pod is accounted where it really went;
 - Pending and Reject: a ``FailedScheduling`` Warning event whose message is the
   explanation; Preempt and Kill: delete the pods with a grace period.
 
@@ -40,11 +41,11 @@ from hetsched.cluster.state import AllocationError, ClusterState
 from hetsched.framework.profile import ProfileSpec
 from hetsched.k8s.api import ApiError, ClusterAPI, WatchExpired
 from hetsched.k8s.leader import LeaseLock
-from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES, SCHEDULER_NAME
+from hetsched.k8s.names import SCHEDULER_NAME
 from hetsched.k8s.translate import (
     PodInfo,
     TranslateError,
-    assigned_devices,
+    assignment_annotations,
     group_job,
     node_from_k8s,
     pod_info,
@@ -391,8 +392,13 @@ class PodScheduler:
         job = pod_job(obj, f"{info.key}{_short(info.uid)}@{info.node_name}")
         if info.scheduler_name != self.name:
             job = dataclasses.replace(job, preemptible=False)
-        if job.id in self.core.jobs:
-            return
+        held = self.core.jobs.get(job.id)
+        if held is not None:
+            if held.placements:
+                return  # accounted already
+            # accounted before and released since (an assumption the extender took back):
+            # the ended record keeps its id, so this takes a fresh one
+            job = dataclasses.replace(job, id=f"{job.id}~{next(self._seq)}")
         try:
             self.core.restore(job, 1, {0: placement}, now=self.clock())
         except AllocationError as exc:
@@ -527,21 +533,13 @@ class PodScheduler:
                 )
                 continue
             info = pod_info(obj)
+            # the assignment travels in the Binding: set with spec.nodeName in one update,
+            # so a binding that fails (409 or any error) leaves no annotation behind
+            annotations = assignment_annotations(obj, placement) if placement.devices else None
             try:
-                if placement.devices:
-                    self.api.patch_pod(
-                        info.namespace,
-                        info.name,
-                        {
-                            "metadata": {
-                                "annotations": {
-                                    ASSIGNED_DEVICES: assigned_devices(placement),
-                                    ASSIGN_PHASE: "allocating",
-                                }
-                            }
-                        },
-                    )
-                won = self.api.bind(info.namespace, info.name, info.uid, placement.node)
+                won = self.api.bind(
+                    info.namespace, info.name, info.uid, placement.node, annotations
+                )
             except ApiError as exc:
                 log.warning("binding %s to %s failed: %s", key, placement.node, exc)
                 self._report(obj, f"binding to {placement.node} failed: {exc}")
@@ -553,17 +551,6 @@ class PodScheduler:
                 log.info("pod %s was bound by someone else (409)", key)
                 self.conflicts.append(key)
                 self._lost.add(key)
-                if placement.devices:
-                    with contextlib.suppress(ApiError):
-                        self.api.patch_pod(
-                            info.namespace,
-                            info.name,
-                            {
-                                "metadata": {
-                                    "annotations": {ASSIGNED_DEVICES: None, ASSIGN_PHASE: None}
-                                }
-                            },
-                        )
                 self._drop(action.job_id, task, action.run, key, "bound by someone else (409)")
                 continue
             self.bound.append((key, placement.node))

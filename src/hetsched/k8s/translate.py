@@ -9,14 +9,14 @@ What is read:
 - Node: ``status.allocatable`` cpu and memory; devices from the ``hetsched.io/devices``
   annotation the device plugin writes; labels; taints (``spec.unschedulable`` and a node
   that is not Ready count as NoSchedule taints, as in Kubernetes).
-- Pod: cpu and memory requests summed over containers (init containers: the largest of
-  them, if larger); ``hetsched.io/<class>`` extended resources as device counts (limits,
-  else requests), ``hetsched.io/<class>-shared`` (the device plugin's slots of shared
-  devices) as the same class; the ``hetsched.io/share`` and ``hetsched.io/selector``
-  annotations (the selector applies to every device request of the pod); ``spec.priority``;
-  the queue from the ``hetsched.io/queue`` label, else the namespace; the gang from the
+- Pod: what it asks for (cpu, memory, devices per class and their shares: see
+  :mod:`hetsched.k8s.podrequest`); ``spec.priority``; the queue from the
+  ``hetsched.io/queue`` label, else the namespace; the gang from the
   ``hetsched.io/pod-group`` label and ``hetsched.io/min-available`` annotation;
   ``spec.nodeSelector``; ``spec.tolerations``.
+
+Every field of the wrong shape (a list where an object belongs, a bad quantity, an
+annotation that is not JSON) is a TranslateError naming it, never another exception.
 """
 
 from __future__ import annotations
@@ -30,24 +30,29 @@ from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.k8s.deviceplugin.publisher import devices_annotation
 from hetsched.k8s.names import (
     ASSIGNED_DEVICES,
-    DEVICE_SELECTOR,
-    DEVICE_SHARE,
-    DOMAIN,
     NODE_DEVICES,
     POD_GROUP,
     POD_GROUP_MIN,
     QUEUE,
-    SHARED_SUFFIX,
 )
-from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint, TaintEffect
-from hetsched.model.job import DeviceRequest, Job, TaskRequest, Toleration
+from hetsched.k8s.podrequest import (
+    TranslateError,
+    assignment_annotations,
+    mapping,
+    objects,
+    pod_key,
+    pod_request,
+    str_map,
+)
+from hetsched.model.device import Device, Health, Node, Taint, TaintEffect
+from hetsched.model.job import Job
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
-from hetsched.model.selector import SelectorError, compile_selector
 
 __all__ = [
     "PodInfo",
     "TranslateError",
     "assigned_devices",
+    "assignment_annotations",
     "devices_annotation",
     "group_job",
     "node_from_k8s",
@@ -60,29 +65,11 @@ __all__ = [
 
 JSON = Mapping[str, Any]
 
-#: ``hetsched.io/gpu-shared``: the device plugin's resource of slots of shared devices; a
-#: pod asks for one slot and says its share with ``hetsched.io/share``
-
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-class TranslateError(ValueError):
-    """An object hetsched cannot read; the message names the field."""
-
-
 def _meta(obj: JSON) -> JSON:
-    meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
-
-
-def _str_map(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (value or {}).items()}
-
-
-def pod_key(obj: JSON) -> str:
-    """``namespace/name``: how the scheduler names a pod (and a single pod's job)."""
-    meta = _meta(obj)
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    return mapping(obj.get("metadata"), "metadata")
 
 
 # -- nodes --------------------------------------------------------------------------------
@@ -105,7 +92,7 @@ def _device(entry: Any, where: str) -> Device:
     )
 
 
-def _taint(entry: Mapping[str, Any]) -> Taint:
+def _taint(entry: JSON) -> Taint:
     effect = str(entry.get("effect") or TaintEffect.NO_SCHEDULE.value)
     try:
         parsed = TaintEffect(effect)
@@ -115,7 +102,7 @@ def _taint(entry: Mapping[str, Any]) -> Taint:
 
 
 def _ready(status: JSON) -> bool:
-    for condition in status.get("conditions") or []:
+    for condition in objects(status.get("conditions"), "status.conditions"):
         if condition.get("type") == "Ready":
             return bool(condition.get("status") == "True")
     return True  # a node without conditions (a fresh object) is taken as ready
@@ -123,20 +110,31 @@ def _ready(status: JSON) -> bool:
 
 def node_from_k8s(obj: JSON) -> Node:
     """A core/v1 Node as a hetsched Node. Raises TranslateError on a field it cannot read."""
+    if not isinstance(obj, Mapping):
+        raise TranslateError(f"node: must be an object, got {type(obj).__name__}")
     meta = _meta(obj)
     name = str(meta.get("name") or "")
     if not name:
         raise TranslateError("node: metadata.name is empty")
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    allocatable = status.get("allocatable") or status.get("capacity") or {}
+    try:
+        return _node(name, obj, meta)
+    except TranslateError as exc:
+        if str(exc).startswith(f"node {name}:"):
+            raise
+        raise TranslateError(f"node {name}: {exc}") from None
+
+
+def _node(name: str, obj: JSON, meta: JSON) -> Node:
+    spec = mapping(obj.get("spec"), "spec")
+    status = mapping(obj.get("status"), "status")
+    allocatable = mapping(status.get("allocatable") or status.get("capacity"), "status.allocatable")
     try:
         cpu = parse_cpu(allocatable.get("cpu", 0))
         memory = parse_memory(allocatable.get("memory", 0))
-    except QuantityError as exc:
+    except (QuantityError, ValueError, TypeError) as exc:
         raise TranslateError(f"node {name}: status.allocatable: {exc}") from None
     devices: tuple[Device, ...] = ()
-    raw = _str_map(meta.get("annotations")).get(NODE_DEVICES)
+    raw = str_map(meta.get("annotations"), "metadata.annotations").get(NODE_DEVICES)
     if raw:
         where = f"node {name}: annotation {NODE_DEVICES}"
         try:
@@ -146,92 +144,16 @@ def node_from_k8s(obj: JSON) -> Node:
         if not isinstance(entries, list):
             raise TranslateError(f"{where}: must be a JSON list")
         devices = tuple(_device(e, where) for e in entries)
-    taints = [_taint(t) for t in spec.get("taints") or []]
+    taints = [_taint(t) for t in objects(spec.get("taints"), "spec.taints")]
     if spec.get("unschedulable"):
         taints.append(Taint("node.kubernetes.io/unschedulable"))
     if not _ready(status):
         taints.append(Taint("node.kubernetes.io/not-ready"))
-    return Node(name, cpu, memory, devices, _str_map(meta.get("labels")), tuple(taints))
+    labels = str_map(meta.get("labels"), "metadata.labels")
+    return Node(name, cpu, memory, devices, labels, tuple(taints))
 
 
 # -- pods ---------------------------------------------------------------------------------
-
-
-def _containers(spec: JSON, key: str) -> list[JSON]:
-    return [c for c in spec.get(key) or [] if isinstance(c, Mapping)]
-
-
-def _amounts(container: JSON) -> tuple[dict[str, Any], dict[str, Any]]:
-    resources = container.get("resources") or {}
-    return dict(resources.get("requests") or {}), dict(resources.get("limits") or {})
-
-
-def _toleration(entry: Mapping[str, Any]) -> Toleration:
-    effect = entry.get("effect")
-    value = None if entry.get("operator") == "Exists" else str(entry.get("value") or "")
-    try:
-        parsed = TaintEffect(effect) if effect else None
-    except ValueError:
-        parsed = None
-    return Toleration(str(entry.get("key") or ""), value, parsed)
-
-
-def pod_request(obj: JSON) -> TaskRequest:
-    """What one pod asks for, as a hetsched task request."""
-    name = pod_key(obj)
-    spec = obj.get("spec") or {}
-    annotations = _str_map(_meta(obj).get("annotations"))
-    cpu = memory = 0
-    counts: dict[str, int] = {}
-    try:
-        for container in _containers(spec, "containers"):
-            requests, limits = _amounts(container)
-            cpu += parse_cpu(requests.get("cpu", limits.get("cpu", 0)))
-            memory += parse_memory(requests.get("memory", limits.get("memory", 0)))
-            for resource in {*requests, *limits}:
-                if resource.startswith(DOMAIN + "/"):
-                    amount = limits.get(resource, requests.get(resource, 0))
-                    device_class = resource[len(DOMAIN) + 1 :].removesuffix(SHARED_SUFFIX)
-                    counts[device_class] = counts.get(device_class, 0) + int(amount)
-        for container in _containers(spec, "initContainers"):
-            requests, limits = _amounts(container)
-            cpu = max(cpu, parse_cpu(requests.get("cpu", limits.get("cpu", 0))))
-            memory = max(memory, parse_memory(requests.get("memory", limits.get("memory", 0))))
-    except (QuantityError, ValueError, TypeError) as exc:
-        raise TranslateError(f"pod {name}: resources: {exc}") from None
-    share = SHARE_UNITS
-    if DEVICE_SHARE in annotations:
-        try:
-            share = int(annotations[DEVICE_SHARE])
-        except ValueError:
-            raise TranslateError(
-                f"pod {name}: annotation {DEVICE_SHARE} must be an integer"
-            ) from None
-        if not 1 <= share <= SHARE_UNITS:
-            raise TranslateError(f"pod {name}: annotation {DEVICE_SHARE} must be 1..{SHARE_UNITS}")
-    selector = annotations.get(DEVICE_SELECTOR) or None
-    if selector is not None:
-        try:
-            compile_selector(selector)
-        except SelectorError as exc:
-            raise TranslateError(f"pod {name}: annotation {DEVICE_SELECTOR}: {exc}") from None
-    devices: list[DeviceRequest] = []
-    for device_class, count in sorted(counts.items()):
-        if count <= 0:
-            continue
-        if share < SHARE_UNITS and count != 1:
-            raise TranslateError(
-                f"pod {name}: a share below {SHARE_UNITS} needs a limit of 1 {DOMAIN}/"
-                f"{device_class}, got {count}"
-            )
-        devices.append(DeviceRequest.of(device_class, count, share, selector))
-    return TaskRequest(
-        cpu_milli=cpu,
-        memory_mib=memory,
-        devices=tuple(devices),
-        node_selector=_str_map(spec.get("nodeSelector")),
-        tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or []),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,10 +194,12 @@ class PodInfo:
 
 
 def pod_info(obj: JSON) -> PodInfo:
+    if not isinstance(obj, Mapping):
+        raise TranslateError(f"pod: must be an object, got {type(obj).__name__}")
     meta = _meta(obj)
-    spec = obj.get("spec") or {}
-    labels = _str_map(meta.get("labels"))
-    annotations = _str_map(meta.get("annotations"))
+    spec = mapping(obj.get("spec"), "spec")
+    labels = str_map(meta.get("labels"), "metadata.labels")
+    annotations = str_map(meta.get("annotations"), "metadata.annotations")
     namespace = str(meta.get("namespace") or "default")
     group = labels.get(POD_GROUP) or None
     min_available: int | None = None
@@ -286,6 +210,10 @@ def pod_info(obj: JSON) -> PodInfo:
             raise TranslateError(
                 f"pod {pod_key(obj)}: annotation {POD_GROUP_MIN} must be an integer"
             ) from None
+    try:
+        priority = int(spec.get("priority") or 0)
+    except (TypeError, ValueError):
+        raise TranslateError(f"pod {pod_key(obj)}: spec.priority must be an integer") from None
     return PodInfo(
         key=pod_key(obj),
         namespace=namespace,
@@ -293,10 +221,10 @@ def pod_info(obj: JSON) -> PodInfo:
         uid=str(meta.get("uid") or ""),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
         node_name=str(spec.get("nodeName") or ""),
-        phase=str((obj.get("status") or {}).get("phase") or "Pending"),
+        phase=str(mapping(obj.get("status"), "status").get("phase") or "Pending"),
         deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
-        priority=int(spec.get("priority") or 0),
+        priority=priority,
         queue=labels.get(QUEUE) or namespace,
         group=group,
         min_available=min_available,
@@ -348,7 +276,9 @@ def group_job(
 
 
 def assigned_devices(placement: Placement) -> str:
-    """The ``hetsched.io/assigned-devices`` pod annotation: ``[{"id", "share"}]``."""
+    """The devices of a placement as ``[{"id", "share"}]``, the shape
+    :func:`restored_placement` reads (:func:`assignment_annotations` writes the full
+    annotation, which adds each device's resource)."""
     return json.dumps([{"id": d.device_id, "share": d.share} for d in placement.devices])
 
 
@@ -361,7 +291,7 @@ def restored_placement(obj: JSON) -> Placement | None:
         return None
     request = pod_request(obj)
     shares: tuple[DeviceShare, ...] = ()
-    raw = _str_map(_meta(obj).get("annotations")).get(ASSIGNED_DEVICES)
+    raw = str_map(_meta(obj).get("annotations"), "metadata.annotations").get(ASSIGNED_DEVICES)
     if raw:
         try:
             entries = json.loads(raw)
