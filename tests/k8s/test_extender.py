@@ -10,6 +10,7 @@ another scheduler), ``cpu-only`` (no devices, running ``web``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import signal
 import socket
@@ -17,19 +18,23 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.api import ApiError, KubeClusterAPI, for_host
 from hetsched.k8s.extender import MAX_PRIORITY, create_app
 from hetsched.k8s.scheduler import PodScheduler
 from k8s.apiserver import ApiServer, pod_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
+ASSIGNED = "hetsched.io/assigned-devices"
 HOG_UID = "0d9e8f7a-6b5c-4d3e-8f2a-1b0c9d8e7f6a"
 WEB_UID = "11111111-2222-4333-8444-555555555555"
 
@@ -167,9 +172,17 @@ def test_bind_assigns_devices_then_posts_the_binding(
     assert device["id"].startswith("gpu-a-")
     # assumed at once: the share is taken in the extender's state
     assert cluster.core.state.free_share(device["id"]) == 750
-    # a second bind of the same pod: the API server answers 409, reported as an Error
-    again = post(url, "bind", fixture("bind.json"))
-    assert "already bound" in again["Error"]
+    # a retried bind of the bound pod (kube-scheduler lost the first answer) succeeds and
+    # changes nothing: no second Binding, the same devices, the same share held
+    before = apiserver.store.get("pods", "default", "shared")
+    assert post(url, "bind", fixture("bind.json")) == {"Error": ""}
+    assert apiserver.store.get("pods", "default", "shared") == before
+    assert [b[3] for b in apiserver.store.bindings] == [201]
+    assert cluster.core.state.free_share(device["id"]) == 750
+    # to another node: an error, and still nothing changes
+    other = {**fixture("bind.json"), "Node": "gpu-b"}
+    assert "already bound to gpu-a" in post(url, "bind", other)["Error"]
+    assert apiserver.store.get("pods", "default", "shared") == before
 
 
 def test_preempt_keeps_only_nodes_where_eviction_frees_the_devices(url: str) -> None:
@@ -220,3 +233,239 @@ def test_the_cli_command_serves_the_webhook() -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=20)
+
+
+# -- binds that are retried, lost or fail (no annotation without the binding) -----------------
+
+
+def _shared_pod(apiserver: ApiServer) -> Any:
+    pod = apiserver.store.get("pods", "default", "shared")
+    assert pod is not None
+    return pod
+
+
+def _raw_bind(cluster: PodScheduler, node: str, annotations: dict[str, str] | None) -> None:
+    """Someone binds the pod behind the extender's back (the cache has not seen it yet)."""
+    api = cluster.api
+    assert isinstance(api, KubeClusterAPI)
+    assert api.bind("default", "shared", "", node, annotations)
+
+
+def test_a_bind_lost_to_another_binder_writes_nothing_and_frees_its_choice(
+    url: str, apiserver: ApiServer, cluster: PodScheduler
+) -> None:
+    _raw_bind(cluster, "cpu-only", None)
+    got = post(url, "bind", fixture("bind.json"))
+    assert "already bound to cpu-only, not gpu-a" in got["Error"]
+    pod = _shared_pod(apiserver)
+    assert pod["metadata"]["annotations"] == {"hetsched.io/share": "250"}  # none of ours
+    state = cluster.core.state
+    assert state.free_share("gpu-a-gpu0") == state.free_share("gpu-a-gpu1") == 1000
+
+
+def test_a_retried_bind_whose_first_answer_was_lost_keeps_the_first_choice(
+    url: str, apiserver: ApiServer, cluster: PodScheduler
+) -> None:
+    # the first try went through (gpu1, 250) but kube-scheduler never got the answer, and
+    # the cache has not seen the pod bound yet: the retry must not assign other devices
+    first = {
+        "hetsched.io/assigned-devices": json.dumps(
+            [{"id": "gpu-a-gpu1", "share": 250, "resource": "hetsched.io/gpu"}]
+        ),
+        "hetsched.io/assign-phase": "allocating",
+    }
+    _raw_bind(cluster, "gpu-a", first)
+    assert post(url, "bind", fixture("bind.json")) == {"Error": ""}
+    annotations = _shared_pod(apiserver)["metadata"]["annotations"]
+    assert annotations["hetsched.io/assigned-devices"] == first["hetsched.io/assigned-devices"]
+    state = cluster.core.state
+    assert state.free_share("gpu-a-gpu1") == 750  # accounted where the server says
+    assert state.free_share("gpu-a-gpu0") == 1000  # the retry's own choice was released
+    assert [b[3] for b in apiserver.store.bindings] == [201, 409]
+
+
+class _Failing:
+    """The cache's API with a binding that fails (a 500, or a dropped connection)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.fail = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def bind(self, *args: Any, **kwargs: Any) -> bool:
+        if self.fail:
+            raise ApiError(500, "etcdserver: request timed out")
+        return bool(self.inner.bind(*args, **kwargs))
+
+
+def test_a_bind_that_fails_leaves_no_annotation_and_no_assumption(
+    url: str, apiserver: ApiServer, cluster: PodScheduler
+) -> None:
+    failing = _Failing(cluster.api)
+    cluster.api = failing
+    got = post(url, "bind", fixture("bind.json"))
+    assert "etcdserver: request timed out" in got["Error"]
+    pod = _shared_pod(apiserver)
+    assert not pod["spec"].get("nodeName")
+    assert "hetsched.io/assigned-devices" not in pod["metadata"]["annotations"]
+    state = cluster.core.state
+    assert state.free_share("gpu-a-gpu0") == state.free_share("gpu-a-gpu1") == 1000
+    # kube-scheduler tries again once the API server is back: a normal bind
+    failing.fail = False
+    assert post(url, "bind", fixture("bind.json")) == {"Error": ""}
+    (device,) = json.loads(_shared_pod(apiserver)["metadata"]["annotations"][ASSIGNED])
+    assert state.free_share(device["id"]) == 750
+
+
+class _Held:
+    """The cache's API holding the first binding until a second one has been chosen."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.second = threading.Event()
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def bind(self, *args: Any, **kwargs: Any) -> bool:
+        self.calls += 1
+        if self.calls == 1:
+            self.second.wait(5)
+        else:
+            self.second.set()
+        return bool(self.inner.bind(*args, **kwargs))
+
+
+def test_concurrent_binds_never_choose_the_same_device(
+    url: str, apiserver: ApiServer, cluster: PodScheduler
+) -> None:
+    api = cluster.api
+    assert isinstance(api, KubeClusterAPI)
+    for name in ("x", "y"):
+        body = pod_json(name, devices={"gpu": 1}, scheduler="default-scheduler")
+        api.core.create_namespaced_pod("default", body)
+    cluster.sync()
+    cluster.api = _Held(api)
+    requests = [
+        {"PodName": n, "PodNamespace": "default", "PodUID": "", "Node": "gpu-a"} for n in "xy"
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda body: post(url, "bind", body), requests))
+    assert answers == [{"Error": ""}, {"Error": ""}]
+    chosen = []
+    for name in ("x", "y"):
+        pod = apiserver.store.get("pods", "default", name)
+        assert pod is not None
+        chosen += [d["id"] for d in json.loads(pod["metadata"]["annotations"][ASSIGNED])]
+    assert sorted(chosen) == ["gpu-a-gpu0", "gpu-a-gpu1"]
+
+
+# -- malformed requests: a 4xx or an Error, never a 5xx -------------------------------------------
+
+
+def test_a_nodes_item_without_a_name_is_an_error_not_a_500(url: str) -> None:
+    request = fixture("filter-nodes.json")
+    request["Nodes"]["items"].append({"spec": {}})
+    got = post(url, "filter", request)
+    assert got["Error"] == "Nodes.items[2]: metadata.name is required"
+    answer = httpx.post(f"{url}/prioritize", json=request, timeout=5)
+    assert answer.status_code == 400
+    assert "Nodes.items[2]" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            lambda n: n["status"]["allocatable"].update(cpu="lots"),
+            "status.allocatable",
+        ),
+        (
+            lambda n: n["metadata"]["annotations"].update({"hetsched.io/devices": "{not json"}),
+            "not JSON",
+        ),
+        (lambda n: n.update(spec=["not", "an", "object"]), "spec must be an object"),
+    ],
+)
+def test_one_unreadable_node_fails_alone(change: Any, reason: str) -> None:
+    request = fixture("filter-nodes.json")
+    bad = copy.deepcopy(request["Nodes"]["items"][0])
+    bad["metadata"]["name"] = "broken"
+    change(bad)
+    request["Nodes"]["items"].append(bad)
+    with serve(create_app()) as base:
+        got = post(base, "filter", request)
+        scores = post(base, "prioritize", request)
+    assert got["Error"] == ""
+    assert [n["metadata"]["name"] for n in got["Nodes"]["items"]] == ["gpu-a"]
+    assert reason in got["FailedNodes"]["broken"]
+    assert "cpu-only" in got["FailedAndUnresolvableNodes"]
+    assert {h["Host"]: h["Score"] for h in scores}["broken"] == 0
+
+
+def test_a_cached_node_that_cannot_be_read_says_why(
+    apiserver: ApiServer, cluster: PodScheduler
+) -> None:
+    api = cluster.api
+    assert isinstance(api, KubeClusterAPI)
+    broken = copy.deepcopy(fixture("nodes.json")["items"][0])
+    broken["metadata"] = {"name": "gpu-c", "annotations": {"hetsched.io/devices": "oops"}}
+    api.core.create_node(broken)
+    cluster.sync()
+    request = fixture("filter-cache-capable.json")
+    request["NodeNames"].append("gpu-c")
+    with serve(create_app(cache=cluster)) as base:
+        got = post(base, "filter", request)
+    assert "not JSON" in got["FailedNodes"]["gpu-c"]
+    assert got["NodeNames"] == ["gpu-a"]
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+_pod_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": _json
+        | st.fixed_dictionaries({}, optional={"name": _json, "annotations": _json}),
+        "spec": _json
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "containers": st.lists(
+                    st.fixed_dictionaries({}, optional={"resources": _json}), max_size=2
+                ),
+                "priority": _json,
+                "tolerations": _json,
+            },
+        ),
+    },
+)
+_nodes = st.fixed_dictionaries({"items": st.lists(_pod_like | _json, max_size=3)}) | _json
+_bodies = (
+    _json
+    | st.fixed_dictionaries(
+        {"Pod": _pod_like, "Nodes": _nodes},
+        optional={"NodeNames": _json, "NodeNameToVictims": _json, "NodeNameToMetaVictims": _json},
+    )
+    | st.fixed_dictionaries(
+        {"PodName": _json, "PodNamespace": _json, "Node": _json}, optional={"PodUID": _json}
+    )
+)
+
+
+def test_no_request_body_makes_the_extender_fail_with_a_5xx() -> None:
+    with serve(create_app()) as base, httpx.Client(base_url=base, timeout=5) as client:
+
+        @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(verb=st.sampled_from(["filter", "prioritize", "bind", "preempt"]), body=_bodies)
+        def check(verb: str, body: Any) -> None:
+            answer = client.post(f"/{verb}", json=body)
+            assert answer.status_code < 500, answer.text
+
+        check()

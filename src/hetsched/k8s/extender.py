@@ -15,6 +15,19 @@ Where node state comes from:
   shares in use are known; this is what ``nodeCacheCapable: true`` needs;
 - without one, only the ``Nodes`` of the request, taken as empty (no usage is known):
   enough for static checks (device classes, selectors, taints), for tests and dry runs.
+
+Malformed requests never fail with a 5xx: a pod hetsched cannot read is the filter's
+``Error`` (and a 400 for prioritize and preempt, whose answers have no error field); a node
+it cannot read (a bad quantity, a devices annotation that is not JSON) is that node in
+``FailedNodes`` with the reason, and the others are judged as usual; a ``Nodes`` item
+without ``metadata.name`` is the filter's ``Error`` (a 400 for prioritize).
+
+``/bind`` is idempotent: a pod already bound to the node asked for is a success that changes
+nothing (kube-scheduler retries a bind whose answer it did not get), one bound elsewhere
+an error. The device assignment is written in the Binding itself, so a binding that fails
+(409 or any error) leaves no annotation on the pod; the devices are assumed in the cache
+under the same lock that chose them (a concurrent bind never gets them too) and released
+again when the binding fails.
 """
 
 from __future__ import annotations
@@ -26,7 +39,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.cluster.state import AllocationError, ClusterState
@@ -34,14 +48,15 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.runtime import Framework
 from hetsched.k8s.api import ApiError
-from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES
 from hetsched.k8s.scheduler import PodScheduler
 from hetsched.k8s.translate import (
     TranslateError,
-    assigned_devices,
+    assignment_annotations,
     node_from_k8s,
+    pod_info,
     pod_job,
 )
+from hetsched.model.device import Node
 from hetsched.model.job import Job
 from hetsched.scheduler.core import task_key
 
@@ -119,6 +134,35 @@ def node_reasons(framework: Framework, ctx: CycleContext, candidates: Any) -> di
     return out
 
 
+class _BadRequest(Exception):
+    """A request hetsched cannot read; the message says which field and why."""
+
+
+def _node_items(nodes: Obj | None) -> list[tuple[str, Obj]]:
+    """The ``Nodes`` of a request by name; _BadRequest for an item without a name."""
+    if nodes is None:
+        return []
+    items = nodes.get("items")
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise _BadRequest("Nodes.items must be a list")
+    out: list[tuple[str, Obj]] = []
+    for i, item in enumerate(items):
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            raise _BadRequest(f"Nodes.items[{i}]: metadata.name is required")
+        out.append((name, item))
+    return out
+
+
+def _candidate_names(args: ExtenderArgs) -> list[str]:
+    if args.NodeNames is not None:
+        return list(args.NodeNames)
+    return [name for name, _ in _node_items(args.Nodes)]
+
+
 class _Extender:
     """The decisions behind the routes; ``cache`` None means stateless (see module doc)."""
 
@@ -127,22 +171,38 @@ class _Extender:
         self.cache = cache
 
     @contextlib.contextmanager
-    def _state(self, nodes: Obj | None) -> Iterator[tuple[ClusterState, Framework]]:
-        """The state to decide on, with a framework bound to it; nodes of the request
-        that the cache does not know yet are added (to a fork, never to the cache)."""
-        items = list((nodes or {}).get("items") or [])
+    def _state(
+        self, items: list[tuple[str, Obj]]
+    ) -> Iterator[tuple[ClusterState, Framework, dict[str, str]]]:
+        """The state to decide on, with a framework bound to it, and why each node that
+        could not be read was left out; nodes of the request that the cache does not know
+        yet are added (to a fork, never to the cache)."""
+        bad: dict[str, str] = {}
+
+        def read(obj: Obj) -> Node | None:
+            try:
+                return node_from_k8s(obj)
+            except TranslateError as exc:
+                bad[str(obj["metadata"]["name"])] = f"hetsched: {exc}"
+                return None
+
         if self.cache is None:
-            state = ClusterState([node_from_k8s(n) for n in items])
-            yield state, Framework(self.profile)
+            nodes = [n for n in (read(obj) for _, obj in items) if n is not None]
+            yield ClusterState(nodes), Framework(self.profile), bad
             return
         with self.cache.lock:
             state = self.cache.core.state
-            unknown = [n for n in items if n["metadata"]["name"] not in state.node_index]
-            if unknown:
+            unknown = [obj for name, obj in items if name not in state.node_index]
+            # a node the cache holds but could not read: say why, not just "unknown"
+            for name, obj in self.cache.nodes.items():
+                if name not in state.node_index:
+                    read(obj)
+            fresh = [n for n in (read(obj) for obj in unknown) if n is not None]
+            if fresh:
                 state = state.fork()
-                for node in unknown:
-                    state.add_node(node_from_k8s(node))
-            yield state, self.cache.core.framework
+                for node in fresh:
+                    state.add_node(node)
+            yield state, self.cache.core.framework, bad
 
     @staticmethod
     def _job(pod: Obj) -> Job:
@@ -150,19 +210,16 @@ class _Extender:
 
     def filter(self, args: ExtenderArgs) -> Obj:
         cache_capable = args.NodeNames is not None
-        names = (
-            list(args.NodeNames or [])
-            if cache_capable
-            else [n["metadata"]["name"] for n in (args.Nodes or {}).get("items") or []]
-        )
         try:
+            items = [] if cache_capable else _node_items(args.Nodes)
             job = self._job(args.Pod)
-        except TranslateError as exc:
+        except (_BadRequest, TranslateError) as exc:
             return _filter_result(cache_capable, None, [], {}, {}, str(exc))
+        names = list(args.NodeNames or []) if cache_capable else [n for n, _ in items]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         passed: list[str] = []
-        with self._state(args.Nodes) as (state, framework):
+        with self._state(items) as (state, framework, bad):
             ctx = CycleContext(state, job, job.resources)
             rows = {n: state.node_index.get(n) for n in names}
             candidates = np.zeros(len(state), np.bool_)
@@ -178,7 +235,9 @@ class _Extender:
             never = ~framework.feasible(empty_ctx)
             never_names = {empty.nodes[i].name for i in np.flatnonzero(never)}
             for name, row in rows.items():
-                if row is None or not state.active[row]:
+                if name in bad:
+                    failed[name] = bad[name]
+                elif row is None or not state.active[row]:
                     unresolvable[name] = "hetsched: node unknown to hetsched"
                 elif feasible[row]:
                     passed.append(name)
@@ -186,25 +245,22 @@ class _Extender:
                     unresolvable[name] = reasons[row]
                 else:
                     failed[name] = reasons[row]
-        items = None
+        kept = None
         if not cache_capable:
             keep = set(passed)
-            items = [
-                n for n in (args.Nodes or {}).get("items") or [] if n["metadata"]["name"] in keep
-            ]
-        return _filter_result(cache_capable, items, passed, failed, unresolvable, "")
+            kept = [obj for name, obj in items if name in keep]
+        return _filter_result(cache_capable, kept, passed, failed, unresolvable, "")
 
     def prioritize(self, args: ExtenderArgs) -> list[Obj]:
-        names = (
-            list(args.NodeNames or [])
-            if args.NodeNames is not None
-            else [n["metadata"]["name"] for n in (args.Nodes or {}).get("items") or []]
-        )
         try:
+            items = [] if args.NodeNames is not None else _node_items(args.Nodes)
             job = self._job(args.Pod)
-        except TranslateError:
-            return [{"Host": n, "Score": 0} for n in names]
-        with self._state(args.Nodes) as (state, framework):
+        except (_BadRequest, TranslateError) as exc:
+            # a HostPriorityList has no error field: kube-scheduler logs a non-200 answer
+            # and takes no scores from this extender
+            raise HTTPException(400, str(exc)) from None
+        names = _candidate_names(args)
+        with self._state(items) as (state, framework, _):
             ctx = CycleContext(state, job, job.resources)
             known = [n for n in names if n in state.node_index]
             candidates = np.zeros(len(state), np.bool_)
@@ -213,16 +269,17 @@ class _Extender:
             feasible = framework.feasible(ctx, candidates & state.active)
             rows = np.flatnonzero(feasible)
             raw = framework.scores(ctx, rows) if rows.size else np.zeros(0)
+            row_names = [state.nodes[int(row)].name for row in rows]
         scores = dict.fromkeys(names, 0)
         if rows.size:
             low, high = float(raw.min()), float(raw.max())
-            for row, value in zip(rows, raw, strict=True):
+            for name, value in zip(row_names, raw, strict=True):
                 scaled = (
                     MAX_PRIORITY
                     if high - low < 1e-9
                     else round(MAX_PRIORITY * (float(value) - low) / (high - low))
                 )
-                scores[state.nodes[int(row)].name] = int(scaled)
+                scores[name] = int(scaled)
         return [{"Host": n, "Score": scores[n]} for n in names]
 
     def bind(self, args: ExtenderBindingArgs) -> Obj:
@@ -235,9 +292,17 @@ class _Extender:
             if pod is None:
                 return {"Error": f"hetsched extender: pod {key} not seen yet"}
             try:
+                info = pod_info(pod)
                 job = self._job(pod)
             except TranslateError as exc:
                 return {"Error": str(exc)}
+            if args.PodUID and info.uid and args.PodUID != info.uid:
+                return {"Error": f"pod {key} is uid {info.uid}, not {args.PodUID}: recreated"}
+            held = _held_node(cache, key)
+            if info.node_name or held:
+                # a retry of a bind that went through (or a pod bound meanwhile): never
+                # choose devices again for a bound pod
+                return _bound_answer(key, info.node_name or held, args.Node)
             state = cache.core.state
             if args.Node not in state.node_index:
                 return {"Error": f"hetsched extender: node {args.Node} unknown"}
@@ -245,33 +310,54 @@ class _Extender:
             only[state.node_index[args.Node]] = True
             ctx = CycleContext(state, job, job.resources)
             placement = cache.core.framework.select(ctx, only & state.active)
-        if placement is None:
-            return {"Error": f"hetsched extender: pod {key} no longer fits on {args.Node}"}
-        try:
-            if placement.devices:
-                annotations = {
-                    ASSIGNED_DEVICES: assigned_devices(placement),
-                    ASSIGN_PHASE: "allocating",
-                }
-                cache.api.patch_pod(
-                    args.PodNamespace, args.PodName, {"metadata": {"annotations": annotations}}
-                )
-            if not cache.api.bind(args.PodNamespace, args.PodName, args.PodUID, args.Node):
-                return {"Error": f"pod {key} is already bound (409)"}
-        except ApiError as exc:
-            return {"Error": f"binding {key} to {args.Node}: {exc}"}
-        # assume the binding at once (the watch confirms it later), so that the next bind
-        # never hands out the same device share
-        bound = copy.deepcopy(pod)
-        bound.setdefault("spec", {})["nodeName"] = args.Node
-        if placement.devices:
-            bound["metadata"].setdefault("annotations", {})[ASSIGNED_DEVICES] = assigned_devices(
-                placement
-            )
-        with cache.lock:
+            if placement is None:
+                return {"Error": f"hetsched extender: pod {key} no longer fits on {args.Node}"}
+            annotations = assignment_annotations(pod, placement) if placement.devices else {}
+            # assumed at once, under the lock that chose the devices: a concurrent bind
+            # never hands out the same device share (released again if the binding fails)
+            bound = copy.deepcopy(pod)
+            bound.setdefault("spec", {})["nodeName"] = args.Node
+            bound.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
             cache.pods[key] = bound
             cache.assume(bound)
-        return {"Error": ""}
+        try:
+            won = cache.api.bind(
+                args.PodNamespace, args.PodName, info.uid, args.Node, annotations or None
+            )
+        except ApiError as exc:
+            self._unassume(key, bound, pod)
+            return {"Error": f"binding {key} to {args.Node}: {exc}"}
+        if won:
+            return {"Error": ""}
+        return self._lost(key, bound, pod, args.Node)
+
+    def _unassume(self, key: str, bound: Obj, current: Obj) -> None:
+        """Release an assumed binding and put ``current`` (the pod as it really is) in the
+        cache in its place."""
+        cache = self.cache
+        assert cache is not None
+        with cache.lock:
+            if cache.pods.get(key) is bound:
+                # two batches: the release must be done before the pod is accounted again
+                cache.process([("pods", "DELETED", bound)])
+                cache.process([("pods", "ADDED", current)])
+
+    def _lost(self, key: str, bound: Obj, pod: Obj, node: str) -> Obj:
+        """409: the pod was bound already, by an earlier try of ours whose answer was lost
+        or by someone else. The server's pod says which; the cache follows the server."""
+        cache = self.cache
+        assert cache is not None
+        try:
+            current = cache.api.get_pod(*key.split("/", 1))
+        except ApiError as exc:
+            self._unassume(key, bound, pod)
+            return {"Error": f"binding {key} to {node}: conflict, and reading it failed: {exc}"}
+        if current is None:
+            self._unassume(key, bound, pod)
+            return {"Error": f"pod {key} is gone"}
+        self._unassume(key, bound, current)
+        where = str((current.get("spec") or {}).get("nodeName") or "")
+        return _bound_answer(key, where, node) if where else {"Error": f"pod {key}: conflict"}
 
     def preempt(self, args: ExtenderPreemptionArgs) -> Obj:
         """Keep the nodes where evicting the proposed victims makes room for the pod's
@@ -281,13 +367,13 @@ class _Extender:
             proposed = {n: [p.UID for p in v.Pods] for n, v in args.NodeNameToMetaVictims.items()}
         elif args.NodeNameToVictims is not None:
             proposed = {
-                n: [str(p.get("metadata", {}).get("uid", "")) for p in v.Pods]
+                n: [str(_meta_of(p).get("uid", "")) for p in v.Pods]
                 for n, v in args.NodeNameToVictims.items()
             }
         try:
             job = self._job(args.Pod)
-        except TranslateError:
-            return {"NodeNameToMetaVictims": {}}
+        except TranslateError as exc:
+            raise HTTPException(400, str(exc)) from None
         keep: dict[str, Obj] = {}
         cache = self.cache
         for node, uids in proposed.items():
@@ -301,7 +387,7 @@ class _Extender:
                     continue
                 fork = state.fork()
                 for key, obj in cache.pods.items():
-                    if str(obj.get("metadata", {}).get("uid", "")) in uids and key in cache.owner:
+                    if str(_meta_of(obj).get("uid", "")) in uids and key in cache.owner:
                         job_id, task = cache.owner[key]
                         with contextlib.suppress(KeyError, AllocationError):
                             fork.release(task_key(job_id, task, cache._run.get(job_id, 1)))
@@ -311,6 +397,28 @@ class _Extender:
                 if cache.core.framework.feasible(ctx, only & fork.active).any():
                     keep[node] = victims
         return {"NodeNameToMetaVictims": keep}
+
+
+def _meta_of(obj: Any) -> dict[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _held_node(cache: PodScheduler, key: str) -> str:
+    """The node where the cache holds ``key``'s allocation (an assumed binding whose pod
+    the watch may still show unbound); empty when it holds none."""
+    owned = cache.owner.get(key)
+    record = cache.core.jobs.get(owned[0]) if owned is not None else None
+    if record is None or owned is None:
+        return ""
+    placement = record.placements.get(owned[1])
+    return placement.node if placement is not None else ""
+
+
+def _bound_answer(key: str, where: str, asked: str) -> Obj:
+    if where == asked:
+        return {"Error": ""}
+    return {"Error": f"pod {key} is already bound to {where}, not {asked}"}
 
 
 def _filter_result(
@@ -336,6 +444,10 @@ def create_app(profile: ProfileSpec | None = None, cache: PodScheduler | None = 
     """The webhook app: POST /filter, /prioritize, /bind, /preempt; GET /healthz."""
     extender = _Extender(profile, cache)
     app = FastAPI(title="hetsched scheduler extender", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(TranslateError)
+    def unreadable(request: Request, exc: TranslateError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
 
     @app.get("/healthz")
     def healthz() -> Obj:
