@@ -9,6 +9,7 @@ partly used nodes.
 
     .venv/bin/python bench/placement.py                    # 1,000 / 5,000 / 10,000 nodes
     .venv/bin/python bench/placement.py --nodes 10000 --tasks 20000 --repeats 5 -o json
+    .venv/bin/python bench/placement.py --score bestfit,stranding   # the default profile's scores
 
 Reported per size (medians over repeats): placements/s through the framework (filter,
 score, device choice, allocate, and the steady-state release), filter+score time per job,
@@ -104,11 +105,11 @@ class Result:
 
 
 def bench_framework(
-    nodes: list[Node], requests: list[TaskRequest], live: int
+    nodes: list[Node], requests: list[TaskRequest], live: int, scores: list[str] | None = None
 ) -> tuple[float, float, float]:
     """Returns (placements/s, median filter+score microseconds per job, placed fraction)."""
     state = ClusterState(nodes)
-    framework = Framework(parse_profile({"score": ["bestfit"]}))
+    framework = Framework(parse_profile({"score": scores or ["bestfit"]}))
     held: deque[str] = deque()
     placed = 0
     filter_score: list[float] = []
@@ -160,13 +161,17 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000, help="placements per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--score", default="bestfit", help="score plugins of the framework part, comma-separated"
+    )
     args = parser.parse_args()
+    scores = [s.strip() for s in args.score.split(",") if s.strip()]
     results: list[Result] = []
     for size in args.nodes:
         nodes = synthetic_cluster(size)
         requests = synthetic_requests(args.tasks)
         live = size * 2  # about half of the GPU capacity in use at steady state
-        runs = [bench_framework(nodes, requests, live) for _ in range(args.repeats)]
+        runs = [bench_framework(nodes, requests, live, scores) for _ in range(args.repeats)]
         core = [bench_core(nodes, requests[: args.tasks // 2], live) for _ in range(args.repeats)]
         results.append(
             Result(
@@ -182,6 +187,7 @@ def main() -> None:
         "machine": platform.machine(),
         "tasks": args.tasks,
         "repeats": args.repeats,
+        "score": scores,
     }
     if args.output == "json":
         print(json.dumps({"meta": meta, "results": [r.__dict__ for r in results]}, indent=2))

@@ -26,7 +26,7 @@ def test_place_json_shape(examples: Path) -> None:
     )
     assert code == 0, out
     doc = json.loads(out)
-    assert set(doc) == {"placements", "pending"}
+    assert set(doc) == {"placements", "pending", "stranded"}
     first = doc["placements"][0]
     assert set(first) == {"job", "task", "node", "cpu_milli", "memory_mib", "devices"}
     assert first["job"] == "train-llm" and first["task"] == 0
@@ -45,6 +45,27 @@ def test_place_json_shape(examples: Path) -> None:
     assert max(used.values()) <= 1000
 
 
+def test_place_example_keeps_cpu_work_off_accelerators(examples: Path, tmp_path: Path) -> None:
+    """The default profile puts the four CPU-only ETL tasks on the CPU-only nodes and leaves
+    no accelerator without the CPU and memory to feed it; best-fit alone did neither."""
+    cluster, jobs = str(examples / "clusters" / "mixed.yaml"), str(examples / "jobs" / "mixed.yaml")
+    code, out = invoke("place", "--cluster", cluster, "--jobs", jobs, "-o", "json")
+    assert code == 0, out
+    doc = json.loads(out)
+    etl = [p["node"] for p in doc["placements"] if p["job"] == "etl"]
+    assert len(etl) == 4 and all(node.startswith("cpu-") for node in etl)
+    assert doc["stranded"]["stranded"] == 0 and doc["stranded"]["accelerators"] == 30
+    assert doc["stranded"]["by_node"] == {}
+    bestfit_only = tmp_path / "bestfit.yaml"
+    bestfit_only.write_text("score: [bestfit]\n")
+    code, out = invoke(
+        "place", "--cluster", cluster, "--jobs", jobs, "--profile", str(bestfit_only), "-o", "json"
+    )
+    before = json.loads(out)
+    assert any(not p["node"].startswith("cpu-") for p in before["placements"] if p["job"] == "etl")
+    assert before["stranded"]["stranded"] >= 1
+
+
 def test_place_table(examples: Path) -> None:
     code, out = invoke(
         "place",
@@ -55,6 +76,7 @@ def test_place_table(examples: Path) -> None:
     )
     assert code == 0
     assert "train-llm" in out and "gpu0-7" in out and "Pending (1 jobs)" in out
+    assert "stranded accelerators: 0 of 30 (0.0%)" in out
 
 
 def test_place_with_bad_profile_exits_2(examples: Path, tmp_path: Path) -> None:

@@ -182,6 +182,10 @@ class AllocationMachine(RuleBasedStateMachine):
                 d.share for p in self.held.values() for d in p.devices if d.device_id == device_id
             )
             assert s.dev_free[row, slot] == 1000 - used
+        # the per-node sums are kept in step with the slots
+        healthy = s.dev_healthy
+        assert (s.dev_free_total == np.where(healthy, s.dev_free, 0).sum(axis=1)).all()
+        assert (s.dev_whole_free == ((s.dev_free >= 1000) & healthy).sum(axis=1)).all()
 
 
 TestAllocationMachine = AllocationMachine.TestCase

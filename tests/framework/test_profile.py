@@ -16,7 +16,8 @@ def test_defaults() -> None:
     spec = parse_profile({})
     assert spec.queue_sort.name == "fifo"
     assert [r.name for r in spec.filter] == ["fit", "node-selector", "taints"]
-    assert [r.name for r in spec.score] == ["bestfit"]
+    # stranding joined bestfit: CPU-only work off accelerator nodes, accelerators kept fed
+    assert [r.name for r in spec.score] == ["bestfit", "stranding"]
 
 
 def test_example_profile_loads(examples: Path) -> None:

@@ -10,9 +10,11 @@ from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.cluster.state import ClusterState
+from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.framework.profile import ProfileError, load_profile
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.specs import SpecError, load_cluster, load_jobs
+from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Bind, JobSubmitted, Pending, Reject, Scheduler
 
 __all__ = ["place", "place_jobs"]
@@ -22,7 +24,9 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
     """Place ``jobs`` on ``cluster`` in one pass; the JSON document ``place -o json`` prints."""
     nodes = load_cluster(cluster)
     job_list = load_jobs(jobs)
-    scheduler = Scheduler(ClusterState(nodes), load_profile(profile))
+    spec = load_profile(profile)
+    state = ClusterState(nodes)
+    scheduler = Scheduler(state, spec)
     actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
     placements: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
@@ -40,7 +44,8 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
             )
         elif isinstance(action, Reject):
             pending.append({"job": action.job_id, "reasons": [action.reason]})
-    return {"placements": placements, "pending": pending}
+    stranded = stranded_accelerators(state, profile_typicals(spec))
+    return {"placements": placements, "pending": pending, "stranded": stranded.to_dict()}
 
 
 def _devices_cell(node: str, devices: list[dict[str, Any]]) -> str:
@@ -102,6 +107,14 @@ def place(
             devices or "-",
         )
     console.print(table)
+    stranded = result["stranded"]
+    line = (
+        f"stranded accelerators: {stranded['stranded']} of {stranded['accelerators']} "
+        f"({stranded['percent']:.1f}%)"
+    )
+    if stranded["by_node"]:
+        line += " (" + ", ".join(f"{n}: {c}" for n, c in stranded["by_node"].items()) + ")"
+    console.print(line, highlight=False)
     if result["pending"]:
         console.print(f"\n[bold]Pending ({len(result['pending'])} jobs)[/bold]")
         for item in result["pending"]:

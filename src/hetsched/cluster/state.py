@@ -78,6 +78,8 @@ class ClusterState:
         self.dev_healthy: BoolArray = np.zeros((0, 0), np.bool_, order="F")
         #: per node: free share summed over healthy slots (kept in step with dev_free)
         self.dev_free_total: IntArray = np.zeros(0, np.int64)
+        #: per node: healthy slots wholly free (kept in step with dev_free, like the total)
+        self.dev_whole_free: IntArray = np.zeros(0, np.int64)
         self.allocations: dict[str, Placement] = {}
         #: rows whose free capacity grew (release, node or device added, device healed), in
         #: order; with ``growth_mark`` a caller asks "which rows grew since then"
@@ -148,6 +150,7 @@ class ClusterState:
         self.dev_kind = _grow(self.dev_kind, count, width, -1)
         self.dev_healthy = _grow(self.dev_healthy, count, width, False)
         self.dev_free_total = np.concatenate([self.dev_free_total, np.zeros(count, np.int64)])
+        self.dev_whole_free = np.concatenate([self.dev_whole_free, np.zeros(count, np.int64)])
         for offset, node in enumerate(batch):
             row = first + offset
             self.nodes.append(node)
@@ -401,7 +404,10 @@ class ClusterState:
         return self._grown[mark - self._grown_base :]
 
     def _total(self, row: int) -> None:
-        self.dev_free_total[row] = int(self.dev_free[row][self.dev_healthy[row]].sum())
+        healthy = self.dev_healthy[row]
+        free = self.dev_free[row]
+        self.dev_free_total[row] = int(free[healthy].sum())
+        self.dev_whole_free[row] = int(((free >= SHARE_UNITS) & healthy).sum())
 
     def fork(self) -> ClusterState:
         """An independent copy for what-if evaluation (preemption, gangs, explanations).
@@ -423,6 +429,7 @@ class ClusterState:
         other.dev_kind = self.dev_kind.copy()
         other.dev_healthy = self.dev_healthy.copy()
         other.dev_free_total = self.dev_free_total.copy()
+        other.dev_whole_free = self.dev_whole_free.copy()
         other.allocations = dict(self.allocations)
         other._grown = []
         other._grown_base = self.growth_mark()

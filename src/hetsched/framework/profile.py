@@ -7,6 +7,7 @@ prefilter: [fit]
 filter: [fit, node-selector, taints]
 score:
   - {name: bestfit, weight: 1}
+  - {name: stranding, weight: 1}
 device_choice: most_used     # or least_used: which shared device a fractional task takes
 tie_break: first             # or random (seeded): among nodes with the best score
 ```
@@ -193,7 +194,10 @@ class ProfileSpec(BaseModel):
     filter: list[PluginRef] = Field(
         default_factory=lambda: [PluginRef(name=n) for n in ("fit", "node-selector", "taints")]
     )
-    score: list[PluginRef] = Field(default_factory=lambda: [PluginRef(name="bestfit")])
+    #: bestfit packs; stranding keeps accelerators fed and CPU-only work off their nodes
+    score: list[PluginRef] = Field(
+        default_factory=lambda: [PluginRef(name="bestfit"), PluginRef(name="stranding")]
+    )
     reserve: list[PluginRef] = Field(default_factory=list)
     permit: list[PluginRef] = Field(default_factory=list)
     post_filter: list[PluginRef] = Field(default_factory=list)

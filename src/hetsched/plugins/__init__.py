@@ -2,7 +2,8 @@
 
 Filters: ``fit``, ``node-selector``, ``taints``. Scores: ``firstfit``, ``bestfit``,
 ``spread``, ``mostallocated``, ``dotprod``, ``random``, ``gpupacking``, ``gpuclustering``,
-``fgd`` (the last four from the GPU-sharing fragmentation study; see docs/fragmentation.md).
+``fgd`` (the last four from the GPU-sharing fragmentation study; see docs/fragmentation.md),
+``stranding`` (keeps accelerators fed with CPU and memory; docs/heterogeneity.md).
 """
 
 from hetsched.plugins import (
@@ -16,6 +17,7 @@ from hetsched.plugins import (
     gpupacking,
     labels,
     randomfit,
+    stranding,
     taints,
 )
 
@@ -30,5 +32,6 @@ __all__ = [
     "gpupacking",
     "labels",
     "randomfit",
+    "stranding",
     "taints",
 ]

@@ -31,8 +31,10 @@ from typing import Any
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
+from hetsched.cluster.stranding import StrandingMeter
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import SHARE_UNITS, Health, Node
+from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import (
     Bind,
     DeviceHealthChanged,
@@ -155,6 +157,8 @@ class TimeSeries:
     running: list[int] = field(default_factory=list)
     used: dict[str, list[int]] = field(default_factory=dict)
     capacity: dict[str, list[int]] = field(default_factory=dict)
+    #: stranded accelerators / healthy accelerators (cluster/stranding.py), per sample
+    stranded: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +240,7 @@ class Simulator:
         self._used: dict[str, int] = {"cpu": 0}
         self._cap: dict[str, int] = {"cpu": 0}
         self.series = TimeSeries(used={"cpu": []}, capacity={"cpu": []})
+        self._stranding = StrandingMeter(typical=profile_typicals(profile))
         for node in nodes:
             self._add_capacity(node)
         self._initial_cap = dict(self._cap)
@@ -506,6 +511,7 @@ class Simulator:
 
     def _add_capacity(self, node: Node) -> None:
         self._nodes[node.name] = node
+        self._stranding.add_node(node)
         self._removed.discard(node.name)
         self._cap["cpu"] = self._cap.get("cpu", 0) + node.cpu_milli
         for device in node.devices:
@@ -528,6 +534,7 @@ class Simulator:
         if node is None or name in self._removed:
             return
         self._removed.add(name)
+        self._stranding.remove_node(name)
         self._cap["cpu"] -= node.cpu_milli
         for device in node.devices:
             if device.id not in self._unhealthy:
@@ -537,6 +544,7 @@ class Simulator:
         label = self._device_label.get(device_id)
         if label is None or self._device_node[device_id] in self._removed:
             return
+        self._stranding.set_health(device_id, health is Health.HEALTHY)
         if health is Health.HEALTHY and device_id in self._unhealthy:
             self._unhealthy.discard(device_id)
             self._cap[label] += SHARE_UNITS
@@ -547,6 +555,7 @@ class Simulator:
     def _use(self, running: _Running, sign: int) -> None:
         placement = running.placement
         used = self._used
+        self._stranding.use(placement, sign)
         user = self._user_used.setdefault(running.user, {})
         used["cpu"] += sign * placement.cpu_milli
         user["cpu"] = user.get("cpu", 0) + sign * placement.cpu_milli
@@ -564,6 +573,7 @@ class Simulator:
         series.time.append(now)
         series.queued.append(len(self._waiting))
         series.running.append(len(self._running_jobs))
+        series.stranded.append(self._stranding.fraction)
         for label, values in series.used.items():
             values.append(self._used[label])
             series.capacity[label].append(self._cap[label])

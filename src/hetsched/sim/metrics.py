@@ -16,6 +16,9 @@ Definitions (docs/simulator.md has the long form):
   rho_u = sum JCT_j / sum T_alone_j over u's succeeded jobs (so a 3-second job that waited
   an hour does not dominate); the worst (largest) rho_u is reported, with every user's.
   rho_u <= 1 means u did at least as well as on its own 1/N slice.
+- stranded accelerators: the fraction of healthy accelerators that are free but whose node
+  lacks the CPU or memory their typical job needs (cluster/stranding.py), sampled after
+  every step; the mean is weighted by the time to the next sample.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "jain_index",
     "job_rows",
     "percentiles",
+    "stranded_mean",
     "summarize",
     "utilization",
 ]
@@ -55,6 +59,8 @@ class Summary:
     user_share: dict[str, float]
     #: finish-time fairness rho per user
     ftf: dict[str, float]
+    #: time-weighted mean fraction of stranded accelerators
+    stranded: float
     preemptions: int
     lost_work_s: float
     steps: int
@@ -79,6 +85,7 @@ class Summary:
                 "ftf_worst": self.ftf_worst,
                 "ftf_users": self.ftf,
             },
+            "stranded_accelerators": self.stranded,
             "preemptions": self.preemptions,
             "lost_work_s": self.lost_work_s,
             "steps": self.steps,
@@ -128,6 +135,17 @@ def utilization(result: SimResult) -> dict[str, float]:
     return out
 
 
+def stranded_mean(result: SimResult) -> float:
+    """Time-weighted mean of the stranded-accelerator fraction over the sampled span."""
+    times = np.asarray(result.series.time, dtype=np.float64)
+    values = np.asarray(result.series.stranded, dtype=np.float64)
+    if times.size < 2 or values.size != times.size:
+        return 0.0
+    weights = np.diff(times)
+    span = float(weights.sum())
+    return float((values[:-1] * weights).sum() / span) if span > 0 else 0.0
+
+
 def finish_time_fairness(jobs: Sequence[JobOutcome]) -> dict[str, float]:
     """rho per user (see the module docstring), succeeded jobs only."""
     shared: dict[str, float] = {}
@@ -170,6 +188,7 @@ def summarize(result: SimResult) -> Summary:
         jain_users=jain_index(list(shares.values())),
         user_share=shares,
         ftf=finish_time_fairness(jobs),
+        stranded=stranded_mean(result),
         preemptions=result.preemptions,
         lost_work_s=result.lost_work_s,
         steps=result.steps,

@@ -41,7 +41,7 @@ def downsample(series: TimeSeries, points: int = SERIES_POINTS) -> dict[str, Any
     each), with utilization as fractions of capacity."""
     times = np.asarray(series.time, dtype=np.float64)
     if times.size == 0:
-        return {"time": [], "queued": [], "running": [], "utilization": {}}
+        return {"time": [], "queued": [], "running": [], "utilization": {}, "stranded": []}
     grid = np.linspace(times[0], times[-1], min(points, times.size))
     index = np.clip(np.searchsorted(times, grid, side="right") - 1, 0, times.size - 1)
     util: dict[str, list[float]] = {}
@@ -55,6 +55,9 @@ def downsample(series: TimeSeries, points: int = SERIES_POINTS) -> dict[str, Any
         "queued": [int(series.queued[i]) for i in index],
         "running": [int(series.running[i]) for i in index],
         "utilization": util,
+        "stranded": [round(float(series.stranded[i]), 4) for i in index]
+        if len(series.stranded) == times.size
+        else [],
     }
 
 
@@ -92,6 +95,7 @@ def comparison_rows(replays: Sequence[Replay]) -> list[tuple[str, list[str]]]:
         add(f"util {label}", [f"{s.utilization.get(label, 0.0):.1%}" for s in summaries])
     add("Jain (users)", [f"{s.jain_users:.3f}" for s in summaries])
     add("FTF worst user", [f"{s.ftf_worst:.2f}" for s in summaries])
+    add("stranded accel.", [f"{s.stranded:.1%}" for s in summaries])
     add("preemptions", [str(s.preemptions) for s in summaries])
     add("lost work", [_hours(s.lost_work_s) for s in summaries])
     add("replay wall", [f"{r.wall_s:.1f}s" for r in replays])

@@ -1,0 +1,223 @@
+"""stranding: keep accelerators fed; CPU-only work goes to CPU-only nodes.
+
+Points: score. Args: ``typical`` (``class`` or ``class/model`` -> ``{cpu, memory}`` the
+typical job of one such accelerator needs beside it; default: each node's proportional
+share, see :mod:`hetsched.cluster.stranding`), ``cpu_only_penalty`` (0..100, default 60).
+
+Score = 100 - 100 x (accelerators the placement would newly strand) / (the most
+accelerators any node has) - ``cpu_only_penalty`` when a task without devices lands on a
+node with accelerators, clipped to 0..100. A placement that strands nothing on a node
+without accelerators, or a device task that strands nothing, scores 100 everywhere, so the
+other scores decide alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hetsched.cluster.stranding import (
+    Typical,
+    accelerators,
+    node_needs,
+    stranded_count,
+    whole_free,
+)
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.interfaces import FloatArray, IntArray
+from hetsched.framework.registry import register
+from hetsched.model.device import SHARE_UNITS
+from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
+
+__all__ = ["Stranding", "StrandingArgs", "TypicalArgs", "profile_typicals"]
+
+_TINY = 1e-9
+
+
+class TypicalArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: int = Field(default=0, ge=0)
+    memory: int = Field(default=0, ge=0)
+
+    @field_validator("cpu", mode="before")
+    @classmethod
+    def _cpu(cls, value: Any) -> int:
+        try:
+            return parse_cpu(value)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> int:
+        try:
+            return parse_memory(value)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+
+
+class StrandingArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    typical: dict[str, TypicalArgs] = Field(default_factory=dict)
+    cpu_only_penalty: float = Field(default=60.0, ge=0, le=100)
+
+    def typicals(self) -> dict[str, Typical]:
+        return {k: Typical(v.cpu, v.memory) for k, v in self.typical.items()}
+
+
+def profile_typicals(profile: Any) -> dict[str, Typical]:
+    """The typical accelerator needs a profile's ``stranding`` score uses (none without
+    one: then each node's proportional share), so measurements match what it optimizes."""
+    for ref in getattr(profile, "score", ()):
+        if ref.name == "stranding":
+            return StrandingArgs.model_validate(ref.args).typicals()
+    return {}
+
+
+def _least_taken(request: Any) -> tuple[int, int]:
+    """(whole devices the task takes wherever it lands, fractional requests): a request
+    whose every alternative takes whole devices takes the fewest of their counts."""
+    whole = shares = 0
+    for device_request in request.devices:
+        if all(c.share >= SHARE_UNITS for c in device_request.choices):
+            whole += min(c.count for c in device_request.choices)
+        elif all(c.count == 1 for c in device_request.choices):
+            shares += 1
+    return whole, shares
+
+
+def _taken(ctx: CycleContext, rows: IntArray) -> IntArray:
+    """Wholly free accelerators the task would take on each row: whole-device requests
+    take their count; a share takes a whole device only where no started device of its
+    class has room (the default device choice fills started devices first)."""
+    taken = np.zeros(rows.size, np.int64)
+    for request in ctx.request.devices:
+        choice = request.primary
+        if choice.share >= SHARE_UNITS:
+            taken += choice.count
+            continue
+        mask = ctx.state.device_mask(choice.device_class, choice.selector)[rows]
+        free = ctx.state.dev_free[rows]
+        started = (mask & (free >= choice.share) & (free < SHARE_UNITS)).any(axis=1)
+        taken += np.where(started, 0, 1)
+    return taken
+
+
+class _Headroom:
+    """Per node row: CPU and memory beyond what its currently fed free accelerators need.
+
+    A task that fits within both, plus the needs of the whole devices it takes, strands
+    nothing new there (what is left feeds as many of the remaining free accelerators as
+    were fed before), so only nodes whose headroom it exceeds are counted in full. Kept per
+    row and recomputed only for rows whose free CPU, memory or whole devices changed since
+    the last call (found by comparing snapshots, so any allocate or release, by anyone, is
+    noticed)."""
+
+    def __init__(self) -> None:
+        self._state: Any = None
+        self._version = -1
+        self._snap: tuple[IntArray, IntArray, IntArray] = (np.zeros(0, np.int64),) * 3
+        self.cpu: FloatArray = np.zeros(0)
+        self.mem: FloatArray = np.zeros(0)
+
+    def sync(self, state: Any, need_cpu: FloatArray, need_mem: FloatArray) -> None:
+        current = (state.cpu_free, state.mem_free, state.dev_whole_free)
+        if (
+            state is not self._state
+            or state.version != self._version
+            or (self._snap[0].shape != state.cpu_free.shape)
+        ):
+            self._state, self._version = state, state.version
+            self._snap = (current[0].copy(), current[1].copy(), current[2].copy())
+            rows: IntArray | None = None
+        else:
+            changed = (
+                (current[0] != self._snap[0])
+                | (current[1] != self._snap[1])
+                | (current[2] != self._snap[2])
+            )
+            if not changed.any():
+                return
+            rows = np.flatnonzero(changed)
+            for snap, now in zip(self._snap, current, strict=True):
+                snap[rows] = now[rows]
+        pick = slice(None) if rows is None else rows
+        cpu, mem, whole = (a[pick] for a in current)
+        fed = np.minimum(
+            whole,
+            np.minimum(np.maximum(cpu, 0) // need_cpu[pick], np.maximum(mem, 0) // need_mem[pick]),
+        )
+        if rows is None:
+            self.cpu = cpu - fed * need_cpu
+            self.mem = mem - fed * need_mem
+        else:
+            self.cpu[rows] = cpu - fed * need_cpu[rows]
+            self.mem[rows] = mem - fed * need_mem[rows]
+
+
+@register("stranding", args=StrandingArgs)
+class Stranding:
+    """Fewest accelerators left without CPU or memory; CPU-only work off accelerator nodes."""
+
+    name = "stranding"
+
+    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+        assert isinstance(args, StrandingArgs)
+        self._typical = args.typicals()
+        self._penalty = args.cpu_only_penalty
+        self._headroom = _Headroom()
+        self._typical_key = tuple(
+            sorted((k, v.cpu_milli, v.memory_mib) for k, v in self._typical.items())
+        )
+
+    def _needs(self, state: Any) -> tuple[FloatArray, FloatArray]:
+        """Per row (CPU, memory) one accelerator needs, with 0 made a tiny positive need so
+        the hot path divides without masking (a tiny need never limits)."""
+
+        def compute() -> tuple[FloatArray, FloatArray]:
+            cpu, mem = node_needs(state, self._typical)
+            return np.maximum(cpu, _TINY), np.maximum(mem, _TINY)
+
+        return state.memo(("stranding_effective", self._typical_key), compute)  # type: ignore[no-any-return]
+
+    def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
+        state = ctx.state
+        request = ctx.request
+        counts = accelerators(state)
+        need_cpu, need_mem = self._needs(state)
+        self._headroom.sync(state, need_cpu, need_mem)
+        room_cpu, room_mem = self._headroom.cpu[rows], self._headroom.mem[rows]
+        whole, shares = _least_taken(request)
+        if whole or shares:
+            # the devices it takes need no feeding any more: their share of CPU and memory
+            # joins the headroom. A share takes a whole device at least where no device of
+            # the node is started (free share = 1000 x whole free devices).
+            taken = np.full(rows.size, whole, np.int64)
+            if shares:
+                unstarted = state.dev_free_total[rows] == SHARE_UNITS * state.dev_whole_free[rows]
+                taken += shares * unstarted
+            room_cpu = room_cpu + taken * need_cpu[rows]
+            room_mem = room_mem + taken * need_mem[rows]
+        hit = np.flatnonzero((room_cpu < request.cpu_milli) | (room_mem < request.memory_mib))
+        score = np.full(rows.size, 100.0)
+        if hit.size:
+            sub = rows[hit]
+            free = whole_free(state, sub)
+            cpu, mem = state.cpu_free[sub], state.mem_free[sub]
+            before = stranded_count(free, cpu, mem, need_cpu[sub], need_mem[sub])
+            after = stranded_count(
+                np.maximum(free - _taken(ctx, sub), 0),
+                cpu - request.cpu_milli,
+                mem - request.memory_mib,
+                need_cpu[sub],
+                need_mem[sub],
+            )
+            scale = max(int(counts.max(initial=0)), 1)
+            score[hit] -= 100.0 * np.maximum(after - before, 0) / scale
+        if not request.devices:
+            score -= np.where(counts[rows] > 0, self._penalty, 0.0)
+        return np.asarray(np.clip(score, 0.0, 100.0), np.float64)
