@@ -6,6 +6,11 @@ does what the kubelet does: check the version and the resource name, dial the pl
 socket back, ask ``GetDevicePluginOptions``, and start ``ListAndWatch`` in the background,
 keeping every list the plugin sends. :meth:`KubeletDouble.restart` is a kubelet restart: it
 deletes every socket in the directory (and only sockets) and serves a new ``kubelet.sock``.
+
+With ``pod_resources=True`` it also serves the pod-resources API (``v1.PodResourcesLister``)
+on ``<dir>/pod-resources.sock``, as the kubelet does on its own socket: a pod is listed
+from the moment :meth:`KubeletDouble.admit` starts admitting it, and a container's devices
+once their Allocate returned, which is what the real kubelet's list shows.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ from types import MappingProxyType
 
 import grpc
 
-from hetsched.k8s.deviceplugin import api_pb2, api_pb2_grpc
+from hetsched.k8s.deviceplugin import (
+    api_pb2,
+    api_pb2_grpc,
+    podresources_pb2,
+    podresources_pb2_grpc,
+)
 from hetsched.k8s.deviceplugin.publisher import PodView
 
 WAIT_S = 10.0
@@ -70,11 +80,38 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
         return api_pb2.Empty()
 
 
+class _PodResources(podresources_pb2_grpc.PodResourcesListerServicer):
+    def __init__(self, kubelet: KubeletDouble) -> None:
+        self.kubelet = kubelet
+
+    def List(
+        self, request: podresources_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> podresources_pb2.ListPodResourcesResponse:
+        answer = podresources_pb2.ListPodResourcesResponse()
+        with self.kubelet._cond:
+            for (namespace, name), containers in sorted(self.kubelet.admitted.items()):
+                pod = podresources_pb2.PodResources(name=name, namespace=namespace)
+                for container, resources in sorted(containers.items()):
+                    entry = podresources_pb2.ContainerResources(name=container)
+                    for resource, ids in sorted(resources.items()):
+                        entry.devices.append(
+                            podresources_pb2.ContainerDevices(
+                                resource_name=resource, device_ids=ids
+                            )
+                        )
+                    pod.containers.append(entry)
+                answer.pod_resources.append(pod)
+        return answer
+
+
 class KubeletDouble:
-    def __init__(self, plugin_dir: Path) -> None:
+    def __init__(self, plugin_dir: Path, pod_resources: bool = False) -> None:
         self.dir = plugin_dir
         self.registrations: list[api_pb2.RegisterRequest] = []
         self.plugins: dict[str, PluginConnection] = {}
+        self.pod_resources = pod_resources
+        #: (namespace, name) -> container -> resource -> the ids its Allocate returned
+        self.admitted: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
         self._server: grpc.Server | None = None
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
@@ -83,12 +120,26 @@ class KubeletDouble:
     def socket(self) -> Path:
         return self.dir / "kubelet.sock"
 
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.dir / "pod-resources.sock"
+
     def start(self) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port(f"unix://{self.socket}")
+        if self.pod_resources:
+            podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(
+                _PodResources(self), server
+            )
+            server.add_insecure_port(f"unix://{self.pod_resources_socket}")
         server.start()
         self._server = server
+
+    def admit(self, name: str, namespace: str = "default") -> None:
+        """The kubelet starts admitting a pod: its pod-resources list shows it, no devices."""
+        with self._cond:
+            self.admitted.setdefault((namespace, name), {})
 
     def stop(self) -> None:
         """The kubelet goes away: its server stops, its streams to plugins are cancelled."""
@@ -195,12 +246,27 @@ class KubeletDouble:
         answer = self.stub(resource).GetPreferredAllocation(request, timeout=WAIT_S)
         return list(answer.container_responses[0].deviceIDs)
 
-    def allocate(self, resource: str, ids: list[str]) -> api_pb2.ContainerAllocateResponse:
+    def allocate(
+        self,
+        resource: str,
+        ids: list[str],
+        pod: str | None = None,
+        container: str = "main",
+        namespace: str = "default",
+    ) -> api_pb2.ContainerAllocateResponse:
+        """Allocate ``ids`` of ``resource``; with ``pod``, for that pod's ``container``
+        (admitted first if it was not, and the ids recorded once the Allocate returned)."""
+        if pod is not None:
+            self.admit(pod, namespace)
         request = api_pb2.AllocateRequest(
             container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
         )
         answer = self.stub(resource).Allocate(request, timeout=WAIT_S)
         assert len(answer.container_responses) == 1
+        if pod is not None:
+            with self._cond:
+                devices = self.admitted[(namespace, pod)].setdefault(container, {})
+                devices.setdefault(resource, []).extend(ids)
         return answer.container_responses[0]
 
     def pre_start(self, resource: str, ids: list[str]) -> None:
@@ -219,6 +285,8 @@ class FakeNodeAPI:
         self.pods: dict[tuple[str, str], PodView] = {}
         self.node_of: dict[tuple[str, str], str] = {}
         self.fail_node_patches = 0
+        #: the Events the plugin recorded: (namespace, event)
+        self.events: list[tuple[str, dict[str, object]]] = []
         self._lock = threading.Lock()
         self._clock = 0
 
@@ -229,7 +297,8 @@ class FakeNodeAPI:
         limits: Mapping[str, int],
         annotations: Mapping[str, str],
         namespace: str = "default",
-    ) -> None:
+    ) -> str:
+        """Add a pod; its uid (``uid-<namespace>-<name>``) is returned."""
         with self._lock:
             self._clock += 1
             created = time.strftime("%Y-%m-%dT%H:%M:", time.gmtime(0)) + f"{self._clock:02d}Z"
@@ -242,6 +311,7 @@ class FakeNodeAPI:
                 MappingProxyType(dict(limits)),
             )
             self.node_of[(namespace, name)] = node
+        return f"uid-{namespace}-{name}"
 
     def annotations_of(self, name: str, namespace: str = "default") -> Mapping[str, str]:
         return self.pods[(namespace, name)].annotations
@@ -277,3 +347,7 @@ class FakeNodeAPI:
             self.pods[(namespace, name)] = PodView(
                 pod.namespace, pod.name, pod.uid, pod.created, MappingProxyType(merged), pod.limits
             )
+
+    def create_event(self, namespace: str, event: Mapping[str, object]) -> None:
+        with self._lock:
+            self.events.append((namespace, dict(event)))

@@ -7,92 +7,25 @@ make one unhealthy; the plugin's device watcher polls it every 20 ms.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
-from hetsched.agent.watcher import DeviceWatcher
-from hetsched.k8s.deviceplugin.allocation import Roots
-from hetsched.k8s.deviceplugin.plugin import DevicePlugin, PluginSettings
-from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES
-from k8s.kubelet import WAIT_S, FakeNodeAPI, KubeletDouble, Listed
-
-GPU = "hetsched.io/gpu"
-SHARED = "hetsched.io/gpu-shared"
-NODE = "n1"
-
-FOUR_GPUS = """devices:
-  - {class: gpu, vendor: nvidia, model: A100, count: 2,
-     attributes: {memory_gib: 80, numa: 0, nvlink_domain: 0}}
-  - {class: gpu, vendor: nvidia, model: A100, count: 2,
-     attributes: {memory_gib: 80, numa: 1, nvlink_domain: 2}}
-  - {class: fpga, vendor: xilinx, model: U250, count: 1}
-"""
-
-
-@dataclass
-class Rig:
-    dir: Path
-    devices: Path
-    kubelet: KubeletDouble
-    plugin: DevicePlugin
-    api: FakeNodeAPI
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # AF_UNIX paths must stay under 108 bytes; pytest's tmp_path may be longer
-    path = Path(tempfile.mkdtemp(prefix="hs-dp-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _rig(short_dir: Path, *, pre_start: bool = False, slots: int = 4) -> Rig:
-    devices = short_dir / "devices.yaml"
-    devices.write_text(FOUR_GPUS)
-    dev = short_dir / "dev"
-    dev.mkdir()
-    (dev / "nvidiactl").touch()
-    (dev / "nvidia-uvm").touch()
-    kubelet = KubeletDouble(short_dir)
-    kubelet.start()
-    api = FakeNodeAPI()
-    settings = PluginSettings(
-        resource=GPU,
-        node_name=NODE,
-        plugin_dir=short_dir,
-        shared_slots=slots,
-        pre_start_required=pre_start,
-        socket_check_interval_s=0.02,
-        roots=Roots(dev=dev, sysfs=short_dir / "sys", proc=short_dir / "proc"),
-    )
-    watcher = DeviceWatcher.create(NODE, ["fake"], fake_file=devices, interval_s=0.02)
-    plugin = DevicePlugin(settings, watcher, api)
-    plugin.start()
-    return Rig(short_dir, devices, kubelet, plugin, api)
+from hetsched.k8s.names import ASSIGN_PHASE, DEFAULT_SLOT_SHARE
+from k8s.dprig import FOUR_GPUS, GPU, NODE, SHARED, Rig, assignment, make_rig, write_devices
+from k8s.kubelet import WAIT_S, Listed
+from k8s.official import api
 
 
 @pytest.fixture
 def rig(short_dir: Path) -> Iterator[Rig]:
-    rig = _rig(short_dir)
+    rig = make_rig(short_dir)
     yield rig
     rig.plugin.stop()
     rig.kubelet.stop()
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace the device file at once: the watcher never reads it half-written (an empty
-    file is a valid one with no devices)."""
-    staged = path.with_suffix(".new")
-    staged.write_text(text)
-    os.replace(staged, path)
 
 
 def _healthy(listed: list[Listed]) -> list[str]:
@@ -125,7 +58,7 @@ def test_registers_both_resources_and_lists_the_devices(rig: Rig) -> None:
 
 def test_list_and_watch_resends_on_health_change_and_unplug(rig: Rig) -> None:
     rig.kubelet.wait_list(GPU, lambda devs: len(devs) == 4, "four GPUs")
-    _write(
+    write_devices(
         rig.devices,
         FOUR_GPUS.replace("nvlink_domain: 2}}", "nvlink_domain: 2}, health: unhealthy}"),
     )
@@ -144,7 +77,7 @@ def test_list_and_watch_resends_on_health_change_and_unplug(rig: Rig) -> None:
     assert {d.health for d in shared if d.id.startswith("gpu3::")} == {"Unhealthy"}
 
     # hot-unplug: the last GPU of the second group disappears from the file
-    _write(
+    write_devices(
         rig.devices,
         FOUR_GPUS.replace(
             "count: 2,\n     attributes: {memory_gib: 80, numa: 1",
@@ -182,13 +115,9 @@ def test_allocate_whole_devices_without_a_scheduler_decision(rig: Rig) -> None:
 
 def test_allocate_follows_the_scheduler_for_whole_devices(rig: Rig) -> None:
     rig.kubelet.wait_list(GPU, bool, "the first list")
-    assigned = json.dumps([{"id": "n1/gpu3", "share": 1000}, {"id": "n1/gpu2", "share": 1000}])
-    rig.api.add_pod(
-        "train", NODE, {GPU: 2}, {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: "allocating"}
-    )
-    rig.api.add_pod(
-        "elsewhere", "n2", {GPU: 2}, {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: "allocating"}
-    )
+    chosen = [("n1/gpu3", 1000, GPU), ("n1/gpu2", 1000, GPU)]
+    rig.api.add_pod("train", NODE, {GPU: 2}, assignment("train", chosen))
+    rig.api.add_pod("elsewhere", "n2", {GPU: 2}, assignment("elsewhere", chosen, node="n2"))
     # the kubelet is steered to the scheduler's devices, then allocates what it chose
     assert rig.kubelet.preferred(GPU, ["gpu0", "gpu1", "gpu2", "gpu3"], 2) == ["gpu2", "gpu3"]
     answer = rig.kubelet.allocate(GPU, ["gpu2", "gpu3"])
@@ -202,15 +131,7 @@ def test_allocate_follows_the_scheduler_for_whole_devices(rig: Rig) -> None:
 def test_allocate_shared_slots_from_the_pods_annotations(rig: Rig) -> None:
     rig.kubelet.wait_list(SHARED, bool, "the first shared list")
     for name, device, share in (("a", "n1/gpu1", 300), ("b", "n1/gpu1", 500)):
-        rig.api.add_pod(
-            name,
-            NODE,
-            {SHARED: 1},
-            {
-                ASSIGNED_DEVICES: json.dumps([{"id": device, "share": share}]),
-                ASSIGN_PHASE: "allocating",
-            },
-        )
+        rig.api.add_pod(name, NODE, {SHARED: 1}, assignment(name, [(device, share, SHARED)]))
     available = [f"gpu{g}::{k}" for g in range(4) for k in range(4)]
     # steered to a slot of the scheduler's GPU
     assert rig.kubelet.preferred(SHARED, available, 1) == ["gpu1::0"]
@@ -232,10 +153,11 @@ def test_allocate_shared_slots_from_the_pods_annotations(rig: Rig) -> None:
     assert rig.api.annotations_of("b")[ASSIGN_PHASE] == "allocated"
     assert second.devices[0].host_path == "/dev/nvidia1"
 
-    # a slot nobody scheduled: an equal part of its GPU
+    # a slot nobody scheduled: the default share of a slot, as the scheduler counts it
     third = rig.kubelet.allocate(SHARED, ["gpu2::3"])
-    assert third.envs["HETSCHED_DEVICE_SHARE"] == "250"
+    assert third.envs["HETSCHED_DEVICE_SHARE"] == str(DEFAULT_SLOT_SHARE)
     assert third.envs["CUDA_VISIBLE_DEVICES"] == "2"
+    assert rig.api.events == []  # no assignment was waiting: nothing to say
 
 
 def test_allocate_refuses_unknown_and_unhealthy_devices(rig: Rig) -> None:
@@ -245,7 +167,7 @@ def test_allocate_refuses_unknown_and_unhealthy_devices(rig: Rig) -> None:
     assert unknown.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "unknown device gpu9" in str(unknown.value.details())
 
-    _write(
+    write_devices(
         rig.devices,
         FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}"),
     )
@@ -254,16 +176,13 @@ def test_allocate_refuses_unknown_and_unhealthy_devices(rig: Rig) -> None:
         rig.kubelet.allocate(GPU, ["gpu0"])
     assert "gpu0 is unhealthy" in str(unhealthy.value.details())
 
-    # the scheduler's choice went bad between binding and admission: the pod fails admission
-    rig.api.add_pod(
-        "late",
-        NODE,
-        {GPU: 1},
-        {ASSIGNED_DEVICES: json.dumps([{"id": "n1/gpu1"}]), ASSIGN_PHASE: "allocating"},
-    )
-    with pytest.raises(grpc.RpcError) as stale:
-        rig.kubelet.allocate(GPU, ["gpu2"])
-    assert "assigned n1/gpu1, which is unhealthy" in str(stale.value.details())
+    # the scheduler's choice went bad between binding and admission: the kubelet (which no
+    # longer offers gpu1) chose gpu2, and the container gets gpu2 with an Event saying so
+    rig.api.add_pod("late", NODE, {GPU: 1}, assignment("late", [("n1/gpu1", 1000, GPU)]))
+    assert rig.kubelet.allocate(GPU, ["gpu2"]).envs["CUDA_VISIBLE_DEVICES"] == "2"
+    (_, event), *_ = rig.api.events
+    assert event["involvedObject"]["name"] == "late"  # type: ignore[index]
+    assert "the scheduler assigned n1/gpu1" in str(event["message"])
 
 
 def test_preferred_allocation_keeps_to_one_nvlink_domain(rig: Rig) -> None:
@@ -295,7 +214,7 @@ def test_kubelet_restart_wipes_the_sockets_and_the_plugin_registers_again(rig: R
 
 def test_kubelet_down_for_a_while(short_dir: Path) -> None:
     # the kubelet's socket is gone when the plugin wipes ours: it keeps trying
-    rig = _rig(short_dir)
+    rig = make_rig(short_dir)
     try:
         rig.kubelet.wait_for(lambda: len(rig.kubelet.registrations) == 2, "two registrations")
         rig.kubelet.stop()
@@ -314,7 +233,7 @@ def test_kubelet_down_for_a_while(short_dir: Path) -> None:
 
 
 def test_pre_start_container_when_asked(short_dir: Path) -> None:
-    rig = _rig(short_dir, pre_start=True, slots=0)
+    rig = make_rig(short_dir, pre_start=True, slots=0)
     try:
         rig.kubelet.wait_list(GPU, bool, "the first list")
         assert list(rig.kubelet.plugins) == [GPU]  # no shared resource with 0 slots
@@ -345,7 +264,7 @@ def test_the_node_annotation_follows_the_devices(rig: Rig) -> None:
     fpga = {"id": "n1/fpga0", "class": "fpga", "health": "healthy", "attributes": {}}
     rig.api.patch_node_annotations(NODE, {"hetsched.io/devices": json.dumps([*listed, fpga])})
     rig.api.fail_node_patches = 1  # the next write fails; the plugin's loop writes it again
-    _write(
+    write_devices(
         rig.devices,
         FOUR_GPUS.replace("nvlink_domain: 0}}", "nvlink_domain: 0}, health: unhealthy}"),
     )
@@ -377,14 +296,9 @@ def test_concurrent_allocates_never_take_one_pod_twice(rig: Rig) -> None:
     rig.kubelet.wait_list(SHARED, bool, "the first shared list")
     shares = [100, 200, 300, 400, 500, 600]
     for k, share in enumerate(shares):
+        name = f"p{k}"
         rig.api.add_pod(
-            f"p{k}",
-            NODE,
-            {SHARED: 1},
-            {
-                ASSIGNED_DEVICES: json.dumps([{"id": f"n1/gpu{k % 4}", "share": share}]),
-                ASSIGN_PHASE: "allocating",
-            },
+            name, NODE, {SHARED: 1}, assignment(name, [(f"n1/gpu{k % 4}", share, SHARED)])
         )
     with ThreadPoolExecutor(max_workers=len(shares)) as pool:
         answers = list(
@@ -397,3 +311,28 @@ def test_concurrent_allocates_never_take_one_pod_twice(rig: Rig) -> None:
     assert {rig.api.annotations_of(f"p{k}")[ASSIGN_PHASE] for k in range(len(shares))} == {
         "allocated"
     }
+
+
+def test_the_official_messages_talk_to_the_plugin(rig: Rig) -> None:
+    # the kubelet's own messages, compiled from the official api.proto, over the plugin's socket
+    official = api("deviceplugin/v1beta1/api.proto")
+    rig.kubelet.wait_list(GPU, bool, "the first list")
+    with grpc.insecure_channel(f"unix://{rig.dir / 'hetsched-gpu.sock'}") as channel:
+        options = official.unary(channel, "DevicePlugin", "GetDevicePluginOptions")(
+            official.message("Empty")(), timeout=WAIT_S
+        )
+        assert options.get_preferred_allocation_available
+        stream = official.stream(channel, "DevicePlugin", "ListAndWatch")(
+            official.message("Empty")(), timeout=WAIT_S
+        )
+        first = next(iter(stream))
+        stream.cancel()
+        assert [(d.ID, d.health, [n.ID for n in d.topology.nodes]) for d in first.devices][:2] == [
+            ("gpu0", "Healthy", [0]),
+            ("gpu1", "Healthy", [0]),
+        ]
+        request = official.message("AllocateRequest")(
+            container_requests=[official.message("ContainerAllocateRequest")(devices_ids=["gpu3"])]
+        )
+        answer = official.unary(channel, "DevicePlugin", "Allocate")(request, timeout=WAIT_S)
+    assert answer.container_responses[0].envs["CUDA_VISIBLE_DEVICES"] == "3"

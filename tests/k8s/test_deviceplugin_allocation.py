@@ -5,28 +5,33 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsched.k8s.deviceplugin.allocation import (
-    AssignedDevice,
     Assignment,
     MountSpec,
     Roots,
     build_response,
     control_nodes,
     device_nodes,
-    parse_assigned,
     physical_id,
-    pick_pod,
     preferred_devices,
     preferred_slots,
     visible_env,
 )
+from hetsched.k8s.deviceplugin.matching import (
+    AssignedDevice,
+    decide,
+    parse_assigned,
+    pending,
+    preferred,
+)
 from hetsched.k8s.deviceplugin.publisher import PodView, devices_annotation, merged_annotation
-from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES
+from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES, ASSIGNED_FOR, DEFAULT_SLOT_SHARE
 from hetsched.model.device import Device, Health
 
 # an 8-GPU box: two NVLink domains of four, one per NUMA node; gpu8 has no topology
@@ -210,6 +215,11 @@ def test_build_response() -> None:
         ('[{"id": "n/gpu0", "share": 0}]', None),
         ('[{"id": "n/gpu0", "share": 1001}]', None),
         ('[{"id": "n/gpu0", "share": "300"}]', None),
+        (
+            '[{"id": "n/gpu0", "share": 300, "resource": "hetsched.io/gpu-shared"}]',
+            [AssignedDevice("n/gpu0", 300, "hetsched.io/gpu-shared")],
+        ),
+        ('[{"id": "n/gpu0", "resource": 7}]', None),
     ],
 )
 def test_parse_assigned(value: str, expected: list[AssignedDevice] | None) -> None:
@@ -217,7 +227,12 @@ def test_parse_assigned(value: str, expected: list[AssignedDevice] | None) -> No
 
 
 def _pod(
-    name: str, created: str, limits: dict[str, int], shares: list[int], phase: str = "allocating"
+    name: str,
+    created: str,
+    limits: dict[str, int],
+    shares: list[int],
+    node: str = "n",
+    **annotations: str,
 ) -> PodView:
     assigned = json.dumps([{"id": f"n/gpu{i}", "share": s} for i, s in enumerate(shares)])
     return PodView(
@@ -225,32 +240,97 @@ def _pod(
         name,
         f"uid-{name}",
         created,
-        {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: phase},
+        {
+            ASSIGNED_DEVICES: assigned,
+            ASSIGN_PHASE: "allocating",
+            ASSIGNED_FOR: f"{node}/uid-{name}",
+            **annotations,
+        },
         limits,
     )
 
 
-def test_pick_pod_matches_phase_resource_size_and_kind() -> None:
-    gpu, shared = "hetsched.io/gpu", "hetsched.io/gpu-shared"
+GPU_R, SHARED_R = "hetsched.io/gpu", "hetsched.io/gpu-shared"
+KNOWN = {f"n/gpu{i}" for i in range(4)}
+
+
+def _decide(pods: list[PodView], resource: str, ids: list[str], **kwargs: Any) -> Any:
+    shared = resource.endswith("-shared")
+    candidates = pending(pods, "n", resource, "gpu", shared, KNOWN, kwargs.get("kubelet"))
+    return decide(candidates, resource, ids, shared)
+
+
+def test_decide_honours_the_assignment_the_kubelet_chose() -> None:
     pods = [
-        _pod("done", "2026-01-01T00:00:00Z", {gpu: 2}, [1000, 1000], phase="allocated"),
-        _pod("later", "2026-01-01T00:00:09Z", {gpu: 2}, [1000, 1000]),
-        _pod("first", "2026-01-01T00:00:05Z", {gpu: 2}, [1000, 1000]),
-        _pod("one", "2026-01-01T00:00:01Z", {gpu: 1}, [1000]),
-        _pod("part", "2026-01-01T00:00:02Z", {shared: 1}, [400]),
-        _pod("bad", "2026-01-01T00:00:00Z", {gpu: 2}, [1000]),  # two asked, one assigned
+        _pod(
+            "done",
+            "2026-01-01T00:00:00Z",
+            {GPU_R: 2},
+            [1000, 1000],
+            **{"allocated.hetsched.io/gpu": "n/gpu0,n/gpu1"},
+        ),
+        _pod("two", "2026-01-01T00:00:05Z", {GPU_R: 2}, [1000, 1000]),
+        _pod("part", "2026-01-01T00:00:02Z", {SHARED_R: 1}, [400]),
     ]
+    honoured = _decide(pods, GPU_R, ["gpu1", "gpu0"])
+    assert honoured.pod.name == "two"  # "done" has its devices already
+    assert list(honoured.shares) == ["gpu0", "gpu1"]  # in the scheduler's order
+    assert honoured.warning == ""
+    # the shared pod answers only the shared resource, with its share
+    assert _decide(pods, SHARED_R, ["gpu0::3"]).pod.name == "part"
+    assert _decide(pods, SHARED_R, ["gpu0::3"]).shares == {"gpu0::3": 400}
+    # other devices than assigned: the kubelet's stand, and the warning names the pod
+    passed = _decide([pods[1]], GPU_R, ["gpu2", "gpu3"])
+    assert passed.pod is None
+    assert passed.shares == {"gpu2": 1000, "gpu3": 1000}
+    assert passed.passed_over is not None and passed.passed_over.name == "two"
+    # several pods wait and none matches: the event cannot name one
+    three = _pod("three", "2026-01-01T00:00:07Z", {GPU_R: 1}, [1000])
+    several = _decide([*pods, three], GPU_R, ["gpu3"])
+    assert several.passed_over is None
+    assert "no assignment waiting on this node" in several.warning
 
-    def name(found: tuple[PodView, list[AssignedDevice]] | None) -> str | None:
-        return None if found is None else found[0].name
 
-    assert name(pick_pod(pods, gpu, 2, shared=False)) == "first"
-    assert name(pick_pod(pods, gpu, 2, shared=False, skip={"uid-first"})) == "later"
-    assert name(pick_pod(pods, gpu, 1, shared=False)) == "one"
-    assert name(pick_pod(pods, shared, 1, shared=True)) == "part"
-    # a shared pod never answers the whole resource, nor a whole pod the shared one
-    assert name(pick_pod(pods, gpu, 1, shared=True)) is None
-    assert name(pick_pod(pods, gpu, 3, shared=False)) is None
+@pytest.mark.parametrize(
+    ("pod", "why"),
+    [
+        (_pod("p", "t", {GPU_R: 1}, [1000], node="other"), "written for other/uid-p"),
+        (
+            PodView(
+                "ns",
+                "p",
+                "uid-p",
+                "t",
+                {ASSIGNED_DEVICES: '[{"id": "x/gpu0"}]', ASSIGNED_FOR: "n/uid-p"},
+                {GPU_R: 1},
+            ),
+            "x/gpu0 is not on node n",
+        ),
+        (
+            PodView("ns", "p", "uid-p", "t", {ASSIGNED_DEVICES: "[oops"}, {GPU_R: 1}),
+            "not readable",
+        ),
+    ],
+)
+def test_decide_never_honours_a_foreign_assignment(pod: PodView, why: str) -> None:
+    decision = _decide([pod], GPU_R, ["gpu0"])
+    assert decision.pod is None
+    assert decision.shares == {"gpu0": 1000}
+    assert why in decision.warning
+
+
+def test_pending_follows_the_kubelets_list() -> None:
+    a = _pod("a", "2026-01-01T00:00:01Z", {SHARED_R: 1}, [300])
+    b = _pod("b", "2026-01-01T00:00:02Z", {SHARED_R: 1}, [500])
+    # without the kubelet's list the oldest matching pod is taken
+    assert _decide([a, b], SHARED_R, ["gpu0::0"]).pod.name == "a"
+    # the kubelet admits b (a holds its slot already, or is not admitted yet)
+    for kubelet in ({("ns", "b"): []}, {("ns", "a"): ["gpu0::0"], ("ns", "b"): []}):
+        decision = _decide([a, b], SHARED_R, ["gpu0::1"], kubelet=kubelet)
+        assert decision.pod is not None and decision.pod.name == "b"
+        assert decision.shares == {"gpu0::1": 500}
+    candidates = pending([a, b], "n", SHARED_R, "gpu", True, KNOWN, {("ns", "b"): []})
+    assert [d.id for d in preferred(candidates, 1) or []] == ["n/gpu0"]
 
 
 def test_devices_annotation_is_sorted_json() -> None:
@@ -277,20 +357,20 @@ def test_devices_annotation_is_sorted_json() -> None:
     ]
 
 
-def test_pick_pod_counts_only_the_plugins_class() -> None:
+def test_pending_counts_only_the_plugins_class_for_older_annotations() -> None:
     assigned = json.dumps([{"id": "n/gpu1", "share": 1000}, {"id": "n/fpga0", "share": 1000}])
     pod = PodView(
         "ns",
         "mixed",
         "uid-mixed",
         "2026-01-01T00:00:00Z",
-        {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: "allocating"},
+        {ASSIGNED_DEVICES: assigned, ASSIGN_PHASE: "allocating", ASSIGNED_FOR: "n/uid-mixed"},
         {"hetsched.io/gpu": 1, "hetsched.io/fpga": 1},
     )
-    found = pick_pod([pod], "hetsched.io/gpu", 1, shared=False, device_class="gpu")
-    assert found is not None
-    assert found[1] == [AssignedDevice("n/gpu1")]
-    assert pick_pod([pod], "hetsched.io/gpu", 1, shared=False) is None
+    (found,) = pending([pod], "n", GPU_R, "gpu", False, KNOWN | {"n/fpga0"}, None)
+    assert found.entries == (AssignedDevice("n/gpu1"),)
+    (fpga,) = pending([pod], "n", "hetsched.io/fpga", "fpga", False, KNOWN | {"n/fpga0"}, None)
+    assert fpga.entries == (AssignedDevice("n/fpga0"),)
 
 
 def test_merged_annotation_keeps_the_other_classes() -> None:
@@ -338,3 +418,47 @@ def test_preferred_slots_properties(
     assert len(picked) == len(set(picked)) == min(size, len(slots))
     assert set(picked) <= set(slots)
     assert set(must) <= set(picked)
+
+
+_entries = st.lists(
+    st.tuples(st.sampled_from(["n", "x"]), st.integers(0, 5), st.integers(1, 1000)),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pods=st.lists(st.tuples(_entries, st.sampled_from(["n", "other"]), st.booleans()), max_size=4),
+    ids=st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True),
+    shared=st.booleans(),
+)
+def test_an_allocate_hands_out_the_kubelets_ids_and_honours_only_true_assignments(
+    pods: list[tuple[list[tuple[str, int, int]], str, bool]], ids: list[int], shared: bool
+) -> None:
+    resource = SHARED_R if shared else GPU_R
+    views = []
+    for k, (entries, node, named) in enumerate(pods):
+        listed = [
+            {"id": f"{n}/gpu{d}", "share": s if shared else 1000, "resource": resource}
+            for n, d, s in entries
+        ]
+        annotations = {ASSIGNED_DEVICES: json.dumps(listed)}
+        if named:
+            annotations[ASSIGNED_FOR] = f"{node}/uid-{k}"
+        views.append(PodView("ns", f"p{k}", f"uid-{k}", f"t{k}", annotations, {resource: 3}))
+    kubelet_ids = [f"gpu{i}::0" if shared else f"gpu{i}" for i in ids]
+    candidates = pending(views, "n", resource, "gpu", shared, KNOWN, None)
+    decision = decide(candidates, resource, kubelet_ids, shared)
+    # the container gets exactly the kubelet's devices, each with a share of 1..1000
+    assert set(decision.shares) == set(kubelet_ids)
+    assert all(1 <= s <= 1000 for s in decision.shares.values())
+    if decision.pod is not None:
+        k = int(decision.pod.uid.split("-")[1])
+        entries, node, named = pods[k]
+        assert named and node == "n"  # written for this node and this pod
+        assert all(n == "n" for n, _, _ in entries)  # no device of another node
+        assigned = {f"gpu{d}" for _, d, _ in entries}
+        assert {i.split("::")[0] for i in kubelet_ids} <= assigned
+    else:
+        assert all(s == (DEFAULT_SLOT_SHARE if shared else 1000) for s in decision.shares.values())

@@ -1,4 +1,5 @@
-"""The committed device plugin stubs: the kubelet's wire format, and in step with api.proto."""
+"""The committed device plugin stubs: the kubelet's wire format (compared with the official
+``api.proto``), and in step with our api.proto."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from hetsched.k8s.deviceplugin import api_pb2
+from k8s.official import api, normalized
 
 PROTO = Path(api_pb2.__file__).with_name("api.proto")
 SRC = PROTO.parents[3]
@@ -84,3 +86,11 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
     api_pb2.DESCRIPTOR.CopyToProto(committed)
     # regenerate with src/hetsched/k8s/deviceplugin/regenerate.sh when this fails
     assert fresh == committed
+
+
+def test_our_proto_is_the_official_one_on_the_wire() -> None:
+    official = api("deviceplugin/v1beta1/api.proto")
+    ours = descriptor_pb2.FileDescriptorProto()
+    api_pb2.DESCRIPTOR.CopyToProto(ours)
+    assert normalized(ours) == normalized(official.file)
+    assert normalized(official.file)["package"] == "v1beta1"

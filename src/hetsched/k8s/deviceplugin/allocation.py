@@ -18,15 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetsched.k8s.deviceplugin import api_pb2
-from hetsched.k8s.deviceplugin.publisher import PodView
-from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES
 from hetsched.model.device import SHARE_UNITS, Device, Health
 
 __all__ = [
     "PHASE_ALLOCATED",
     "PHASE_ALLOCATING",
     "SLOT_SEPARATOR",
-    "AssignedDevice",
     "Assignment",
     "MountSpec",
     "Roots",
@@ -36,9 +33,7 @@ __all__ = [
     "host_index",
     "is_healthy",
     "kubelet_id",
-    "parse_assigned",
     "physical_id",
-    "pick_pod",
     "preferred_devices",
     "preferred_slots",
     "slot_ids",
@@ -46,7 +41,8 @@ __all__ = [
 ]
 
 SLOT_SEPARATOR = "::"
-#: values of the :data:`~hetsched.k8s.names.ASSIGN_PHASE` pod annotation
+#: values of the :data:`~hetsched.k8s.names.ASSIGN_PHASE` pod annotation (which pod an
+#: Allocate is for, and whether its assignment is honoured: :mod:`.matching`)
 PHASE_ALLOCATING = "allocating"
 PHASE_ALLOCATED = "allocated"
 
@@ -363,76 +359,3 @@ def build_response(
 
 def is_healthy(device: Device) -> bool:
     return device.health is Health.HEALTHY
-
-
-# -- which pod an Allocate is for -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AssignedDevice:
-    """One entry of the scheduler's :data:`~hetsched.k8s.names.ASSIGNED_DEVICES` annotation."""
-
-    id: str
-    share: int = SHARE_UNITS
-
-
-def _class_of(device_id: str) -> str:
-    """``n/gpu3`` -> ``gpu``: the class part of a device id."""
-    return kubelet_id(device_id).rstrip("0123456789")
-
-
-def parse_assigned(value: str) -> list[AssignedDevice] | None:
-    """The annotation's ``[{"id", "share"}]``; None when it is not that shape."""
-    try:
-        data = json.loads(value)
-    except ValueError:
-        return None
-    if not isinstance(data, list):
-        return None
-    out: list[AssignedDevice] = []
-    for item in data:
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            return None
-        share = item.get("share", SHARE_UNITS)
-        if isinstance(share, bool) or not isinstance(share, int) or not 0 < share <= SHARE_UNITS:
-            return None
-        out.append(AssignedDevice(item["id"], share))
-    return out
-
-
-def pick_pod(
-    pods: Iterable[PodView],
-    resource: str,
-    size: int,
-    shared: bool,
-    skip: Iterable[str] = (),
-    device_class: str | None = None,
-) -> tuple[PodView, list[AssignedDevice]] | None:
-    """The pod an Allocate of ``size`` ids of ``resource`` is for, with its assignment.
-
-    The kubelet does not say; as established device plugins do, the answer is the oldest pod
-    (then by namespace and name) whose assign phase is ``allocating``, whose containers'
-    limits for ``resource`` add up to ``size``, and whose assigned devices are ``size``
-    entries: whole devices (share 1000) for the whole resource, parts (share below 1000) for
-    the shared one. With ``device_class``, only the assigned devices of that class count (a
-    pod may hold GPUs and FPGAs, each advertised by its own plugin). Pods whose uid is in
-    ``skip`` (already handed out) are passed over.
-    """
-    skipped = set(skip)
-    found: list[tuple[PodView, list[AssignedDevice]]] = []
-    for pod in pods:
-        if pod.uid in skipped or pod.annotations.get(ASSIGN_PHASE) != PHASE_ALLOCATING:
-            continue
-        if pod.limits.get(resource) != size:
-            continue
-        assigned = parse_assigned(pod.annotations.get(ASSIGNED_DEVICES, ""))
-        if assigned is not None and device_class is not None:
-            assigned = [a for a in assigned if _class_of(a.id) == device_class]
-        if assigned is None or len(assigned) != size:
-            continue
-        if shared != all(a.share < SHARE_UNITS for a in assigned):
-            continue
-        found.append((pod, assigned))
-    if not found:
-        return None
-    return min(found, key=lambda f: (f[0].created, f[0].namespace, f[0].name))

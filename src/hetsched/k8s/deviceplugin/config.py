@@ -18,6 +18,7 @@ mounts:                        # given to every container that gets a device
   - {host_path: /usr/lib/x86_64-linux-gnu/libcuda.so.1, container_path: /usr/lib/libcuda.so.1}
 kube_api: true                 # false: no Node annotation, no pod lookup (shares fall back)
 kubeconfig: null               # default: in-cluster credentials
+pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock   # null: not asked
 ```
 """
 
@@ -31,6 +32,7 @@ from pydantic import Field, ValidationError
 
 from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
 from hetsched.k8s.deviceplugin.plugin import DEFAULT_PLUGIN_DIR, PluginSettings
+from hetsched.k8s.deviceplugin.podresources import DEFAULT_POD_RESOURCES_SOCKET
 from hetsched.model.specs import SpecError, _Strict, format_errors, load_yaml
 
 __all__ = ["MountConfig", "PluginConfig", "load_config"]
@@ -59,6 +61,7 @@ class PluginConfig(_Strict):
     mounts: list[MountConfig] = Field(default_factory=list)
     kube_api: bool = True
     kubeconfig: str | None = None
+    pod_resources_socket: Path | None = DEFAULT_POD_RESOURCES_SOCKET
 
     def settings(self, resource: str) -> PluginSettings:
         node = self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
@@ -76,6 +79,7 @@ class PluginConfig(_Strict):
             mounts=tuple(
                 MountSpec(m.host_path, m.container_path, m.read_only) for m in self.mounts
             ),
+            pod_resources_socket=self.pod_resources_socket,
         )
 
 

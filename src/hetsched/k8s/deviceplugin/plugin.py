@@ -32,6 +32,7 @@ import grpc
 from hetsched.agent.watcher import DeviceWatcher
 from hetsched.k8s.deviceplugin import api_pb2, api_pb2_grpc
 from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
+from hetsched.k8s.deviceplugin.podresources import PodResources
 from hetsched.k8s.deviceplugin.publisher import NodeAPI, NodePublisher
 from hetsched.k8s.deviceplugin.server import Allocator, DevicePluginServicer, DeviceTable
 from hetsched.k8s.names import SHARED_SUFFIX
@@ -83,6 +84,8 @@ class PluginSettings:
     annotation_resync_s: float = 60.0
     roots: Roots = field(default_factory=Roots)
     mounts: tuple[MountSpec, ...] = ()
+    #: the kubelet's pod-resources socket (None: match Allocates to pods without it)
+    pod_resources_socket: Path | None = None
 
     @property
     def device_class_name(self) -> str:
@@ -202,12 +205,15 @@ class DevicePlugin:
     table: DeviceTable = field(default_factory=DeviceTable)
     endpoints: list[Endpoint] = field(default_factory=list)
     publisher: NodePublisher | None = None
+    kubelet: PodResources | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
-        allocator = Allocator(self.api, s.node_name, s.device_class_name)
+        if s.pod_resources_socket is not None:
+            self.kubelet = PodResources(s.pod_resources_socket)
+        allocator = Allocator(self.api, s.node_name, s.device_class_name, self.kubelet)
         if self.api is not None:
             self.publisher = NodePublisher(self.api, s.node_name, s.device_class_name)
 
@@ -254,6 +260,8 @@ class DevicePlugin:
         for endpoint in self.endpoints:
             endpoint.shutdown()
             endpoint.socket.unlink(missing_ok=True)
+        if self.kubelet is not None:
+            self.kubelet.close()
 
     def _on_events(self, events: Sequence[Event]) -> None:
         self._refresh()

@@ -65,6 +65,10 @@ class NodeAPI(Protocol):
         self, namespace: str, name: str, annotations: Mapping[str, str]
     ) -> None: ...
 
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        """Record a core/v1 Event."""
+        ...
+
 
 def _entry(device: Device) -> dict[str, Any]:
     return {
@@ -201,3 +205,6 @@ class KubernetesNodeAPI:
         self._core.patch_namespaced_pod(
             name, namespace, {"metadata": {"annotations": dict(annotations)}}
         )
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        self._core.create_namespaced_event(namespace, dict(event))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates the committed Python modules from api.proto: api_pb2.py (messages), api_pb2_grpc.py
-# (stubs and servicers) and their type stubs api_pb2.pyi and api_pb2_grpc.pyi (mypy-protobuf).
+# Regenerates the committed Python modules from the .proto files beside this script:
+# <name>_pb2.py (messages), <name>_pb2_grpc.py (stubs and servicers) and their type stubs
+# <name>_pb2.pyi and <name>_pb2_grpc.pyi (mypy-protobuf).
 # Needs the test extra (grpcio-tools, mypy-protobuf) in the environment whose bin/ holds PYTHON.
 #   PYTHON=.venv/bin/python src/hetsched/k8s/deviceplugin/regenerate.sh
 set -euo pipefail
@@ -11,4 +12,4 @@ bin="$(dirname "$(command -v "$python")")"
 PATH="$bin:$PATH" "$python" -m grpc_tools.protoc -I "$src" \
     --python_out="$src" --grpc_python_out="$src" \
     --mypy_out="$src" --mypy_grpc_out="$src" \
-    "$src/hetsched/k8s/deviceplugin/api.proto"
+    "$here"/*.proto

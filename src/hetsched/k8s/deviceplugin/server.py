@@ -5,23 +5,23 @@ saw them; every servicer reads it, and each ListAndWatch stream sends the whole 
 when it changes. The whole resource (``hetsched.io/gpu``) lists the devices by kubelet id;
 the shared one (``hetsched.io/gpu-shared``) lists ``slots`` ids per device, all of a
 device's slots as healthy as the device. An :class:`Allocator`, shared by both servicers,
-finds the pod an Allocate is for and marks it allocated.
+finds the pod an Allocate is for, decides whether its assignment is honoured
+(:mod:`.matching`) and marks it allocated.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import grpc
 
 from hetsched.k8s.deviceplugin import api_pb2, api_pb2_grpc
 from hetsched.k8s.deviceplugin.allocation import (
     PHASE_ALLOCATED,
-    AssignedDevice,
     Assignment,
     MountSpec,
     Roots,
@@ -31,14 +31,23 @@ from hetsched.k8s.deviceplugin.allocation import (
     is_healthy,
     kubelet_id,
     physical_id,
-    pick_pod,
     preferred_devices,
     preferred_slots,
     slot_ids,
 )
-from hetsched.k8s.deviceplugin.publisher import NodeAPI
+from hetsched.k8s.deviceplugin.matching import (
+    AssignedDevice,
+    Decision,
+    Pending,
+    allocated_key,
+    decide,
+    pending,
+    preferred,
+)
+from hetsched.k8s.deviceplugin.podresources import KubeletPods
+from hetsched.k8s.deviceplugin.publisher import NodeAPI, PodView
 from hetsched.k8s.names import ASSIGN_PHASE
-from hetsched.model.device import SHARE_UNITS, Device
+from hetsched.model.device import Device
 
 __all__ = ["Allocator", "DevicePluginServicer", "DeviceTable", "Refused"]
 
@@ -46,6 +55,10 @@ log = logging.getLogger("hetsched.k8s.deviceplugin")
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
+#: the Event reason when the kubelet's choice is not the scheduler's
+ASSIGNMENT_NOT_HONOURED = "AssignmentNotHonoured"
+#: who reports the plugin's Events
+COMPONENT = "hetsched-device-plugin"
 
 
 class DeviceTable:
@@ -89,67 +102,122 @@ class Refused(Exception):
     """An Allocate the plugin cannot honour; the message goes back to the kubelet."""
 
 
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass
 class Allocator:
-    """Finds the pod an Allocate is for (see :func:`pick_pod`) and marks it allocated.
+    """Finds the pod an Allocate is for and whether its assignment is honoured (see
+    :mod:`.matching`), marks it, and says so in an Event when it is not.
 
     Without an API (``api`` None) every Allocate is answered from the kubelet's ids alone.
-    One lock serialises the search and the mark, so two Allocates never take one pod.
+    ``kubelet`` is the kubelet's pod-resources API (None: matching without it). One lock
+    serialises the search and the mark, so two Allocates never take one pod.
     """
 
     api: NodeAPI | None
     node: str
     #: the class of the devices this plugin hands out; None: every assigned device counts
     device_class: str | None = None
+    kubelet: KubeletPods | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    #: uids of pods this plugin marked allocated (their annotation may not show it yet)
-    _taken: set[str] = field(default_factory=set)
+    #: (pod uid, resource) this plugin handed out (the annotation may not show it yet)
+    _taken: set[tuple[str, str]] = field(default_factory=set)
 
-    def peek(self, resource: str, size: int, shared: bool) -> list[AssignedDevice] | None:
-        """The scheduler's assignment for the next Allocate of this shape, without taking it."""
+    def _pending(self, resource: str, shared: bool, known: set[str]) -> list[Pending]:
+        assert self.api is not None
+        pods = self.api.pods_on_node(self.node)
+        on_node = {p.uid for p in pods}
+        self._taken = {t for t in self._taken if t[0] in on_node}
+        view = self.kubelet.devices(resource) if self.kubelet is not None else None
+        return pending(
+            pods, self.node, resource, self.device_class, shared, known, view, self._taken
+        )
+
+    def prefer(
+        self, resource: str, size: int, shared: bool, known: set[str]
+    ) -> list[AssignedDevice] | None:
+        """The scheduler's devices to steer the kubelet to, without taking them."""
         if self.api is None:
             return None
         try:
             with self._lock:
-                pods = self.api.pods_on_node(self.node)
-                found = pick_pod(pods, resource, size, shared, self._taken, self.device_class)
+                return preferred(self._pending(resource, shared, known), size)
         except Exception as exc:
-            log.warning("cannot list the pods on %s: %s", self.node, exc)
+            log.warning("cannot read the pods on %s: %s", self.node, exc)
             return None
-        return None if found is None else found[1]
 
-    def take(self, resource: str, size: int, shared: bool) -> list[AssignedDevice] | None:
-        """The scheduler's assignment for this Allocate, its pod marked allocated; None when
-        no pod waits for one (a pod hetsched did not schedule)."""
+    def take(self, resource: str, ids: list[str], shared: bool, known: set[str]) -> Decision:
+        """The decision for this Allocate; the honoured pod is marked allocated."""
         if self.api is None:
-            return None
+            return decide([], resource, ids, shared)
         with self._lock:
             try:
-                pods = self.api.pods_on_node(self.node)
+                candidates = self._pending(resource, shared, known)
             except Exception as exc:
                 raise Refused(f"cannot list the pods on node {self.node}: {exc}") from exc
-            self._taken &= {p.uid for p in pods}
-            found = pick_pod(pods, resource, size, shared, self._taken, self.device_class)
-            if found is None:
-                return None
-            pod, assigned = found
-            self._taken.add(pod.uid)
-            try:
-                self.api.patch_pod_annotations(
-                    pod.namespace, pod.name, {ASSIGN_PHASE: PHASE_ALLOCATED}
-                )
-            except Exception as exc:
-                # the devices are handed out all the same: _taken keeps the pod from being
-                # matched again while its annotation still says allocating
-                log.warning("cannot mark pod %s/%s allocated: %s", pod.namespace, pod.name, exc)
-            log.info(
-                "allocate %s for pod %s/%s: %s",
-                resource,
+            decision = decide(candidates, resource, ids, shared)
+            if decision.pod is not None:
+                self._mark(decision.pod, resource, ids)
+        if decision.warning:
+            log.warning("Allocate %s %s: %s", resource, ids, decision.warning)
+            self._event(decision.passed_over, decision.warning)
+        return decision
+
+    def _mark(self, pod: PodView, resource: str, ids: list[str]) -> None:
+        self._taken.add((pod.uid, resource))
+        given = ",".join(f"{self.node}/{i}" for i in ids)
+        try:
+            self.api.patch_pod_annotations(  # type: ignore[union-attr]
                 pod.namespace,
                 pod.name,
-                ", ".join(f"{a.id}@{a.share}" for a in assigned),
+                {ASSIGN_PHASE: PHASE_ALLOCATED, allocated_key(resource): given},
             )
-            return assigned
+        except Exception as exc:
+            # the devices are handed out all the same: _taken keeps the pod from being
+            # matched again while its annotation does not show it
+            log.warning("cannot mark pod %s/%s allocated: %s", pod.namespace, pod.name, exc)
+        log.info("allocate %s for pod %s/%s: %s", resource, pod.namespace, pod.name, given)
+
+    def _event(self, pod: PodView | None, message: str) -> None:
+        """A Warning Event on the pod whose assignment was passed over (on the Node when
+        the plugin cannot tell which pod)."""
+        if self.api is None:
+            return
+        stamp = _stamp()
+        if pod is not None:
+            namespace = pod.namespace
+            regarding = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": pod.name,
+                "namespace": pod.namespace,
+                "uid": pod.uid,
+            }
+        else:
+            namespace = "default"
+            regarding = {"apiVersion": "v1", "kind": "Node", "name": self.node}
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{regarding['name']}.", "namespace": namespace},
+            "involvedObject": regarding,
+            "reason": ASSIGNMENT_NOT_HONOURED,
+            "message": message[:1024],
+            "type": "Warning",
+            "action": "Allocate",
+            "source": {"component": COMPONENT, "host": self.node},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.node,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.api.create_event(namespace, event)
+        except Exception as exc:
+            log.warning("cannot record an event on %s: %s", regarding["name"], exc)
 
 
 class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
@@ -228,10 +296,11 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
         self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> api_pb2.PreferredAllocationResponse:
         _, devices = self.table.snapshot()
+        known = {d.id for d in devices.values()}
         response = api_pb2.PreferredAllocationResponse()
         for req in request.container_requests:
             size = int(req.allocation_size)
-            chosen = self.allocator.peek(self.resource, size, self.shared)
+            chosen = self.allocator.prefer(self.resource, size, self.shared, known)
             chosen_ids = [kubelet_id(a.id) for a in chosen or []]
             if self.shared:
                 ids = preferred_slots(
@@ -282,6 +351,8 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
     # -- Allocate's decision -------------------------------------------------------------
 
     def _assignments(self, ids: list[str]) -> list[Assignment]:
+        """The kubelet's devices, never others (the kubelet counts them as taken), with
+        the shares the scheduler assigned when its assignment is honoured."""
         _, devices = self.table.snapshot()
         for id_ in ids:
             device = devices.get(physical_id(id_))
@@ -289,26 +360,12 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
                 raise Refused(f"unknown device {id_}")
             if not is_healthy(device):
                 raise Refused(f"device {id_} is unhealthy")
-        assigned = self.allocator.take(self.resource, len(ids), self.shared)
-        if assigned is not None:
-            out = []
-            for entry in assigned:
-                device = devices.get(kubelet_id(entry.id))
-                if device is None:
-                    raise Refused(f"the scheduler assigned {entry.id}, which this node lacks")
-                if not is_healthy(device):
-                    raise Refused(f"the scheduler assigned {entry.id}, which is unhealthy")
-                out.append(Assignment(device, entry.share))
-            return out
-        # no pod waits for an assignment: a pod another scheduler placed. Whole devices are
-        # the kubelet's; a slot is an equal part of its device.
-        per_device = Counter(physical_id(i) for i in ids)
-        if not self.shared:
-            return [Assignment(devices[p]) for p in per_device]
-        return [
-            Assignment(devices[p], min(SHARE_UNITS, n * SHARE_UNITS // self.slots))
-            for p, n in per_device.items()
-        ]
+        known = {d.id for d in devices.values()}
+        decision = self.allocator.take(self.resource, ids, self.shared, known)
+        per_device: dict[str, int] = {}
+        for id_, share in decision.shares.items():
+            per_device.setdefault(physical_id(id_), share)
+        return [Assignment(devices[p], share) for p, share in per_device.items()]
 
 
 def device_nodes_for(assignments: Sequence[Assignment], roots: Roots) -> list[str]:
