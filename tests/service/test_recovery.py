@@ -31,7 +31,7 @@ def _running_task(api: Api, client_name: str, job_id: str) -> dict:
 
 def test_a_running_task_is_adopted_after_a_restart(tmp_path: Path) -> None:
     options = service_options(tmp_path)
-    with running(options) as svc:
+    with running(options, keep_tasks=True) as svc:
         api = Api(svc)
         job_id = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "2"])).json()["id"]
         task = _running_task(api, "alice", job_id)
@@ -52,7 +52,7 @@ def test_a_task_that_ended_while_the_service_was_down_keeps_its_exit_code(
     tmp_path: Path,
 ) -> None:
     options = service_options(tmp_path)
-    with running(options) as svc:
+    with running(options, keep_tasks=True) as svc:
         api = Api(svc)
         body = job_body(command=["sh", "-c", "sleep 0.5; exit 7"])
         job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
@@ -68,7 +68,7 @@ def test_a_task_that_ended_while_the_service_was_down_keeps_its_exit_code(
 
 def test_a_vanished_task_is_lost_and_its_restart_policy_applies(tmp_path: Path) -> None:
     options = service_options(tmp_path)
-    with running(options) as svc:
+    with running(options, keep_tasks=True) as svc:
         api = Api(svc)
         body = job_body(
             command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'],
@@ -92,7 +92,7 @@ def test_a_vanished_task_is_lost_and_its_restart_policy_applies(tmp_path: Path) 
 def test_pending_jobs_and_cancel_requests_survive_a_restart(tmp_path: Path) -> None:
     options = service_options(tmp_path)
     big = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2, "model": "A100"}]}
-    with running(options) as svc:
+    with running(options, keep_tasks=True) as svc:
         api = Api(svc)
         hog = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "30"], resources=big))
         hog_id = hog.json()["id"]
@@ -115,7 +115,7 @@ def test_a_task_spawned_but_never_recorded_is_found_by_its_key(tmp_path: Path) -
     without a pid while its process runs: the restart finds it by the key in its
     environment and adopts it instead of losing it."""
     options = service_options(tmp_path)
-    with running(options) as svc:
+    with running(options, keep_tasks=True) as svc:
         api = Api(svc)
         job_id = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "2"])).json()["id"]
         task = _running_task(api, "alice", job_id)

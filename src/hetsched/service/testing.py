@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from hetsched.agent.executor import Executor
 from hetsched.service.server import Built, Options, build
 
 __all__ = ["Running", "free_port", "running"]
@@ -30,8 +33,13 @@ class Running:
 
 
 @contextmanager
-def running(options: Options) -> Iterator[Running]:
-    """The service (store, loop, executor, uvicorn) on 127.0.0.1; stopped on exit."""
+def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
+    """The service (store, loop, executor, uvicorn) on 127.0.0.1; stopped on exit.
+
+    On exit the instance's task processes are killed, so none outlives the test, unless
+    ``keep_tasks`` (a test of adoption: the next start on the same home takes them over, as
+    after a real stop, and its own exit kills them).
+    """
     built = build(options)
     port = free_port()
     config = uvicorn.Config(
@@ -52,5 +60,16 @@ def running(options: Options) -> Iterator[Running]:
         server.should_exit = True
         thread.join(timeout=10)
         built.service.loop.stop()
+        if not keep_tasks:
+            _kill_tasks(built.service.executor)
         built.service.executor.shutdown()
         built.service.store.close()
+
+
+def _kill_tasks(executor: Executor) -> None:
+    """SIGKILL every process group of the executor's instance and reap the ones it started."""
+    executor.sweep(live_keys=())
+    for handle in list(executor.handles.values()):
+        if handle.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                handle.popen.wait(timeout=10)
