@@ -1,0 +1,35 @@
+"""Round-based allocation: which share of each device model every active job gets.
+
+``RoundInput`` (jobs x models: rates, devices, weights, work left, age) goes in, an
+``Allocation`` (``X``: the fraction of the next round each job spends on each model) comes
+out of ``solve(policy, problem)``; ``mechanism`` turns ``X`` into the jobs that run on
+each model in the next round, round after round (Gavel's priority = X / time received).
+Pure functions of their inputs: the core and the drivers call them directly.
+"""
+
+from hetsched.rounds.mechanism import (
+    Ledger,
+    choose_round,
+    priorities,
+    record_round,
+    reset_ledger,
+    shuffled,
+)
+from hetsched.rounds.policies import POLICIES, PolicyOptions, policy_names, solve
+from hetsched.rounds.problem import Allocation, RoundInput, RoundInputError
+
+__all__ = [
+    "POLICIES",
+    "Allocation",
+    "Ledger",
+    "PolicyOptions",
+    "RoundInput",
+    "RoundInputError",
+    "choose_round",
+    "policy_names",
+    "priorities",
+    "record_round",
+    "reset_ledger",
+    "shuffled",
+    "solve",
+]

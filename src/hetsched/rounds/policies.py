@@ -1,0 +1,283 @@
+"""Round-based allocation policies: ``X`` for the next round from the active jobs.
+
+Every policy has a heterogeneity-agnostic twin (``agnostic-`` prefix) that solves the same
+program on :meth:`RoundInput.agnostic` (every model runs a job at its reference-model rate),
+as Gavel's baselines do. Each is a function ``(problem, options) -> Allocation``:
+
+``las``
+    Max-min fairness over normalized effective throughput (Gavel's LAS): maximize the
+    smallest ``sum_j rate[i, j] X[i, j] x scale[i] / (weight[i] x proportional[i])``, where
+    ``proportional`` is the job's rate under an equal split of every model. Multiplying by
+    ``scale`` makes the fairness one of device time (a 1-GPU job gets 4x the time of a
+    4-GPU job at equal rates).
+``ftf``
+    Finish-time fairness (Themis, as Gavel formulates it): minimize the largest
+    ``rho = (elapsed + remaining / rate(X)) / (isolated_time + remaining / isolated_rate)``.
+    Not linear in ``X``, but every level ``rho <= c`` is an LP (maximize ``s`` with every
+    job at ``s`` x the rate it needs for ``c``; feasible iff ``s >= 1``), so ``c`` is found
+    by a safeguarded secant search; each solution also bounds the optimum from above (at
+    ``c / s``), so a few LPs reach the requested precision.
+``max-throughput``
+    Maximize the cluster's effective throughput in best-device equivalents:
+    ``sum_ij scale[i] X[i, j] rate[i, j] / best[i]`` (1 per device running a job at its
+    fastest rate). Gavel sums raw steps/s, which lets job types with small steps dominate;
+    this is the unit-free version.
+``min-makespan``
+    Minimize the time until every active job finishes: maximize ``s`` with
+    ``rate_i(X) >= remaining_i x s`` (``s`` = 1 / makespan), one LP.
+``fifo``
+    Jobs in arrival order each take a whole model while devices last, stopping at the first
+    that fits nowhere; the aware one picks the fastest model with room, the agnostic one a
+    random one (seeded) and keeps a running job where it is.
+``fair-throughput``
+    The knob: ``alpha`` = 0 is ``las``, 1 is ``max-throughput``; in between, the
+    throughput objective under the floor ``(1 - alpha) x`` the max-min level.
+
+After the policy's own optimum is found, a second LP spends what is left: it maximizes the
+effective throughput while keeping every job at least at its optimal level (max-min
+floor, finish-time bound, makespan rate). A single LP would leave devices idle whenever
+more time does not improve the worst job; HiGHS returns a vertex, not a spread-out interior
+point, so this step is needed, and it is what makes the allocation work-conserving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from hetsched.rounds.fifo import fifo_allocation
+from hetsched.rounds.lp import LinearProgram
+from hetsched.rounds.problem import Allocation, FloatArray, RoundInput
+
+__all__ = ["POLICIES", "PolicyOptions", "policy_names", "solve"]
+
+#: floors of the second stage are the first stage's optimum minus this fraction, so the
+#: second LP stays feasible under HiGHS' tolerances
+_SLACK = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyOptions:
+    """``alpha``: the fairness-throughput knob (0 max-min fairness .. 1 throughput).
+    ``rtol``: relative precision of the finish-time bisection. ``seed``: the agnostic
+    FIFO's random model choice (vary it per round)."""
+
+    alpha: float = 0.5
+    rtol: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in 0..1, got {self.alpha}")
+        if not 0.0 < self.rtol < 1.0:
+            raise ValueError(f"rtol must be in (0, 1), got {self.rtol}")
+
+
+def _best(problem: RoundInput) -> FloatArray:
+    return problem.best_rates()
+
+
+def _by_best(problem: RoundInput) -> FloatArray:
+    """Rates as fractions of each job's fastest rate (0 where it cannot run)."""
+    best = _best(problem)
+    runnable = problem.runnable()
+    ratio = problem.throughput / np.where(best > 0, best, 1.0)[:, None]
+    return np.asarray(np.where(runnable, ratio, 0.0), np.float64)
+
+
+def _efficiency(problem: RoundInput) -> FloatArray:
+    """Best-device equivalents per unit of X: scale x rate / fastest rate."""
+    return np.asarray(problem.scale[:, None] * _by_best(problem), np.float64)
+
+
+def _fill(
+    problem: RoundInput, jobs: np.ndarray, coef: FloatArray, floor: FloatArray
+) -> tuple[FloatArray, int]:
+    """Maximize effective throughput with ``coef . X[i] >= floor[i]`` for ``jobs``."""
+    lp = LinearProgram(problem)
+    lp.objective[: lp.size] = _efficiency(problem).reshape(-1)
+    lp.at_least(jobs, coef, floor)
+    return lp.solve().x, 1
+
+
+def _empty(name: str, problem: RoundInput, objective: float = 0.0) -> Allocation:
+    x = np.zeros((problem.n, problem.m))
+    return Allocation(name, problem.job_ids, problem.models, x, objective, 0, "nothing to run")
+
+
+def _las_coef(problem: RoundInput) -> FloatArray:
+    prop = problem.proportional_rates()
+    norm = problem.scale / (problem.weight * np.where(prop > 0, prop, 1.0))
+    return np.asarray(np.where(problem.runnable(), problem.throughput * norm[:, None], 0.0))
+
+
+def _fair_throughput(name: str, problem: RoundInput, alpha: float) -> Allocation:
+    jobs = np.flatnonzero(problem.runnable().any(axis=1))
+    if jobs.size == 0:
+        return _empty(name, problem)
+    coef = _las_coef(problem)
+    level, solves = 0.0, 0
+    if alpha < 1.0:
+        lp = LinearProgram(problem, extras=1)
+        lp.objective[lp.size] = 1.0
+        lp.at_least(jobs, coef, extra=0)
+        level = float(lp.solve().extras[0])
+        solves += 1
+    floor = np.full(problem.n, max(level * (1.0 - alpha) * (1.0 - _SLACK), 0.0))
+    x, more = _fill(problem, jobs, coef, floor)
+    return Allocation(name, problem.job_ids, problem.models, x, level, solves + more)
+
+
+def las(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    return _fair_throughput("las", problem, 0.0)
+
+
+def fair_throughput(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    return _fair_throughput("fair-throughput", problem, options.alpha)
+
+
+def max_throughput(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    return _fair_throughput("max-throughput", problem, 1.0)
+
+
+def min_makespan(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    best = _best(problem)
+    jobs = np.flatnonzero((best > 0) & (problem.remaining > 0))
+    if jobs.size == 0:
+        return _empty("min-makespan", problem)
+    alone = np.where(best > 0, problem.remaining / np.where(best > 0, best, 1.0), 0.0)
+    horizon = float(alone[jobs].max())  # the longest job alone on its best model
+    coef = _by_best(problem)
+    lp = LinearProgram(problem, extras=1)
+    lp.objective[lp.size] = 1.0
+    lp.at_least(jobs, coef, extra=0, extra_coef=alone / horizon)
+    rate = float(lp.solve().extras[0])  # horizon / makespan
+    x, more = _fill(problem, jobs, coef, alone / horizon * rate * (1.0 - _SLACK))
+    makespan = horizon / rate if rate > 0 else float("inf")
+    return Allocation("min-makespan", problem.job_ids, problem.models, x, makespan, 1 + more)
+
+
+def _worst_ratio(problem: RoundInput, x: FloatArray, jobs: np.ndarray, base: FloatArray) -> float:
+    rates = (x * problem.throughput).sum(axis=1)[jobs]
+    if (rates <= 0).any():
+        return float("inf")
+    finish = problem.elapsed[jobs] + problem.remaining[jobs] / rates
+    return float((finish / base[jobs]).max())
+
+
+def _next_level(
+    low: float, reach_low: float, probe: float, reach_probe: float | None, high: float, rtol: float
+) -> float:
+    """The next level to try: where the line through the last infeasible and feasible
+    (level, reach) points crosses reach 1, kept at least ``rtol`` inside the bracket; just
+    below ``high`` when no feasible reach is known (one LP then often proves ``high``
+    optimal within ``rtol``)."""
+    top = high / (1.0 + rtol)
+    if reach_probe is None or reach_probe <= reach_low or probe <= low:
+        return max(top, low)
+    guess = low + (1.0 - reach_low) * (probe - low) / (reach_probe - reach_low)
+    bottom = low * (1.0 + rtol)
+    return float(min(max(guess, bottom), top)) if bottom < top else float(np.sqrt(low * high))
+
+
+def ftf(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    best = _best(problem)
+    iso = problem.isolated_rates()
+    jobs = np.flatnonzero((best > 0) & (iso > 0) & (problem.remaining > 0))
+    if jobs.size == 0:
+        return _empty("ftf", problem)
+    base = problem.isolated_time + problem.remaining / np.where(iso > 0, iso, 1.0)
+    safe_best = np.where(best > 0, best, 1.0)
+    coef = _by_best(problem)
+
+    def need(level: float) -> FloatArray:
+        # the fraction of its best rate job i needs for rho_i <= level
+        room = np.maximum(level * base - problem.elapsed, 1e-12)
+        return np.asarray(problem.remaining / (safe_best * room), np.float64)
+
+    # no job can beat running alone on its best model: the optimum is at least `low`
+    low = float(((problem.elapsed + problem.remaining / safe_best) / base)[jobs].max())
+    reach_low, high, x_high = 0.0, float("inf"), None
+    probe, reach_probe = low, None
+    level, solves = low, 0
+    while solves < 40:
+        lp = LinearProgram(problem, extras=1)
+        lp.objective[lp.size] = 1.0
+        lp.at_least(jobs, coef, extra=0, extra_coef=need(level))
+        solution = lp.solve()
+        solves += 1
+        reach = float(solution.extras[0])  # rho <= level is feasible iff reach >= 1
+        worst = _worst_ratio(problem, solution.x, jobs, base)
+        if reach >= 1.0 - _SLACK:
+            worst = min(worst, level)
+            probe, reach_probe = level, reach
+        else:
+            low, reach_low = level, reach
+            if reach > 0:
+                worst = min(worst, level / reach)  # rates scaled by 1/reach meet `level`
+        if worst < high:
+            high, x_high = worst, solution.x
+        if high <= low * (1.0 + options.rtol):
+            break
+        level = _next_level(low, reach_low, probe, reach_probe, high, options.rtol)
+    assert x_high is not None
+    x, more = _fill(problem, jobs, coef, need(high) * (1.0 - _SLACK))
+    return Allocation("ftf", problem.job_ids, problem.models, x, high, solves + more)
+
+
+def fifo(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    return fifo_allocation("fifo", problem, aware=True, seed=options.seed)
+
+
+def _agnostic(
+    policy: Callable[[RoundInput, PolicyOptions], Allocation],
+) -> Callable[[RoundInput, PolicyOptions], Allocation]:
+    def solve_agnostic(problem: RoundInput, options: PolicyOptions) -> Allocation:
+        result = policy(problem.agnostic(), options)
+        return Allocation(
+            f"agnostic-{result.policy}",
+            result.job_ids,
+            result.models,
+            result.x,
+            result.objective,
+            result.solves,
+            result.status,
+        )
+
+    return solve_agnostic
+
+
+def _agnostic_fifo(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    return fifo_allocation("agnostic-fifo", problem, aware=False, seed=options.seed)
+
+
+_AWARE: dict[str, Callable[[RoundInput, PolicyOptions], Allocation]] = {
+    "las": las,
+    "ftf": ftf,
+    "max-throughput": max_throughput,
+    "min-makespan": min_makespan,
+    "fifo": fifo,
+    "fair-throughput": fair_throughput,
+}
+
+#: policy name -> ``(problem, options) -> Allocation``
+POLICIES: Mapping[str, Callable[[RoundInput, PolicyOptions], Allocation]] = {
+    **_AWARE,
+    **{f"agnostic-{name}": _agnostic(p) for name, p in _AWARE.items() if name != "fifo"},
+    "agnostic-fifo": _agnostic_fifo,
+}
+
+
+def policy_names() -> list[str]:
+    return list(POLICIES)
+
+
+def solve(name: str, problem: RoundInput, options: PolicyOptions | None = None) -> Allocation:
+    """The allocation of policy ``name`` for ``problem``; KeyError names the policies."""
+    try:
+        policy = POLICIES[name]
+    except KeyError:
+        raise KeyError(f"unknown round policy {name!r} (known: {', '.join(POLICIES)})") from None
+    return policy(problem, options or PolicyOptions())
