@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hetsched.cli.k8s_dra import dra_driver
 from hetsched.cli.output import fail
 from hetsched.k8s.names import SCHEDULER_NAME
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["device_plugin", "extender", "k8s_app", "scheduler"]
 
 k8s_app = typer.Typer(
-    help="Kubernetes: the device plugin, the scheduler and the scheduler extender.",
+    help="Kubernetes: the device plugin, the DRA driver, the scheduler and the extender.",
     no_args_is_help=True,
 )
 
@@ -249,3 +250,6 @@ def extender(
 def _feed(cache: PodScheduler) -> None:
     while True:
         cache.step(1.0)
+
+
+k8s_app.command("dra-driver")(dra_driver)

@@ -156,6 +156,15 @@ class KubeClusterAPI:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
+        #: what ``watch`` and ``list_objects`` read, by resource
+        self._listers: dict[str, Any] = {
+            "nodes": self.core.list_node,
+            "pods": self.core.list_pod_for_all_namespaces,
+            "resourceclaims": self.resource.list_resource_claim_for_all_namespaces,
+            "resourceslices": self.resource.list_resource_slice,
+            "deviceclasses": self.resource.list_device_class,
+        }
 
     # -- reading -------------------------------------------------------------------------
 
@@ -189,9 +198,17 @@ class KubeClusterAPI:
                 return None
             raise
 
+    def list_objects(self, resource: str, field_selector: str = "") -> tuple[list[Obj], str]:
+        """All objects of ``resource`` (``nodes``, ``pods``, ``resourceclaims``,
+        ``resourceslices``, ``deviceclasses``) and the list's resourceVersion."""
+        kwargs = {"field_selector": field_selector} if field_selector else {}
+        data = self._call(self._listers[resource], **kwargs)
+        return list(data.get("items") or []), str(data["metadata"].get("resourceVersion") or "")
+
     def watch(self, resource: str, resource_version: str, timeout_s: int) -> Iterator[WatchEvent]:
+        """Changes to any resource :meth:`list_objects` reads."""
         api_exception = _api_exception()
-        fn = self.core.list_node if resource == "nodes" else self.core.list_pod_for_all_namespaces
+        fn = self._listers[resource]
         stream = (
             _k8s("watch")
             .Watch()
@@ -293,3 +310,59 @@ class KubeClusterAPI:
             if exc.status == 409:
                 return None
             raise
+
+    # -- nodes and resource.k8s.io/v1 --------------------------------------------------------
+
+    def _get(self, fn: Any, *args: Any) -> Obj | None:
+        try:
+            return self._call(fn, *args)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _replace(self, fn: Any, *args: Any) -> Obj | None:
+        try:
+            return self._call(fn, *args)
+        except ApiError as exc:
+            if exc.status == 409:
+                return None
+            raise
+
+    def get_node(self, name: str) -> Obj | None:
+        return self._get(self.core.read_node, name)
+
+    def get_resource_claim(self, namespace: str, name: str) -> Obj | None:
+        return self._get(self.resource.read_namespaced_resource_claim, name, namespace)
+
+    def replace_resource_claim(self, namespace: str, name: str, claim: Obj) -> Obj | None:
+        """Update the claim (metadata, e.g. finalizers; its spec is immutable); None when
+        ``metadata.resourceVersion`` is stale (409)."""
+        return self._replace(
+            self.resource.replace_namespaced_resource_claim, name, namespace, claim
+        )
+
+    def replace_resource_claim_status(self, namespace: str, name: str, claim: Obj) -> Obj | None:
+        """Update the claim's ``status`` (allocation, reservedFor) through the status
+        subresource; None when ``metadata.resourceVersion`` is stale (409)."""
+        return self._replace(
+            self.resource.replace_namespaced_resource_claim_status, name, namespace, claim
+        )
+
+    def list_resource_slices(self, field_selector: str = "") -> list[Obj]:
+        return self.list_objects("resourceslices", field_selector)[0]
+
+    def create_resource_slice(self, body: Obj) -> Obj:
+        return self._call(self.resource.create_resource_slice, body)
+
+    def replace_resource_slice(self, name: str, body: Obj) -> Obj | None:
+        """None when ``metadata.resourceVersion`` is stale (409)."""
+        return self._replace(self.resource.replace_resource_slice, name, body)
+
+    def delete_resource_slice(self, name: str) -> None:
+        """A slice that is already gone is not an error."""
+        try:
+            self._call(self.resource.delete_resource_slice, name)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise

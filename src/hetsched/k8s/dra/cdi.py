@@ -1,0 +1,116 @@
+"""CDI (Container Device Interface) specs for prepared claims.
+
+The kubelet passes the CDI device ids a driver returns to the container runtime, which
+reads the matching specs from its CDI directory (``/var/run/cdi``) and applies their edits
+to the container. hetsched writes one spec file per prepared claim,
+``k8s.hetsched.io-claim_<claim uid>.json``, of kind :data:`CDI_KIND`:
+
+- one CDI device per allocated device, named ``<claim uid>-<device>``, whose edits add the
+  device's nodes (``/dev/nvidia3``, ``/dev/dri/renderD128``, ...);
+- edits for the whole claim (applied when any of its devices is injected): the environment
+  the device plugin gives a container (``HETSCHED_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ...,
+  and for one shared device its share), the vendors' control nodes (``/dev/nvidiactl``) and
+  the configured mounts.
+
+Files are written whole (a temporary file renamed into place), so the runtime never reads
+half a spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hetsched.k8s.deviceplugin.allocation import (
+    Assignment,
+    MountSpec,
+    Roots,
+    control_nodes,
+    device_nodes,
+    visible_env,
+)
+
+__all__ = [
+    "CDI_KIND",
+    "CDI_VERSION",
+    "cdi_id",
+    "claim_spec",
+    "remove_spec",
+    "spec_path",
+    "write_spec",
+]
+
+CDI_VERSION = "0.6.0"
+#: vendor/class of hetsched's CDI devices
+CDI_KIND = "k8s.hetsched.io/device"
+
+Obj = dict[str, Any]
+
+
+def _device_name(claim_uid: str, device: str) -> str:
+    return f"{claim_uid}-{device}"
+
+
+def cdi_id(claim_uid: str, device: str) -> str:
+    """The fully qualified CDI id of one device of a claim."""
+    return f"{CDI_KIND}={_device_name(claim_uid, device)}"
+
+
+def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
+    return cdi_dir / f"k8s.hetsched.io-claim_{claim_uid}.json"
+
+
+def claim_spec(
+    claim_uid: str,
+    devices: Sequence[tuple[str, Assignment]],
+    roots: Roots,
+    mounts: Sequence[MountSpec] = (),
+) -> Obj:
+    """The CDI spec of one claim: ``devices`` as (DRA device name, assignment)."""
+    assignments = [a for _, a in devices]
+    edits: Obj = {"env": [f"{k}={v}" for k, v in sorted(visible_env(assignments).items())]}
+    controls = control_nodes((a.device.vendor for a in assignments), roots)
+    if controls:
+        edits["deviceNodes"] = [{"path": p} for p in controls]
+    if mounts:
+        edits["mounts"] = [
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": ["ro", "nosuid", "nodev", "bind"] if m.read_only else ["bind"],
+            }
+            for m in mounts
+        ]
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [
+            {
+                "name": _device_name(claim_uid, name),
+                "containerEdits": {
+                    "deviceNodes": [{"path": p} for p in device_nodes(a.device, roots)]
+                },
+            }
+            for name, a in devices
+        ],
+        "containerEdits": edits,
+    }
+
+
+def write_spec(path: Path, spec: Obj) -> None:
+    """Write ``spec`` at ``path`` at once (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.tmp")
+    with open(staged, "w") as out:
+        json.dump(spec, out, indent=2, sort_keys=True)
+        out.flush()
+        os.fsync(out.fileno())
+    os.chmod(staged, 0o644)
+    os.replace(staged, path)
+
+
+def remove_spec(path: Path) -> None:
+    path.unlink(missing_ok=True)

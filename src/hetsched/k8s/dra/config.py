@@ -1,0 +1,98 @@
+"""The DRA driver's configuration file (``--config``), validated at the boundary.
+
+```yaml
+node_name: gpu-node-7          # default: $NODE_NAME (the DaemonSet's downward API), else hostname
+driver_name: hetsched.io       # the DRA driver name (a DNS subdomain)
+plugins_dir: /var/lib/kubelet/plugins            # the socket and checkpoint: <dir>/<driver>
+registry_dir: /var/lib/kubelet/plugins_registry  # where the kubelet looks for plugins
+cdi_dir: /var/run/cdi          # where the container runtime reads CDI specs
+classes: []                    # device classes to publish; empty: every class found
+shareable: [gpu]               # classes whose devices may go to several claims (share)
+poll_interval_s: 2.0           # device watch (health, hot-plug)
+socket_check_interval_s: 0.5   # a deleted socket is served again
+slice_resync_s: 60             # rewrite the ResourceSlices this often even without a change
+fake_devices: devices.yaml     # the fake backend's file (relative to this file)
+sysfs_root: /sys
+dev_root: /dev
+proc_root: /proc
+mounts:                        # added to every container that gets a device of a claim
+  - {host_path: /usr/lib/x86_64-linux-gnu/libcuda.so.1, container_path: /usr/lib/libcuda.so.1}
+kubeconfig: null               # default: in-cluster credentials
+```
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
+from hetsched.k8s.deviceplugin.config import MountConfig
+from hetsched.k8s.dra.driver import (
+    DEFAULT_CDI_DIR,
+    DEFAULT_DRIVER,
+    DEFAULT_PLUGINS_DIR,
+    DEFAULT_REGISTRY_DIR,
+    DriverSettings,
+)
+from hetsched.model.specs import SpecError, _Strict, format_errors, load_yaml
+
+__all__ = ["DriverConfig", "load_config"]
+
+#: a DNS subdomain of at most 63 characters, as Kubernetes wants of a DRA driver name
+_DRIVER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class DriverConfig(_Strict):
+    node_name: str | None = None
+    driver_name: str = Field(default=DEFAULT_DRIVER, max_length=63, pattern=_DRIVER_NAME)
+    plugins_dir: Path = DEFAULT_PLUGINS_DIR
+    registry_dir: Path = DEFAULT_REGISTRY_DIR
+    cdi_dir: Path = DEFAULT_CDI_DIR
+    classes: list[str] = Field(default_factory=list)
+    shareable: list[str] = Field(default_factory=lambda: ["gpu"])
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    socket_check_interval_s: float = Field(default=0.5, gt=0)
+    slice_resync_s: float = Field(default=60.0, gt=0)
+    fake_devices: Path | None = None
+    sysfs_root: Path = Path("/sys")
+    dev_root: Path = Path("/dev")
+    proc_root: Path = Path("/proc")
+    mounts: list[MountConfig] = Field(default_factory=list)
+    kubeconfig: str | None = None
+
+    def settings(self) -> DriverSettings:
+        node = self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+        return DriverSettings(
+            node_name=node,
+            driver_name=self.driver_name,
+            plugins_dir=self.plugins_dir,
+            registry_dir=self.registry_dir,
+            cdi_dir=self.cdi_dir,
+            classes=tuple(self.classes),
+            shareable=tuple(self.shareable),
+            socket_check_interval_s=self.socket_check_interval_s,
+            slice_resync_s=self.slice_resync_s,
+            roots=Roots(dev=self.dev_root, sysfs=self.sysfs_root, proc=self.proc_root),
+            mounts=tuple(
+                MountSpec(m.host_path, m.container_path, m.read_only) for m in self.mounts
+            ),
+        )
+
+
+def load_config(path: str | Path | None) -> DriverConfig:
+    """The file's configuration (defaults without a file); SpecError with field paths.
+    ``fake_devices`` is taken relative to the file."""
+    if path is None:
+        return DriverConfig()
+    data = load_yaml(path)
+    try:
+        config = DriverConfig.model_validate(data or {})
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc), str(path)) from None
+    if config.fake_devices is not None and not config.fake_devices.is_absolute():
+        config.fake_devices = Path(path).parent / config.fake_devices
+    return config
