@@ -12,6 +12,7 @@ from hetsched.framework.status import Code
 from hetsched.model.device import Health
 from hetsched.model.job import RestartPolicy
 from hetsched.model.lifecycle import JobState
+from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler import (
     Action,
     Bind,
@@ -26,7 +27,6 @@ from hetsched.scheduler import (
     Scheduler,
     TaskFinished,
     TaskStopped,
-    cycle,
 )
 
 
@@ -273,19 +273,28 @@ def test_random_event_streams_keep_the_books_straight(script: Script) -> None:
 @settings(max_examples=80, deadline=None)
 @given(ops)
 def test_skipping_retries_where_no_room_appeared_changes_no_decision(script: Script) -> None:
-    """The cycle skips a job when no node that gained room since its failure holds it; a
-    core that attempts every waiting job after every change must bind exactly the same."""
+    """The cycle skips a job when no node that gained room since its shape failed holds it;
+    a core that attempts every waiting job after every change must bind exactly the same,
+    and so must one that attempts every waiting job in every cycle (the full-sort cycle)."""
     fast = [
         [a for a in actions if isinstance(a, Bind | Kill)]
         for _, actions in drive(small_core(), script)
     ]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cycle, "_still_no_room", lambda *args: False)
+        patch.setattr(WaitingQueue, "_room", lambda *args: True)
         slow = [
             [a for a in actions if isinstance(a, Bind | Kill)]
             for _, actions in drive(small_core(), script)
         ]
     assert fast == slow
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WaitingQueue, "parked", lambda *args: False)
+        core = small_core()
+        core.use_reference_cycle()
+        slowest = [
+            [a for a in actions if isinstance(a, Bind | Kill)] for _, actions in drive(core, script)
+        ]
+    assert fast == slowest
 
 
 @pytest.mark.parametrize("replicas", [1, 3])

@@ -28,8 +28,8 @@ def test_position_in_queue_counts_jobs_ahead_in_the_same_queue() -> None:
     # w1 and x1 start: w2 moves up to first; its record says so, but a new place in line is
     # not a new reason, so no Pending is emitted
     actions = core.handle([TaskFinished("run", 0, 1)], 5)
-    explanation = core.record("w2").explanation
-    assert explanation is not None and explanation.position == ("q1", 1)
+    assert core.position("w2") == ("q1", 1)
+    assert core.why("w2").position == ("q1", 1)
     assert not [a for a in actions if isinstance(a, Pending)]
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "FilterPlugin",
     "FloatArray",
     "IntArray",
+    "LanedQueueSort",
     "NormalizesScores",
     "PermitPlugin",
     "Plugin",
@@ -54,6 +55,29 @@ class Plugin(Protocol):
 class QueueSortPlugin(Plugin, Protocol):
     def sort_key(self, job: object, now: float) -> tuple[Hashable, ...]:
         """Order of pending jobs: smaller keys are tried first. Must be a total order."""
+        ...
+
+
+@runtime_checkable
+class LanedQueueSort(Protocol):
+    """A queue sort whose order the core can keep incrementally (see
+    ``hetsched.queueing.waiting``): waiting jobs fall into *lanes*, and within a lane they
+    keep a static order, so a cycle merges lanes instead of sorting every job.
+
+    Contract: ``lane(job)`` and ``rank(job)`` do not change while the job waits (the core
+    files it again when it is requeued); within one lane, ``sort_key(job, now)`` never
+    decreases along ``rank`` for any ``now`` and any usage; and a key read again during a
+    cycle only grows (usage only grows within a cycle). Keys are unique (they end with the
+    job's arrival sequence).
+    """
+
+    def lane(self, job: object) -> Hashable:
+        """The lane of a waiting job: jobs of one lane share the part of the key that
+        depends on anything but the job (a user's share, a priority class)."""
+        ...
+
+    def rank(self, job: object) -> tuple[Hashable, ...]:
+        """The job's static order within its lane."""
         ...
 
 

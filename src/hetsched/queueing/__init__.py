@@ -4,6 +4,6 @@
 ``drf``: dominant resource fairness. ``fairshare``: decayed past usage (half-life).
 """
 
-from hetsched.queueing import drf, fairshare, fifo, priority
+from hetsched.queueing import drf, fairshare, fifo, priority, waiting
 
-__all__ = ["drf", "fairshare", "fifo", "priority"]
+__all__ = ["drf", "fairshare", "fifo", "priority", "waiting"]

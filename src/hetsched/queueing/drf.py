@@ -9,7 +9,8 @@ class and each class/model, see ``hetsched.scheduler.usage``), of what it holds 
 the cluster's capacity in that flavor. Jobs of the entity with the smallest
 ``dominant share / weight`` go first (ties: queue time, then arrival). The core re-reads the
 key of a job before trying it, so shares move as jobs start within one cycle (progressive
-filling, as in the DRF paper).
+filling, as in the DRF paper). Each entity is a lane of the waiting queue: its jobs wait in
+queue-time order, and its share is computed once per change of its usage.
 """
 
 from __future__ import annotations
@@ -50,20 +51,38 @@ class Drf:
         self.args = args if isinstance(args, DrfArgs) else DrfArgs()
         self.handle = handle
         self.strict = False
+        #: entity -> ((usage stamp, cluster version), weighted dominant share)
+        self._shares: dict[str, tuple[tuple[int, int], float]] = {}
 
     def share(self, name: str) -> float:
-        """The weighted dominant share of a user or queue now (0 without a scheduler)."""
+        """The weighted dominant share of a user or queue now (0 without a scheduler).
+
+        Computed once per change of the entity's usage (or of the cluster's capacity), not
+        once per job: every waiting job of the entity reads the same value."""
         if self.handle is None:
             return 0.0
         ledger = self.handle.ledger
+        state = self.handle.state
+        stamp = (ledger.stamp(self.args.by, name), state.version)
+        cached = self._shares.get(name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         book = ledger.by_user if self.args.by == "user" else ledger.by_queue
         usage = book.get(name)
-        if not usage:
-            return 0.0
-        total = capacity(self.handle.state)
-        weight = entity_weight(self.handle, self.args.by, self.args.weights, name)
-        return dominant_share(usage, total) / weight
+        value = 0.0
+        if usage:
+            weight = entity_weight(self.handle, self.args.by, self.args.weights, name)
+            value = dominant_share(usage, capacity(state)) / weight
+        self._shares[name] = (stamp, value)
+        return value
 
     def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
         name = job.job.user if self.args.by == "user" else job.job.queue
         return (self.share(name), job.queued_since, job.seq)
+
+    def lane(self, job: Any) -> Hashable:
+        name: str = job.job.user if self.args.by == "user" else job.job.queue
+        return name
+
+    def rank(self, job: Any) -> tuple[Hashable, ...]:
+        return (job.queued_since, job.seq)

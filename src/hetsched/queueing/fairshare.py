@@ -57,3 +57,10 @@ class Fairshare:
     def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
         name = job.job.user if self.args.by == "user" else job.job.queue
         return (self.usage(name), self._current.share(name), job.queued_since, job.seq)
+
+    def lane(self, job: Any) -> Hashable:
+        name: str = job.job.user if self.args.by == "user" else job.job.queue
+        return name
+
+    def rank(self, job: Any) -> tuple[Hashable, ...]:
+        return (job.queued_since, job.seq)

@@ -38,3 +38,9 @@ class Fifo:
 
     def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
         return (job.job.submit_time, job.seq)
+
+    def lane(self, job: Any) -> Hashable:
+        return ()
+
+    def rank(self, job: Any) -> tuple[Hashable, ...]:
+        return (job.job.submit_time, job.seq)

@@ -60,3 +60,12 @@ class Priority:
 
     def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
         return (-self.effective(job, now), job.queued_since, job.seq)
+
+    def lane(self, job: Any) -> Hashable:
+        # within one priority class, aging keeps the order of queue times: only jobs of
+        # different classes change places, at a time that follows from their keys
+        priority: int = job.job.priority
+        return priority
+
+    def rank(self, job: Any) -> tuple[Hashable, ...]:
+        return (job.queued_since, job.seq)

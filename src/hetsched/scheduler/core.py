@@ -31,8 +31,10 @@ from hetsched.framework.status import Code
 from hetsched.model.device import Health
 from hetsched.model.job import DeviceFailurePolicy, Job, RestartPolicy
 from hetsched.model.lifecycle import TERMINAL, JobState, Transition
+from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler.actions import Action, Bind, Kill, Preempt, Reject
 from hetsched.scheduler.cycle import run_cycle
+from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.events import (
     DeviceAdded,
     DeviceHealthChanged,
@@ -86,14 +88,10 @@ class Scheduler:
         self.holder: str | None = None
         #: victim id -> the job that preempted it, while the victim is stopping
         self._nominations: dict[str, str] = {}
-        #: jobs not in a terminal state, in arrival order: what cycles and timers scan
+        #: jobs not in a terminal state, in arrival order
         self._live: dict[str, JobRecord] = {}
-        #: live jobs with their own maximum runtime
-        self._limited: set[str] = set()
-        #: jobs that may have tasks to place, by id: every job that becomes pending (or
-        #: runs with tasks still to start) is added; ``waiting`` drops the rest lazily. It
-        #: keeps cycles and timers proportional to the queue, not to all running jobs.
-        self._waiting: dict[str, JobRecord] = {}
+        #: maximum runtime and maximum pending time, due first
+        self.deadlines = Deadlines()
         #: jobs that preempted others and have not started yet, by id
         self.promised: dict[str, JobRecord] = {}
         self._seq = 0
@@ -103,6 +101,18 @@ class Scheduler:
         self.framework = Framework(self.profile, handle=self, seed=seed)
         #: the queue sort is strict: a job that cannot start blocks the rest of its queue
         self.strict = bool(getattr(self.framework.queue_sort, "strict", False))
+        #: jobs with tasks to place (pending, or running with tasks still to start),
+        #: indexed by why they wait and where they stand
+        self.queue = WaitingQueue(self)
+        #: cycles merge the queue's lanes and visit only the jobs that can matter; off,
+        #: they sort and visit every waiting job (the reference the merge is checked
+        #: against; queue sorts without lanes always use it)
+        self.incremental = True
+
+    def use_reference_cycle(self) -> None:
+        """Run every cycle with the full sort over all waiting jobs (see ``incremental``):
+        for tests and benchmarks that compare both. Decisions are the same."""
+        self.incremental = False
 
     # -- the one entry point -------------------------------------------------------------
 
@@ -167,9 +177,8 @@ class Scheduler:
         record.move(JobState.RUNNING, now, f"run {run}: restored after a restart")
         self._live[job.id] = record
         if record.has_unplaced:
-            self._waiting[job.id] = record
-        if job.max_runtime_s is not None:
-            self._limited.add(job.id)
+            self.queue.add(record)
+        self.deadlines.run_started(record, self._max_runtime(job))
         return record
 
     # -- queries -------------------------------------------------------------------------
@@ -208,37 +217,27 @@ class Scheduler:
     def waiting(self) -> list[JobRecord]:
         """Jobs with tasks to place, in arrival order: pending jobs, and running jobs whose
         gang minimum was below their replicas and that still have tasks to start."""
-        out: list[JobRecord] = []
-        for job_id, r in list(self._waiting.items()):
-            if r.state is JobState.PENDING or (r.state is JobState.RUNNING and r.has_unplaced):
-                out.append(r)
-            else:
-                del self._waiting[job_id]
-        out.sort(key=lambda r: r.seq)
-        return out
+        self.queue.flush()
+        return self.queue.records()
+
+    def position(self, job_id: str) -> tuple[str, int] | None:
+        """(leaf queue, place in line): 1 + the pending jobs of its queue that the queue
+        order puts ahead of it now; None if the job does not wait."""
+        return self.queue.position(self.record(job_id))
 
     def next_wakeup(self) -> float | None:
         """The earliest time after the last ``handle`` call at which a time-based rule acts
         (gang hold timeout, end of a backoff, maximum runtime, maximum pending time), or
         None. Drivers that do not tick at a fixed step call ``handle([Tick()], t)`` then;
-        aging needs no wakeup."""
-        times: list[float] = []
-        gang = self.profile.gang
-        max_pending = self.profile.timeouts.max_pending_s
-        for record in self.waiting():
-            if record.state is JobState.PENDING:
-                if record.hold_since is not None:
-                    times.append(record.hold_since + gang.timeout_s)
-                times.append(record.backoff_until)
-                if max_pending is not None:
-                    times.append(record.queued_since + max_pending)
-        for record in self._running_limited():
-            if record.state is JobState.RUNNING and record.started is not None:
-                limit = self._max_runtime(record.job)
-                if limit is not None:
-                    times.append(record.started + limit)
-        times = [t for t in times if t > self.now]
-        return min(times) if times else None
+        aging needs no wakeup. Read from heaps and indexes: no scan of the jobs."""
+        now = self.now
+        times = [self.deadlines.next_after(now), self.queue.next_backoff_end(now)]
+        if self.holder is not None:
+            hold_since = self.jobs[self.holder].hold_since
+            if hold_since is not None:
+                times.append(hold_since + self.profile.gang.timeout_s)
+        later = [t for t in times if t is not None and t > now]
+        return min(later) if later else None
 
     # -- allocation, kept in step with the usage ledger ----------------------------------
 
@@ -315,9 +314,8 @@ class Scheduler:
             return [Reject(job.id, problem)]
         record.move(JobState.PENDING, now, "submitted")
         self._live[job.id] = record
-        self._waiting[job.id] = record
-        if job.max_runtime_s is not None:
-            self._limited.add(job.id)
+        self.queue.add(record)
+        self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)
         return []
@@ -328,8 +326,7 @@ class Scheduler:
         record.ended = now
         self._live.pop(record.id, None)
         self.state.best_effort_jobs.discard(record.id)
-        self._limited.discard(record.id)
-        self._waiting.pop(record.id, None)
+        self.queue.remove(record)
 
     def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
         """Ask the driver to stop every running task of the current run.
@@ -359,6 +356,7 @@ class Scheduler:
         if not victim.stopping and victim.id in self._nominations:
             preemptor = self.jobs[self._nominations.pop(victim.id)]
             preemptor.nominated.discard(victim.id)
+            self.queue.touch(preemptor)
 
     def _drop_hold(self, record: JobRecord) -> None:
         for task in sorted(record.held):
@@ -458,20 +456,13 @@ class Scheduler:
         record.checkpoint = None
         record.borrowing = False
         record.queued_since = now
-        record.failed_epoch = -1
         record.move(JobState.PENDING, now, cause)
-        self._waiting[record.id] = record
+        self.queue.add(record)
+        self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         # until the next attempt says more; the job may wait out this call untried
         record.explanation = Explanation(Code.UNSCHEDULABLE, f"back in the queue: {cause}")
 
     # -- time-based rules ----------------------------------------------------------------
-
-    def _running_limited(self) -> list[JobRecord]:
-        """Live jobs a maximum runtime applies to: all of them under a profile-wide limit,
-        else those with their own."""
-        if self.profile.timeouts.max_runtime_s is not None:
-            return list(self._live.values())
-        return [self._live[i] for i in self._limited if i in self._live]
 
     def _max_runtime(self, job: Job) -> float | None:
         if job.max_runtime_s is not None:
@@ -479,30 +470,23 @@ class Scheduler:
         return self.profile.timeouts.max_runtime_s
 
     def _timers(self, now: float) -> list[Action]:
-        """Maximum runtime, gang hold timeout, maximum pending time, in that order.
+        """Maximum runtime, gang hold timeout, maximum pending time, in that order (jobs
+        of one rule in arrival order).
 
-        Only jobs a rule can apply to are looked at: with no limits configured and no gang
-        holding, this costs nothing per call.
+        Limits come from heaps of deadlines: a call where none is due costs nothing per job.
         """
         actions: list[Action] = []
-        timeouts = self.profile.timeouts
-        for record in self._running_limited():
-            if record.state is JobState.RUNNING and record.started is not None:
-                limit = self._max_runtime(record.job)
-                if limit is not None and now - record.started >= limit:
-                    cause = "exceeded max runtime"
-                    actions += self._stop_all(record, cause)
-                    self._end(record, JobState.FAILED, now, f"{cause} ({limit:g}s)")
+        for record, limit in self.deadlines.overrun(now):
+            cause = "exceeded max runtime"
+            actions += self._stop_all(record, cause)
+            self._end(record, JobState.FAILED, now, f"{cause} ({limit:g}s)")
         if self.holder is not None:
             record = self.jobs[self.holder]
             hold_since = record.hold_since
             if hold_since is not None and now - hold_since >= self.profile.gang.timeout_s:
                 self._gang_timeout(record, now)
-        max_pending = timeouts.max_pending_s
-        if max_pending is not None:
-            for record in self.waiting():
-                if record.state is JobState.PENDING and now - record.queued_since >= max_pending:
-                    actions.append(self._expire(record, max_pending, now))
+        for record, limit in self.deadlines.expired(now):
+            actions.append(self._expire(record, limit, now))
         return actions
 
     def _gang_timeout(self, record: JobRecord, now: float) -> None:
@@ -514,7 +498,7 @@ class Scheduler:
         held = len(record.held)
         self._drop_hold(record)
         record.gang_timeouts += 1
-        record.failed_epoch = -1
+        self.queue.add(record)  # tried afresh once its backoff ends
         if record.promised:
             then = "its preemption keeps room for it"
         else:
@@ -562,6 +546,16 @@ class Scheduler:
         self._requeue(victim, now, reason)
         self._settle(victim)
         return Preempt(victim.id, run, grace_s, reason, preemptor.id, kind)
+
+    def started(self, record: JobRecord) -> None:
+        """After :meth:`bind`: the job leaves the queue unless tasks are left to place, and
+        a run that started now gets its maximum runtime."""
+        if record.state is JobState.RUNNING and record.has_unplaced:
+            self.queue.add(record)
+        else:
+            self.queue.remove(record)
+        if record.started == self.now:
+            self.deadlines.run_started(record, self._max_runtime(record.job))
 
     def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> Bind:
         """Commit an attempt whose placements are allocated already."""

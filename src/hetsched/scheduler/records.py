@@ -30,12 +30,6 @@ class JobRecord:
     finished: set[int] = field(default_factory=set)
     history: list[Transition] = field(default_factory=list)
     explanation: Explanation | None = None
-    #: the capacity epoch of the last failed attempt: no retry until capacity grows
-    failed_epoch: int = -1
-    #: the cluster's growth mark at that failure (see ClusterState.grown_since), -1 if none
-    failed_growth: int = -1
-    #: the cluster's topology version at that failure (unresolvable jobs wait for a change)
-    failed_version: int = -1
     #: with preemption enabled, when a job that failed is tried again even if no room
     #: appeared: victims become eligible with time (minimum runtime) and new binds
     retry_at: float = 0.0

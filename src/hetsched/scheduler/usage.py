@@ -123,7 +123,20 @@ class Ledger:
         self.by_queue: dict[str, Usage] = {}
         #: grows on every change, so readers can cache derived values
         self.version = 0
+        #: per (book, name): grows on every change of that user's or queue's usage
+        self._stamps: dict[tuple[str, str], int] = {}
         self.trackers: list[tuple[str, DecayedUsage]] = []
+
+    def stamp(self, by: str, name: str) -> int:
+        """A number that changes whenever the usage of user (``by="user"``) or queue
+        ``name`` changes, so readers cache values derived from one entity's usage."""
+        return self._stamps.get((by, name), 0)
+
+    def _touch(self, job: Job) -> None:
+        self.version += 1
+        stamps = self._stamps
+        stamps[("user", job.user)] = self.version
+        stamps[("queue", job.queue)] = self.version
 
     def charge(self, key: str, job: Job, usage: Usage) -> None:
         self.by_key[key] = (job, usage)
@@ -133,7 +146,7 @@ class Ledger:
             (self.by_queue, job.queue),
         ):
             book.setdefault(name, Counter()).update(usage)
-        self.version += 1
+        self._touch(job)
 
     def refund(self, key: str) -> None:
         entry = self.by_key.pop(key, None)
@@ -149,7 +162,7 @@ class Ledger:
             held.subtract(usage)
             if not any(held.values()):
                 del book[name]
-        self.version += 1
+        self._touch(job)
 
     def track(self, by: str, half_life_s: float) -> DecayedUsage:
         """A decayed-usage integral per user (``by="user"``) or queue, kept up to date."""

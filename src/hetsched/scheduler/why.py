@@ -59,4 +59,5 @@ def why(sched: Scheduler, job_id: str) -> Explanation:
         (*base.reasons, *extra),
         base.rejections,
         base.suggestions,
+        position=sched.position(job_id),
     )
