@@ -69,10 +69,15 @@ def changes(cluster: ClusterInfo) -> dict[str, Any]:
     inventory.initial(timeout_s=90)
     out: dict[str, Any] = {}
     devices = Path(cluster.workdir) / "devices-a100-0.yaml"
-    groups = json.loads(devices.read_text())["devices"]
+    original = devices.read_text()
+    groups = json.loads(original)["devices"]
     groups = [{**groups[0], "count": 1}, {**groups[0], "count": 1, "health": "unhealthy"}]
     devices.write_text(json.dumps({"devices": groups}))
-    out["health"], _ = _poll_until(inventory, "health", 60)
+    try:
+        out["health"], _ = _poll_until(inventory, "health", 60)
+    finally:
+        # the cluster is shared with other tests
+        devices.write_text(original)
     extra = LocalCluster([LocalNodeSpec("h100-0", "H100", 1)], join=cluster.address)
     extra.start()
     try:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ray_fixtures import HERE, check, require_namespaces
+from ray_fixtures import check
 
 from hetsched.model.device import Health
 from hetsched.ray.inventory import logical_devices
@@ -79,17 +78,10 @@ def test_the_probe_reads_the_fake_file_from_the_node_environment(
     assert answer["cpus"] >= 1 and answer["memory_mib"] > 0
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[NamespacedCluster]:
-    require_namespaces()
-    with NamespacedCluster("a100:2,t4:1,cpu:0", fake_devices=True, pythonpath=[HERE]) as c:
-        yield c
-
-
 def test_nodes_come_from_ray_with_devices_from_discovery_on_each_node(
-    cluster: NamespacedCluster,
+    ray_cluster: NamespacedCluster,
 ) -> None:
-    value = check(cluster.run("ray_bodies_inventory:initial_nodes", timeout_s=120))
+    value = check(ray_cluster.run("ray_bodies_inventory:initial_nodes", timeout_s=120))
     assert isinstance(value, dict)
     nodes = {n["name"]: n for n in value["nodes"]}
     # the head is labelled not schedulable
@@ -108,8 +100,8 @@ def test_nodes_come_from_ray_with_devices_from_discovery_on_each_node(
     assert value["ids"] == value["expected_ids"]
 
 
-def test_health_changes_joins_and_deaths_become_events(cluster: NamespacedCluster) -> None:
-    value = check(cluster.run("ray_bodies_inventory:changes", timeout_s=240))
+def test_health_changes_joins_and_deaths_become_events(ray_cluster: NamespacedCluster) -> None:
+    value = check(ray_cluster.run("ray_bodies_inventory:changes", timeout_s=240))
     assert isinstance(value, dict)
     assert ["health", "a100-0/gpu1", "unhealthy", "unhealthy"] in value["health"]
     added = [e for e in value["joined"] if e[0] == "added"]

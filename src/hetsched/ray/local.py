@@ -391,6 +391,9 @@ class LocalCluster:
             killed += _stop_all(group, timeout_s / 2)
         self._started = []
         if self._own_workdir and self.workdir is not None:
+            # a node whose raylet died has orphaned the rest of its processes: they name this
+            # cluster's own (freshly made, unique) work directory on their command line
+            killed += _kill_users_of(self.workdir)
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
             self._own_workdir = False
@@ -433,6 +436,19 @@ def _stop_all(group: list[_Started], timeout_s: float) -> list[int]:
         alive = [p for p in family if _running(p)]
         psutil.wait_procs(alive, timeout=5)
     return killed
+
+
+def _kill_users_of(workdir: Path) -> list[int]:
+    """SIGKILL the processes whose command line names ``workdir`` (unique to one cluster)."""
+    marker = str(workdir)
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != os.getpid() and any(marker in a for a in proc.info["cmdline"] or []):
+                proc.kill()
+                found.append(proc)
+    psutil.wait_procs(found, timeout=5)
+    return [p.pid for p in found]
 
 
 def _running(proc: psutil.Process) -> bool:

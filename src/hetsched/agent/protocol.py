@@ -1,0 +1,101 @@
+"""What a process executor offers a driver: the surface the local executor
+(:class:`hetsched.agent.executor.Executor`) and the Ray executor
+(:class:`hetsched.ray.executor.RayExecutor`) share, so that a driver written against it runs
+tasks on either.
+
+The meaning is the local executor's (its module says it in full): ``start`` spawns a task in
+its own process group with its devices in its environment and raises ``OSError`` when it
+cannot; ``stop`` sends SIGTERM to the group now and SIGKILL after the grace; ``poll`` returns
+each ended task once, enforces maximum runtimes and escalates kills; ``shutdown`` forgets the
+tasks without stopping them; after a control-plane crash ``find_leaders``, ``adopt`` and
+``recorded_exit`` find tasks again and ``sweep`` kills those no live task accounts for.
+
+Where they differ (not part of this surface): the local executor kills a process group at
+once by pid (``kill_now``), the Ray executor by task key (``kill``), since a pid means nothing
+off its node; the Ray executor learns a task's pid after ``start`` returns (0 until then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from hetsched.agent.executor import RunAs, TaskExit
+from hetsched.cluster.placement import Placement
+from hetsched.model.device import Device
+
+__all__ = ["ProcessExecutor", "TaskView"]
+
+
+class TaskView(Protocol):
+    """A running task as its executor tracks it."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def task(self) -> int: ...
+    @property
+    def run(self) -> int: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def pid_started(self) -> float: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def key(self) -> str: ...
+
+
+class ProcessExecutor(Protocol):
+    @property
+    def home(self) -> Path: ...
+    @property
+    def instance(self) -> str: ...
+    @property
+    def handles(self) -> Mapping[str, TaskView]: ...
+
+    def log_path(self, job_id: str, task: int, stream: str) -> Path: ...
+
+    def start(
+        self,
+        job_id: str,
+        task: int,
+        run: int,
+        placement: Placement,
+        devices: Sequence[tuple[Device, int, int]],
+        command: Sequence[str],
+        env: Mapping[str, str],
+        workdir: str | None,
+        max_runtime_s: float | None,
+        run_as: RunAs | None = None,
+    ) -> TaskView: ...
+
+    def adopt(
+        self,
+        job_id: str,
+        task: int,
+        run: int,
+        pid: int,
+        pid_started: float,
+        deadline: float | None,
+    ) -> TaskView | None: ...
+
+    def recorded_exit(self, job_id: str, task: int, run: int) -> int | None: ...
+
+    def find_leaders(self) -> dict[str, tuple[int, float]]: ...
+
+    def sweep(self, live_keys: Iterable[str]) -> Sequence[int | str]: ...
+
+    def stop(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool: ...
+
+    def poll(self, now: float | None = None) -> list[TaskExit]: ...
+
+    def shutdown(self) -> None: ...
+
+
+if TYPE_CHECKING:
+    from hetsched.agent.executor import Executor
+
+    def _local_executor_conforms(executor: Executor) -> ProcessExecutor:
+        return executor
