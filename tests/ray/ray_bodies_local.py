@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import signal
@@ -14,21 +15,22 @@ from typing import Any
 import psutil
 
 
-def _first_line(process: subprocess.Popen[bytes], timeout_s: float) -> str:
+def _lines(process: subprocess.Popen[bytes], count: int, timeout_s: float) -> list[str]:
+    """The first ``count`` lines of the process's output, within ``timeout_s``."""
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout_s
     buffer = b""
-    while b"\n" not in buffer:
+    while buffer.count(b"\n") < count:
         left = deadline - time.monotonic()
         if left <= 0 or not selector.select(left):
-            raise TimeoutError(f"no address line in {timeout_s} s")
-        chunk = os.read(process.stdout.fileno(), 4096)
+            raise TimeoutError(f"not {count} lines in {timeout_s} s: {buffer!r}")
+        chunk = os.read(process.stdout.fileno(), 65536)
         if not chunk:
             raise RuntimeError(f"hetsched ray local ended first (rc {process.wait()})")
         buffer += chunk
-    return buffer.split(b"\n", 1)[0].decode()
+    return buffer.decode().split("\n")[:count]
 
 
 def cli_local_cluster(nodes: str) -> dict[str, Any]:
@@ -37,21 +39,20 @@ def cli_local_cluster(nodes: str) -> dict[str, Any]:
     import ray
 
     hetsched = str(Path(sys.executable).parent / "hetsched")
-    before = {p.name for p in Path("/tmp").glob("hsray-*")}
     process = subprocess.Popen(
-        [hetsched, "ray", "local", "--nodes", nodes, "--fake-devices"],
+        [hetsched, "ray", "local", "--nodes", nodes, "--fake-devices", "-o", "json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
-    address = _first_line(process, 150)
+    address, document = _lines(process, 2, 150)
+    workdir = Path(json.loads(document)["workdir"])
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     nodes_seen = [
         {"labels": n["Labels"], "resources": n["Resources"], "alive": n["Alive"]}
         for n in ray.nodes()
     ]
     ray.shutdown()
-    # /tmp is shared with other tests: only the directories that appeared are this cluster's
-    workdirs = sorted({p.name for p in Path("/tmp").glob("hsray-*")} - before)
+    workdir_before = workdir.is_dir()
     process.send_signal(signal.SIGTERM)
     rc = process.wait(timeout=90)
     mine = {os.getpid(), 1}
@@ -60,12 +61,10 @@ def cli_local_cluster(nodes: str) -> dict[str, Any]:
         for p in psutil.process_iter()
         if p.pid not in mine and p.status() != psutil.STATUS_ZOMBIE
     ]
-    workdirs_after = sorted({p.name for p in Path("/tmp").glob("hsray-*")} & set(workdirs))
     return {
         "address": address,
         "nodes": nodes_seen,
         "rc": rc,
         "left": left,
-        "workdirs": workdirs,
-        "workdirs_after": workdirs_after,
+        "workdir": [workdir_before, workdir.exists()],
     }

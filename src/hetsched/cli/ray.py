@@ -124,7 +124,8 @@ def _describe(cluster: object, output: OutputFormat) -> None:
     if output is OutputFormat.json:
         import json
 
-        sys.stdout.write(json.dumps({"address": cluster.address, "nodes": rows}) + "\n")
+        document = {"address": cluster.address, "workdir": str(cluster.workdir), "nodes": rows}
+        sys.stdout.write(json.dumps(document) + "\n")
         return
     table = Table(title=f"Ray cluster at {cluster.address}", title_justify="left")
     for column in ("node", "gpus", "ray node id", "ray start pid"):

@@ -96,4 +96,4 @@ def test_cli_prints_the_address_first_and_stops_everything_it_started() -> None:
     assert value["rc"] == 0
     # nothing but the namespace's init and the body itself is left, and no work directory
     assert value["left"] == []
-    assert len(value["workdirs"]) == 1 and value["workdirs_after"] == []
+    assert value["workdir"] == [True, False]
