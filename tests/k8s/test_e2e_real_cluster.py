@@ -11,19 +11,31 @@ they are bound by a hetsched scheduler running in this process, under a schedule
 its own, so nothing else in the cluster is touched. (Pods asking for ``hetsched.io/*``
 resources stay unstartable on kubelets without the device plugin; the test checks the
 scheduler's decisions, the Binding and the events, not that containers run.)
+
+Dynamic Resource Allocation (needs resource.k8s.io/v1: Kubernetes 1.34 or newer; skipped
+otherwise): the DRA driver's ResourceSlice publisher, running in this process under a
+driver name of its own (``e2e-<id>.hetsched.io``), publishes a fake inventory as the first
+node's pool, which the real API server must accept; a DeviceClass of that driver and a
+ResourceClaim with a CEL selector are created, and a pod using the claim makes
+kube-scheduler allocate it from those slices; the driver's prepare step (the one the
+kubelet calls over gRPC) then prepares the claim the real scheduler allocated, writing its
+CDI spec in a temporary folder. Everything is removed at the end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hetsched.k8s.api import KubeClusterAPI, load_api
+from hetsched.k8s.api import ApiError, KubeClusterAPI, load_api
 from hetsched.k8s.names import ASSIGNED_DEVICES, NODE_DEVICES, POD_GROUP, POD_GROUP_MIN
 from hetsched.k8s.scheduler import PodScheduler
 
@@ -152,3 +164,153 @@ def test_failed_scheduling_event(api: KubeClusterAPI, sched: PodScheduler, names
         sched.step(0.1)
     assert events
     assert "gpu" in events[0].message
+
+
+# -- Dynamic Resource Allocation ---------------------------------------------------------------
+
+DRIVER = f"e2e-{NAME[-6:]}.hetsched.io"
+DEVICE_CLASS = f"gpu.{DRIVER}"
+
+
+@pytest.fixture(scope="module")
+def dra(api: KubeClusterAPI) -> None:
+    try:
+        api.list_resource_slices()
+    except ApiError as exc:
+        pytest.skip(f"the cluster serves no resource.k8s.io/v1 ({exc}): needs Kubernetes 1.34+")
+
+
+@pytest.fixture(scope="module")
+def slices(api: KubeClusterAPI, dra: None) -> Iterator[Any]:
+    """The first node's fake GPUs and FPGA, published as a pool of this run's driver."""
+    from hetsched.k8s.dra.slices import SlicePublisher
+    from hetsched.model.device import Device
+
+    nodes, _ = api.list_nodes()
+    node = nodes[0]["metadata"]["name"]
+    devices = [
+        Device(f"{node}/gpu{i}", "gpu", "nvidia", "A100", {"memory_gib": 80, "numa": i // 2})
+        for i in range(4)
+    ] + [Device(f"{node}/fpga0", "fpga", "xilinx", "U250", {"numa": 0})]
+    publisher = SlicePublisher(api, DRIVER, node, shareable=["gpu"])
+    assert publisher.publish(devices)
+    yield publisher, devices
+    publisher.withdraw()
+
+
+@pytest.fixture(scope="module")
+def device_class(api: KubeClusterAPI, dra: None) -> Iterator[str]:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": DEVICE_CLASS},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": f'device.driver == "{DRIVER}" && '
+                        f'device.attributes["{DRIVER}"].type == "gpu" && '
+                        f'device.attributes["{DRIVER}"].healthy'
+                    }
+                }
+            ]
+        },
+    }
+    api.resource.create_device_class(body)
+    yield DEVICE_CLASS
+    api.resource.delete_device_class(DEVICE_CLASS)
+
+
+def test_dra_slices_are_accepted_and_get_new_generations(api: KubeClusterAPI, slices: Any) -> None:
+    from dataclasses import replace
+
+    from hetsched.model.device import Health
+
+    publisher, devices = slices
+    node = devices[0].id.split("/")[0]
+    (body,) = api.list_resource_slices(f"spec.nodeName={node},spec.driver={DRIVER}")
+    assert [d["name"] for d in body["spec"]["devices"]] == ["fpga0", "gpu0", "gpu1", "gpu2", "gpu3"]
+    first = body["spec"]["pool"]["generation"]
+    assert publisher.publish([replace(devices[0], health=Health.UNHEALTHY), *devices[1:]])
+    (after,) = api.list_resource_slices(f"spec.nodeName={node},spec.driver={DRIVER}")
+    assert after["spec"]["pool"]["generation"] == first + 1
+    gpu0 = next(d for d in after["spec"]["devices"] if d["name"] == "gpu0")
+    assert gpu0["attributes"]["healthy"] == {"bool": False}
+    assert publisher.publish(devices)  # healthy again, for the allocation test
+
+
+def test_kube_scheduler_allocates_a_claim_from_our_slices_and_the_driver_prepares_it(
+    api: KubeClusterAPI, namespace: str, slices: Any, device_class: str
+) -> None:
+    from hetsched.k8s.deviceplugin.allocation import Roots
+    from hetsched.k8s.dra.book import DeviceBook
+    from hetsched.k8s.dra.checkpoint import Checkpoint
+    from hetsched.k8s.dra.prepare import ClaimRef, Preparer
+
+    _, devices = slices
+    node = devices[0].id.split("/")[0]
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "one-a100", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": device_class,
+                            "selectors": [
+                                {
+                                    "cel": {
+                                        "expression": f'device.attributes["{DRIVER}"].model '
+                                        '== "A100"'
+                                    }
+                                }
+                            ],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    api.resource.create_namespaced_resource_claim(namespace, claim)
+    pod = {
+        "metadata": {"name": "dra-pod", "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "one-a100"}],
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "registry.k8s.io/pause:3.9",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+    api.core.create_namespaced_pod(namespace, pod)
+    allocated: dict[str, Any] | None = None
+    for _ in range(300):
+        allocated = api.get_resource_claim(namespace, "one-a100")
+        if allocated and (allocated.get("status") or {}).get("allocation"):
+            break
+        time.sleep(0.1)
+    assert allocated is not None and allocated["status"]["allocation"], (
+        "kube-scheduler did not allocate"
+    )
+    (result,) = allocated["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"]) == (DRIVER, node)
+    assert result["device"].startswith("gpu")
+    # the driver's prepare step, on the claim the real scheduler allocated
+    book = DeviceBook()
+    book.update(devices, [])
+    with tempfile.TemporaryDirectory() as folder:
+        preparer = Preparer(
+            DRIVER, node, api, book, Checkpoint(Path(folder) / "cp.json"), Path(folder), Roots()
+        )
+        uid = allocated["metadata"]["uid"]
+        outcome = preparer.prepare([ClaimRef(namespace, uid, "one-a100")])[uid]
+        assert outcome.error == ""
+        assert [d.device for d in outcome.devices] == [result["device"]]
+        assert (Path(folder) / f"k8s.hetsched.io-claim_{uid}.json").exists()

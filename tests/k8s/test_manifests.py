@@ -269,3 +269,43 @@ def test_chart_with_the_device_plugin_off_has_no_daemonset() -> None:
     values["devicePlugin"]["enabled"] = False
     kinds = {d["kind"] for d in chart_documents(values)}
     assert "DaemonSet" not in kinds
+
+
+def test_chart_with_the_dra_driver_on() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["draDriver"]["enabled"] is False  # opt-in: the device plugin is the default
+    values["draDriver"]["enabled"] = True
+    docs = chart_documents(values)
+    for doc in docs:
+        kubernetes_validate.validate(doc, VERSION, strict=True)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("DaemonSet", "hetsched-dra-driver") in kinds
+    assert ("ClusterRole", "hetsched-dra-driver") in kinds
+    classes = {name for kind, name in kinds if kind == "DeviceClass"}
+    assert classes == {
+        "gpu.hetsched.io",
+        "fpga.hetsched.io",
+        "npu.hetsched.io",
+        "shared-gpu.hetsched.io",
+    }
+    # the chart's classes are the plain manifests' classes
+    plain = documents(DEPLOY / "dra" / "deviceclasses.yaml")
+    assert sorted((d for d in docs if d["kind"] == "DeviceClass"), key=str) == sorted(
+        plain, key=str
+    )
+
+
+def test_expected_dra_objects_are_deployed() -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for p in MANIFESTS for d in documents(p)}
+    for expected in [
+        ("DaemonSet", "hetsched-dra-driver"),
+        ("ServiceAccount", "hetsched-dra-driver"),
+        ("ClusterRole", "hetsched-dra-driver"),
+        ("DeviceClass", "gpu.hetsched.io"),
+        ("DeviceClass", "fpga.hetsched.io"),
+        ("DeviceClass", "npu.hetsched.io"),
+        ("DeviceClass", "shared-gpu.hetsched.io"),
+        ("ResourceClaim", "shared-gpu"),
+        ("ResourceClaimTemplate", "h100-or-two-a100"),
+    ]:
+        assert expected in kinds
