@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.table import Table
 
 from hetsched.cli.client import Client
 from hetsched.cli.output import console, fail, print_json
+from hetsched.model.yamlio import YAMLError, safe_load
 
 __all__ = ["cancel", "job", "jobs", "load_submissions", "logs", "submit", "why"]
 
@@ -33,8 +33,8 @@ Output = Annotated[ListFormat, typer.Option("-o", "--output", help="table, wide 
 def load_submissions(path: Path) -> list[dict[str, Any]]:
     """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = safe_load(path.read_bytes())
+    except (OSError, YAMLError) as exc:
         fail(f"{path}: {exc}")
     if isinstance(data, dict) and isinstance(data.get("jobs"), list):
         return [dict(j) for j in data["jobs"]]

@@ -14,6 +14,7 @@ from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.framework.profile import ProfileError, load_profile
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.specs import SpecError, load_cluster, load_jobs
+from hetsched.model.yamlio import gc_paused
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Bind, JobSubmitted, Pending, Reject, Scheduler
 
@@ -22,12 +23,15 @@ __all__ = ["place", "place_jobs"]
 
 def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any]:
     """Place ``jobs`` on ``cluster`` in one pass; the JSON document ``place -o json`` prints."""
-    nodes = load_cluster(cluster)
-    job_list = load_jobs(jobs)
-    spec = load_profile(profile)
-    state = ClusterState(nodes)
-    scheduler = Scheduler(state, spec)
-    actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
+    # a one-shot pass whose objects all live to the end: collecting cycles meanwhile would
+    # only walk them again and again (a third of the run for 5,000 jobs on 5,000 nodes)
+    with gc_paused():
+        nodes = load_cluster(cluster)
+        job_list = load_jobs(jobs)
+        spec = load_profile(profile)
+        state = ClusterState(nodes)
+        scheduler = Scheduler(state, spec)
+        actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
     placements: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
     for action in actions:

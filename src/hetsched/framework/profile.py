@@ -34,12 +34,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hetsched.framework.registry import lookup
 from hetsched.framework.speeds import SpeedsSpec, check_speeds
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
+from hetsched.model.yamlio import safe_load
 
 __all__ = [
     "MAX_OVERCOMMIT",
@@ -367,5 +367,5 @@ def parse_profile(data: Any, base: Path | None = None) -> ProfileSpec:
 def load_profile(path: str | Path | None) -> ProfileSpec:
     if path is None:
         return parse_profile({})
-    with open(path, encoding="utf-8") as handle:
-        return parse_profile(yaml.safe_load(handle), Path(path).parent)
+    with open(path, "rb") as handle:
+        return parse_profile(safe_load(handle.read()), Path(path).parent)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import celpy
@@ -50,7 +50,12 @@ __all__ = [
 
 AttrKey = tuple[tuple[str, AttrValue], ...]
 
-_ENV = celpy.Environment()
+
+@cache
+def _env() -> Any:
+    """celpy's environment, built on first use: building its parser costs a noticeable part
+    of a short command's run, and most commands never compile a selector."""
+    return celpy.Environment()
 
 
 class SelectorError(ValueError):
@@ -156,9 +161,9 @@ def _compile(expression: str, limits: SelectorLimits) -> Selector:
     shown = expression if len(expression) <= 80 else expression[:77] + "..."
     try:
         check_text(expression, limits)
-        ast = _ENV.compile(expression)
+        ast = _env().compile(expression)
         cost = check_tree(ast, limits)
-        runner = _ENV.program(ast)
+        runner = _env().program(ast)
     except SelectorLimitError as exc:
         raise SelectorTooCostly(f"selector refused: {exc}", exc.limit) from None
     except SelectorShapeError as exc:

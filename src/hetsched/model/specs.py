@@ -10,7 +10,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,6 +18,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from yaml import YAMLError
 
 from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import (
@@ -33,6 +33,7 @@ from hetsched.model.job import (
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.selector import SelectorError, compile_selector
 from hetsched.model.speed import DEFAULT_KEY, JobSpeed, SpeedError
+from hetsched.model.yamlio import safe_load
 
 __all__ = [
     "ClusterSpec",
@@ -486,12 +487,13 @@ Kind = Literal["cluster", "jobs", "profile"]
 
 
 def load_yaml(path: str | Path) -> Any:
+    """A YAML file's one document (read with the C loader where there is one)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+        with open(path, "rb") as handle:
+            return safe_load(handle.read())
     except OSError as exc:
         raise SpecError([f"cannot read: {exc.strerror}"], str(path)) from None
-    except yaml.YAMLError as exc:
+    except YAMLError as exc:
         raise SpecError([f"not valid YAML: {' '.join(str(exc).split())}"], str(path)) from None
 
 

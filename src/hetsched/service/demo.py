@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from hetsched.model.yamlio import safe_load
 from hetsched.service.server import examples_dir
 from hetsched.service.testing import free_port
 
@@ -107,7 +107,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> Non
 
 
 def main() -> int:
-    workload = yaml.safe_load((examples_dir() / "workloads" / "demo.yaml").read_text())
+    workload = safe_load((examples_dir() / "workloads" / "demo.yaml").read_bytes())
     home = Path(tempfile.mkdtemp(prefix="hetsched-demo-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -1,0 +1,214 @@
+"""``hetsched place`` end to end: YAML in, placements out, for thousands of jobs and nodes.
+
+Writes a cluster YAML of N explicit node entries (A100, H100, V100, T4, FPGA and CPU-only
+nodes, each with its own labels) and a jobs YAML of M jobs (whole, multi-GPU and fractional
+GPU requests, a third with a model selector, CPU-only and FPGA jobs), sized so that most
+jobs fit. Then:
+
+1. end to end: ``hetsched place -o json`` as a subprocess (interpreter start, imports, YAML
+   parsing, validation, one scheduling pass, JSON output), wall time; placements/s is the
+   number of tasks placed divided by it;
+2. the phases in process, each as wall and CPU time: reading both YAML files with PyYAML's
+   pure-Python loader, with its C loader (libyaml) and with hetsched's loader
+   (``hetsched.model.yamlio``: the C loader, a fast path for plain nodes, the garbage
+   collector paused) side by side; validation with the collector on and paused; the whole
+   ``place_jobs`` (read, validate, schedule); JSON output.
+
+CPU time is reported beside wall time because the machine is shared: under load, wall time
+measures the other work as much as this one.
+
+    .venv/bin/python bench/place_e2e.py                     # 5,000 jobs on 5,000 nodes
+    .venv/bin/python bench/place_e2e.py --jobs 20000 --nodes 10000 --repeats 5
+    .venv/bin/python bench/place_e2e.py --compare-src /path/to/older/checkout/src
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hetsched.cli.place import place_jobs
+from hetsched.model.specs import parse_cluster, parse_jobs
+from hetsched.model.yamlio import C_LOADER, gc_paused, safe_load
+
+_KINDS = [  # (kind, share of nodes, cpu cores, memory GiB, devices)
+    ("A100", 0.30, 96, 1024, ("gpu", "nvidia", "A100", 8, 80)),
+    ("H100", 0.15, 128, 2048, ("gpu", "nvidia", "H100", 8, 80)),
+    ("V100", 0.20, 48, 384, ("gpu", "nvidia", "V100", 4, 32)),
+    ("T4", 0.10, 32, 192, ("gpu", "nvidia", "T4", 2, 16)),
+    ("FPGA", 0.05, 32, 128, ("fpga", "xilinx", "U250", 2, 64)),
+    ("CPU", 0.20, 128, 512, None),
+]
+
+
+def cluster_doc(nodes: int) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    bounds, total = [], 0.0
+    for kind in _KINDS:
+        total += kind[1]
+        bounds.append(total)
+    for i in range(nodes):
+        at = (i * 0.6180339887) % 1.0  # spread the kinds over the list, deterministically
+        kind = next(k for k, b in zip(_KINDS, bounds, strict=True) if at < b)
+        name, _share, cores, gib, devices = kind
+        node: dict[str, Any] = {
+            "name": f"{name.lower()}-{i:05d}",
+            "cpu": str(cores),
+            "memory": f"{gib}Gi",
+            "labels": {"zone": f"z{i % 3}", "rack": f"r{i % 40}"},
+        }
+        if devices is not None:
+            cls, vendor, model, count, mem = devices
+            node["devices"] = [
+                {
+                    "class": cls,
+                    "vendor": vendor,
+                    "model": model,
+                    "count": count,
+                    "attributes": {"memory_gib": mem},
+                }
+            ]
+        out.append(node)
+    return {"nodes": out}
+
+
+def jobs_doc(jobs: int) -> dict[str, Any]:
+    out: list[dict[str, Any]] = []
+    for i in range(jobs):
+        kind = i % 10
+        resources: dict[str, Any] = {"cpu": "4", "memory": "16Gi"}
+        if kind < 3:
+            resources["devices"] = [{"class": "gpu", "count": 1}]
+        elif kind < 5:
+            resources["devices"] = [{"class": "gpu", "count": 2, "model": ["A100", "H100"]}]
+        elif kind < 7:
+            resources["devices"] = [{"class": "gpu", "share": 250 + 250 * (i % 3)}]
+        elif kind == 7:
+            selector = 'device.attributes["memory_gib"] >= 32'
+            resources["devices"] = [{"class": "gpu", "count": 4, "selector": selector}]
+        elif kind == 8:
+            resources["devices"] = [{"class": "fpga"}]
+        out.append(
+            {"name": f"job-{i:05d}", "user": f"u{i % 7}", "priority": i % 3, "resources": resources}
+        )
+    return {"jobs": out}
+
+
+def _timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
+    """Medians of (wall seconds, CPU seconds of this process) over ``repeats`` calls."""
+    walls, cpus, result = [], [], None
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), result
+
+
+def end_to_end(
+    cluster: Path, jobs: Path, repeats: int, src: Path | None = None
+) -> tuple[float, float, int]:
+    """Medians of (wall, CPU = user + system) seconds of ``hetsched place -o json``; with
+    ``src``, of the hetsched package under that directory instead (another checkout)."""
+    argv = [sys.executable, "-c", "from hetsched.cli.main import main; main()", "place"]
+    argv += ["--cluster", str(cluster), "--jobs", str(jobs), "-o", "json"]
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
+    walls, cpus, placed = [], [], 0
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, check=True, env=env)
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        placed = len(json.loads(done.stdout)["placements"])
+    return statistics.median(walls), statistics.median(cpus), placed
+
+
+def phases(cluster: Path, jobs: Path, repeats: int) -> dict[str, tuple[float, float]]:
+    def read(load: Any) -> tuple[Any, Any]:
+        return load(cluster.read_bytes()), load(jobs.read_bytes())
+
+    out: dict[str, tuple[float, float]] = {}
+    loaders: dict[str, Any] = {
+        "read YAML: yaml.safe_load (pure Python)": yaml.safe_load,
+        "read YAML: yaml.load, CSafeLoader": lambda t: yaml.load(t, Loader=yaml.CSafeLoader),
+        "read YAML: hetsched's safe_load": safe_load,
+    }
+    if not C_LOADER:
+        del loaders["read YAML: yaml.load, CSafeLoader"]
+    docs: Any = None
+    for name, load in loaders.items():
+        *out[name], docs = _timed(lambda load=load: read(load), repeats)
+
+    def validate() -> Any:
+        return parse_cluster(docs[0]), parse_jobs(docs[1])
+
+    *out["validate (GC on)"], _ = _timed(validate, repeats)
+
+    def validate_paused() -> Any:
+        with gc_paused():
+            return validate()
+
+    *out["validate (GC paused)"], _ = _timed(validate_paused, repeats)
+    *out["place_jobs: read, validate, schedule"], result = _timed(
+        lambda: place_jobs(cluster, jobs, None), repeats
+    )
+    *out["JSON output"], _ = _timed(lambda: json.dumps(result, indent=2), repeats)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--compare-src",
+        type=Path,
+        help="also run the src/ directory of another checkout (e.g. the previous release), "
+        "interleaved with this one",
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="hetsched-place-") as tmp:
+        cluster, jobs = Path(tmp) / "cluster.yaml", Path(tmp) / "jobs.yaml"
+        cluster.write_text(yaml.safe_dump(cluster_doc(args.nodes), sort_keys=False))
+        jobs.write_text(yaml.safe_dump(jobs_doc(args.jobs), sort_keys=False))
+        sizes = f"{os.path.getsize(cluster) >> 10} KiB + {os.path.getsize(jobs) >> 10} KiB"
+        runs = [("this checkout", None)]
+        if args.compare_src is not None:
+            runs.insert(0, (str(args.compare_src), args.compare_src))
+        print(f"{args.jobs} jobs on {args.nodes} nodes ({sizes} of YAML), {args.repeats} runs")
+        print(f"load average before: {os.getloadavg()[0]:.1f}")
+        print()
+        print("| hetsched place -o json | placed | wall | placements/s (wall) | CPU | /s (CPU) |")
+        print("|---|---|---|---|---|---|")
+        for label, src in runs:
+            wall, cpu, placed = end_to_end(cluster, jobs, args.repeats, src)
+            print(
+                f"| {label} | {placed} | {wall:.2f} s | {placed / wall:,.0f} | {cpu:.2f} s | "
+                f"{placed / cpu:,.0f} |"
+            )
+        print()
+        print("| phase, in process | wall (median) | CPU (median) |")
+        print("|---|---|---|")
+        for name, (w, c) in phases(cluster, jobs, args.repeats).items():
+            print(f"| {name} | {w * 1000:.0f} ms | {c * 1000:.0f} ms |")
+        print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
