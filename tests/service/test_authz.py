@@ -55,6 +55,18 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
         job_body(name="x", user="bob"),
         {"none": 401, "bad": 401, "alice": 403, "bob": 201, "admin": 201},
     ),
+    (
+        "POST",
+        "/v1/jobs/batch",
+        {"jobs": [job_body(name="x"), job_body(name="y")]},
+        {"none": 401, "bad": 401, "alice": 201, "bob": 201, "admin": 201},
+    ),
+    (
+        "POST",
+        "/v1/jobs/batch",
+        {"jobs": [job_body(name="x", queue="team-a")]},
+        {"none": 401, "bad": 401, "alice": 201, "bob": 403, "admin": 201},
+    ),
     ("GET", "/v1/jobs", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     (
         "GET",

@@ -12,12 +12,8 @@ Rules every route follows:
   with field paths, and a rejected request stores nothing.
 """
 
-import hashlib
-import json
 import os
-import secrets
 import stat
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +24,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetsched.agent.executor import Executor
@@ -36,15 +32,9 @@ from hetsched.service import metrics, ui
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.loop import ControlLoop
 from hetsched.service.queues import QueuesSpec
-from hetsched.service.schemas import (
-    MAX_BODY_BYTES,
-    Feasibility,
-    InvalidBody,
-    Unsatisfiable,
-    error_lines,
-    parse_submission,
-)
-from hetsched.service.store import Conflict, Principal, Store
+from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES, Feasibility
+from hetsched.service.store import Principal, Store
+from hetsched.service.submit import submit_batch, submit_one
 
 __all__ = ["MAX_LOG_OFFSET", "Service", "create_app"]
 
@@ -74,19 +64,22 @@ class Service:
 
 
 class _BodyLimit:
-    """Refuses bodies larger than ``limit`` bytes with 413, whether or not they declare a
-    Content-Length (pure ASGI, so it costs nothing on small requests)."""
+    """Refuses bodies larger than ``limit`` bytes (``limits[path]`` for the paths it names)
+    with 413, whether or not they declare a Content-Length (pure ASGI, so it costs nothing
+    on small requests)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, limits: dict[str, int] | None = None) -> None:
         self.app = app
-        self.limit = limit
+        self.default = limit
+        self.limits = limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limits.get(scope.get("path", ""), self.default)
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await _too_large(send)
                 return
         seen = 0
@@ -96,7 +89,7 @@ class _BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     raise _TooLarge
             return message
 
@@ -210,15 +203,21 @@ def create_app(service: Service) -> FastAPI:
     async def submit(request: Request, who: Caller) -> JSONResponse:
         """Submit a job. Send ``Idempotency-Key`` to make retries safe: a repeated key
         returns the job it created (200) and never creates a second one."""
-        ctype = request.headers.get("content-type", "").split(";")[0].strip()
-        if ctype != "application/json":
-            raise HTTPException(415, "send the job as application/json")
-        body = await request.body()
-        key = request.headers.get("idempotency-key")
-        if key is not None and not 1 <= len(key) <= 200:
-            raise HTTPException(422, "Idempotency-Key must be 1-200 characters")
-        row, created = await run_in_threadpool(_submit, service, body, who, key)
+        body, key = await _json_body(request)
+        row, created = await run_in_threadpool(submit_one, service, body, who, key)
         return JSONResponse(_job_view(row), status_code=201 if created else 200)
+
+    @app.post("/v1/jobs/batch", status_code=201, tags=["jobs"])
+    async def submit_many(request: Request, who: Caller) -> JSONResponse:
+        """Submit many jobs at once: ``{"jobs": [job, ...]}``, at most 5,000 jobs and 8 MiB.
+        All or nothing: if any job is refused, nothing is stored and the answer lists every
+        problem by index (``jobs[3].resources.cpu: ...``). ``Idempotency-Key`` covers the
+        whole batch (201 new, 200 replay, 409 same key with another batch)."""
+        body, key = await _json_body(request)
+        rows, created = await run_in_threadpool(submit_batch, service, body, who, key)
+        return JSONResponse(
+            {"jobs": [_job_view(r) for r in rows]}, status_code=201 if created else 200
+        )
 
     @app.get("/v1/jobs", tags=["jobs"])
     def list_jobs(
@@ -320,8 +319,21 @@ def create_app(service: Service) -> FastAPI:
         service.auth.forget()
         return {"id": token_id, "revoked": True}
 
-    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(
+        _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
+    )
     return app
+
+
+async def _json_body(request: Request) -> tuple[bytes, str | None]:
+    """A submission's body and its Idempotency-Key, after the checks both routes share."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip()
+    if ctype != "application/json":
+        raise HTTPException(415, "send the job as application/json")
+    key = request.headers.get("idempotency-key")
+    if key is not None and not 1 <= len(key) <= 200:
+        raise HTTPException(422, "Idempotency-Key must be 1-200 characters")
+    return await request.body(), key
 
 
 def _add_doc_routes(app: FastAPI, caller: Callable[[Request], Principal] | None) -> None:
@@ -349,58 +361,6 @@ def _add_doc_routes(app: FastAPI, caller: Callable[[Request], Principal] | None)
     def redoc(request: Request) -> HTMLResponse:
         check(request)
         return get_redoc_html(openapi_url="/openapi.json", title="hetsched API")
-
-
-def _submit(
-    service: Service, body: bytes, who: Principal, key: str | None
-) -> tuple[dict[str, Any], bool]:
-    try:
-        spec = parse_submission(body)
-    except InvalidBody as exc:
-        raise HTTPException(400, str(exc)) from None
-    except ValidationError as exc:
-        raise HTTPException(422, {"message": "invalid job", "errors": error_lines(exc)}) from None
-    owner = who.user
-    if "user" in spec.model_fields_set and spec.user != who.user:
-        if not who.admin:
-            raise HTTPException(403, "only an admin may submit for another user")
-        owner = spec.user
-    queue = service.queues.by_name().get(spec.queue)
-    if queue is None:
-        raise HTTPException(404, f"no queue {spec.queue!r}")
-    if not queue.admits(owner):
-        raise HTTPException(403, f"user {owner} may not submit to queue {spec.queue}")
-    if service.mapped_users is not None and owner not in service.mapped_users:
-        raise HTTPException(403, f"user {owner} has no OS account to run jobs as")
-    job_id = "j" + secrets.token_hex(8)
-    job = spec.to_job(job_id, owner, time.time())
-    problem = queue.over_quota(job)
-    if problem is not None:
-        raise HTTPException(403, problem)
-    try:
-        service.feasibility.check(job)
-    except Unsatisfiable as exc:
-        raise HTTPException(
-            422, {"message": "invalid job", "errors": [f"resources: {exc}"]}
-        ) from None
-    stored = json.loads(body)
-    body_digest = _canonical_digest(stored) if key else None
-    try:
-        row, created = service.store.insert_job(
-            job_id, owner, spec.queue, spec.name, spec.priority, stored, key, body_digest
-        )
-    except Conflict as exc:
-        raise HTTPException(409, str(exc)) from None
-    if created:
-        service.loop.submitted(row)
-    return row, created
-
-
-def _canonical_digest(document: Any) -> str:
-    """The digest an idempotency key is bound to: of the request's JSON, not its bytes, so a
-    retry that re-serializes the same document (whitespace, key order, escapes) replays."""
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:

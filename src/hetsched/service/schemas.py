@@ -13,7 +13,7 @@ import re
 import unicodedata
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
@@ -24,18 +24,25 @@ from hetsched.model.job import Job
 from hetsched.model.specs import JobSpec, format_errors
 
 __all__ = [
+    "MAX_BATCH_BODY_BYTES",
+    "MAX_BATCH_JOBS",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
+    "BatchSpec",
     "Feasibility",
     "InvalidBody",
     "SubmitSpec",
     "Unsatisfiable",
     "error_lines",
     "from_stored",
+    "parse_batch",
     "parse_submission",
 ]
 
 MAX_BODY_BYTES = 1 << 20
+#: a batch of jobs (``POST /v1/jobs/batch``): at most this many jobs and bytes
+MAX_BATCH_JOBS = 5000
+MAX_BATCH_BODY_BYTES = 8 << 20
 #: how deep JSON arrays and objects may nest in a body (the JSON parser's recursion limit)
 MAX_JSON_DEPTH = 200
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -168,6 +175,23 @@ def _raise_if_not_json(exc: ValidationError) -> None:
                 f"{MAX_JSON_DEPTH} levels ({where})"
             )
         raise InvalidBody("body is not valid JSON")
+
+
+class BatchSpec(BaseModel):
+    """Many jobs in one request, accepted or refused together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[SubmitSpec] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+
+def parse_batch(body: bytes | str) -> BatchSpec:
+    """Validate a batch body strictly; errors name the item (``jobs[3].resources.cpu``)."""
+    try:
+        return BatchSpec.model_validate_json(body, strict=True)
+    except ValidationError as exc:
+        _raise_if_not_json(exc)
+        raise
 
 
 def from_stored(data: dict[str, Any]) -> SubmitSpec:

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, func, select, u
 
 from hetsched.service.tables import allocations, jobs, tasks, tokens, transitions
 
-__all__ = ["Conflict", "Principal", "Store", "digest", "new_token"]
+__all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
 #: states a job never leaves
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
@@ -75,6 +75,53 @@ def _sqlite_pragmas(sync: str) -> Any:
         cursor.close()
 
     return connect
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job of a batch as the API admitted it."""
+
+    id: str
+    owner: str
+    queue: str
+    name: str
+    priority: int
+    #: the submission as accepted (its JSON document)
+    spec: dict[str, Any]
+
+
+def _batch_keys(request_key: str | None, count: int) -> list[str | None]:
+    if request_key is None:
+        return [None] * count
+    stem = hashlib.sha256(request_key.encode()).hexdigest()[:32]
+    return [f"batch:{stem}:{index}" for index in range(count)]
+
+
+def _pending_row(
+    item: NewJob, key: str | None, body_digest: str | None, now: float
+) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "owner": item.owner,
+        "queue": item.queue,
+        "name": item.name,
+        "priority": item.priority,
+        "spec": item.spec,
+        "request_key": key,
+        "body_digest": body_digest,
+        "state": "pending",
+        "reason": "submitted",
+        "explanation": None,
+        "run": 0,
+        "restarts": 0,
+        "preemptions": 0,
+        "cancel_requested": False,
+        "submitted_at": now,
+        "started_at": None,
+        "first_started_at": None,
+        "ended_at": None,
+        "exit_code": None,
+    }
 
 
 class Store:
@@ -242,6 +289,64 @@ class Store:
         if not created:
             return self._replay(stored, body_digest), False
         return stored, True
+
+    def insert_jobs(
+        self,
+        items: Sequence[NewJob],
+        request_key: str | None,
+        body_digest: str | None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Store a batch of submitted jobs as pending, all in one transaction: every job is
+        committed or none is. Returns (rows in order, created) once committed.
+
+        With a ``request_key`` already used for a batch (by the same caller: the same jobs'
+        owners), the batch it created comes back with created False, or Conflict if the body
+        differs. Each job's own key
+        is derived from the batch's (``batch:<digest of the key>:<index>``), so a single
+        submission's key never replays a batch.
+        """
+        now = time.time()
+        keys = _batch_keys(request_key, len(items))
+        rows = [
+            _pending_row(item, key, body_digest, now) for item, key in zip(items, keys, strict=True)
+        ]
+        with self.write() as conn:
+            if keys[0] is not None:
+                wanted = {(item.owner, key) for item, key in zip(items, keys, strict=True)}
+                found = [
+                    dict(r._mapping)
+                    for r in conn.execute(select(jobs).where(jobs.c.request_key.in_(keys))).all()
+                    if (r.owner, r.request_key) in wanted
+                ]
+                if found:
+                    by_key = {(r["owner"], r["request_key"]): r for r in found}
+                    earlier = [
+                        by_key[(item.owner, k)]
+                        for item, k in zip(items, keys, strict=True)
+                        if (item.owner, k) in by_key
+                    ]
+                    if len(earlier) != len(keys) or any(
+                        r["body_digest"] != body_digest for r in earlier
+                    ):
+                        raise Conflict(
+                            "idempotency key already used for a batch with a different body"
+                        )
+                    return earlier, False
+            conn.execute(jobs.insert(), rows)
+            conn.execute(
+                transitions.insert(),
+                [
+                    {
+                        "job_id": r["id"],
+                        "time": r["submitted_at"],
+                        "source": None,
+                        "target": "pending",
+                        "cause": "submitted",
+                    }
+                    for r in rows
+                ],
+            )
+        return rows, True
 
     def _ensure_writer(self) -> None:
         with self._writer_lock:
