@@ -59,6 +59,15 @@ class Client:
             fail(_error_text(response))
         return response.json()
 
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def get(self, path: str, **params: Any) -> Any:
         clean = {k: v for k, v in params.items() if v is not None}
         return self.request("GET", path, retries=2, params=clean)

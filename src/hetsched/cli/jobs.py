@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from hetsched.cli.client import Client
-from hetsched.cli.output import console, fail, print_json
+from hetsched.cli.output import console, err_console, fail, print_json
 from hetsched.model.yamlio import YAMLError, safe_load
 
 __all__ = ["cancel", "job", "jobs", "load_submissions", "logs", "submit", "why"]
@@ -41,6 +43,67 @@ def load_submissions(path: Path) -> list[dict[str, Any]]:
     if isinstance(data, dict):
         return [data]
     fail(f"{path}: expected a job mapping or a 'jobs' list")
+
+
+#: what one batch request carries at most (the service takes 5,000 jobs and 8 MiB)
+_BATCH_JOBS = 5000
+_BATCH_BYTES = 7 << 20
+
+
+def _batches(bodies: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The bodies in order, cut into batches the service accepts."""
+    out: list[list[dict[str, Any]]] = []
+    current: list[dict[str, Any]] = []
+    size = 16
+    for body in bodies:
+        length = len(json.dumps(body)) + 2
+        if current and (len(current) >= _BATCH_JOBS or size + length > _BATCH_BYTES):
+            out.append(current)
+            current, size = [], 16
+        current.append(body)
+        size += length
+    if current:
+        out.append(current)
+    return out
+
+
+def _post_batches(client: Client, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Submit jobs as batches (``POST /v1/jobs/batch``): each all or nothing, each with its
+    own idempotency key kept across retries. A file past one batch's size goes in several;
+    if one is refused, the ones before it stay submitted (said on stderr)."""
+    created: list[dict[str, Any]] = []
+    chunks = _batches(bodies)
+    with Progress(
+        TextColumn("submitting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err_console,
+        transient=True,
+        disable=len(chunks) == 1,
+    ) as progress:
+        task = progress.add_task("jobs", total=len(bodies))
+        for chunk in chunks:
+            key = str(uuid.uuid4())
+            try:
+                answer = client.request(
+                    "POST",
+                    "/v1/jobs/batch",
+                    retries=3,
+                    json={"jobs": chunk},
+                    headers={"Idempotency-Key": key},
+                )
+            except typer.Exit:
+                if created:
+                    err_console.print(
+                        f"{len(created)} of {len(bodies)} jobs were submitted before this "
+                        f"batch (jobs {len(created)} to {len(created) + len(chunk) - 1} of the "
+                        "file, counting from 0) was refused",
+                        highlight=False,
+                    )
+                raise
+            created += answer["jobs"]
+            progress.advance(task, len(chunk))
+    return created
 
 
 def _post_job(client: Client, body: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +138,12 @@ def submit(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
     output: Output = ListFormat.table,
 ) -> None:
-    """Submit a jobs file, or one command: ``hetsched submit --gpu 1 -- python train.py``."""
+    """Submit a jobs file, or one command: ``hetsched submit --gpu 1 -- python train.py``.
+
+    A file of many jobs (``jobs: [...]``) is sent as one batch: every job is checked before
+    any is stored, and a refusal lists each refused job by its index in the file. Files past
+    5,000 jobs or 7 MiB go as several batches, each all or nothing.
+    """
     items = list(args or [])
     client = Client()
     if len(items) == 1 and Path(items[0]).suffix in {".yaml", ".yml", ".json"}:
@@ -110,7 +178,12 @@ def submit(
         bodies = [body]
     else:
         fail("give a jobs file, or a command after `--`")
-    created = [_post_job(client, b) for b in bodies]
+    # a file of many jobs goes as batches: all its jobs, or none, per request
+    with client:
+        if len(bodies) == 1:
+            created = [_post_job(client, bodies[0])]
+        else:
+            created = _post_batches(client, bodies)
     if output is ListFormat.json:
         print_json(created)
         return

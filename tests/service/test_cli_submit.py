@@ -1,0 +1,55 @@
+"""``hetsched submit FILE`` sends a file of many jobs as batches, against the real service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from service_fixtures import Api, job_body
+from typer.testing import CliRunner
+
+from hetsched.cli import jobs as jobs_cli
+from hetsched.cli.main import app
+
+
+def _submit(api: Api, path: Path, token: str) -> tuple[int, str]:
+    env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": token}
+    result = CliRunner().invoke(app, ["submit", "-o", "json", str(path)], env=env)
+    return result.exit_code, result.stdout + result.stderr
+
+
+def _count(api: Api) -> int:
+    return len(api.admin.get("/v1/jobs", params={"all": True}).json())
+
+
+def test_a_jobs_file_is_submitted_as_one_batch(api: Api, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump({"jobs": [job_body(name=f"f{i}") for i in range(4)]}))
+    code, out = _submit(api, path, api.tokens["alice"])
+    assert code == 0, out
+    assert [j["name"] for j in json.loads(out)] == ["f0", "f1", "f2", "f3"], out
+    assert _count(api) == 4
+
+
+def test_one_refused_job_refuses_the_file_and_names_its_index(api: Api, tmp_path: Path) -> None:
+    bad = job_body(name="bad", resources={"cpu": "1", "memory": "99Ti"})
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump({"jobs": [job_body(name="ok"), bad, job_body(name="ok2")]}))
+    code, out = _submit(api, path, api.tokens["alice"])
+    assert code == 1
+    assert "jobs[1]" in out and "nothing was stored" in out
+    assert _count(api) == 0
+
+
+def test_a_large_file_goes_in_several_batches(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs_cli, "_BATCH_JOBS", 2)
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps({"jobs": [job_body(name=f"m{i}") for i in range(5)]}))
+    code, out = _submit(api, path, api.tokens["bob"])
+    assert code == 0, out
+    assert [j["name"] for j in json.loads(out)] == [f"m{i}" for i in range(5)]
+    assert [len(b) for b in jobs_cli._batches([job_body()] * 5)] == [2, 2, 1]
