@@ -9,19 +9,43 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hetsched.cli.output import OutputFormat, fail, print_json
+
+if TYPE_CHECKING:
+    from hetsched.k8s.dra.config import DriverConfig
 
 __all__ = ["dra_driver"]
 
 _BACKENDS = ("nvidia", "pci", "fake")
 
 
-def _overrides(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
+def _backends(value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _BACKENDS]
+    if unknown or not names:
+        fail(f"unknown backend {unknown[0] if unknown else ''!r} (known: nvidia, pci, fake)")
+    return names
+
+
+def _options(config: Path | None, **overrides: Any) -> DriverConfig:
+    """The file's configuration with the options given on the command line over it."""
+    from pydantic import ValidationError
+
+    from hetsched.k8s.dra.config import DriverConfig, load_config
+    from hetsched.model.specs import SpecError, format_errors
+
+    try:
+        file = load_config(config)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return DriverConfig.model_validate(file.model_dump() | given)
+    except SpecError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(f"bad option: {format_errors(exc)}")
 
 
 def dra_driver(
@@ -72,30 +96,17 @@ def dra_driver(
     them as ResourceSlices, prepare the ResourceClaims the kubelet starts pods with (CDI),
     stream their health, and register with the kubelet's plugin watcher."""
     from hetsched.agent.watcher import DeviceWatcher
-    from hetsched.k8s.dra.config import load_config
-    from hetsched.model.specs import SpecError
 
-    names = [n.strip() for n in backend.split(",") if n.strip()]
-    unknown = [n for n in names if n not in _BACKENDS]
-    if unknown or not names:
-        fail(f"unknown backend {unknown[0] if unknown else ''!r} (known: nvidia, pci, fake)")
-    try:
-        file = load_config(config)
-        options = file.model_validate(
-            file.model_dump()
-            | _overrides(
-                node_name=node_name,
-                driver_name=driver_name,
-                fake_devices=fake,
-                plugins_dir=plugins_dir,
-                registry_dir=registry_dir,
-                cdi_dir=cdi_dir,
-            )
-        )
-    except SpecError as exc:
-        fail(str(exc))
-    except ValueError as exc:
-        fail(f"bad option: {exc}")
+    names = _backends(backend)
+    options = _options(
+        config,
+        node_name=node_name,
+        driver_name=driver_name,
+        fake_devices=fake,
+        plugins_dir=plugins_dir,
+        registry_dir=registry_dir,
+        cdi_dir=cdi_dir,
+    )
     if "fake" in names and options.fake_devices is None:
         fail("the fake backend needs a device file: --fake FILE or fake_devices in --config")
     settings = options.settings()
