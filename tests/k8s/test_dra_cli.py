@@ -19,6 +19,8 @@ from hetsched.k8s.api import KubeClusterAPI, for_host
 from k8s.apiserver import ApiServer, node_json
 from k8s.drakubelet import WAIT_S, DraKubelet
 
+#: a process's start (imports of gRPC and the Kubernetes client) is slow on a loaded machine
+START_S = 90.0
 DEVICES = "devices:\n  - {class: gpu, vendor: nvidia, model: T4, count: 2, attributes: {numa: 0}}\n"
 
 
@@ -94,8 +96,10 @@ def test_the_command_serves_survives_a_kill_and_stops_on_sigterm(short_dir: Path
     kubelet = DraKubelet(registry)
     process = _start(command)
     try:
-        kubelet.wait_for(lambda: bool(kubelet.register_all()), "the driver registered")
-        kubelet.wait_for(lambda: bool(server.store.items("resourceslices", None)), "its slice")
+        kubelet.wait_for(lambda: bool(kubelet.register_all()), "the driver registered", START_S)
+        kubelet.wait_for(
+            lambda: bool(server.store.items("resourceslices", None)), "its slice", START_S
+        )
         uid = _allocated_claim(api, "gpu1")
         answer = kubelet.prepare("hetsched.io", [("default", uid, "c")])
         assert [d.device for d in answer[uid][0]] == ["gpu1"]
@@ -104,13 +108,13 @@ def test_the_command_serves_survives_a_kill_and_stops_on_sigterm(short_dir: Path
         process.communicate(timeout=WAIT_S)
         process = _start(command)
         kubelet.wait_for(
-            lambda: any(p.endpoint for p in kubelet.register_all()), "registered again"
+            lambda: any(p.endpoint for p in kubelet.register_all()), "registered again", START_S
         )
         api.resource.delete_namespaced_resource_claim("c", "default", _preload_content=False)
         assert kubelet.prepare("hetsched.io", [("default", uid, "c")]) == answer
         assert kubelet.unprepare("hetsched.io", [("default", uid, "c")]) == {uid: ""}
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=WAIT_S)
+        _, stderr = process.communicate(timeout=START_S)
         assert process.returncode == 0, stderr
         assert kubelet.sockets() == []  # the registration socket is gone: deregistered
         assert not (short_dir / "plugins" / "hetsched.io" / "dra.sock").exists()
