@@ -153,9 +153,10 @@ class ControlLoop:
 
     # -- the API side --------------------------------------------------------------------
 
-    def submitted(self, row: dict[str, Any]) -> None:
-        """A job row the API has committed."""
-        self._inbox.put(("submit", row))
+    def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None:
+        """A job row the API has committed, with the spec it validated from the row's body
+        (then the loop need not validate it again)."""
+        self._inbox.put(("submit", (row, spec)))
         self._wake.set()
 
     def cancelled(self, job_id: str, user: str) -> None:
@@ -242,7 +243,7 @@ class ControlLoop:
             except queue.Empty:
                 break
             if kind == "submit":
-                events.append(self._submit_event(payload))
+                events.append(self._submit_event(*payload))
             elif kind == "devices":
                 events.extend(self._device_event(e) for e in payload)
             else:
@@ -278,8 +279,8 @@ class ControlLoop:
         self._refresh_nodes(now)
         return actions
 
-    def _submit_event(self, row: dict[str, Any]) -> Event:
-        spec = from_stored(row["spec"])
+    def _submit_event(self, row: dict[str, Any], spec: SubmitSpec | None) -> Event:
+        spec = spec if spec is not None else from_stored(row["spec"])
         job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
         self.specs[job.id] = spec
         self.persisted[job.id] = 1  # the store wrote the "submitted" transition

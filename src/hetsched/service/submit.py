@@ -125,7 +125,7 @@ def submit_one(
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
     if created:
-        service.loop.submitted(row)
+        service.loop.submitted(row, spec)
     return row, created
 
 
@@ -169,8 +169,8 @@ def submit_batch(
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
     if created:
-        for row in rows:
-            service.loop.submitted(row)
+        for row, admission in zip(rows, admitted, strict=True):
+            service.loop.submitted(row, admission.spec)
     return rows, created
 
 
