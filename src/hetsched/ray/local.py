@@ -15,8 +15,9 @@ Contracts:
   the node's ``hetsched.io/node`` label, which the inventory turns into the hetsched node name.
 - With ``fake_devices`` each node's devices come from a ``fake`` backend file written for it
   (class gpu, the model, the count); without, hetsched takes Ray's logical GPUs as devices.
-- The head's health checks are fast (a dead raylet is declared dead after about 3 s instead
-  of Ray's default of about 30 s), so tests of node death stay short.
+- The head's health checks are fast (``fast_health_checks``): a crashed raylet is declared
+  dead after about 3 s instead of about 15 s with Ray's defaults, so tests of node death stay
+  short.
 - A ``ray start`` process dies with this process (parent-death signal), and Ray's own
   processes die with it, so nothing is left behind even if this process is killed.
 """
@@ -56,13 +57,16 @@ MAX_NODES = 16
 MAX_GPUS = 64
 _MODEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,38}[A-Za-z0-9])?")
 _OBJECT_STORE_BYTES = 100 * (1 << 20)
-#: Ray's settings for a cluster that is quick to start, quick to stop, quick to see a node die
+#: Ray's settings for a cluster that is quick to start and quick to stop
 _RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
     "RAY_enable_worker_prestart": "0",
     "RAY_prestart_worker_first_driver": "0",
     "RAY_num_prestart_python_workers": "0",
+}
+#: the GCS's health checks of the raylets, when a dead node must be seen fast
+_FAST_HEALTH_CHECKS = {
     "RAY_health_check_initial_delay_ms": "1000",
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
@@ -162,6 +166,8 @@ class LocalCluster:
     ready_timeout_s: float = 120.0
     #: the address of a running cluster to add ``nodes`` to (no head is started then)
     join: str = ""
+    #: health checks every second, a raylet dead after 3 failures (False: Ray's defaults)
+    fast_health_checks: bool = True
     #: where the cluster keeps its Ray session, logs and fake device files (removed at stop)
     workdir: Path | None = None
     address: str = ""
@@ -290,7 +296,8 @@ class LocalCluster:
 
     def _launch(self, name: str, args: list[str], extra_env: dict[str, str]) -> _Started:
         assert self.workdir is not None
-        env = {**os.environ, **_RAY_ENV, **extra_env}
+        health = _FAST_HEALTH_CHECKS if self.fast_health_checks else {}
+        env = {**os.environ, **_RAY_ENV, **health, **extra_env}
         # the fake file and the backend list are per node: never inherit ours
         for key in (labels.FAKE_DEVICES_ENV, labels.DISCOVERY_ENV):
             if key not in extra_env:
