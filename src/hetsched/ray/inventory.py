@@ -16,7 +16,7 @@ public subscription to node changes) every ``interval_s``:
 
 A node is seen dead ``interval_s`` after Ray declares it so. Ray declares a raylet that exits
 cleanly dead at once, and one that crashes after its health checks fail (``hetsched ray
-local``: about 3-5 s; Ray's defaults: see docs/ray.md).
+local``: about 3 s; Ray's defaults: about 15 s; see docs/ray.md).
 
 Nodes are named by their ``hetsched.io/node`` label, else their hostname. A name already
 taken by another Ray node (a raylet restarted under the same label gets a new Ray node id, and
