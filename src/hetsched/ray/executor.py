@@ -464,6 +464,8 @@ class RayExecutor:
             if handle.killed_by_ray:
                 code: int | None = -signal.SIGKILL
                 reason = "killed by signal 9 (its Ray actor was killed after the grace)"
+                if handle.timed_out:
+                    reason = "exceeded its maximum runtime"
             elif entry is None or not entry["Alive"]:
                 code = None
                 message = str((entry or {}).get("DeathReasonMessage") or "")
