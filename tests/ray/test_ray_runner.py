@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsched.ray.runner import TaskRunner
 
@@ -79,6 +81,26 @@ def test_output_comes_in_order_and_the_exit_only_after_all_of_it(tmp_path: Path)
     assert out.decode().splitlines() == [f"line {i}" for i in range(2000)]
     # 1000 bytes at most per answer: the exit waited for the rest
     assert answers > len(out) // 1000
+
+
+@settings(max_examples=8, deadline=None)
+@given(limit=st.integers(1, 3000), lines=st.integers(0, 300))
+def test_following_the_offsets_gives_exactly_the_output_then_the_exit(
+    tmp_path_factory: pytest.TempPathFactory, limit: int, lines: int
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("runner")
+    script = f"import sys\nfor i in range({lines}): print(i); print(-i, file=sys.stderr)"
+    runner = _runner(tmp_path, [sys.executable, "-c", script])
+    out, err, code, _ = _drain(runner, limit=limit)
+    assert code == 0
+    assert out.decode().split() == [str(i) for i in range(lines)]
+    assert err.decode().split() == [str(-i) for i in range(lines)]
+    runner.retire()
+
+
+def test_an_empty_command_is_a_start_error(tmp_path: Path) -> None:
+    runner = _runner(tmp_path, [])
+    assert runner.status()["error"] == "cannot start: the task supervisor exited with 2"
 
 
 def test_the_task_has_its_own_group_env_and_directory(tmp_path: Path) -> None:

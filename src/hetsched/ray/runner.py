@@ -128,7 +128,8 @@ class TaskRunner:
                 extra_groups=[] if run_as else None,
             )
             # it forks the supervisor and exits at once
-            launcher.wait(timeout=30)
+            if launcher.wait(timeout=30) != 0:
+                raise OSError(f"the task supervisor exited with {launcher.returncode}")
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(guard_write)
             os.close(status_read)
