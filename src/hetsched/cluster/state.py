@@ -85,6 +85,10 @@ class ClusterState:
         #: order; with ``growth_mark`` a caller asks "which rows grew since then"
         self._grown: list[int] = []
         self._grown_base = 0
+        #: counts allocations and releases; ``row_tick[row]`` is the count at the row's last
+        #: one, so a cache of per-row values knows which rows changed since it was filled
+        self.tick = 0
+        self.row_tick: IntArray = np.zeros(0, np.int64)
         #: oversubscription for best-effort work (the profile's ``overcommit``): per node,
         #: free CPU and memory beyond the capacity that only best-effort allocations take,
         #: first, before the capacity guaranteed work sees; (factor - 1) x capacity in all
@@ -151,6 +155,7 @@ class ClusterState:
         self.dev_healthy = _grow(self.dev_healthy, count, width, False)
         self.dev_free_total = np.concatenate([self.dev_free_total, np.zeros(count, np.int64)])
         self.dev_whole_free = np.concatenate([self.dev_whole_free, np.zeros(count, np.int64)])
+        self.row_tick = np.concatenate([self.row_tick, np.zeros(count, np.int64)])
         for offset, node in enumerate(batch):
             row = first + offset
             self.nodes.append(node)
@@ -227,6 +232,7 @@ class ClusterState:
         self.cpu_factor, self.mem_factor = cpu, memory
         self.cpu_slack = _slack(self.cpu_cap, cpu)
         self.mem_slack = _slack(self.mem_cap, memory)
+        self.version += 1
 
     def best_effort(self, key: str) -> bool:
         return bool(self.best_effort_jobs) and key.rsplit("/", 1)[0] in self.best_effort_jobs
@@ -372,6 +378,7 @@ class ClusterState:
         if placement.devices:
             self._total(row)
         self.allocations[key] = placement
+        self._touched(row)
 
     def release(self, key: str) -> Placement:
         """Give back exactly what ``key`` holds; raises AllocationError if it holds nothing."""
@@ -389,7 +396,17 @@ class ClusterState:
         if placement.devices:
             self._total(row)
         self._grown.append(row)
+        self._touched(row)
         return placement
+
+    def _touched(self, row: int) -> None:
+        self.tick += 1
+        self.row_tick[row] = self.tick
+
+    def changed_since(self, tick: int) -> IntArray:
+        """Rows allocated on or released from since ``tick`` (a value of ``self.tick``).
+        Changes of topology and health bump ``version`` instead."""
+        return np.flatnonzero(self.row_tick > tick)
 
     def growth_mark(self) -> int:
         """A position in the growth log, for ``grown_since``."""
@@ -430,6 +447,7 @@ class ClusterState:
         other.dev_healthy = self.dev_healthy.copy()
         other.dev_free_total = self.dev_free_total.copy()
         other.dev_whole_free = self.dev_whole_free.copy()
+        other.row_tick = self.row_tick.copy()
         other.allocations = dict(self.allocations)
         other._grown = []
         other._grown_base = self.growth_mark()

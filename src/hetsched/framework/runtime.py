@@ -1,7 +1,21 @@
-"""The framework runtime: runs a profile's plugins, point by point, for one task."""
+"""The framework runtime: runs a profile's plugins, point by point, for one task.
+
+**Request classes.** Tasks with the same request (and the same best-effort flag) are
+filtered and scored alike, so the runtime keeps, per cluster state, each class's feasible
+rows and raw scores, and on the next placement of that class recomputes only the rows
+allocated on or released from since (``ClusterState.changed_since``); a topology or health
+change starts over. A thousand identical pending jobs then cost about one filter pass. The
+cache is used only when every filter and scorer of the profile declares ``row_local``: a
+row's verdict and raw score depend on the request, the job's best-effort flag, the cluster's
+topology and that row's free capacity alone, computed element by element (so a row scores
+the same bits whatever other rows are scored with it), and none normalizes (normalization
+reads every feasible row).
+"""
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +25,14 @@ from pydantic import BaseModel
 
 from hetsched.cluster.assign import assign_devices
 from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import (
     BindPlugin,
     BoolArray,
     ChoosesDevices,
     FilterPlugin,
+    FloatArray,
     IntArray,
     NormalizesScores,
     PermitPlugin,
@@ -44,6 +60,23 @@ class NodeRejections:
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.nodes} node{'s' if self.nodes != 1 else ''}"
+
+
+#: bytes of cached feasibility masks and raw scores per cluster state (least recently used
+#: classes are dropped past it)
+CLASS_CACHE_BYTES = 64 << 20
+#: past this fraction of rows changed, a class is recomputed whole (cheaper than by rows)
+_REFRESH_WHOLE = 0.25
+
+
+@dataclass(slots=True, eq=False)
+class _Class:
+    """One request class on one cluster state, as of ``tick`` and ``version``."""
+
+    tick: int
+    version: int
+    #: total score per row; -inf where the class does not fit
+    total: FloatArray
 
 
 def _build(ref: PluginRef, handle: Any) -> Any:
@@ -80,6 +113,14 @@ class Framework:
         self._chooser: ChoosesDevices | None = choosers[0] if choosers else None
         self._rng = np.random.default_rng(seed)
         self._rank: IntArray = np.zeros(0, np.int64)
+        plugins = [*self.filters, *(p for p, _ in self.scorers)]
+        #: request classes can be cached (see the module docstring)
+        self.classes_cached = not any(self._normalizes) and all(
+            getattr(p, "row_local", False) for p in plugins
+        )
+        self._classes: weakref.WeakKeyDictionary[
+            ClusterState, OrderedDict[tuple[Hashable, bool], _Class]
+        ] = weakref.WeakKeyDictionary()
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -118,8 +159,9 @@ class Framework:
 
         Does not allocate: the caller allocates (and so can roll back a gang).
         """
-        mask = self.feasible(ctx, candidates)
-        rows = np.flatnonzero(mask)
+        if candidates is None and self.classes_cached:
+            return self._select_classed(ctx)
+        rows = np.flatnonzero(self.feasible(ctx, candidates))
         if rows.size == 0:
             return None
         total = self.scores(ctx, rows)
@@ -135,6 +177,73 @@ class Framework:
             rows = np.delete(rows, pick)
             total = np.delete(total, pick)
         return None
+
+    def _select_classed(self, ctx: CycleContext) -> Placement | None:
+        """:meth:`select` from the request class's scores: the same choice, since a row's
+        total is the same sum, and rows keep their order."""
+        total = self._classed(ctx)
+        rank = self._ranks(len(ctx.state))
+        top = float(total.max(initial=-np.inf))
+        while top > -np.inf:
+            best = np.flatnonzero(total >= top - 1e-9)
+            row = int(best[np.argmin(rank[best])]) if rank.size else int(best[0])
+            placement = self._placement(ctx, row)
+            if placement is not None:
+                return placement
+            total = total.copy()
+            total[row] = -np.inf
+            top = float(total.max())
+        return None
+
+    def _classed(self, ctx: CycleContext) -> FloatArray:
+        """Total score per row of the request's class (-inf where it does not fit), brought
+        up to date by deciding again only the rows that changed since it was computed."""
+        state = ctx.state
+        classes = self._classes.get(state)
+        if classes is None:
+            classes = self._classes[state] = OrderedDict()
+        key = (ctx.request, ctx.job.best_effort)
+        entry = classes.get(key)
+        if entry is None or entry.version != state.version or entry.total.size != len(state):
+            entry = classes[key] = _Class(state.tick, state.version, np.full(len(state), -np.inf))
+            self._rescore(ctx, entry.total, np.flatnonzero(self.feasible(ctx)))
+            budget = CLASS_CACHE_BYTES // max(1, 8 * len(state))
+            while len(classes) > max(1, budget):
+                classes.popitem(last=False)
+            return entry.total
+        classes.move_to_end(key)
+        changed = state.changed_since(entry.tick)
+        if changed.size > _REFRESH_WHOLE * len(state):
+            entry.total.fill(-np.inf)
+            self._rescore(ctx, entry.total, np.flatnonzero(self.feasible(ctx)))
+        elif changed.size:
+            entry.total[changed] = -np.inf
+            self._rescore(
+                ctx, entry.total, self._feasible_rows(ctx, changed[state.active[changed]])
+            )
+        entry.tick = state.tick
+        return entry.total
+
+    def _rescore(self, ctx: CycleContext, total: FloatArray, rows: IntArray) -> None:
+        """Write the total scores of feasible ``rows`` (the arithmetic of :meth:`scores`,
+        element by element, so the same bits)."""
+        if rows.size:
+            total[rows] = self.scores(ctx, rows)
+
+    def _feasible_rows(self, ctx: CycleContext, rows: IntArray) -> IntArray:
+        """The ``rows`` that pass every filter, row by row where a filter can
+        (``filter_rows``), else through its mask."""
+        for plugin in self.filters:
+            if not rows.size:
+                break
+            by_rows = getattr(plugin, "filter_rows", None)
+            if by_rows is not None:
+                rows = rows[by_rows(ctx, rows)]
+            else:
+                candidates = np.zeros(len(ctx.state), np.bool_)
+                candidates[rows] = True
+                rows = rows[plugin.filter(ctx, candidates)[rows]]
+        return rows
 
     def _placement(self, ctx: CycleContext, row: int) -> Placement | None:
         devices = None

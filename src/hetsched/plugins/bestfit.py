@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
-from hetsched.plugins._resources import demand, free, scale
+from hetsched.plugins._resources import demand, scale
 
 __all__ = ["BestFit", "BestFitArgs", "BestFitScoreArgs", "DimensionWeights"]
 
@@ -50,6 +50,8 @@ class BestFit:
     """Least leftover resource after placement (packs tightly)."""
 
     name = "bestfit"
+    #: scores row by row, element by element (see Framework)
+    row_local = True
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         assert isinstance(args, BestFitArgs)
@@ -57,8 +59,14 @@ class BestFit:
         self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
-        # (free - demand) / scale @ w, folded into one pass over the rows
+        # (free - demand) / scale @ w, written out per dimension: a matrix product may
+        # round a row differently depending on the rows around it
         coef = self._weights / scale(ctx.state)
-        leftover = free(ctx.state, rows) @ coef - float(demand(ctx) @ coef)
+        state = ctx.state
+        leftover = (
+            state.cpu_free[rows] * coef[0]
+            + state.mem_free[rows] * coef[1]
+            + state.dev_free_total[rows] * coef[2]
+        ) - float(demand(ctx) @ coef)
         score = 100.0 * (1.0 - leftover)
         return np.asarray(np.floor(score + 1e-9) if self._truncate else score, np.float64)

@@ -22,6 +22,7 @@ class FirstFit:
     """Lowest node row first (the order nodes were declared in)."""
 
     name = "firstfit"
+    row_local = True
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         pass

@@ -24,7 +24,7 @@ from hetsched.framework.status import Status
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import DeviceChoice, DeviceRequest, TaskRequest
 
-__all__ = ["Fit", "choice_fits", "fit_mask", "request_fits"]
+__all__ = ["Fit", "choice_fits", "fit_mask", "fit_rows", "request_fits"]
 
 
 def choice_fits(state: ClusterState, choice: DeviceChoice, dev_free: SlotArray) -> BoolArray:
@@ -55,6 +55,28 @@ def fit_mask(
     return mask
 
 
+def fit_rows(
+    state: ClusterState, request: TaskRequest, rows: IntArray, best_effort: bool
+) -> BoolArray:
+    """For each of ``rows``, whether its free capacity holds ``request`` now: the filter's
+    verdict row by row (the same comparisons as :func:`fit_mask`, on those rows only)."""
+    cpu, mem = state.cpu_free[rows], state.mem_free[rows]
+    if best_effort:
+        cpu, mem = cpu + state.cpu_slack[rows], mem + state.mem_slack[rows]
+    mask = (cpu >= request.cpu_milli) & (mem >= request.memory_mib) & state.active[rows]
+    if request.devices and mask.any():
+        free = state.dev_free[rows]
+        for device_request in request.devices:
+            fits = np.zeros(len(rows), np.bool_)
+            for choice in device_request.choices:
+                eligible = state.device_mask(choice.device_class, choice.selector)[rows]
+                need = SHARE_UNITS if choice.whole else choice.share
+                fitting = (eligible & (free >= need)).view(np.uint8).sum(axis=1, dtype=np.int16)
+                fits |= fitting >= choice.count
+            mask &= fits
+    return mask
+
+
 def _capacity(state: ClusterState) -> SlotArray:
     return state.memo(
         "slot_capacity",
@@ -67,6 +89,8 @@ class Fit:
     """Free CPU, memory and device share cover the request."""
 
     name = "fit"
+    #: a row's verdict depends on the request and that row alone (see Framework)
+    row_local = True
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         pass
@@ -90,6 +114,9 @@ class Fit:
         if ctx.job.best_effort:
             cpu, mem = cpu + state.cpu_slack, mem + state.mem_slack
         return candidates & fit_mask(state, ctx.request, cpu, mem, state.dev_free)
+
+    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray:
+        return fit_rows(ctx.state, ctx.request, rows, ctx.job.best_effort)
 
     def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
         state, request = ctx.state, ctx.request

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
-from hetsched.framework.interfaces import BoolArray, Rejection
+from hetsched.framework.interfaces import BoolArray, IntArray, Rejection
 from hetsched.framework.registry import register
 
 __all__ = ["NodeSelector", "label_mask"]
@@ -33,6 +33,7 @@ class NodeSelector:
     """Node labels match the task's node selector."""
 
     name = "node-selector"
+    row_local = True
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         pass
@@ -41,6 +42,12 @@ class NodeSelector:
         mask = candidates
         for key, value in ctx.request.node_selector.items():
             mask = mask & label_mask(ctx.state, key, value)
+        return mask
+
+    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray:
+        mask = np.ones(len(rows), np.bool_)
+        for key, value in ctx.request.node_selector.items():
+            mask &= label_mask(ctx.state, key, value)[rows]
         return mask
 
     def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:

@@ -164,6 +164,8 @@ class Stranding:
     """Fewest accelerators left without CPU or memory; CPU-only work off accelerator nodes."""
 
     name = "stranding"
+    #: scores row by row, element by element (see Framework)
+    row_local = True
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         assert isinstance(args, StrandingArgs)

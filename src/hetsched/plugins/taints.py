@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
-from hetsched.framework.interfaces import BoolArray, Rejection
+from hetsched.framework.interfaces import BoolArray, IntArray, Rejection
 from hetsched.framework.registry import register
 from hetsched.model.device import Node, TaintEffect
 from hetsched.model.job import Toleration
@@ -46,12 +46,16 @@ class Taints:
     """The task tolerates every hard taint of the node."""
 
     name = "taints"
+    row_local = True
 
     def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
         pass
 
     def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
         return candidates & ~untolerated_mask(ctx.state, ctx.request.tolerations)
+
+    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray:
+        return ~untolerated_mask(ctx.state, ctx.request.tolerations)[rows]
 
     def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
         return [("untolerated taint", untolerated_mask(ctx.state, ctx.request.tolerations))]

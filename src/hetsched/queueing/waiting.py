@@ -546,7 +546,12 @@ class WaitingQueue:
             if lane.running:
                 continue
             for source in lane.sources.values():
-                ahead += bisect_left(source.items, mine, key=key)
+                items = source.items
+                # keys grow along a source: most lanes are wholly ahead or wholly behind
+                if key(items[-1]) < mine:
+                    ahead += len(items)
+                elif key(items[0]) < mine:
+                    ahead += bisect_left(items, mine, 1, len(items) - 1, key=key)
         return (queue, ahead + 1)
 
     def next_backoff_end(self, after: float) -> float | None:

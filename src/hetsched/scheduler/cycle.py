@@ -299,7 +299,7 @@ def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _
     status = framework.prefilter(ctx)
     if not status.ok:
         kind = "unresolvable" if status.code is Code.UNRESOLVABLE else "capacity"
-        return _Outcome(None, kind, explain_placement(framework, ctx, 0, need))
+        return _Outcome(None, kind, explain_placement(framework, ctx, 0, need, status))
     running = record.state is JobState.RUNNING
     run = record.run if running else record.run + 1
     trial = _Trial(sched, record, ctx, run, sorted(record.held.items()))
@@ -307,7 +307,7 @@ def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _
     permit = framework.permit(ctx, trial.placements)
     if len(trial.placed) >= need and permit.ok:
         return _complete(sched, cycle, trial, now)
-    explanation = explain_placement(framework, ctx, len(trial.placed), need)
+    explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
     if not permit.ok and len(trial.placed) >= need:
         trial.rollback()
         return _Outcome(None, "capacity", Explanation(Code.UNSCHEDULABLE, str(permit)))

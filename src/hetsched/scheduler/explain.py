@@ -7,12 +7,13 @@ the attempt saw.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework, NodeRejections
-from hetsched.framework.status import Code
+from hetsched.framework.status import Code, Status
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import DeviceChoice, DeviceRequest, TaskRequest
 
@@ -74,6 +75,13 @@ def _with_device(request: TaskRequest, index: int, choice: DeviceChoice) -> Task
     return dataclasses.replace(request, devices=tuple(devices))
 
 
+@functools.lru_cache(maxsize=4096)
+def _relaxed(request: TaskRequest) -> tuple[tuple[str, TaskRequest], ...]:
+    """:func:`relaxations` of a request, built once (a cluster sees few distinct requests,
+    and every failed attempt explains itself)."""
+    return tuple(relaxations(request))
+
+
 def relaxations(request: TaskRequest) -> Iterator[tuple[str, TaskRequest]]:
     """Smaller variants of a request, each with how to say it: fewer devices, no selector,
     a smaller share. Tried in order; the first that fits is the most useful hint."""
@@ -100,10 +108,16 @@ def relaxations(request: TaskRequest) -> Iterator[tuple[str, TaskRequest]]:
 
 
 def explain_placement(
-    framework: Framework, ctx: CycleContext, placed: int = 0, needed: int = 1
+    framework: Framework,
+    ctx: CycleContext,
+    placed: int = 0,
+    needed: int = 1,
+    status: Status | None = None,
 ) -> Explanation:
-    """Explain why a task of ``ctx.job`` did not place (``placed`` of ``needed`` did)."""
-    status = framework.prefilter(ctx)
+    """Explain why a task of ``ctx.job`` did not place (``placed`` of ``needed`` did).
+    ``status`` is the PreFilter's verdict on ``ctx`` when the caller has it already."""
+    if status is None:
+        status = framework.prefilter(ctx)
     rejections = tuple(framework.diagnose(ctx))
     total = int(ctx.state.active.sum())
     if status.code is Code.UNRESOLVABLE:
@@ -118,8 +132,8 @@ def explain_placement(
                 f"(gang of {needed}); no node fits the next one"
             )
     suggestions: list[str] = []
-    for text, relaxed in relaxations(ctx.request):
-        trial = dataclasses.replace(ctx, request=relaxed, data={})
+    for text, relaxed in _relaxed(ctx.request):
+        trial = CycleContext(ctx.state, ctx.job, relaxed, ctx.now)
         if framework.feasible(trial).any():
             suggestions.append(text)
             break
