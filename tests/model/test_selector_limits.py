@@ -221,3 +221,15 @@ def test_the_kubernetes_translation_refuses_a_costly_selector() -> None:
     }
     with pytest.raises(TranslateError, match="max_comprehension_nesting"):
         pod_request(pod)
+
+
+def test_a_refused_selector_is_refused_again_with_the_same_error() -> None:
+    with pytest.raises(SelectorTooCostly) as first:
+        compile_selector(THREE_MAPS)
+    with pytest.raises(SelectorTooCostly) as again:
+        compile_selector(THREE_MAPS)
+    assert str(again.value) == str(first.value) and again.value.limit == first.value.limit
+    with pytest.raises(SelectorError, match="invalid selector"):
+        compile_selector("1 +")
+    with pytest.raises(SelectorError, match="invalid selector"):
+        compile_selector("1 +")

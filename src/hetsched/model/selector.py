@@ -17,6 +17,7 @@ machine or its load.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -46,6 +47,7 @@ __all__ = [
     "attr_key",
     "compile_selector",
     "matches",
+    "warm",
 ]
 
 AttrKey = tuple[tuple[str, AttrValue], ...]
@@ -140,6 +142,12 @@ class Selector:
         return matched, budget - left.left
 
 
+def warm() -> None:
+    """Build the CEL parser now rather than on the first selector (a long-running service
+    calls this at start)."""
+    compile_selector("true")
+
+
 def attr_key(attributes: Mapping[str, AttrValue]) -> AttrKey:
     """A hashable, order-independent key for an attribute set."""
     return tuple(sorted(attributes.items()))
@@ -153,7 +161,23 @@ def compile_selector(expression: str, limits: SelectorLimits = LIMITS) -> Select
     """
     if not isinstance(expression, str):
         raise SelectorError(f"a selector is a string, got {type(expression).__name__}")
-    return _compile(expression, limits)
+    refused = _refused.get((expression, limits))
+    if refused is not None:
+        raise refused.with_traceback(None)  # a fresh traceback each time, not a growing one
+    try:
+        return _compile(expression, limits)
+    except SelectorError as exc:
+        # the same refused selector sent again costs a lookup, not another parse
+        with _refused_lock:
+            if len(_refused) >= 1024:
+                _refused.clear()
+            _refused[(expression, limits)] = exc.with_traceback(None)
+        raise
+
+
+#: selectors refused recently (lru_cache keeps only what compiled)
+_refused: dict[tuple[str, SelectorLimits], SelectorError] = {}
+_refused_lock = threading.Lock()
 
 
 @lru_cache(maxsize=1024)

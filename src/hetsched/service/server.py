@@ -23,6 +23,7 @@ from hetsched.agent.watcher import DeviceWatcher
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import load_profile
 from hetsched.model.device import Node
+from hetsched.model.selector import warm as warm_selectors
 from hetsched.model.specs import load_cluster
 from hetsched.scheduler import NodeAdded, Scheduler
 from hetsched.service.app import Service, create_app
@@ -171,6 +172,9 @@ def build(options: Options) -> Built:
         watcher=watcher,
         guard=guard,
     )
+    # the selector parser is built on first use; build it now, so the first submission
+    # with a selector is not the one that pays for it
+    warm_selectors()
     initial = recover(loop)
     token_file = home / "admin.token"
     admin_token = None
