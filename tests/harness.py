@@ -1,9 +1,10 @@
 """A small discrete-event driver for scenario tests.
 
-A heap of (time, event). Every batch of events at one time goes to ``Scheduler.handle`` in
-one call; the actions come back as later events: a Bind becomes a TaskFinished per task
-after the job's duration, a Kill a TaskStopped after ``kill_delay_s``, a Preempt a
-TaskStopped per task after its grace. Ticks come every ``tick_s`` and at the core's
+A heap of (time, event or exit). Every batch of events at one time goes to
+``Scheduler.handle`` in one call, in the drivers' one order (``hetsched.drivers.in_order``);
+the actions are carried out by the shared interpreter, whose executor here schedules each
+task's end: a started task exits after the job's duration, a stopped one after its grace
+(``kill_delay_s`` for a Kill). Ticks come every ``tick_s`` and at the core's
 ``next_wakeup()``. Everything the core said is logged for the assertions.
 """
 
@@ -11,26 +12,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
+from hetsched.drivers import Exit, Interpreter, Start, Stop, in_order
+from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import (
-    Action,
-    Bind,
-    Event,
-    JobSubmitted,
-    Kill,
-    Pending,
-    Preempt,
-    Reject,
-    Scheduler,
-    TaskFinished,
-    TaskStopped,
-    Tick,
-)
+from hetsched.scheduler import Action, Event, JobSubmitted, Scheduler, Tick
 
 __all__ = ["Harness", "Interval"]
 
@@ -61,13 +51,18 @@ class Harness:
     log: list[tuple[float, Action]] = field(default_factory=list)
     intervals: list[Interval] = field(default_factory=list)
     now: float = 0.0
-    _heap: list[tuple[float, int, Event]] = field(default_factory=list)
+    _heap: list[tuple[float, int, Event | Exit]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
-    #: (job, task, run) -> (start, devices) for tasks the driver is running
-    _running: dict[tuple[str, int, int], tuple[float, float]] = field(default_factory=dict)
+    #: task -> (start, devices) for tasks the executor is running
+    _running: dict[TaskKey, tuple[float, float]] = field(default_factory=dict)
+    _jobs: dict[str, Job] = field(default_factory=dict)
     _ticks: set[float] = field(default_factory=set)
+    _interpreter: Interpreter | None = None
 
-    def at(self, time: float, event: Event) -> None:
+    def __post_init__(self) -> None:
+        self._interpreter = Interpreter(self, kill_grace_s=self.kill_delay_s)
+
+    def at(self, time: float, event: Event | Exit) -> None:
         heapq.heappush(self._heap, (time, next(self._seq), event))
 
     def submit(self, jobs: Iterable[Job]) -> None:
@@ -76,6 +71,7 @@ class Harness:
 
     def run(self, until: float) -> None:
         """Process events up to ``until`` (inclusive)."""
+        assert self._interpreter is not None
         if self.tick_s is not None:
             t = 0.0
             while t <= until:
@@ -85,17 +81,16 @@ class Harness:
             time = self._heap[0][0]
             batch: list[Event] = []
             while self._heap and self._heap[0][0] == time:
-                _, _, event = heapq.heappop(self._heap)
-                if self._live(event):
+                _, _, item = heapq.heappop(self._heap)
+                event = self._deliver(item, time)
+                if event is not None:
                     batch.append(event)
             if not batch:
                 continue
             self.now = time
-            for event in batch:
-                self._account(event, time)
-            actions = self.core.handle(batch, time)
-            for action in actions:
-                self._carry_out(action, time)
+            actions = self.core.handle(in_order(batch), time)
+            self.log.extend((time, a) for a in actions)
+            self._interpreter.carry_out(actions, time)
             if self.check_explanations:
                 for record in self.core.jobs.values():
                     if record.state in (JobState.PENDING, JobState.REJECTED):
@@ -112,36 +107,28 @@ class Harness:
             self._ticks.add(time)
             self.at(time, Tick())
 
-    def _live(self, event: Event) -> bool:
-        # a finish report for a task the driver already stopped never happens
-        if isinstance(event, TaskFinished):
-            return (event.job_id, event.task, event.run) in self._running
-        return True
+    def _deliver(self, item: Event | Exit, time: float) -> Event | None:
+        assert self._interpreter is not None
+        if isinstance(item, JobSubmitted):
+            self._jobs[item.job.id] = item.job
+        if not isinstance(item, Exit):
+            return item
+        if item.key not in self._running:
+            return None  # the process is gone already (stopped before it finished)
+        started, devices = self._running.pop(item.key)
+        self.intervals.append(Interval(*item.key, started, time, devices))
+        return self._interpreter.report(item)
 
-    def _account(self, event: Event, time: float) -> None:
-        if isinstance(event, TaskFinished | TaskStopped):
-            key = (event.job_id, event.task, event.run)
-            started = self._running.pop(key, None)
-            if started is not None:
-                self.intervals.append(Interval(*key, started[0], time, started[1]))
+    # -- the executor the interpreter drives -----------------------------------------------
 
-    def _carry_out(self, action: Action, time: float) -> None:
-        self.log.append((time, action))
-        match action:
-            case Bind(job_id, run, placements):
-                job = self.core.record(job_id).job
-                for task, placement in placements:
-                    self._running[(job_id, task, run)] = (time, _devices(placement))
-                    self.at(time + self.duration(job), TaskFinished(job_id, task, run))
-            case Kill(job_id, task, run, _):
-                if (job_id, task, run) in self._running:
-                    self.at(time + self.kill_delay_s, TaskStopped(job_id, task, run))
-            case Preempt(job_id, run, grace_s, _):
-                for j, task, r in list(self._running):
-                    if j == job_id and r == run:
-                        self.at(time + grace_s, TaskStopped(job_id, task, run))
-            case Reject() | Pending():
-                pass
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        for start in tasks:
+            self._running[start.key] = (now, _devices(start.placement))
+            self.at(now + self.duration(self._jobs[start.key.job]), Exit(start.key))
+
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        for stop in tasks:
+            self.at(now + stop.grace_s, Exit(stop.key, False, "stopped"))
 
     # -- measures --------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from builders import cpu_node, gpu_node, job
 from hetsched.cluster import ClusterState
 from hetsched.framework.status import Code
+from hetsched.keys import TaskKey
 from hetsched.model.device import Health
 from hetsched.model.job import RestartPolicy
 from hetsched.model.lifecycle import JobState
@@ -97,11 +98,11 @@ def test_failed_task_restarts_with_a_new_run_and_stale_reports_are_ignored() -> 
     kills = [a for a in actions if isinstance(a, Kill)]
     assert [(k.task, k.run) for k in kills] == [(1, 1)]
     # task 1 of run 1 still holds its GPU until it is reported stopped
-    assert "r/1#1" in core.state.allocations
+    assert TaskKey("r", 1, 1) in core.state.allocations
     # the freed GPU plus the two idle ones hold the restarted run at once
     assert binds(actions)["r"].run == 2
     core.handle([TaskStopped("r", 1, 1)], 6)
-    assert "r/1#1" not in core.state.allocations
+    assert TaskKey("r", 1, 1) not in core.state.allocations
     record = core.record("r")
     assert record.run == 2 and record.state is JobState.RUNNING
     # a late success from run 1 must not count for run 2
@@ -247,7 +248,7 @@ def test_random_event_streams_keep_the_books_straight(script: Script) -> None:
         submitted = ids
         # the books: every allocation belongs to a running task or a stopping one, and back
         held = {
-            f"{r.id}/{t}#{r.run}": p for r in core.jobs.values() for t, p in r.placements.items()
+            TaskKey(r.id, t, r.run): p for r in core.jobs.values() for t, p in r.placements.items()
         }
         for r in core.jobs.values():
             held.update(r.stopping)

@@ -9,6 +9,7 @@ from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.cluster.state import AllocationError
 from hetsched.framework.profile import parse_profile
+from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import Bind, JobSubmitted, Kill, Reject, Scheduler, Tick
 
@@ -88,7 +89,7 @@ def test_restore_takes_back_a_running_job_with_its_books() -> None:
     )
     assert record.state is JobState.RUNNING and record.run == bind.run and record.borrowing
     assert core.ledger.by_queue["q"]["gpu"] == 3000
-    assert set(core.state.allocations) == {f"j/0#{bind.run}"}
+    assert set(core.state.allocations) == {TaskKey("j", 0, bind.run)}
     # the timers know it: killed at started + max_runtime
     kills = [a for a in core.handle([Tick()], 60.0) if isinstance(a, Kill)]
     assert [k.reason for k in kills] == ["exceeded max runtime"]

@@ -13,9 +13,12 @@ from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Health, Node
+from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import (
     Bind,
+    Change,
     DeviceHealthChanged,
+    JobTransition,
     NodeRemoved,
     Preempt,
     Scheduler,
@@ -134,11 +137,40 @@ def on(node: str, slot: int) -> Placement:
     return Placement(node, 1000, 1024, (DeviceShare(f"{node}/gpu{slot}", 1000),))
 
 
+_SOURCE = {
+    Change.SUBMITTED: None,
+    Change.STARTED: JobState.PENDING,
+    Change.PREEMPTED: JobState.RUNNING,
+    Change.SUCCEEDED: JobState.RUNNING,
+}
+_TARGET = {
+    Change.SUBMITTED: JobState.PENDING,
+    Change.STARTED: JobState.RUNNING,
+    Change.PREEMPTED: JobState.PENDING,
+    Change.SUCCEEDED: JobState.SUCCEEDED,
+}
+
+
+def moved(job_id: str, change: Change, time: float, run: int) -> JobTransition:
+    """What the core says when a scripted job changes state (the engine reports only that)."""
+    return JobTransition(
+        job_id, time, _SOURCE[change], _TARGET[change], change, str(change), run, 0, time
+    )
+
+
 def test_preempt_stops_the_run_after_the_grace_and_drops_its_finish() -> None:
     script: dict[float, list[Any]] = {
-        0.0: [Bind("j", 1, ((0, on("n", 0)),))],
-        30.0: [Preempt("j", 1, 5.0, "make room")],
-        35.0: [Bind("j", 2, ((0, on("n", 0)),))],
+        0.0: [
+            moved("j", Change.SUBMITTED, 0.0, 0),
+            moved("j", Change.STARTED, 0.0, 1),
+            Bind("j", 1, ((0, on("n", 0)),)),
+        ],
+        30.0: [
+            Preempt("j", 1, (0,), 5.0, "make room"),
+            moved("j", Change.PREEMPTED, 30.0, 1),
+        ],
+        35.0: [moved("j", Change.STARTED, 35.0, 2), Bind("j", 2, ((0, on("n", 0)),))],
+        135.0: [moved("j", Change.SUCCEEDED, 135.0, 2)],
     }
     core, factory = scripted(script)
     nodes: Sequence[Node] = [gpu_node("n", gpus=1)]
@@ -162,7 +194,13 @@ def test_preempt_stops_the_run_after_the_grace_and_drops_its_finish() -> None:
 
 
 def test_ticks_only_while_jobs_wait() -> None:
-    core, factory = scripted({130.0: [Bind("j", 1, ((0, on("n", 0)),))]})
+    core, factory = scripted(
+        {
+            10.0: [moved("j", Change.SUBMITTED, 10.0, 0)],
+            130.0: [moved("j", Change.STARTED, 130.0, 1), Bind("j", 1, ((0, on("n", 0)),))],
+            135.0: [moved("j", Change.SUCCEEDED, 135.0, 1)],
+        }
+    )
     config = EngineConfig(tick_s=60, idle_ticks=100)
     result = Simulator(
         [gpu_node("n", gpus=1)], workload(("j", 10, 5, 1)), config=config, core=factory
@@ -181,7 +219,13 @@ class WakingCore(ScriptedCore):
 
 
 def test_without_periodic_ticks_the_core_is_woken_when_it_asks() -> None:
-    core = WakingCore({500.0: [Bind("j", 1, ((0, on("n", 0)),))]})
+    core = WakingCore(
+        {
+            10.0: [moved("j", Change.SUBMITTED, 10.0, 0)],
+            500.0: [moved("j", Change.STARTED, 500.0, 1), Bind("j", 1, ((0, on("n", 0)),))],
+            505.0: [moved("j", Change.SUCCEEDED, 505.0, 1)],
+        }
+    )
     config = EngineConfig(tick_s=0, idle_ticks=3)
 
     def factory(*_: Any) -> Any:

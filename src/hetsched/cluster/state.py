@@ -5,6 +5,10 @@ than the widest node has absent slots). Filters and scores read these arrays for
 at once. Every mutation goes through :meth:`ClusterState.allocate` and
 :meth:`ClusterState.release`, which check first and change nothing when they refuse, so
 capacity is never exceeded, never negative, and release gives back exactly what was taken.
+
+Allocation keys are :class:`~hetsched.keys.TaskKey` for the tasks of jobs, or strings
+``<job id>/<label>`` for what-if placements on forks (backfill, preemption trials) and
+replays that have no runs.
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS, Device, Health, Node
 from hetsched.model.selector import AttrKey, attr_key, matches
 
-__all__ = ["AllocationError", "ClusterState", "DeviceKind"]
+__all__ = ["AllocKey", "AllocationError", "ClusterState", "DeviceKind"]
+
+#: what an allocation is held under (see the module docstring)
+AllocKey = TaskKey | str
 
 BoolArray = npt.NDArray[np.bool_]
 _A = TypeVar("_A", bound=npt.NDArray[Any])
@@ -80,7 +88,7 @@ class ClusterState:
         self.dev_free_total: IntArray = np.zeros(0, np.int64)
         #: per node: healthy slots wholly free (kept in step with dev_free, like the total)
         self.dev_whole_free: IntArray = np.zeros(0, np.int64)
-        self.allocations: dict[str, Placement] = {}
+        self.allocations: dict[AllocKey, Placement] = {}
         #: rows whose free capacity grew (release, node or device added, device healed), in
         #: order; with ``growth_mark`` a caller asks "which rows grew since then"
         self._grown: list[int] = []
@@ -96,10 +104,10 @@ class ClusterState:
         self.mem_factor = 1.0
         self.cpu_slack: IntArray = np.zeros(0, np.int64)
         self.mem_slack: IntArray = np.zeros(0, np.int64)
-        #: jobs whose allocations are best-effort (keys are ``<job id>/...``)
+        #: jobs whose allocations are best-effort
         self.best_effort_jobs: set[str] = set()
         #: best-effort allocation key -> (cpu, memory) it took from the slack
-        self.slack_taken: dict[str, tuple[int, int]] = {}
+        self.slack_taken: dict[AllocKey, tuple[int, int]] = {}
         #: bumps whenever eligibility can change (nodes, health); caches key on it
         self.version = 0
         self._memo: dict[Hashable, Any] = {}
@@ -198,7 +206,7 @@ class ClusterState:
         self.version += 1
         return slot
 
-    def remove_node(self, name: str) -> list[str]:
+    def remove_node(self, name: str) -> list[AllocKey]:
         """Take a node out of service; returns the allocation keys that were on it.
 
         The caller decides what happens to those tasks and must release them.
@@ -208,7 +216,7 @@ class ClusterState:
         self.version += 1
         return [key for key, p in self.allocations.items() if p.node == name]
 
-    def set_device_health(self, device_id: str, health: Health) -> list[str]:
+    def set_device_health(self, device_id: str, health: Health) -> list[AllocKey]:
         """Mark a device healthy or not; returns the allocation keys that use it."""
         row, slot = self._device(device_id)
         self.dev_healthy[row, slot] = health is Health.HEALTHY
@@ -234,8 +242,11 @@ class ClusterState:
         self.mem_slack = _slack(self.mem_cap, memory)
         self.version += 1
 
-    def best_effort(self, key: str) -> bool:
-        return bool(self.best_effort_jobs) and key.rsplit("/", 1)[0] in self.best_effort_jobs
+    def best_effort(self, key: AllocKey) -> bool:
+        if not self.best_effort_jobs:
+            return False
+        job = key.job if isinstance(key, TaskKey) else key.rsplit("/", 1)[0]
+        return job in self.best_effort_jobs
 
     def _kind_row(self, kind: DeviceKind) -> int:
         row = self._kind_index.get(kind)
@@ -353,7 +364,7 @@ class ClusterState:
                 return f"device {d.device_id}: want {d.share}, free {self.dev_free[where]}"
         return None
 
-    def allocate(self, key: str, placement: Placement) -> None:
+    def allocate(self, key: AllocKey, placement: Placement) -> None:
         """Take ``placement`` for ``key``; raise AllocationError (no change) if it does not fit."""
         if key in self.allocations:
             raise AllocationError(f"{key} already holds an allocation")
@@ -380,7 +391,7 @@ class ClusterState:
         self.allocations[key] = placement
         self._touched(row)
 
-    def release(self, key: str) -> Placement:
+    def release(self, key: AllocKey) -> Placement:
         """Give back exactly what ``key`` holds; raises AllocationError if it holds nothing."""
         placement = self.allocations.pop(key, None)
         if placement is None:
@@ -456,7 +467,7 @@ class ClusterState:
 
     # -- summaries -----------------------------------------------------------------------
 
-    def allocated_devices(self) -> Iterator[tuple[str, DeviceShare]]:
+    def allocated_devices(self) -> Iterator[tuple[AllocKey, DeviceShare]]:
         for key, placement in self.allocations.items():
             for d in placement.devices:
                 yield key, d

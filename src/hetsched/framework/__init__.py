@@ -1,6 +1,8 @@
-"""Extension-point protocols, Status, cycle context, plugin registry, profiles, runtime."""
+"""Extension-point protocols, Status, cycle context, the scheduler handle plugins see, the
+plugin registry, profiles, runtime."""
 
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import DecayedView, QueuedJob, SchedulerHandle, UsageView
 from hetsched.framework.interfaces import (
     BindPlugin,
     ChoosesDevices,
@@ -23,16 +25,16 @@ from hetsched.framework.profile import (
     load_profile,
     parse_profile,
 )
-from hetsched.framework.registry import REGISTRY, PluginSpec, register
-from hetsched.framework.runtime import Framework, NodeRejections
-from hetsched.framework.status import Code, Status
+from hetsched.framework.registry import PluginSpec, Registry, installed, register
+from hetsched.framework.runtime import Framework, NodeRejections, SortFailure
+from hetsched.framework.status import Code, PluginError, Status
 
 __all__ = [
-    "REGISTRY",
     "BindPlugin",
     "ChoosesDevices",
     "Code",
     "CycleContext",
+    "DecayedView",
     "FilterPlugin",
     "Framework",
     "LanedQueueSort",
@@ -40,6 +42,7 @@ __all__ = [
     "NormalizesScores",
     "PermitPlugin",
     "Plugin",
+    "PluginError",
     "PluginRef",
     "PluginSpec",
     "PostFilterPlugin",
@@ -47,10 +50,16 @@ __all__ = [
     "ProfileError",
     "ProfileSpec",
     "QueueSortPlugin",
+    "QueuedJob",
+    "Registry",
     "Rejection",
     "ReservePlugin",
+    "SchedulerHandle",
     "ScorePlugin",
+    "SortFailure",
     "Status",
+    "UsageView",
+    "installed",
     "load_profile",
     "parse_profile",
     "register",

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import QueuedJob
 from hetsched.framework.status import Status
 
 __all__ = [
@@ -53,7 +54,7 @@ class Plugin(Protocol):
 
 @runtime_checkable
 class QueueSortPlugin(Plugin, Protocol):
-    def sort_key(self, job: object, now: float) -> tuple[Hashable, ...]:
+    def sort_key(self, job: QueuedJob, now: float) -> tuple[Hashable, ...]:
         """Order of pending jobs: smaller keys are tried first. Must be a total order."""
         ...
 
@@ -71,12 +72,12 @@ class LanedQueueSort(Protocol):
     job's arrival sequence).
     """
 
-    def lane(self, job: object) -> Hashable:
+    def lane(self, job: QueuedJob) -> Hashable:
         """The lane of a waiting job: jobs of one lane share the part of the key that
         depends on anything but the job (a user's share, a priority class)."""
         ...
 
-    def rank(self, job: object) -> tuple[Hashable, ...]:
+    def rank(self, job: QueuedJob) -> tuple[Hashable, ...]:
         """The job's static order within its lane."""
         ...
 

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hetsched.framework.registry import lookup
+from hetsched.framework.registry import Registry, installed
 from hetsched.framework.speeds import SpeedsSpec, check_speeds
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.yamlio import safe_load
@@ -241,13 +241,15 @@ def _path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def check_plugins(spec: ProfileSpec) -> list[str]:
-    """Every unknown plugin, plugin at the wrong point and bad argument, with field paths."""
+def check_plugins(spec: ProfileSpec, registry: Registry | None = None) -> list[str]:
+    """Every unknown plugin, plugin at the wrong point and bad argument, with field paths
+    (against ``registry``, by default the installed plugins)."""
+    plugins = registry or installed()
     errors: list[str] = []
     for point, index, ref in spec.refs():
         where = point if index is None else f"{point}[{index}]"
         try:
-            plugin = lookup(ref.name)
+            plugin = plugins.lookup(ref.name)
         except KeyError as exc:
             errors.append(f"{where}.name: {exc}")
             continue
@@ -334,16 +336,19 @@ def check_queues(spec: ProfileSpec) -> list[str]:
     return errors
 
 
-def check_profile(spec: ProfileSpec) -> list[str]:
+def check_profile(spec: ProfileSpec, registry: Registry | None = None) -> list[str]:
     """Every problem of a parsed profile (plugins, queue tree, quotas) with field paths."""
-    return check_plugins(spec) + check_queues(spec)
+    return check_plugins(spec, registry) + check_queues(spec)
 
 
-def parse_profile(data: Any, base: Path | None = None) -> ProfileSpec:
+def parse_profile(
+    data: Any, base: Path | None = None, *, registry: Registry | None = None
+) -> ProfileSpec:
     """Validate a profile document; raises ProfileError listing every problem.
 
     ``base`` is the folder relative file names in the profile (``speeds.table``) are in;
-    the returned spec names them by absolute path.
+    the returned spec names them by absolute path. Plugins are looked up in ``registry``,
+    by default the installed ones.
     """
     try:
         spec = ProfileSpec.model_validate(data or {})
@@ -354,7 +359,7 @@ def parse_profile(data: Any, base: Path | None = None) -> ProfileSpec:
                 for e in exc.errors()
             )
         ) from None
-    errors = check_profile(spec) + check_speeds(spec.speeds, base)
+    errors = check_profile(spec, registry) + check_speeds(spec.speeds, base)
     if errors:
         raise ProfileError("\n".join(errors))
     table = spec.speeds.table

@@ -10,6 +10,11 @@ row's verdict and raw score depend on the request, the job's best-effort flag, t
 topology and that row's free capacity alone, computed element by element (so a row scores
 the same bits whatever other rows are scored with it), and none normalizes (normalization
 reads every feasible row).
+
+**Plugin errors.** A plugin that raises never leaves an attempt half done: points that
+return a Status give ``Status.error`` naming the plugin, the others raise
+:class:`PluginError` (the core undoes the attempt and explains it with ``Code.ERROR``), and
+a queue sort that raises gives a :class:`SortFailure` key, ordered after every other.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from hetsched.cluster.assign import assign_devices
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import QueuedJob, SchedulerHandle
 from hetsched.framework.interfaces import (
     BindPlugin,
     BoolArray,
@@ -44,10 +50,38 @@ from hetsched.framework.interfaces import (
     ScorePlugin,
 )
 from hetsched.framework.profile import PluginRef, ProfileSpec
-from hetsched.framework.registry import lookup
-from hetsched.framework.status import Status
+from hetsched.framework.registry import Registry, installed
+from hetsched.framework.status import PluginError, Status
 
-__all__ = ["Framework", "NodeRejections"]
+__all__ = ["Framework", "NodeRejections", "SortFailure"]
+
+
+class SortFailure:
+    """The sort key of a job whose queue sort raised: after every other key (and equal to
+    any other SortFailure), carrying the error for the job's explanation."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SortFailure)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return isinstance(other, SortFailure)
+
+    def __gt__(self, other: object) -> bool:
+        return not isinstance(other, SortFailure)
+
+    def __ge__(self, other: object) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +113,8 @@ class _Class:
     total: FloatArray
 
 
-def _build(ref: PluginRef, handle: Any) -> Any:
-    spec = lookup(ref.name)
+def _build(ref: PluginRef, handle: SchedulerHandle | None, registry: Registry) -> Any:
+    spec = registry.lookup(ref.name)
     args: BaseModel | None = None
     if spec.args_model is not None:
         args = spec.args_model.model_validate(ref.args)
@@ -95,28 +129,39 @@ class Framework:
     ``tie_break: first`` the lowest row wins.
     """
 
-    def __init__(self, spec: ProfileSpec, handle: Any = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        spec: ProfileSpec,
+        handle: SchedulerHandle | None = None,
+        seed: int = 0,
+        registry: Registry | None = None,
+    ) -> None:
         self.spec = spec
-        self.queue_sort: QueueSortPlugin = _build(spec.queue_sort, handle)
-        self.prefilters: list[PreFilterPlugin] = [_build(r, handle) for r in spec.prefilter]
-        self.filters: list[FilterPlugin] = [_build(r, handle) for r in spec.filter]
-        self.scorers: list[tuple[ScorePlugin, float]] = [
-            (_build(r, handle), r.weight) for r in spec.score
-        ]
+        plugins = registry or installed()
+
+        def build(ref: PluginRef) -> Any:
+            return _build(ref, handle, plugins)
+
+        self.queue_sort: QueueSortPlugin = build(spec.queue_sort)
+        self.prefilters: list[PreFilterPlugin] = [build(r) for r in spec.prefilter]
+        self.filters: list[FilterPlugin] = [build(r) for r in spec.filter]
+        self.scorers: list[tuple[ScorePlugin, float]] = [(build(r), r.weight) for r in spec.score]
         # protocol checks are slow; decide once which scorers normalise
         self._normalizes = [isinstance(p, NormalizesScores) for p, _ in self.scorers]
-        self.reservers: list[ReservePlugin] = [_build(r, handle) for r in spec.reserve]
-        self.permits: list[PermitPlugin] = [_build(r, handle) for r in spec.permit]
-        self.post_filters: list[PostFilterPlugin] = [_build(r, handle) for r in spec.post_filter]
-        self.binders: list[BindPlugin] = [_build(r, handle) for r in spec.bind]
+        self.reservers: list[ReservePlugin] = [build(r) for r in spec.reserve]
+        self.permits: list[PermitPlugin] = [build(r) for r in spec.permit]
+        self.post_filters: list[PostFilterPlugin] = [build(r) for r in spec.post_filter]
+        self.binders: list[BindPlugin] = [build(r) for r in spec.bind]
         choosers = [p for p, _ in self.scorers if isinstance(p, ChoosesDevices)]
         self._chooser: ChoosesDevices | None = choosers[0] if choosers else None
         self._rng = np.random.default_rng(seed)
+        #: job id -> why the queue sort failed for it (see :meth:`sort_key`)
+        self.sort_failures: dict[str, Status] = {}
         self._rank: IntArray = np.zeros(0, np.int64)
-        plugins = [*self.filters, *(p for p, _ in self.scorers)]
+        placers = [*self.filters, *(p for p, _ in self.scorers)]
         #: request classes can be cached (see the module docstring)
         self.classes_cached = not any(self._normalizes) and all(
-            getattr(p, "row_local", False) for p in plugins
+            getattr(p, "row_local", False) for p in placers
         )
         self._classes: weakref.WeakKeyDictionary[
             ClusterState, OrderedDict[tuple[Hashable, bool], _Class]
@@ -124,14 +169,28 @@ class Framework:
 
     # -- queue ---------------------------------------------------------------------------
 
-    def sort_key(self, job: object, now: float) -> tuple[Hashable, ...]:
-        return self.queue_sort.sort_key(job, now)
+    def sort_key(self, job: QueuedJob, now: float) -> tuple[Hashable, ...]:
+        """The job's place in the queue order. A queue sort that raises puts the job last
+        (a SortFailure key) and leaves its error in ``sort_failures`` until a later key
+        for the job is read without one."""
+        try:
+            key = self.queue_sort.sort_key(job, now)
+        except Exception as exc:
+            status = PluginError.of(self.queue_sort.name, exc).status
+            self.sort_failures[job.job.id] = status
+            return (SortFailure(status),)
+        if self.sort_failures:
+            self.sort_failures.pop(job.job.id, None)
+        return key
 
     # -- one task ------------------------------------------------------------------------
 
     def prefilter(self, ctx: CycleContext) -> Status:
         for plugin in self.prefilters:
-            status = plugin.prefilter(ctx)
+            try:
+                status = plugin.prefilter(ctx)
+            except Exception as exc:
+                return _failed(plugin.name, exc)
             if not status.ok:
                 return Status(status.code, status.reasons, status.plugin or plugin.name)
         return Status.success()
@@ -140,7 +199,10 @@ class Framework:
         """Rows that pass every filter (a mask over all node rows)."""
         mask = ctx.state.active if candidates is None else candidates
         for plugin in self.filters:
-            mask = plugin.filter(ctx, mask)
+            try:
+                mask = plugin.filter(ctx, mask)
+            except Exception as exc:
+                raise PluginError.of(plugin.name, exc) from exc
             if not mask.any():
                 break
         return mask
@@ -148,9 +210,12 @@ class Framework:
     def scores(self, ctx: CycleContext, rows: IntArray) -> np.ndarray[Any, np.dtype[np.float64]]:
         total = np.zeros(len(rows), np.float64)
         for (plugin, weight), normalizes in zip(self.scorers, self._normalizes, strict=True):
-            raw = plugin.score(ctx, rows)
-            if normalizes:
-                raw = plugin.normalize(ctx, raw)  # type: ignore[attr-defined]
+            try:
+                raw = plugin.score(ctx, rows)
+                if normalizes:
+                    raw = plugin.normalize(ctx, raw)  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise PluginError.of(plugin.name, exc) from exc
             total += weight * raw
         return total
 
@@ -197,7 +262,17 @@ class Framework:
 
     def _classed(self, ctx: CycleContext) -> FloatArray:
         """Total score per row of the request's class (-inf where it does not fit), brought
-        up to date by deciding again only the rows that changed since it was computed."""
+        up to date by deciding again only the rows that changed since it was computed. A
+        plugin error drops the class: it is computed afresh next time."""
+        try:
+            return self._class_totals(ctx)
+        except PluginError:
+            classes = self._classes.get(ctx.state)
+            if classes is not None:
+                classes.pop((ctx.request, ctx.job.best_effort), None)
+            raise
+
+    def _class_totals(self, ctx: CycleContext) -> FloatArray:
         state = ctx.state
         classes = self._classes.get(state)
         if classes is None:
@@ -237,18 +312,24 @@ class Framework:
             if not rows.size:
                 break
             by_rows = getattr(plugin, "filter_rows", None)
-            if by_rows is not None:
-                rows = rows[by_rows(ctx, rows)]
-            else:
-                candidates = np.zeros(len(ctx.state), np.bool_)
-                candidates[rows] = True
-                rows = rows[plugin.filter(ctx, candidates)[rows]]
+            try:
+                if by_rows is not None:
+                    rows = rows[by_rows(ctx, rows)]
+                else:
+                    candidates = np.zeros(len(ctx.state), np.bool_)
+                    candidates[rows] = True
+                    rows = rows[plugin.filter(ctx, candidates)[rows]]
+            except Exception as exc:
+                raise PluginError.of(plugin.name, exc) from exc
         return rows
 
     def _placement(self, ctx: CycleContext, row: int) -> Placement | None:
         devices = None
         if self._chooser is not None:
-            devices = self._chooser.choose_devices(ctx, row)
+            try:
+                devices = self._chooser.choose_devices(ctx, row)
+            except Exception as exc:
+                raise PluginError.of(getattr(self._chooser, "name", "device choice"), exc) from exc
         if devices is None:
             devices = assign_devices(ctx.state, row, ctx.request, self.spec.device_choice)
         if devices is None:
@@ -276,11 +357,15 @@ class Framework:
         if inactive:
             out.append(NodeRejections("cluster", "node not active", inactive))
         for plugin in self.filters:
-            passed = plugin.filter(ctx, mask)
-            rejected = mask & ~passed
+            try:
+                passed = plugin.filter(ctx, mask)
+                rejected = mask & ~passed
+                found = plugin.diagnose(ctx, rejected) if rejected.any() else []
+            except Exception as exc:
+                raise PluginError.of(plugin.name, exc) from exc
             if rejected.any():
                 explained = np.zeros_like(rejected)
-                for reason, rows in plugin.diagnose(ctx, rejected):
+                for reason, rows in found:
                     count = int((rows & rejected & ~explained).sum())
                     explained |= rows
                     if count:
@@ -296,21 +381,38 @@ class Framework:
     def reserve(self, ctx: CycleContext, placement: Placement) -> Status:
         done: list[ReservePlugin] = []
         for plugin in self.reservers:
-            status = plugin.reserve(ctx, placement)
+            try:
+                status = plugin.reserve(ctx, placement)
+            except Exception as exc:
+                status = _failed(plugin.name, exc)
             if not status.ok:
-                for undo in reversed([*done, plugin]):
-                    undo.unreserve(ctx, placement)
+                self._unreserve(ctx, placement, [*done, plugin])
                 return Status(status.code, status.reasons, status.plugin or plugin.name)
             done.append(plugin)
         return Status.success()
 
     def unreserve(self, ctx: CycleContext, placement: Placement) -> None:
-        for plugin in reversed(self.reservers):
-            plugin.unreserve(ctx, placement)
+        self._unreserve(ctx, placement, self.reservers)
+
+    def _unreserve(
+        self, ctx: CycleContext, placement: Placement, plugins: Sequence[ReservePlugin]
+    ) -> None:
+        """Undo every plugin's reserve, even when one raises (the first error is raised)."""
+        error: PluginError | None = None
+        for plugin in reversed(plugins):
+            try:
+                plugin.unreserve(ctx, placement)
+            except Exception as exc:
+                error = error or PluginError.of(plugin.name, exc)
+        if error is not None:
+            raise error
 
     def permit(self, ctx: CycleContext, placements: Sequence[Placement]) -> Status:
         for plugin in self.permits:
-            status = plugin.permit(ctx, placements)
+            try:
+                status = plugin.permit(ctx, placements)
+            except Exception as exc:
+                status = _failed(plugin.name, exc)
             if not status.ok:
                 return Status(status.code, status.reasons, status.plugin or plugin.name)
         return Status.success()
@@ -318,14 +420,28 @@ class Framework:
     def post_filter(self, ctx: CycleContext, diagnosis: Sequence[Rejection]) -> Status:
         status = Status.unschedulable("no post-filter plugin enabled")
         for plugin in self.post_filters:
-            status = plugin.post_filter(ctx, diagnosis)
+            try:
+                status = plugin.post_filter(ctx, diagnosis)
+            except Exception as exc:
+                status = _failed(plugin.name, exc)
             if status.ok:
                 return status
         return status
 
     def bind(self, ctx: CycleContext, placements: Sequence[Placement]) -> Status:
         for plugin in self.binders:
-            status = plugin.bind(ctx, placements)
+            try:
+                status = plugin.bind(ctx, placements)
+            except Exception as exc:
+                status = _failed(plugin.name, exc)
             if not status.ok:
                 return Status(status.code, status.reasons, status.plugin or plugin.name)
         return Status.success()
+
+
+def _failed(plugin: str, exc: Exception) -> Status:
+    """The status of a point whose plugin raised: a PluginError from a nested framework
+    call (a post-filter that places trials) keeps the plugin that failed first."""
+    if isinstance(exc, PluginError):
+        return exc.status
+    return PluginError.of(plugin, exc).status

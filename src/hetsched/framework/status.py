@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Code", "Status"]
+__all__ = ["Code", "PluginError", "Status"]
 
 
 class Code(enum.StrEnum):
@@ -51,3 +51,23 @@ class Status:
 
 
 _SUCCESS = Status()
+
+
+class PluginError(Exception):
+    """A plugin raised. The runtime raises this in place of the plugin's exception (from
+    points that return arrays or keys), so the core can undo the attempt and explain it with
+    ``Code.ERROR``; points that return a Status return ``Status.error`` instead."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(str(status))
+        self.status = status
+
+    @classmethod
+    def of(cls, plugin: str, exc: BaseException) -> PluginError:
+        return cls(Status.error(failure_text(exc), plugin=plugin))
+
+
+def failure_text(exc: BaseException) -> str:
+    """How a plugin's exception reads in a status: its type and message."""
+    text = str(exc)
+    return f"failed: {type(exc).__name__}" + (f": {text}" if text else "")

@@ -56,9 +56,9 @@ from hetsched.k8s.translate import (
     pod_info,
     pod_job,
 )
+from hetsched.keys import TaskKey
 from hetsched.model.device import Node
 from hetsched.model.job import Job
-from hetsched.scheduler.core import task_key
 
 __all__ = [
     "MAX_PRIORITY",
@@ -220,7 +220,7 @@ class _Extender:
         unresolvable: dict[str, str] = {}
         passed: list[str] = []
         with self._state(items) as (state, framework, bad):
-            ctx = CycleContext(state, job, job.resources)
+            ctx = CycleContext(state, job, job.resources, what_if=True)
             rows = {n: state.node_index.get(n) for n in names}
             candidates = np.zeros(len(state), np.bool_)
             for row in rows.values():
@@ -231,7 +231,7 @@ class _Extender:
             reasons = node_reasons(framework, ctx, candidates & ~feasible)
             # would the node hold the pod if it were empty? if not, preemption cannot help
             empty = ClusterState(state.nodes[r] for r in sorted(reasons))
-            empty_ctx = CycleContext(empty, job, job.resources)
+            empty_ctx = CycleContext(empty, job, job.resources, what_if=True)
             never = ~framework.feasible(empty_ctx)
             never_names = {empty.nodes[i].name for i in np.flatnonzero(never)}
             for name, row in rows.items():
@@ -261,7 +261,7 @@ class _Extender:
             raise HTTPException(400, str(exc)) from None
         names = _candidate_names(args)
         with self._state(items) as (state, framework, _):
-            ctx = CycleContext(state, job, job.resources)
+            ctx = CycleContext(state, job, job.resources, what_if=True)
             known = [n for n in names if n in state.node_index]
             candidates = np.zeros(len(state), np.bool_)
             for name in known:
@@ -390,10 +390,10 @@ class _Extender:
                     if str(_meta_of(obj).get("uid", "")) in uids and key in cache.owner:
                         job_id, task = cache.owner[key]
                         with contextlib.suppress(KeyError, AllocationError):
-                            fork.release(task_key(job_id, task, cache._run.get(job_id, 1)))
+                            fork.release(TaskKey(job_id, task, cache._run.get(job_id, 1)))
                 only = np.zeros(len(fork), np.bool_)
                 only[fork.node_index[node]] = True
-                ctx = CycleContext(fork, job, job.resources)
+                ctx = CycleContext(fork, job, job.resources, what_if=True)
                 if cache.core.framework.feasible(ctx, only & fork.active).any():
                     keep[node] = victims
         return {"NodeNameToMetaVictims": keep}

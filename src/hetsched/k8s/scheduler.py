@@ -486,7 +486,7 @@ class PodScheduler:
             case Reject(job_id, reason):
                 for key in self._pending_pods(job_id):
                     self._report(self.pods[key], f"rejected: {reason}")
-            case Preempt(job_id, run, grace_s, reason):
+            case Preempt(job_id=job_id, run=run, grace_s=grace_s, reason=reason):
                 for key in self.members.get(job_id, []):
                     task = self.owner.get(key, (job_id, -1))[1]
                     self._stop_pod(key, (job_id, task, run), grace_s, f"preempted: {reason}")

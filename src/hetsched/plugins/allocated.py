@@ -8,12 +8,11 @@ CPU-only node) count as fully free.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel
 
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.plugins._resources import capacity, demand, free
@@ -36,7 +35,9 @@ class Spread:
 
     name = "spread"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, BestFitArgs)
         self._weights = args.weights.vector()
 
@@ -50,7 +51,9 @@ class MostAllocated:
 
     name = "mostallocated"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, BestFitArgs)
         self._weights = args.weights.vector()
 

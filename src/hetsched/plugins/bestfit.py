@@ -9,12 +9,11 @@ Score = 100 * (1 - weighted mean of leftover / largest node capacity).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.plugins._resources import demand, scale
@@ -53,7 +52,9 @@ class BestFit:
     #: scores row by row, element by element (see Framework)
     row_local = True
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, BestFitArgs)
         self._weights = args.weights.vector()
         self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate

@@ -12,12 +12,13 @@ tie-break settles them. The study's DotProd baseline is ``prefer: min``,
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.plugins._resources import demand, free, scale
@@ -40,7 +41,9 @@ class DotProd:
 
     name = "dotprod"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, DotProdArgs)
         self._weights = args.weights.vector()
         self._sign = 1.0 if args.prefer == "max" else -1.0

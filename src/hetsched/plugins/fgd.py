@@ -30,6 +30,7 @@ from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expe
 from hetsched.cluster.placement import DeviceShare
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
@@ -97,7 +98,9 @@ class FGD:
 
     name = "fgd"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, FGDArgs)
         self._target = args.workload()
         self._class = args.device_class

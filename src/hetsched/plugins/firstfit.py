@@ -5,12 +5,11 @@ Points: score. Args: none.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel
 
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 
@@ -24,7 +23,9 @@ class FirstFit:
     name = "firstfit"
     row_local = True
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         pass
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:

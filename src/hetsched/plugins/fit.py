@@ -11,13 +11,12 @@ also counts the nodes' oversubscription slack (the profile's ``overcommit``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel
 
 from hetsched.cluster.state import ClusterState, SlotArray
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import BoolArray, IntArray, Rejection
 from hetsched.framework.registry import register
 from hetsched.framework.status import Status
@@ -92,7 +91,9 @@ class Fit:
     #: a row's verdict depends on the request and that row alone (see Framework)
     row_local = True
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         pass
 
     def prefilter(self, ctx: CycleContext) -> Status:

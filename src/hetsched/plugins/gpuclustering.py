@@ -22,14 +22,13 @@ release, another cluster state) rebuilds them from scratch.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import ClusterState
+from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
@@ -50,11 +49,13 @@ class GpuClustering:
 
     name = "gpuclustering"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, GpuClusteringArgs)
         self._class = args.device_class
         self._state: ClusterState | None = None
-        self._seen: dict[str, Placement] = {}
+        self._seen: dict[AllocKey, Placement] = {}
         #: tasks per (node row, label); label 0 is "share", k is k whole devices
         self._labels: IntArray = np.zeros((0, 1), np.int64)
 

@@ -15,12 +15,11 @@ A task without devices scores 0 everywhere.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
@@ -41,7 +40,9 @@ class GpuPacking:
 
     name = "gpupacking"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, GpuPackingArgs)
         self._class = args.device_class
 

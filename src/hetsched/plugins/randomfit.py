@@ -7,17 +7,20 @@ The fragmentation study's Random baseline: every feasible node gets a fresh unif
 on each attempt, so the best is a uniform draw. A shared task (one device, share below
 1000) takes a uniformly random eligible device with room; whole devices are left to the
 default choice (which ones does not change fragmentation).
+
+Only real placements draw from the stream: a what-if trial (``CycleContext.what_if``:
+backfill, preemption, ``why``) draws from a copy of it, so whether trials ran never changes
+the choices that follow.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from hetsched.cluster.placement import DeviceShare
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
@@ -39,13 +42,22 @@ class RandomFit:
 
     name = "random"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, RandomFitArgs)
         self._rng = np.random.default_rng(args.seed)
         self._class = args.device_class
 
+    def _stream(self, ctx: CycleContext) -> np.random.Generator:
+        if not ctx.what_if:
+            return self._rng
+        copy = type(self._rng.bit_generator)()
+        copy.state = self._rng.bit_generator.state
+        return np.random.Generator(copy)
+
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
-        return np.asarray(100.0 * self._rng.random(rows.size), np.float64)
+        return np.asarray(100.0 * self._stream(ctx).random(rows.size), np.float64)
 
     def choose_devices(self, ctx: CycleContext, row: int) -> tuple[DeviceShare, ...] | None:
         count, share, selector = device_ask(ctx.request, self._class)
@@ -56,5 +68,5 @@ class RandomFit:
         slots = np.flatnonzero(room)
         if slots.size == 0:
             return None
-        slot = int(slots[self._rng.integers(slots.size)])
+        slot = int(slots[self._stream(ctx).integers(slots.size)])
         return (DeviceShare(state.device_id(row, slot), share),)

@@ -5,13 +5,12 @@ Points: filter. Args: none. PreferNoSchedule taints do not filter.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from pydantic import BaseModel
 
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import BoolArray, IntArray, Rejection
 from hetsched.framework.registry import register
 from hetsched.model.device import Node, TaintEffect
@@ -48,7 +47,9 @@ class Taints:
     name = "taints"
     row_local = True
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         pass
 
     def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:

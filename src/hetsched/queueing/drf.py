@@ -16,10 +16,11 @@ queue-time order, and its share is computed once per change of its usage.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.framework.handle import QueuedJob, SchedulerHandle
 from hetsched.framework.registry import register
 from hetsched.scheduler.usage import capacity, dominant_share
 
@@ -33,11 +34,13 @@ class DrfArgs(BaseModel):
     weights: dict[str, float] = Field(default_factory=dict)
 
 
-def entity_weight(handle: Any, by: str, weights: dict[str, float], name: str) -> float:
+def entity_weight(
+    handle: SchedulerHandle | None, by: str, weights: dict[str, float], name: str
+) -> float:
     if name in weights:
         return max(weights[name], 1e-9)
     if by == "queue" and handle is not None:
-        return float(handle.quotas.weight(name))
+        return float(handle.queue_weight(name))
     return 1.0
 
 
@@ -47,7 +50,9 @@ class Drf:
 
     name = "drf"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         self.args = args if isinstance(args, DrfArgs) else DrfArgs()
         self.handle = handle
         self.strict = False
@@ -61,8 +66,8 @@ class Drf:
         once per job: every waiting job of the entity reads the same value."""
         if self.handle is None:
             return 0.0
-        ledger = self.handle.ledger
-        state = self.handle.state
+        ledger = self.handle.usage
+        state = self.handle.cluster
         stamp = (ledger.stamp(self.args.by, name), state.version)
         cached = self._shares.get(name)
         if cached is not None and cached[0] == stamp:
@@ -76,13 +81,13 @@ class Drf:
         self._shares[name] = (stamp, value)
         return value
 
-    def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
+    def sort_key(self, job: QueuedJob, now: float) -> tuple[Hashable, ...]:
         name = job.job.user if self.args.by == "user" else job.job.queue
         return (self.share(name), job.queued_since, job.seq)
 
-    def lane(self, job: Any) -> Hashable:
+    def lane(self, job: QueuedJob) -> Hashable:
         name: str = job.job.user if self.args.by == "user" else job.job.queue
         return name
 
-    def rank(self, job: Any) -> tuple[Hashable, ...]:
+    def rank(self, job: QueuedJob) -> tuple[Hashable, ...]:
         return (job.queued_since, job.seq)

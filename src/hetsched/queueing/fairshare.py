@@ -12,10 +12,11 @@ entities with no history share fairly), then queue time and arrival.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.framework.handle import DecayedView, QueuedJob, SchedulerHandle
 from hetsched.framework.registry import register
 from hetsched.queueing.drf import Drf, DrfArgs, entity_weight
 from hetsched.scheduler.usage import DecayedUsage
@@ -37,13 +38,15 @@ class Fairshare:
 
     name = "fairshare"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         self.args = args if isinstance(args, FairshareArgs) else FairshareArgs()
         self.handle = handle
         self.strict = False
         # without a scheduler (a Framework built for placement alone) there is no usage
-        self.decayed = (
-            handle.ledger.track(self.args.by, self.args.half_life_s)
+        self.decayed: DecayedView = (
+            handle.track_usage(self.args.by, self.args.half_life_s)
             if handle is not None
             else DecayedUsage(self.args.half_life_s)
         )
@@ -54,13 +57,13 @@ class Fairshare:
         weight = entity_weight(self.handle, self.args.by, self.args.weights, name)
         return float(self.decayed.value.get(name, 0.0)) / weight
 
-    def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
+    def sort_key(self, job: QueuedJob, now: float) -> tuple[Hashable, ...]:
         name = job.job.user if self.args.by == "user" else job.job.queue
         return (self.usage(name), self._current.share(name), job.queued_since, job.seq)
 
-    def lane(self, job: Any) -> Hashable:
+    def lane(self, job: QueuedJob) -> Hashable:
         name: str = job.job.user if self.args.by == "user" else job.job.queue
         return name
 
-    def rank(self, job: Any) -> tuple[Hashable, ...]:
+    def rank(self, job: QueuedJob) -> tuple[Hashable, ...]:
         return (job.queued_since, job.seq)

@@ -8,10 +8,11 @@ blocks every later job of the same queue). Ties (same submit time) keep arrival 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from hetsched.framework.handle import QueuedJob, SchedulerHandle
 from hetsched.framework.registry import register
 
 __all__ = ["Fifo", "FifoArgs"]
@@ -31,16 +32,18 @@ class Fifo:
     #: the key depends only on the job and the time: the core need not re-read it
     dynamic = False
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         mode = args.mode if isinstance(args, FifoArgs) else "best_effort"
         #: read by the core: a blocked job blocks the rest of its queue
         self.strict = mode == "strict"
 
-    def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
+    def sort_key(self, job: QueuedJob, now: float) -> tuple[Hashable, ...]:
         return (job.job.submit_time, job.seq)
 
-    def lane(self, job: Any) -> Hashable:
+    def lane(self, job: QueuedJob) -> Hashable:
         return ()
 
-    def rank(self, job: Any) -> tuple[Hashable, ...]:
+    def rank(self, job: QueuedJob) -> tuple[Hashable, ...]:
         return (job.job.submit_time, job.seq)

@@ -23,10 +23,11 @@ alone and runs at most ``R`` seconds, ``j`` therefore starts within
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.framework.handle import QueuedJob, SchedulerHandle
 from hetsched.framework.registry import register
 
 __all__ = ["Priority", "PriorityArgs"]
@@ -51,21 +52,23 @@ class Priority:
     #: the key depends only on the job and the time: the core need not re-read it
     dynamic = False
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         self.args = args if isinstance(args, PriorityArgs) else PriorityArgs()
         self.strict = self.args.mode == "strict"
 
-    def effective(self, job: Any, now: float) -> float:
+    def effective(self, job: QueuedJob, now: float) -> float:
         return effective_priority(job.job.priority, job.queued_since, now, self.args.aging_rate)
 
-    def sort_key(self, job: Any, now: float) -> tuple[Hashable, ...]:
+    def sort_key(self, job: QueuedJob, now: float) -> tuple[Hashable, ...]:
         return (-self.effective(job, now), job.queued_since, job.seq)
 
-    def lane(self, job: Any) -> Hashable:
+    def lane(self, job: QueuedJob) -> Hashable:
         # within one priority class, aging keeps the order of queue times: only jobs of
         # different classes change places, at a time that follows from their keys
         priority: int = job.job.priority
         return priority
 
-    def rank(self, job: Any) -> tuple[Hashable, ...]:
+    def rank(self, job: QueuedJob) -> tuple[Hashable, ...]:
         return (job.queued_since, job.seq)

@@ -36,22 +36,44 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import LanedQueueSort
+from hetsched.framework.runtime import Framework
+from hetsched.framework.status import PluginError
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
 
 if TYPE_CHECKING:
-    from hetsched.scheduler.core import Scheduler
     from hetsched.scheduler.records import JobRecord
 
-__all__ = ["Shape", "WaitingQueue", "preemption_may_help", "shape_of"]
+__all__ = ["QueueOwner", "Shape", "WaitingQueue", "preemption_may_help", "shape_of"]
+
+
+class QueueOwner(Protocol):
+    """What the queue reads of the scheduler that owns it."""
+
+    @property
+    def framework(self) -> Framework: ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def jobs(self) -> Mapping[str, JobRecord]: ...
+
+    @property
+    def capacity_epoch(self) -> int: ...
+
+    @property
+    def now(self) -> float: ...
+
 
 #: how often (driver seconds) a waiting job that preemption might help is tried again when
 #: no room appeared for it: victims become eligible as they pass their minimum runtime, and
@@ -86,7 +108,7 @@ def shape_of(record: JobRecord) -> Shape:
     return (record.job.resources, record.job.best_effort, needed(record))
 
 
-def preemption_may_help(sched: Scheduler, record: JobRecord, now: float) -> bool:
+def preemption_may_help(sched: QueueOwner, record: JobRecord, now: float) -> bool:
     """Whether the job is due for another try because preemption is enabled: a failure for
     room, quota or a gang can turn into a preemption without any capacity being freed."""
     return (
@@ -155,7 +177,7 @@ def _rank_of(entry: _Entry) -> tuple[Hashable, ...]:
 class WaitingQueue:
     """The waiting jobs of one core. See the module docstring."""
 
-    def __init__(self, sched: Scheduler) -> None:
+    def __init__(self, sched: QueueOwner) -> None:
         self._sched = sched
         plugin = sched.framework.queue_sort
         self._laned: LanedQueueSort | None = plugin if isinstance(plugin, LanedQueueSort) else None
@@ -336,7 +358,10 @@ class WaitingQueue:
         if not candidates.any():
             return False
         ctx = CycleContext(state, shape.sample, shape.sample.resources, now)
-        return bool(self._sched.framework.feasible(ctx, candidates).any())
+        try:
+            return bool(self._sched.framework.feasible(ctx, candidates).any())
+        except PluginError:
+            return True  # the jobs of the shape are tried, and their attempts say what failed
 
     def order(self, relevant: Callable[[tuple[Hashable, ...]], bool]) -> Iterator[JobRecord]:
         """The waiting jobs a cycle must visit, in queue order (merge of lanes).

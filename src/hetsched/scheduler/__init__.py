@@ -1,7 +1,17 @@
 """The core: events in, actions out, with explanations for every pending job."""
 
-from hetsched.scheduler.actions import Action, Bind, Kill, Pending, Preempt, Reject
-from hetsched.scheduler.core import Scheduler, task_key
+from hetsched.scheduler.actions import (
+    Action,
+    Bind,
+    Change,
+    JobTransition,
+    Kill,
+    Pending,
+    Preempt,
+    PreemptionKind,
+    Reject,
+)
+from hetsched.scheduler.core import Scheduler
 from hetsched.scheduler.events import (
     DeviceAdded,
     DeviceHealthChanged,
@@ -16,11 +26,13 @@ from hetsched.scheduler.events import (
     Tick,
 )
 from hetsched.scheduler.explain import Explanation
-from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.records import BlockedBy, JobRecord
 
 __all__ = [
     "Action",
     "Bind",
+    "BlockedBy",
+    "Change",
     "DeviceAdded",
     "DeviceHealthChanged",
     "Event",
@@ -28,16 +40,17 @@ __all__ = [
     "JobCancelled",
     "JobRecord",
     "JobSubmitted",
+    "JobTransition",
     "Kill",
     "NodeAdded",
     "NodeRemoved",
     "Pending",
     "Preempt",
+    "PreemptionKind",
     "Reject",
     "Scheduler",
     "TaskCheckpointed",
     "TaskFinished",
     "TaskStopped",
     "Tick",
-    "task_key",
 ]

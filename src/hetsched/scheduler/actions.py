@@ -1,13 +1,68 @@
-"""Actions: what the core asks drivers to carry out. Plain frozen dataclasses."""
+"""Actions: what the core asks drivers to carry out, and what it tells them happened.
+
+Plain frozen dataclasses. They say everything a driver needs: a driver never reads the
+core's books to learn which tasks to stop, whether a job was requeued, how many times it
+restarted or which run it is in. ``hetsched.drivers.interpreter`` carries them out the
+same way for every driver.
+
+Within one ``handle`` call the actions come in the order the core took its decisions; a
+job's :class:`JobTransition` actions come in the order of its history.
+"""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hetsched.cluster.placement import Placement
+from hetsched.model.lifecycle import JobState
 from hetsched.scheduler.explain import Explanation
 
-__all__ = ["Action", "Bind", "Kill", "Pending", "Preempt", "Reject"]
+__all__ = [
+    "Action",
+    "Bind",
+    "Change",
+    "JobTransition",
+    "Kill",
+    "Pending",
+    "Preempt",
+    "PreemptionKind",
+    "Reject",
+]
+
+
+class PreemptionKind(enum.StrEnum):
+    """Why a victim is preempted: for a job of higher priority in its queue, or to give a
+    queue back its guarantee (quota reclaim)."""
+
+    PRIORITY = "priority"
+    RECLAIM = "reclaim"
+
+
+class Change(enum.StrEnum):
+    """What a :class:`JobTransition` records, beyond its source and target states."""
+
+    #: accepted into the queue (None -> pending)
+    SUBMITTED = "submitted"
+    #: a new run started (pending -> running)
+    STARTED = "started"
+    #: every task succeeded
+    SUCCEEDED = "succeeded"
+    #: a task failed past its restarts, the job ran past its maximum runtime, or a lost
+    #: device failed it by its policy
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    #: at submission (unknown queue, past a hard limit) or after the maximum pending time
+    REJECTED = "rejected"
+    #: running -> pending: stopped to make room for another job
+    PREEMPTED = "preempted"
+    #: running -> pending: a task failed and the restart policy runs the job again
+    RESTARTED = "restarted"
+    #: running -> pending: a node or device it ran on went away
+    LOST = "lost"
+    #: pending -> pending: a partial gang hold timed out and was released (a backoff follows)
+    GANG_TIMEOUT = "gang_timeout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,35 +82,44 @@ class Bind:
 class Kill:
     """Stop a task of run ``run`` now (SIGTERM, then SIGKILL), then report TaskStopped.
 
-    The allocation stays held until TaskStopped arrives, except when the task's node or
-    device is already gone (then it was released at once and no report is needed).
+    The allocation stays held until TaskStopped arrives, except when ``released``: the
+    task's node or device is already gone, so the core freed the allocation at once and
+    awaits no report (one is harmless).
     """
 
     job_id: str
     task: int
     run: int
     reason: str
+    released: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    """Stop every task of the job's run ``run`` within ``grace_s`` seconds and report each
-    with TaskStopped; the job is already back in the queue.
+    """Stop ``tasks`` of the job's run ``run``: tell each ``notice_s`` seconds ahead (a
+    chance to checkpoint), then stop it within ``grace_s``, and report each with
+    TaskStopped. The job is already back in the queue (a JobTransition says so).
 
-    ``preemptor`` is the job it makes room for and ``kind`` is ``priority`` or ``reclaim``
-    (quota reclaim); the allocations stay held until each TaskStopped arrives.
+    ``preemptor`` is the job it makes room for; the allocations stay held until each
+    TaskStopped arrives.
     """
 
     job_id: str
     run: int
+    tasks: tuple[int, ...]
     grace_s: float
     reason: str
     preemptor: str = ""
-    kind: str = ""
+    kind: PreemptionKind = PreemptionKind.PRIORITY
+    notice_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
 class Reject:
+    """The job is refused: at submission, or after waiting past the maximum pending time.
+    A duplicate job id is refused with a Reject alone (the job already known is unchanged);
+    otherwise a JobTransition to ``rejected`` comes with it."""
+
     job_id: str
     reason: str
 
@@ -68,4 +132,28 @@ class Pending:
     explanation: Explanation
 
 
-Action = Bind | Kill | Preempt | Reject | Pending
+class JobTransition(NamedTuple):
+    """The job changed state (or, for a gang timeout, stayed pending with a new story).
+
+    One per entry of the job's history, in order: what a driver stores or reports about a
+    job comes from these. ``run`` is the job's run after the change (the new run for
+    ``started``; 0 before its first start); ``restarts`` counts the restarts its restart
+    policy made so far; ``since`` is when the job entered ``source`` (its queueing time
+    for a start, its run's start for the end of a run).
+
+    A named tuple rather than a frozen dataclass like the other actions: one is emitted
+    for every change of every job, and a tuple is about four times cheaper to build.
+    """
+
+    job_id: str
+    time: float
+    source: JobState | None
+    target: JobState
+    change: Change
+    cause: str
+    run: int
+    restarts: int
+    since: float
+
+
+Action = Bind | Kill | Preempt | Reject | Pending | JobTransition

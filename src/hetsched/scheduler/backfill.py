@@ -22,16 +22,14 @@ preemption on, the head's start is planned, not guaranteed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import AllocationError, ClusterState
+from hetsched.cluster.state import AllocationError, AllocKey, ClusterState
+from hetsched.keys import TaskKey
 from hetsched.model.job import Job
-from hetsched.scheduler.placing import trial
+from hetsched.scheduler.books import Books
+from hetsched.scheduler.placing import trial, trial_key
 from hetsched.scheduler.records import JobRecord
-
-if TYPE_CHECKING:
-    from hetsched.scheduler.core import Scheduler
 
 __all__ = ["Reservation", "expected_runtime", "reserve"]
 
@@ -57,7 +55,7 @@ class Reservation:
     _admitted: int = 0
 
     def admits(
-        self, sched: Scheduler, record: JobRecord, placements: list[Placement], now: float
+        self, sched: Books, record: JobRecord, placements: list[Placement], now: float
     ) -> bool:
         """May ``record`` start now on ``placements`` without delaying the head?
 
@@ -66,10 +64,10 @@ class Reservation:
         runtime = expected_runtime(record.job, sched.profile.backfill.default_runtime_s)
         if now + runtime <= self.start:
             return True
-        keys: list[str] = []
+        keys: list[AllocKey] = []
         try:
             for placement in placements:
-                key = f"{record.id}/backfill{self._admitted}"
+                key: AllocKey = f"{record.id}/backfill{self._admitted}"
                 self._admitted += 1
                 self.shadow.allocate(key, placement)
                 keys.append(key)
@@ -92,9 +90,8 @@ def _needed(record: JobRecord) -> int:
     return min(record.job.gang_min, len(record.unplaced))
 
 
-def reserve(sched: Scheduler, head: JobRecord, now: float) -> Reservation | None:
+def reserve(sched: Books, head: JobRecord, now: float) -> Reservation | None:
     """The head's reservation, or None when it would not fit even with everything ended."""
-    from hetsched.scheduler.core import task_key
     from hetsched.scheduler.preemption import promised_fork
 
     default = sched.profile.backfill.default_runtime_s
@@ -102,25 +99,25 @@ def reserve(sched: Scheduler, head: JobRecord, now: float) -> Reservation | None
     # preemptions in flight were promised first: their victims are gone and the preemptors
     # placed (they run for their expected runtime from now), and the head plans around them
     shadow = promised_fork(sched, now, skip=head)
-    ends: list[tuple[float, str, list[str]]] = []
+    ends: list[tuple[float, str, list[AllocKey]]] = []
     for record in sched.promised.values():
         if record is not head:
-            keys = [f"{record.id}/trial{i}" for i in range(len(record.unplaced))]
+            keys: list[AllocKey] = [trial_key(record.job, i) for i in range(len(record.unplaced))]
             ends.append((now + expected_runtime(record.job, default), record.id, keys))
     for record in sched.active_jobs():
         if record is head:
             # the head's own partial hold is given back: the trial places the whole gang
             for task in record.held:
-                shadow.release(task_key(record.id, task, record.run + 1))
+                shadow.release(TaskKey(record.id, task, record.run + 1))
             continue
         if record.placements and record.started is not None:
             end = max(now, record.started + expected_runtime(record.job, default))
-            keys = [task_key(record.id, t, record.run) for t in record.placements]
+            keys = [TaskKey(record.id, t, record.run) for t in record.placements]
             ends.append((end, record.id, keys))
         if record.stopping:
             ends.append((now, record.id, list(record.stopping)))
         if record.held and record.hold_since is not None:
-            keys = [task_key(record.id, t, record.run + 1) for t in record.held]
+            keys = [TaskKey(record.id, t, record.run + 1) for t in record.held]
             ends.append((max(now, record.hold_since + timeout), record.id, keys))
     ends.sort(key=lambda e: (e[0], e[1]))
     finishing: list[str] = []

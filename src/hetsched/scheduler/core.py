@@ -7,11 +7,14 @@ scheduler) feed it events and carry out the actions it returns.
 One call:
   1. integrate usage up to ``now`` (fair-share history);
   2. apply the events in order (submissions, finishes, checkpoints, cancellations, node and
-     device changes), collecting Kill and Reject actions;
+     device changes), emitting Kill, Reject and JobTransition actions;
   3. apply the time-based rules: maximum runtime (Kill), maximum pending time (Reject),
      gang hold timeouts (release and backoff);
   4. run a scheduling cycle (``hetsched.scheduler.cycle``): Bind, Preempt and Pending;
-  5. return the actions.
+  5. return the actions, in the order they were taken.
+
+Every change of a job's state is emitted as a :class:`JobTransition` (one per entry of its
+history), so a driver learns what happened to a job from the actions alone.
 
 Every allocation goes through :meth:`Scheduler.allocate` and every release through
 :meth:`Scheduler.release` (or :meth:`Scheduler.unallocate` to undo a trial), so the usage
@@ -23,17 +26,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import AllocationError, ClusterState
-from hetsched.framework.cycle import CycleContext
+from hetsched.cluster.state import AllocationError, AllocKey, ClusterState
+from hetsched.framework.handle import DecayedView, UsageView
 from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
+from hetsched.framework.registry import Registry
 from hetsched.framework.runtime import Framework
 from hetsched.framework.status import Code
+from hetsched.keys import TaskKey
 from hetsched.model.device import Health
 from hetsched.model.job import DeviceFailurePolicy, Job, RestartPolicy
 from hetsched.model.lifecycle import TERMINAL, JobState, Transition
 from hetsched.queueing.waiting import WaitingQueue
-from hetsched.scheduler.actions import Action, Bind, Kill, Preempt, Reject
-from hetsched.scheduler.cycle import run_cycle
+from hetsched.scheduler.actions import (
+    Action,
+    Bind,
+    Change,
+    JobTransition,
+    Kill,
+    Preempt,
+    PreemptionKind,
+    Reject,
+)
+from hetsched.scheduler.cycle import placed_in_line, run_cycle
 from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.events import (
     DeviceAdded,
@@ -50,26 +64,29 @@ from hetsched.scheduler.events import (
 )
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.quota import QuotaTree
-from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.records import BlockedBy, JobRecord
 from hetsched.scheduler.usage import Ledger, placement_usage
 
-__all__ = ["Scheduler", "task_key"]
+__all__ = ["Scheduler"]
 
-
-def task_key(job_id: str, task: int, run: int) -> str:
-    """The allocation key of a task of one run in the cluster state."""
-    return f"{job_id}/{task}#{run}"
-
-
-def _job_of(key: str) -> str:
-    return key.rsplit("/", 1)[0]
+#: the Change a transition into each terminal state records
+_ENDS = {
+    JobState.SUCCEEDED: Change.SUCCEEDED,
+    JobState.FAILED: Change.FAILED,
+    JobState.CANCELLED: Change.CANCELLED,
+    JobState.REJECTED: Change.REJECTED,
+}
 
 
 class Scheduler:
     """The core. Holds the cluster state and the book of jobs; see the module docstring."""
 
     def __init__(
-        self, state: ClusterState, profile: ProfileSpec | None = None, seed: int = 0
+        self,
+        state: ClusterState,
+        profile: ProfileSpec | None = None,
+        seed: int = 0,
+        registry: Registry | None = None,
     ) -> None:
         self.state = state
         self.profile = profile or ProfileSpec()
@@ -97,8 +114,10 @@ class Scheduler:
         self._seq = 0
         #: the time of the last ``handle`` call
         self.now = 0.0
+        #: the actions of the ``handle`` call in progress, in the order they are taken
+        self._out: list[Action] = []
         # plugins read the ledger and quotas through the handle, so they come first
-        self.framework = Framework(self.profile, handle=self, seed=seed)
+        self.framework = Framework(self.profile, handle=self, seed=seed, registry=registry)
         #: the queue sort is strict: a job that cannot start blocks the rest of its queue
         self.strict = bool(getattr(self.framework.queue_sort, "strict", False))
         #: jobs with tasks to place (pending, or running with tasks still to start),
@@ -119,12 +138,19 @@ class Scheduler:
     def handle(self, events: Iterable[Event], now: float) -> list[Action]:
         self.now = now
         self.ledger.advance(now, self.state)
-        actions: list[Action] = []
+        out = self._out = []
         for event in events:
-            actions += self._apply(event, now)
-        actions += self._timers(now)
-        actions += run_cycle(self, now)
-        return actions
+            self._apply(event, now)
+        self._timers(now)
+        start = len(out)
+        run_cycle(self, now)
+        placed_in_line(self, out, start)
+        self._out = []
+        return out
+
+    def emit(self, action: Action) -> None:
+        """Add an action to the answer of the ``handle`` call in progress."""
+        self._out.append(action)
 
     def restore(
         self,
@@ -141,7 +167,8 @@ class Scheduler:
 
         Allocates under the core's own task keys and charges the usage ledger (quotas, fair
         share); raises AllocationError and changes nothing if a placement does not fit or
-        the job could never have been admitted (unknown queue, past a hard limit).
+        the job could never have been admitted (unknown queue, past a hard limit). Emits no
+        action: the driver knows the job already (its history says "restored").
         """
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already in the core")
@@ -150,10 +177,10 @@ class Scheduler:
             raise AllocationError(f"job {job.id}: {problem}")
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)
-        taken: list[str] = []
+        taken: list[TaskKey] = []
         try:
             for task, placement in sorted(placements.items()):
-                key = task_key(job.id, task, run)
+                key = TaskKey(job.id, task, run)
                 self.allocate(key, placement, job)
                 taken.append(key)
         except AllocationError:
@@ -180,6 +207,25 @@ class Scheduler:
             self.queue.add(record)
         self.deadlines.run_started(record, self._max_runtime(job))
         return record
+
+    # -- what plugins read (SchedulerHandle) ---------------------------------------------
+
+    @property
+    def cluster(self) -> ClusterState:
+        return self.state
+
+    @property
+    def usage(self) -> UsageView:
+        return self.ledger
+
+    def queue_weight(self, queue: str) -> float:
+        return self.quotas.weight(queue)
+
+    def track_usage(self, by: str, half_life_s: float) -> DecayedView:
+        return self.ledger.track(by, half_life_s)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        return self.jobs.get(job_id)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -241,112 +287,125 @@ class Scheduler:
 
     # -- allocation, kept in step with the usage ledger ----------------------------------
 
-    def allocate(self, key: str, placement: Placement, job: Job) -> None:
+    def allocate(self, key: TaskKey, placement: Placement, job: Job) -> None:
         self.state.allocate(key, placement)
         self.ledger.charge(key, job, placement_usage(self.state, placement))
 
-    def unallocate(self, key: str) -> None:
+    def unallocate(self, key: AllocKey) -> None:
         """Undo an allocation made during the same attempt (capacity did not grow)."""
         self.state.release(key)
         self.ledger.refund(key)
 
-    def release(self, key: str) -> None:
+    def release(self, key: AllocKey) -> None:
         self.unallocate(key)
         self.capacity_epoch += 1
 
     # -- events --------------------------------------------------------------------------
 
-    def _apply(self, event: Event, now: float) -> list[Action]:
+    def _apply(self, event: Event, now: float) -> None:
         match event:
-            case JobSubmitted(job):
-                return self._submit(job, now)
+            case JobSubmitted(job, run, restarts):
+                self._submit(job, run, restarts, now)
             case JobCancelled(job_id, reason):
-                return self._cancel(job_id, reason, now)
+                self._cancel(job_id, reason, now)
             case TaskFinished(job_id, task, run, succeeded, reason):
-                return self._finished(job_id, task, run, succeeded, reason, now)
+                self._finished(TaskKey(job_id, task, run), succeeded, reason, now)
             case TaskStopped(job_id, task, run):
-                self._stopped(job_id, task_key(job_id, task, run))
-                return []
+                self._stopped(TaskKey(job_id, task, run))
             case TaskCheckpointed(job_id, task, run):
                 record = self.jobs.get(job_id)
                 if record is not None and record.run == run and task in record.placements:
                     record.checkpoint = now
-                return []
             case NodeAdded(node):
                 self.state.add_node(node)
                 self.capacity_epoch += 1
-                return []
             case NodeRemoved(name, reason):
                 keys = self.state.remove_node(name)
-                return self._lose(keys, f"{reason}: {name}", now)
+                self._lose(keys, f"{reason}: {name}", now)
             case DeviceHealthChanged(device_id, health, reason):
-                return self._device_health(device_id, health, reason or "unhealthy", now)
+                self._device_health(device_id, health, reason or "unhealthy", now)
             case DeviceAdded(node_name, device):
                 if device.id in self.state.device_index:
                     # it went away and came back: the id is known, only its health changes
-                    return self._device_health(device.id, device.health, "unhealthy", now)
-                self.state.add_device(node_name, device)
-                self.capacity_epoch += 1
-                return []
+                    self._device_health(device.id, device.health, "unhealthy", now)
+                else:
+                    self.state.add_device(node_name, device)
+                    self.capacity_epoch += 1
             case Tick():
-                return []
-        raise TypeError(f"unknown event {event!r}")  # pragma: no cover
+                pass
+            case _:  # pragma: no cover
+                raise TypeError(f"unknown event {event!r}")
 
-    def _device_health(
-        self, device_id: str, health: Health, reason: str, now: float
-    ) -> list[Action]:
+    def _device_health(self, device_id: str, health: Health, reason: str, now: float) -> None:
         keys = self.state.set_device_health(device_id, health)
         if health is Health.HEALTHY:
             self.capacity_epoch += 1
-            return []
-        return self._lose(keys, f"device {device_id} {reason}", now)
+        else:
+            self._lose(keys, f"device {device_id} {reason}", now)
 
-    def _submit(self, job: Job, now: float) -> list[Action]:
+    def _move(
+        self,
+        record: JobRecord,
+        target: JobState,
+        now: float,
+        cause: str,
+        change: Change,
+    ) -> None:
+        """Change a job's state through the transition table and tell the driver. The
+        transition's ``since`` is when the job entered its current state: its queueing
+        time while pending, the start of its run while running."""
+        source = record.state
+        if source is JobState.PENDING:
+            since = record.queued_since
+        elif source is JobState.RUNNING and record.started is not None:
+            since = record.started
+        else:
+            since = now
+        record.move(target, now, cause)
+        self._out.append(
+            JobTransition(
+                record.id, now, source, target, change, cause, record.run, record.restarts, since
+            )
+        )
+
+    def _submit(self, job: Job, run: int, restarts: int, now: float) -> None:
         if job.id in self.jobs:
-            return [Reject(job.id, f"job id {job.id} already exists")]
-        record = JobRecord(job, self._seq, queued_since=now)
+            self.emit(Reject(job.id, f"job id {job.id} already exists"))
+            return
+        record = JobRecord(job, self._seq, queued_since=now, run=run, restarts=restarts)
         self._seq += 1
         self.jobs[job.id] = record
         problem = self.quotas.submit_error(job)
         if problem is not None:
             record.explanation = Explanation(Code.UNRESOLVABLE, problem)
             self._end(record, JobState.REJECTED, now, problem)
-            return [Reject(job.id, problem)]
-        record.move(JobState.PENDING, now, "submitted")
+            self.emit(Reject(job.id, problem))
+            return
+        self._move(record, JobState.PENDING, now, "submitted", Change.SUBMITTED)
         self._live[job.id] = record
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)
-        return []
 
     def _end(self, record: JobRecord, state: JobState, now: float, cause: str) -> None:
         """Move a job to a terminal state; it leaves the scans of cycles and timers."""
-        record.move(state, now, cause)
+        self._move(record, state, now, cause, _ENDS[state])
         record.ended = now
         self._live.pop(record.id, None)
         self.state.best_effort_jobs.discard(record.id)
         self.queue.remove(record)
 
-    def _stop_all(self, record: JobRecord, reason: str, release: bool = False) -> list[Action]:
-        """Ask the driver to stop every running task of the current run.
-
-        With ``release`` (the node or device is gone) the allocations are freed at once;
-        otherwise they stay held, as ``stopping``, until TaskStopped arrives.
-        """
-        actions: list[Action] = []
+    def _stop_all(self, record: JobRecord, reason: str) -> None:
+        """Ask the driver to stop every running task of the current run; the allocations
+        stay held, as ``stopping``, until TaskStopped arrives."""
         for task in sorted(record.placements):
-            key = task_key(record.id, task, record.run)
-            placement = record.placements.pop(task)
-            if release:
-                self.release(key)
-            else:
-                record.stopping[key] = placement
-            actions.append(Kill(record.id, task, record.run, reason))
-        return actions
+            key = TaskKey(record.id, task, record.run)
+            record.stopping[key] = record.placements.pop(task)
+            self.emit(Kill(record.id, task, record.run, reason))
 
-    def _stopped(self, job_id: str, key: str) -> None:
-        record = self.jobs.get(job_id)
+    def _stopped(self, key: TaskKey) -> None:
+        record = self.jobs.get(key.job)
         if record is not None and record.stopping.pop(key, None) is not None:
             self.release(key)
             self._settle(record)
@@ -360,7 +419,7 @@ class Scheduler:
 
     def _drop_hold(self, record: JobRecord) -> None:
         for task in sorted(record.held):
-            self.release(task_key(record.id, task, record.run + 1))
+            self.release(TaskKey(record.id, task, record.run + 1))
         record.held.clear()
         record.hold_since = None
         if self.holder == record.id:
@@ -371,68 +430,69 @@ class Scheduler:
         self._drop_hold(record)
         self.promise(record, False)
 
-    def _cancel(self, job_id: str, reason: str, now: float) -> list[Action]:
+    def _cancel(self, job_id: str, reason: str, now: float) -> None:
         record = self.jobs.get(job_id)
         if record is None or record.state in TERMINAL:
-            return []
+            return
         self._end_pending(record)
-        actions = self._stop_all(record, reason)
+        self._stop_all(record, reason)
         self._end(record, JobState.CANCELLED, now, reason)
-        return actions
 
-    def _finished(
-        self, job_id: str, task: int, run: int, succeeded: bool, reason: str, now: float
-    ) -> list[Action]:
-        record = self.jobs.get(job_id)
+    def _finished(self, key: TaskKey, succeeded: bool, reason: str, now: float) -> None:
+        record = self.jobs.get(key.job)
         if record is None:
-            return []
-        key = task_key(job_id, task, run)
+            return
         if key in record.stopping:  # it ended on its own while being stopped
-            self._stopped(job_id, key)
-            return []
-        if run != record.run or task not in record.placements:
-            return []  # a stale report: that task holds nothing any more
+            self._stopped(key)
+            return
+        task = key.task
+        if key.run != record.run or task not in record.placements:
+            return  # a stale report: that task holds nothing any more
         del record.placements[task]
         self.release(key)
         if succeeded:
             record.finished.add(task)
             if len(record.finished) == record.job.replicas:
                 self._end(record, JobState.SUCCEEDED, now, "all tasks succeeded")
-            return []
+            return
         cause = f"task {task} failed" + (f": {reason}" if reason else "")
-        actions = self._stop_all(record, cause)
+        self._stop_all(record, cause)
         job = record.job
         if job.restart_policy is RestartPolicy.ON_FAILURE and record.restarts < job.max_restarts:
             record.restarts += 1
-            self._requeue(record, now, f"{cause}; restart {record.restarts}/{job.max_restarts}")
+            text = f"{cause}; restart {record.restarts}/{job.max_restarts}"
+            self._requeue(record, now, text, Change.RESTARTED)
         else:
             self._end(record, JobState.FAILED, now, cause)
-        return actions
 
-    def _lose(self, keys: list[str], cause: str, now: float) -> list[Action]:
+    def _lose(self, keys: list[AllocKey], cause: str, now: float) -> None:
         """Tasks whose node or device went away: free what they held on it, stop the rest
         of their job, and apply the job's ``on_device_failure`` (requeue from scratch,
         requeue to resume from its last checkpoint, or fail). A gang hold on it is dropped
         whole."""
-        actions: list[Action] = []
-        for key in keys:
-            record = self.jobs[_job_of(key)]
+        lost = [k for k in keys if isinstance(k, TaskKey)]
+        for key in lost:
+            record = self.jobs[key.job]
             if record.stopping.pop(key, None) is not None:
                 self.release(key)
                 self._settle(record)
                 continue
-            task, run = _task_run(key)
-            if record.state is JobState.PENDING and run == record.run + 1 and task in record.held:
+            task = key.task
+            if (
+                record.state is JobState.PENDING
+                and key.run == record.run + 1
+                and task in record.held
+            ):
                 self._drop_hold(record)
                 continue
             if record.placements.pop(task, None) is not None:
                 self.release(key)
-                actions.append(Kill(record.id, task, record.run, cause))
-        for job_id in dict.fromkeys(_job_of(k) for k in keys):
+                self.emit(Kill(record.id, task, record.run, cause, released=True))
+        for job_id in dict.fromkeys(k.job for k in lost):
             record = self.jobs[job_id]
             if record.state is not JobState.RUNNING:
                 continue
-            actions += self._stop_all(record, cause)
+            self._stop_all(record, cause)
             policy = record.job.on_device_failure
             if policy is DeviceFailurePolicy.FAIL:
                 self._end_pending(record)
@@ -444,19 +504,18 @@ class Scheduler:
                     text = f"{cause}; no checkpoint reported, starts from scratch"
                 else:
                     text = f"{cause}; resumes from its checkpoint of t={record.resume_from:g}"
-                self._requeue(record, now, text)
+                self._requeue(record, now, text, Change.LOST)
             else:
                 record.resume_from = None
-                self._requeue(record, now, cause)
-        return actions
+                self._requeue(record, now, cause, Change.LOST)
 
-    def _requeue(self, record: JobRecord, now: float, cause: str) -> None:
+    def _requeue(self, record: JobRecord, now: float, cause: str, change: Change) -> None:
+        self._move(record, JobState.PENDING, now, cause, change)
         record.finished.clear()
         record.started = None
         record.checkpoint = None
         record.borrowing = False
         record.queued_since = now
-        record.move(JobState.PENDING, now, cause)
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         # until the next attempt says more; the job may wait out this call untried
@@ -469,16 +528,15 @@ class Scheduler:
             return job.max_runtime_s
         return self.profile.timeouts.max_runtime_s
 
-    def _timers(self, now: float) -> list[Action]:
+    def _timers(self, now: float) -> None:
         """Maximum runtime, gang hold timeout, maximum pending time, in that order (jobs
         of one rule in arrival order).
 
         Limits come from heaps of deadlines: a call where none is due costs nothing per job.
         """
-        actions: list[Action] = []
         for record, limit in self.deadlines.overrun(now):
             cause = "exceeded max runtime"
-            actions += self._stop_all(record, cause)
+            self._stop_all(record, cause)
             self._end(record, JobState.FAILED, now, f"{cause} ({limit:g}s)")
         if self.holder is not None:
             record = self.jobs[self.holder]
@@ -486,8 +544,7 @@ class Scheduler:
             if hold_since is not None and now - hold_since >= self.profile.gang.timeout_s:
                 self._gang_timeout(record, now)
         for record, limit in self.deadlines.expired(now):
-            actions.append(self._expire(record, limit, now))
-        return actions
+            self._expire(record, limit, now)
 
     def _gang_timeout(self, record: JobRecord, now: float) -> None:
         """Release a partial gang hold at its deadline and back the job off, so the next
@@ -514,8 +571,21 @@ class Scheduler:
         )
         # logged for the job's story; pending -> pending is not a state change
         record.history.append(Transition(record.id, now, record.state, JobState.PENDING, text))
+        self.emit(
+            JobTransition(
+                record.id,
+                now,
+                record.state,
+                JobState.PENDING,
+                Change.GANG_TIMEOUT,
+                text,
+                record.run,
+                record.restarts,
+                record.queued_since,
+            )
+        )
 
-    def _expire(self, record: JobRecord, limit: float, now: float) -> Reject:
+    def _expire(self, record: JobRecord, limit: float, now: float) -> None:
         self._end_pending(record)
         last = record.explanation
         reason = f"pending longer than the maximum of {limit:g}s"
@@ -525,27 +595,33 @@ class Scheduler:
             Code.UNSCHEDULABLE, reason, tuple(last.lines()[1:]) if last is not None else ()
         )
         self._end(record, JobState.REJECTED, now, reason)
-        return Reject(record.id, reason)
+        self.emit(Reject(record.id, reason))
 
     # -- called by the cycle -------------------------------------------------------------
 
     def preempt(
-        self, victim: JobRecord, preemptor: JobRecord, kind: str, grace_s: float, now: float
-    ) -> Preempt:
+        self,
+        victim: JobRecord,
+        preemptor: JobRecord,
+        kind: PreemptionKind,
+        grace_s: float,
+        now: float,
+    ) -> None:
         """Stop the victim's run within ``grace_s`` (its allocations stay held until each
         TaskStopped) and requeue it; the preemptor waits for it."""
         reason = f"preempted by {preemptor.id} ({kind})"
         run = victim.run
-        for task in sorted(victim.placements):
-            victim.stopping[task_key(victim.id, task, run)] = victim.placements.pop(task)
+        tasks = tuple(sorted(victim.placements))
+        for task in tasks:
+            victim.stopping[TaskKey(victim.id, task, run)] = victim.placements.pop(task)
         victim.preemptions += 1
         victim.preempted_by.add(preemptor.id)
         preemptor.preempted_jobs.add(victim.id)
         preemptor.nominated.add(victim.id)
         self._nominations[victim.id] = preemptor.id
-        self._requeue(victim, now, reason)
+        self.emit(Preempt(victim.id, run, tasks, grace_s, reason, preemptor.id, kind))
+        self._requeue(victim, now, reason, Change.PREEMPTED)
         self._settle(victim)
-        return Preempt(victim.id, run, grace_s, reason, preemptor.id, kind)
 
     def started(self, record: JobRecord) -> None:
         """After :meth:`bind`: the job leaves the queue unless tasks are left to place, and
@@ -557,10 +633,10 @@ class Scheduler:
         if record.started == self.now:
             self.deadlines.run_started(record, self._max_runtime(record.job))
 
-    def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> Bind:
-        """Commit an attempt whose placements are allocated already."""
-        ctx = CycleContext(self.state, record.job, record.job.resources, now)
-        self.framework.bind(ctx, [p for _, p in placed])
+    def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> None:
+        """Commit an attempt whose placements are allocated (and whose Bind plugins ran)
+        already: a new run starts, or a running job whose gang minimum was below its
+        replicas starts more tasks."""
         for task, placement in placed:
             record.placements[task] = placement
         record.held.clear()
@@ -569,27 +645,20 @@ class Scheduler:
             self.holder = None
         self.promise(record, False)
         record.explanation = None
-        record.blocked_by = ""
-        if record.state is JobState.RUNNING:
-            return Bind(record.id, record.run, tuple(placed))
-        record.run += 1
-        record.started = now
-        record.checkpoint = None
-        usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
-        record.borrowing = self.quotas.borrowing(
-            record.job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
-        )
-        nodes = sorted({p.node for _, p in placed})
-        record.move(
-            JobState.RUNNING,
-            now,
-            f"run {record.run}: bound {len(placed)} task(s) to "
-            + ", ".join(nodes)
-            + (" (borrowing quota)" if record.borrowing else ""),
-        )
-        return Bind(record.id, record.run, tuple(placed))
-
-
-def _task_run(key: str) -> tuple[int, int]:
-    task, run = key.rsplit("/", 1)[1].split("#")
-    return int(task), int(run)
+        record.blocked_by = BlockedBy.NONE
+        if record.state is not JobState.RUNNING:
+            record.run += 1
+            record.started = now
+            record.checkpoint = None
+            usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
+            record.borrowing = self.quotas.borrowing(
+                record.job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
+            )
+            nodes = sorted({p.node for _, p in placed})
+            cause = (
+                f"run {record.run}: bound {len(placed)} task(s) to "
+                + ", ".join(nodes)
+                + (" (borrowing quota)" if record.borrowing else "")
+            )
+            self._move(record, JobState.RUNNING, now, cause, Change.STARTED)
+        self.emit(Bind(record.id, record.run, tuple(placed)))

@@ -26,6 +26,11 @@ The cycle, in steps:
    the first job blocked by capacity becomes the backfill head, its explanation says why,
    and the queue parks it by why;
 6. each Pending action gets the job's place in line, counted from the queue's index.
+
+Decisions go out through ``sched.emit`` (and ``sched.bind`` / ``sched.preempt``, which emit
+their own actions) in the order they are taken. A plugin that raises during a job's visit
+(a :class:`PluginError`) undoes that job's attempt; the job waits with a ``Code.ERROR``
+explanation and is tried again once the cluster changes.
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ import heapq
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from hetsched.cluster.placement import Placement
 from hetsched.framework.cycle import CycleContext
-from hetsched.framework.status import Code
+from hetsched.framework.status import Code, PluginError, Status
+from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
 from hetsched.queueing.waiting import (
     PREEMPTION_RETRY_S,
@@ -50,22 +55,27 @@ from hetsched.queueing.waiting import (
 )
 from hetsched.scheduler.actions import Action, Pending
 from hetsched.scheduler.backfill import Reservation, reserve
+from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation, explain_placement
 from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
 from hetsched.scheduler.quota import QuotaBlock
-from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.records import BlockedBy, JobRecord
 from hetsched.scheduler.usage import Usage, placement_usage, request_usage
 
-if TYPE_CHECKING:
-    from hetsched.scheduler.core import Scheduler
+__all__ = ["PREEMPTION_RETRY_S", "placed_in_line", "run_cycle"]
 
-__all__ = ["PREEMPTION_RETRY_S", "run_cycle"]
+#: failures that preemption may turn into a start
+_PREEMPTION_HELPS = frozenset({BlockedBy.CAPACITY, BlockedBy.QUOTA, BlockedBy.GANG})
+#: failures for lack of room: the first such job may become the backfill head
+_ROOM = frozenset({BlockedBy.CAPACITY, BlockedBy.GANG})
+#: with backfill, a job blocked for these reasons does not block its strict queue
+_BACKFILL_PASSES = frozenset({BlockedBy.CAPACITY, BlockedBy.GANG, BlockedBy.RESERVATION})
 
 
 @dataclass(slots=True)
 class _Outcome:
     placements: list[tuple[int, Placement]] | None
-    kind: str = ""
+    kind: BlockedBy = BlockedBy.NONE
     explanation: Explanation | None = None
 
 
@@ -74,7 +84,6 @@ class _Pass:
     """What one cycle learned so far."""
 
     now: float
-    actions: list[Action] = field(default_factory=list)
     #: strict mode: queue -> the job that blocks it
     blocked: dict[str, str] = field(default_factory=dict)
     head: JobRecord | None = None
@@ -84,20 +93,24 @@ class _Pass:
     no_room: dict[Shape, Explanation] = field(default_factory=dict)
 
 
-def run_cycle(sched: Scheduler, now: float) -> list[Action]:
+def run_cycle(sched: Books, now: float) -> None:
+    """One cycle; its actions go out through ``sched.emit``. The caller then gives the
+    Pending ones their place in line with :func:`placed_in_line`."""
     cycle = _Pass(now)
     queue = sched.queue
     queue.begin_cycle(now)
     try:
         order = _merged(sched, cycle) if sched.incremental and queue.laned else _sorted(sched)
         for record in order:
-            _visit(sched, cycle, record)
+            try:
+                _visit(sched, cycle, record)
+            except PluginError as exc:
+                _plugin_failed(sched, cycle, record, exc.status)
     finally:
         queue.end_cycle()
-    return _placed_in_line(sched, cycle.actions)
 
 
-def _sorted(sched: Scheduler) -> Iterator[JobRecord]:
+def _sorted(sched: Books) -> Iterator[JobRecord]:
     """The reference order: every waiting job, sorted by its key at the start of the
     cycle; a usage-based key (drf, fairshare) is read again before the job is visited, and
     the job goes back in line if it moved."""
@@ -117,7 +130,7 @@ def _sorted(sched: Scheduler) -> Iterator[JobRecord]:
             yield record
 
 
-def _merged(sched: Scheduler, cycle: _Pass) -> Iterator[JobRecord]:
+def _merged(sched: Books, cycle: _Pass) -> Iterator[JobRecord]:
     """The incremental order: the queue's lanes merged, only the jobs that can matter."""
     backfill = sched.profile.backfill.enabled
 
@@ -127,36 +140,50 @@ def _merged(sched: Scheduler, cycle: _Pass) -> Iterator[JobRecord]:
     return sched.queue.order(sched.queue.relevance(sched.strict, need_head))
 
 
-def _visit(sched: Scheduler, cycle: _Pass, record: JobRecord) -> None:
+def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
+    """Try one job, or say why it is not tried; raises PluginError (with its attempt
+    undone) when a plugin fails."""
     now = cycle.now
     queue = record.job.queue
+    failures = sched.framework.sort_failures
+    if failures and record.id in failures:
+        raise PluginError(failures[record.id])
     if queue in cycle.blocked:
         text = f"queue {queue} is strict and its head {cycle.blocked[queue]} cannot start"
-        _explain(record, Explanation(Code.UNSCHEDULABLE, text), cycle.actions)
+        _explain(sched, record, Explanation(Code.UNSCHEDULABLE, text))
         return
     if now < record.backoff_until or record.nominated:
         _block(sched, cycle, record, now)
         return
     if not preemption_may_help(sched, record, now) and sched.queue.parked(record):
-        if record.blocked_by in ("capacity", "gang") and cycle.head is None:
+        if record.blocked_by in _ROOM and cycle.head is None:
             _make_head(sched, cycle, record, now)
         _block(sched, cycle, record, now)
         return
     same = shape_of(record)
     if same in cycle.no_room and not record.held and not sched.quotas.enabled:
-        outcome = _Outcome(None, "capacity", cycle.no_room[same])
+        outcome = _Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:
         outcome = _attempt(sched, cycle, record, now)
-        if outcome.kind == "capacity" and outcome.explanation is not None:
+        if outcome.kind is BlockedBy.CAPACITY and outcome.explanation is not None:
             cycle.no_room.setdefault(same, outcome.explanation)
     if outcome.placements is not None:
-        cycle.actions.append(sched.bind(record, outcome.placements, now))
+        sched.bind(record, outcome.placements, now)
         sched.started(record)
         return
     _failed(sched, cycle, record, outcome)
 
 
-def _failed(sched: Scheduler, cycle: _Pass, record: JobRecord, outcome: _Outcome) -> None:
+def _plugin_failed(sched: Books, cycle: _Pass, record: JobRecord, status: Status) -> None:
+    """A plugin raised during the job's visit (its attempt was undone): it waits, explained
+    with ``Code.ERROR``, and is tried again once capacity changes."""
+    record.retry_at = cycle.now + PREEMPTION_RETRY_S
+    record.blocked_by = BlockedBy.ERROR
+    _explain(sched, record, Explanation(Code.ERROR, f"a plugin failed: {status}"))
+    sched.queue.failed(record, BlockedBy.ERROR)
+
+
+def _failed(sched: Books, cycle: _Pass, record: JobRecord, outcome: _Outcome) -> None:
     now = cycle.now
     record.retry_at = now + PREEMPTION_RETRY_S
     record.blocked_by = outcome.kind
@@ -164,9 +191,9 @@ def _failed(sched: Scheduler, cycle: _Pass, record: JobRecord, outcome: _Outcome
         sched.promise(record, False)  # its victims are gone and it still does not fit
     explanation = outcome.explanation or Explanation(Code.UNSCHEDULABLE, "cannot start now")
     extra: list[str] = []
-    if outcome.kind in ("capacity", "quota", "gang") and sched.framework.post_filters:
-        extra += _preempt(sched, record, now, cycle.actions)
-    if outcome.kind in ("capacity", "gang") and cycle.head is None and not record.nominated:
+    if outcome.kind in _PREEMPTION_HELPS and sched.framework.post_filters:
+        extra += _preempt(sched, record, now)
+    if outcome.kind in _ROOM and cycle.head is None and not record.nominated:
         _make_head(sched, cycle, record, now)
         if cycle.reservation is not None and cycle.reservation.head is record:
             extra.append(cycle.reservation.describe())
@@ -177,50 +204,49 @@ def _failed(sched: Scheduler, cycle: _Pass, record: JobRecord, outcome: _Outcome
         explanation.rejections,
         explanation.suggestions,
     )
-    _explain(record, explanation, cycle.actions)
+    _explain(sched, record, explanation)
     sched.queue.failed(record, outcome.kind)
     _block(sched, cycle, record, now)
 
 
-def _explain(record: JobRecord, explanation: Explanation, actions: list[Action]) -> None:
+def _explain(sched: Books, record: JobRecord, explanation: Explanation) -> None:
     """Keep the newest explanation; tell the driver only when the reason changed (a new
     position in line alone is not news, see Explanation.position)."""
     changed = record.explanation != explanation
     record.explanation = explanation
     if changed:
-        actions.append(Pending(record.id, explanation))
+        sched.emit(Pending(record.id, explanation))
 
 
-def _placed_in_line(sched: Scheduler, actions: list[Action]) -> list[Action]:
-    """Give each Pending its job's place in line as the cycle left it (from the queue's
-    index: a cycle does not count the jobs it skips)."""
-    out: list[Action] = []
-    for action in actions:
+def placed_in_line(sched: Books, actions: list[Action], start: int = 0) -> None:
+    """Give each Pending in ``actions[start:]`` (a cycle's, replaced in place) its job's
+    place in line as the cycle left it (from the queue's index: a cycle does not count the
+    jobs it skips)."""
+    for index in range(start, len(actions)):
+        action = actions[index]
         if isinstance(action, Pending):
             record = sched.jobs[action.job_id]
             position = sched.queue.position(record)
             explanation = dataclasses.replace(action.explanation, position=position)
             if record.explanation is action.explanation:
                 record.explanation = explanation
-            action = Pending(action.job_id, explanation)
-        out.append(action)
-    return out
+            actions[index] = Pending(action.job_id, explanation)
 
 
-def _block(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> None:
+def _block(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> None:
     """Strict mode: a job that cannot start blocks the rest of its queue. With backfill, a
     job blocked by capacity does not: the head's reservation is what later jobs must not
     delay (EASY backfill), and only the first such job gets one."""
     if not sched.strict or record.state is not JobState.PENDING:
         return
-    if sched.profile.backfill.enabled and record.blocked_by in ("capacity", "gang", "reservation"):
+    if sched.profile.backfill.enabled and record.blocked_by in _BACKFILL_PASSES:
         return
     if now < record.backoff_until:
         return  # not eligible now, so it does not hold the head either
     cycle.blocked.setdefault(record.job.queue, record.id)
 
 
-def _make_head(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> None:
+def _make_head(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> None:
     """The first job blocked by capacity holds the backfill reservation (only backfill
     reads the head: without it, choosing one changes nothing)."""
     if not sched.profile.backfill.enabled:
@@ -228,7 +254,11 @@ def _make_head(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) ->
     cycle.head = record
     if record.state is not JobState.PENDING:
         return
-    cycle.reservation = reserve(sched, record, now)
+    try:
+        cycle.reservation = reserve(sched, record, now)
+    except PluginError:
+        # no reservation this cycle: the jobs' own attempts say what failed
+        cycle.reservation = None
     if cycle.reservation is not None:
         start = cycle.reservation.start
         if record.reserved_start != start:
@@ -238,7 +268,7 @@ def _make_head(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) ->
 def _quota_blocked(block: QuotaBlock) -> _Outcome:
     """The outcome of an attempt stopped by a queue's quota (before or after placement)."""
     text = f"blocked by the quota of queue {block.queue}"
-    return _Outcome(None, "quota", Explanation(Code.UNSCHEDULABLE, text, (str(block),)))
+    return _Outcome(None, BlockedBy.QUOTA, Explanation(Code.UNSCHEDULABLE, text, (str(block),)))
 
 
 @dataclass(slots=True)
@@ -246,7 +276,7 @@ class _Trial:
     """One attempt's placements: the partial hold it started from, and what it added
     (allocated on the live state, so a failure must roll them back)."""
 
-    sched: Scheduler
+    sched: Books
     record: JobRecord
     ctx: CycleContext
     run: int
@@ -255,8 +285,6 @@ class _Trial:
 
     def place(self) -> None:
         """Place the job's unplaced tasks one by one until one does not fit."""
-        from hetsched.scheduler.core import task_key
-
         framework = self.sched.framework
         job = self.record.job
         for task in self.record.unplaced:
@@ -265,28 +293,34 @@ class _Trial:
             placement = framework.select(self.ctx)
             if placement is None:
                 break
-            key = task_key(job.id, task, self.run)
+            key = TaskKey(job.id, task, self.run)
             self.sched.allocate(key, placement, job)
-            if not framework.reserve(self.ctx, placement).ok:
+            reserved = framework.reserve(self.ctx, placement)
+            if not reserved.ok:
                 self.sched.unallocate(key)
+                _raise_error(reserved)
                 break
             self.new.append((task, placement))
             self.placed.append((task, placement))
 
     def rollback(self) -> None:
-        from hetsched.scheduler.core import task_key
-
-        for task, placement in reversed(self.new):
-            self.sched.framework.unreserve(self.ctx, placement)
-            self.sched.unallocate(task_key(self.record.id, task, self.run))
+        """Give back what this attempt took (once: a second call does nothing)."""
+        while self.new:
+            task, placement = self.new.pop()
+            try:
+                self.sched.framework.unreserve(self.ctx, placement)
+            finally:
+                self.sched.unallocate(TaskKey(self.record.id, task, self.run))
 
     @property
     def placements(self) -> list[Placement]:
         return [p for _, p in self.placed]
 
 
-def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _Outcome:
-    """Place the job's tasks, all-or-nothing up to its gang minimum (see the module doc)."""
+def _attempt(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> _Outcome:
+    """Place the job's tasks, all-or-nothing up to its gang minimum (see the module doc).
+    A plugin error (PluginError, or a point's ERROR status) is raised with everything the
+    attempt allocated given back."""
     job = record.job
     framework = sched.framework
     need = needed(record)
@@ -298,19 +332,35 @@ def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _
             return _quota_blocked(block)
     status = framework.prefilter(ctx)
     if not status.ok:
-        kind = "unresolvable" if status.code is Code.UNRESOLVABLE else "capacity"
+        _raise_error(status)
+        kind = BlockedBy.UNRESOLVABLE if status.code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
         return _Outcome(None, kind, explain_placement(framework, ctx, 0, need, status))
     running = record.state is JobState.RUNNING
     run = record.run if running else record.run + 1
     trial = _Trial(sched, record, ctx, run, sorted(record.held.items()))
+    try:
+        return _place(sched, cycle, trial, need, status, now)
+    except PluginError:
+        trial.rollback()
+        raise
+
+
+def _place(
+    sched: Books, cycle: _Pass, trial: _Trial, need: int, status: Status, now: float
+) -> _Outcome:
+    """The rest of :func:`_attempt` (``status``: what the PreFilter said), with the trial
+    to roll back on a plugin error."""
+    record, ctx, framework = trial.record, trial.ctx, sched.framework
+    running = record.state is JobState.RUNNING
     trial.place()
     permit = framework.permit(ctx, trial.placements)
+    _raise_error(permit)
     if len(trial.placed) >= need and permit.ok:
         return _complete(sched, cycle, trial, now)
     explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
     if not permit.ok and len(trial.placed) >= need:
         trial.rollback()
-        return _Outcome(None, "capacity", Explanation(Code.UNSCHEDULABLE, str(permit)))
+        return _Outcome(None, BlockedBy.CAPACITY, Explanation(Code.UNSCHEDULABLE, str(permit)))
     if not running and need > 1:
         held = _hold(sched, cycle, trial, explanation, need, now)
         if held is not None:
@@ -319,12 +369,18 @@ def _attempt(sched: Scheduler, cycle: _Pass, record: JobRecord, now: float) -> _
     if need > 1 and sched.holder not in (None, record.id):
         text = f"waiting for its gang; job {sched.holder} holds the one gang reservation"
         explanation = _with_reasons(explanation, (text,))
-    return _Outcome(None, "capacity", explanation)
+    return _Outcome(None, BlockedBy.CAPACITY, explanation)
 
 
-def _complete(sched: Scheduler, cycle: _Pass, trial: _Trial, now: float) -> _Outcome:
+def _raise_error(status: Status) -> None:
+    """A point whose plugin raised fails the whole attempt, as the exception would have."""
+    if status.code is Code.ERROR:
+        raise PluginError(status)
+
+
+def _complete(sched: Books, cycle: _Pass, trial: _Trial, now: float) -> _Outcome:
     """Every task the job needs is placed: the exact quota check on the chosen devices,
-    then the guards (promised capacity, the backfill reservation)."""
+    the guards (promised capacity, the backfill reservation), then the Bind plugins."""
     record = trial.record
     if sched.quotas.enabled and trial.new:
         use: Usage = Counter()
@@ -338,12 +394,17 @@ def _complete(sched: Scheduler, cycle: _Pass, trial: _Trial, now: float) -> _Out
     reason = _guard(sched, cycle, record, trial.placements, now)
     if reason is not None:
         trial.rollback()
-        return _Outcome(None, "reservation", Explanation(Code.UNSCHEDULABLE, reason))
+        return _Outcome(None, BlockedBy.RESERVATION, Explanation(Code.UNSCHEDULABLE, reason))
+    bound = sched.framework.bind(trial.ctx, trial.placements)
+    _raise_error(bound)
+    if not bound.ok:
+        trial.rollback()
+        return _Outcome(None, BlockedBy.CAPACITY, Explanation(bound.code, str(bound)))
     return _Outcome(trial.placed)
 
 
 def _hold(
-    sched: Scheduler,
+    sched: Books,
     cycle: _Pass,
     trial: _Trial,
     explanation: Explanation,
@@ -371,7 +432,7 @@ def _hold(
         f"once since t={record.hold_since:g}; released at t={record.hold_since + gang.timeout_s:g}"
     )
     replaced = dataclasses.replace(explanation, reasons=(reason,))
-    return _Outcome(None, "gang", replaced)
+    return _Outcome(None, BlockedBy.GANG, replaced)
 
 
 def _with_reasons(explanation: Explanation, reasons: tuple[str, ...]) -> Explanation:
@@ -379,7 +440,7 @@ def _with_reasons(explanation: Explanation, reasons: tuple[str, ...]) -> Explana
 
 
 def _guard(
-    sched: Scheduler, cycle: _Pass, record: JobRecord, placements: list[Placement], now: float
+    sched: Books, cycle: _Pass, record: JobRecord, placements: list[Placement], now: float
 ) -> str | None:
     """Why ``record`` may not take ``placements`` (already allocated on the live state):
     capacity promised to a preemptor, or the backfill head's reservation."""
@@ -403,7 +464,7 @@ def _guard(
     return None
 
 
-def _preempt(sched: Scheduler, record: JobRecord, now: float, actions: list[Action]) -> list[str]:
+def _preempt(sched: Books, record: JobRecord, now: float) -> list[str]:
     """Run the PostFilter; carry out a preemption plan. Returns explanation lines."""
     if record.nominated or record.state is not JobState.PENDING:
         return []
@@ -416,7 +477,7 @@ def _preempt(sched: Scheduler, record: JobRecord, now: float, actions: list[Acti
     names = []
     for victim in plan.victims:
         kind = plan.kinds[victim.id]
-        actions.append(sched.preempt(victim, record, kind, plan.grace_s, now))
+        sched.preempt(sched.jobs[victim.id], record, kind, plan.grace_s, now)
         names.append(f"{victim.id} ({kind})")
     sched.promise(record, True)
     return ["preempting " + ", ".join(names) + "; it starts when they have stopped"]

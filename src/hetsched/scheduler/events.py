@@ -24,7 +24,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class JobSubmitted:
+    """A job to schedule. A job the driver knew before a restart and submits again (it was
+    pending, or its placements could not be restored) says how far it got: its runs
+    continue after ``run`` and ``restarts`` restarts are already counted against its
+    restart policy."""
+
     job: Job
+    run: int = 0
+    restarts: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,17 @@ Permit and Bind plugins do not run: a trial commits to nothing.
 from __future__ import annotations
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import ClusterState
+from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework
 from hetsched.model.job import Job
 
-__all__ = ["trial"]
+__all__ = ["trial", "trial_key"]
+
+
+def trial_key(job: Job, index: int) -> str:
+    """The allocation key of a kept trial placement (not a task: trials have no runs)."""
+    return f"{job.id}/trial{index}"
 
 
 def trial(
@@ -30,19 +35,19 @@ def trial(
     With ``keep`` a successful trial leaves its placements allocated (under keys
     ``<job>/trial<i>``), so that later trials on the same fork see them taken.
     """
-    ctx = CycleContext(state, job, job.resources, now)
+    ctx = CycleContext(state, job, job.resources, now, what_if=True)
     if count <= 0:
         return []
     if not framework.prefilter(ctx).ok:
         return None
-    keys: list[str] = []
+    keys: list[AllocKey] = []
     placed: list[Placement] = []
     try:
         for index in range(count):
             placement = framework.select(ctx)
             if placement is None:
                 return None
-            key = f"{job.id}/trial{index}"
+            key: AllocKey = trial_key(job, index)
             state.allocate(key, placement)
             keys.append(key)
             placed.append(placement)

@@ -37,15 +37,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import Rejection
 from hetsched.framework.registry import register
 from hetsched.framework.status import Status
+from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
+from hetsched.scheduler.actions import PreemptionKind
+from hetsched.scheduler.books import Books
 from hetsched.scheduler.placing import trial
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.usage import (
@@ -55,10 +60,6 @@ from hetsched.scheduler.usage import (
     placement_usage,
     request_usage,
 )
-
-if TYPE_CHECKING:
-    from hetsched.cluster.state import ClusterState
-    from hetsched.scheduler.core import Scheduler
 
 __all__ = ["Plan", "Preemption", "PreemptionArgs", "plan"]
 
@@ -79,8 +80,7 @@ class PreemptionArgs(BaseModel):
 @dataclass(frozen=True, slots=True)
 class Plan:
     victims: tuple[JobRecord, ...]
-    #: victim id -> "priority" or "reclaim"
-    kinds: dict[str, str]
+    kinds: dict[str, PreemptionKind]
     grace_s: float
 
 
@@ -90,18 +90,30 @@ class Preemption:
 
     name = "preemption"
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         self.args = args if isinstance(args, PreemptionArgs) else PreemptionArgs()
         self.handle = handle
+        self._core: Books | None = None
+
+    def _books(self) -> Books | None:
+        """Part of the core, it plans on the core's books (on forks: it changes nothing),
+        which the core's handle offers beyond what other plugins read. Checked on first use:
+        the core is still being built when its plugins are."""
+        if self._core is None and isinstance(self.handle, Books):
+            self._core = self.handle
+        return self._core
 
     def post_filter(self, ctx: CycleContext, diagnosis: Sequence[Rejection]) -> Status:
         """Leaves a :class:`Plan` in ``ctx.data["preemption"]`` on success."""
-        if self.handle is None:
+        core = self._books()
+        if core is None:
             return Status.unschedulable("preemption needs the scheduler", plugin=self.name)
-        record = self.handle.jobs.get(ctx.job.id)
+        record = core.jobs.get(ctx.job.id)
         if record is None:
             return Status.unschedulable("unknown job", plugin=self.name)
-        result = plan(self.handle, self.args, record, ctx.now)
+        result = plan(core, self.args, record, ctx.now)
         if isinstance(result, str):
             return Status.unschedulable(result, plugin=self.name)
         ctx.data[PLAN_KEY] = result
@@ -115,20 +127,16 @@ def _work_lost(record: JobRecord, now: float) -> float:
     return max(0.0, now - since)
 
 
-def _keys(record: JobRecord) -> list[tuple[str, Any]]:
-    from hetsched.scheduler.core import task_key
-
-    return [(task_key(record.id, t, record.run), p) for t, p in record.placements.items()]
+def _keys(record: JobRecord) -> list[tuple[TaskKey, Placement]]:
+    return [(TaskKey(record.id, t, record.run), p) for t, p in record.placements.items()]
 
 
-def _held_keys(record: JobRecord) -> list[tuple[str, Any]]:
-    from hetsched.scheduler.core import task_key
-
-    return [(task_key(record.id, t, record.run + 1), p) for t, p in record.held.items()]
+def _held_keys(record: JobRecord) -> list[tuple[TaskKey, Placement]]:
+    return [(TaskKey(record.id, t, record.run + 1), p) for t, p in record.held.items()]
 
 
 def _eligible(
-    sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, victim: JobRecord, now: float
+    sched: Books, args: PreemptionArgs, preemptor: JobRecord, victim: JobRecord, now: float
 ) -> bool:
     if victim is preemptor or victim.state is not JobState.RUNNING or not victim.placements:
         return False
@@ -142,12 +150,12 @@ def _eligible(
 
 
 def candidates(
-    sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: float
-) -> dict[str, str]:
+    sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float
+) -> dict[str, PreemptionKind]:
     """Eligible victims and their kind, in no particular order."""
     quotas = sched.quotas
     job = preemptor.job
-    out: dict[str, str] = {}
+    out: dict[str, PreemptionKind] = {}
     reclaimer = False
     usage: dict[str, Usage] = {}
     if quotas.enabled and args.reclaim:
@@ -164,7 +172,7 @@ def candidates(
             continue
         same = not quotas.enabled or victim.job.queue == job.queue
         if args.priority and same and victim.job.priority < job.priority:
-            out[victim.id] = "priority"
+            out[victim.id] = PreemptionKind.PRIORITY
         elif reclaimer and victim.job.queue != job.queue:
             reclaimable.setdefault(victim.job.queue, []).append(victim)
     for queue, jobs in reclaimable.items():
@@ -182,11 +190,11 @@ def candidates(
             held = Counter(sched.ledger.by_job.get(victim.id, {}))
             if all(taken[f] + held.get(f, 0) <= r for f, r in room.items()):
                 taken.update(held)
-                out[victim.id] = "reclaim"
+                out[victim.id] = PreemptionKind.RECLAIM
     return out
 
 
-def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: float) -> Plan | str:
+def plan(sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float) -> Plan | str:
     """The victims that let ``preemptor`` start, or why there are none."""
     if preemptor.nominated:
         return "already waiting for its victims to stop"
@@ -212,7 +220,7 @@ def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: floa
         # given back first: priority candidates (reclaim borrowers first), higher priority,
         # more work lost, smaller
         return (
-            kinds[victim.id] == "reclaim",
+            kinds[victim.id] is PreemptionKind.RECLAIM,
             -victim.job.priority,
             -_work_lost(victim, now),
             size,
@@ -237,14 +245,14 @@ def plan(sched: Scheduler, args: PreemptionArgs, preemptor: JobRecord, now: floa
     return Plan(victims, {v.id: kinds[v.id] for v in victims}, args.grace_s)
 
 
-def promised_fork(sched: Scheduler, now: float, skip: JobRecord | None = None) -> ClusterState:
+def promised_fork(sched: Books, now: float, skip: JobRecord | None = None) -> ClusterState:
     """A fork of the live state as it will be once every preemption in flight is done: the
     victims' held allocations released and each promised preemptor (but ``skip``) placed,
     in arrival order. Use :func:`promises_kept` to know whether all of them fitted."""
     return _promised(sched, now, skip).fork
 
 
-def promises_kept(sched: Scheduler, now: float, skip: JobRecord | None = None) -> bool:
+def promises_kept(sched: Books, now: float, skip: JobRecord | None = None) -> bool:
     """Does every promised preemptor (but ``skip``) still fit, on the nodes and within its
     quotas, given the live state: each as soon as its own victims have stopped (whatever
     the others' do), and all together once every victim has stopped?"""
@@ -254,13 +262,13 @@ def promises_kept(sched: Scheduler, now: float, skip: JobRecord | None = None) -
     return _promised(sched, now, skip).kept
 
 
-def alone(sched: Scheduler, preemptor: JobRecord, victims: set[str], now: float) -> bool:
+def alone(sched: Books, preemptor: JobRecord, victims: set[str], now: float) -> bool:
     """Does ``preemptor`` fit once ``victims`` stop, with every other job as it is now?"""
     fork = sched.state.fork()
     minus: dict[str, Usage] = {}
     for job_id in victims:
         victim = sched.jobs[job_id]
-        keys = list(victim.stopping) if victim.stopping else [k for k, _ in _keys(victim)]
+        keys = list(victim.stopping) or [k for k, _ in _keys(victim)]
         for key in keys:
             if key in fork.allocations:
                 fork.release(key)
@@ -280,7 +288,7 @@ class _Promises:
     minus: dict[str, Usage]
 
 
-def _promised(sched: Scheduler, now: float, skip: JobRecord | None) -> _Promises:
+def _promised(sched: Books, now: float, skip: JobRecord | None) -> _Promises:
     fork = sched.state.fork()
     minus: dict[str, Usage] = {}
     promised = sorted((r for r in sched.promised.values() if r is not skip), key=lambda r: r.seq)
@@ -312,14 +320,14 @@ def _promised(sched: Scheduler, now: float, skip: JobRecord | None) -> _Promises
     return _Promises(fork, kept, minus)
 
 
-def _take(minus: dict[str, Usage], sched: Scheduler, record: JobRecord, key: str) -> None:
+def _take(minus: dict[str, Usage], sched: Books, record: JobRecord, key: TaskKey) -> None:
     entry = sched.ledger.by_key.get(key)
     if entry is not None:
         minus.setdefault(record.job.queue, Counter()).update(entry[1])
 
 
 def _fits(
-    sched: Scheduler,
+    sched: Books,
     fork: ClusterState,
     preemptor: JobRecord,
     needed: int,

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
+from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState, Transition, check_transition
 from hetsched.scheduler.explain import Explanation
 
-__all__ = ["JobRecord"]
+__all__ = ["BlockedBy", "JobRecord"]
+
+
+class BlockedBy(enum.StrEnum):
+    """Why a job's last attempt failed."""
+
+    #: not tried, or it started
+    NONE = ""
+    #: no room on the nodes now (freed capacity may help)
+    CAPACITY = "capacity"
+    #: a queue's quota on its path
+    QUOTA = "quota"
+    #: it holds part of its gang, or waits for the one gang hold
+    GANG = "gang"
+    #: it would delay the backfill head's reservation or a preemptor's promised capacity
+    RESERVATION = "reservation"
+    #: no node could ever hold it as the cluster is (a topology change may help)
+    UNRESOLVABLE = "unresolvable"
+    #: a plugin raised during its attempt (tried again once the cluster changes)
+    ERROR = "error"
 
 
 @dataclass(slots=True, eq=False)
@@ -25,7 +46,7 @@ class JobRecord:
     #: task index -> placement, for tasks of the current run that are running
     placements: dict[int, Placement] = field(default_factory=dict)
     #: allocation key -> placement, for tasks asked to stop whose TaskStopped is awaited
-    stopping: dict[str, Placement] = field(default_factory=dict)
+    stopping: dict[TaskKey, Placement] = field(default_factory=dict)
     #: tasks that finished successfully in the current run
     finished: set[int] = field(default_factory=set)
     history: list[Transition] = field(default_factory=list)
@@ -53,8 +74,8 @@ class JobRecord:
     #: not tried again before this time (after a gang timeout)
     backoff_until: float = 0.0
     gang_timeouts: int = 0
-    #: why the last attempt failed: capacity, quota, gang, reservation, unresolvable
-    blocked_by: str = ""
+    #: why the last attempt failed
+    blocked_by: BlockedBy = BlockedBy.NONE
     #: victims this job preempted that have not stopped yet
     nominated: set[str] = field(default_factory=set)
     #: it preempted jobs and has not started since: capacity is kept for it

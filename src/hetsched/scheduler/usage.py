@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import ClusterState
+from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import Job
 
@@ -117,7 +117,7 @@ class Ledger:
     """Usage held per allocation key, summed per job, user and leaf queue."""
 
     def __init__(self) -> None:
-        self.by_key: dict[str, tuple[Job, Usage]] = {}
+        self.by_key: dict[AllocKey, tuple[Job, Usage]] = {}
         self.by_job: dict[str, Usage] = {}
         self.by_user: dict[str, Usage] = {}
         self.by_queue: dict[str, Usage] = {}
@@ -138,7 +138,7 @@ class Ledger:
         stamps[("user", job.user)] = self.version
         stamps[("queue", job.queue)] = self.version
 
-    def charge(self, key: str, job: Job, usage: Usage) -> None:
+    def charge(self, key: AllocKey, job: Job, usage: Usage) -> None:
         self.by_key[key] = (job, usage)
         for book, name in (
             (self.by_job, job.id),
@@ -148,7 +148,7 @@ class Ledger:
             book.setdefault(name, Counter()).update(usage)
         self._touch(job)
 
-    def refund(self, key: str) -> None:
+    def refund(self, key: AllocKey) -> None:
         entry = self.by_key.pop(key, None)
         if entry is None:
             return

@@ -12,21 +12,18 @@ cluster. :func:`why` does, for one job, when a user or an API asks:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hetsched.framework.status import Code
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler.backfill import reserve
+from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.preemption import Plan, Preemption, plan
-
-if TYPE_CHECKING:
-    from hetsched.scheduler.core import Scheduler
+from hetsched.scheduler.records import BlockedBy
 
 __all__ = ["why"]
 
 
-def why(sched: Scheduler, job_id: str) -> Explanation:
+def why(sched: Books, job_id: str) -> Explanation:
     record = sched.record(job_id)
     base = record.explanation
     if record.state is not JobState.PENDING:
@@ -35,7 +32,7 @@ def why(sched: Scheduler, job_id: str) -> Explanation:
     if base is None:
         base = Explanation(Code.UNSCHEDULABLE, "not tried yet")
     extra: list[str] = []
-    if record.blocked_by in ("capacity", "gang", "reservation"):
+    if record.blocked_by in (BlockedBy.CAPACITY, BlockedBy.GANG, BlockedBy.RESERVATION):
         reservation = reserve(sched, record, sched.now)
         if reservation is None:
             extra.append("it would not fit even with every running job finished")

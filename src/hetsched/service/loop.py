@@ -368,21 +368,10 @@ class ControlLoop:
                 turn.binds.append(action)
             case Kill(job_id, task, run, _reason):
                 turn.stops.append((job_id, task, run, None))
-            case Preempt(job_id, run, grace_s, _reason):
+            case Preempt(job_id=job_id, run=run, tasks=stopped, grace_s=grace_s):
                 turn.preempted.append(job_id)
-                offset = self.run_offset.get(job_id, 0)
-                prefix = f"{job_id}/"
-                suffix = f"#{run + offset}"
-                for key, handle in self.executor.handles.items():
-                    if key.startswith(prefix) and key.endswith(suffix):
-                        turn.stops.append((job_id, handle.task, run, grace_s))
-                record = self.core.jobs.get(job_id)
-                if record is not None:
-                    for key in record.stopping:
-                        task_s, run_s = key.rsplit("/", 1)[1].split("#")
-                        task = int(task_s)
-                        if int(run_s) == run and (job_id, task, run, grace_s) not in turn.stops:
-                            turn.stops.append((job_id, task, run, grace_s))
+                for task in stopped:
+                    turn.stops.append((job_id, task, run, grace_s))
             case Pending(job_id, explanation):
                 turn.explanations[job_id] = explanation.to_dict()
             case Reject():

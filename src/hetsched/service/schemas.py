@@ -220,7 +220,7 @@ class Feasibility:
         self.framework = Framework(ProfileSpec())
 
     def check(self, job: Job) -> None:
-        ctx = CycleContext(self.state, job, job.resources, 0.0)
+        ctx = CycleContext(self.state, job, job.resources, 0.0, what_if=True)
         if not self.framework.feasible(ctx).any():
             lines = [str(r) for r in self.framework.diagnose(ctx)]
             detail = "; ".join(lines) or "no node matches"

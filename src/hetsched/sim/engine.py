@@ -1,46 +1,52 @@
 """The discrete-event engine: drives the scheduling core on a virtual clock.
 
 The engine is a driver like any other: it feeds :meth:`Scheduler.handle` events and carries
-out the actions it returns, nothing more. It never reads the core's job book.
+out the actions it returns through the shared :class:`~hetsched.drivers.Interpreter`; what
+it reports about jobs comes from the core's JobTransition, Preempt, Pending and Reject
+actions. It never reads the core's job book.
 
-- Events that fall on the same virtual time are delivered in one ``handle()`` call, in a
-  fixed order (task reports, cluster changes, cancellations, arrivals, ticks), so a run is
-  a pure function of (cluster, workload, profile, seed).
-- ``Bind`` starts tasks: each reports ``TaskFinished`` after the job's true duration (from
-  the workload, not the estimate the core may see). ``Kill`` stops a task at once;
-  ``Preempt`` stops every running task of the run after ``grace_s``. Work of a stopped run
-  is lost: the job starts from scratch when bound again, and the lost task-seconds are
-  counted.
+- Events that fall on the same virtual time are delivered in one ``handle()`` call, in the
+  drivers' one order (:mod:`hetsched.drivers.order`: task reports, cluster changes,
+  cancellations, arrivals, ticks), so a run is a pure function of (cluster, workload,
+  profile, seed).
+- The executor here is the virtual clock: a started task exits after the job's true
+  duration (from the workload, not the estimate the core may see); a stopped task exits
+  after its grace (a Kill: at once), and a task stopped before it finished never reports
+  its finish. Work of a stopped run is lost: the job starts from scratch when bound again,
+  and the lost task-seconds are counted.
 - ``Tick`` is sent every ``tick_s`` of virtual time only while some job waits, so idle
   stretches cost nothing. With ``tick_s`` 0, ticks come instead at the times a core that
   offers ``next_wakeup()`` names (a timeout due while nothing else happens). When only
   ticks are left and ``idle_ticks`` of them in a row changed nothing, the run ends and the
   jobs still waiting are reported as pending.
 
-Resource use is accounted from the placements in Bind actions, held until the task's
-finish or stop is delivered (as the core holds it), and sampled after every step.
+Resource use is accounted from the placements of started tasks, held until the task's exit
+is delivered (as the core holds it; at once for a task whose node or device is gone), and
+sampled after every step.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import Any
+from dataclasses import dataclass
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
-from hetsched.cluster.stranding import StrandingMeter
+from hetsched.drivers import EventOrder, Exit, Interpreter, Observer, Start, Stop
 from hetsched.framework.profile import ProfileSpec
-from hetsched.model.device import SHARE_UNITS, Health, Node
-from hetsched.plugins.stranding import profile_typicals
+from hetsched.keys import TaskKey
+from hetsched.model.device import SHARE_UNITS, Node
+from hetsched.model.job import Job
+from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import (
     Bind,
+    Change,
     DeviceHealthChanged,
     Event,
     JobCancelled,
     JobSubmitted,
+    JobTransition,
     Kill,
     NodeAdded,
     NodeRemoved,
@@ -49,9 +55,9 @@ from hetsched.scheduler import (
     Reject,
     Scheduler,
     TaskFinished,
-    TaskStopped,
     Tick,
 )
+from hetsched.sim.accounting import Accounts, TimeSeries, device_label
 from hetsched.sim.workload import Workload
 
 __all__ = [
@@ -64,23 +70,11 @@ __all__ = [
     "device_label",
 ]
 
-_Delivered = Event | TaskStopped
-
 #: builds the core: ``(state, profile, seed) -> Scheduler`` (a test or benchmark may wrap it)
 CoreFactory = Callable[[ClusterState, ProfileSpec | None, int], Scheduler]
 
 #: callback ``(finished jobs, total jobs, virtual time)`` for progress bars
 Progress = Callable[[int, int, float], None]
-
-
-class _Order(IntEnum):
-    """Delivery order of events at the same virtual time."""
-
-    REPORT = 0  # TaskFinished, TaskStopped
-    CLUSTER = 1  # NodeAdded, NodeRemoved, DeviceHealthChanged
-    CANCEL = 2
-    ARRIVAL = 3
-    TICK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +100,7 @@ class EngineConfig:
 
 @dataclass(slots=True)
 class JobOutcome:
-    """What happened to one job, from the engine's side. Times in virtual seconds."""
+    """What happened to one job, as the core told it. Times in virtual seconds."""
 
     job_id: str
     user: str
@@ -116,18 +110,20 @@ class JobOutcome:
     devices: int
     duration_s: float
     submit: float
-    #: pending, running, succeeded, rejected or cancelled
-    state: str = "pending"
+    state: JobState = JobState.PENDING
     first_start: float | None = None
     last_start: float | None = None
     end: float | None = None
     run: int = 0
     finished_in_run: int = 0
     preemptions: int = 0
+    #: requeues other than preemptions: a node or device it ran on went away, or a task
+    #: failed and its restart policy ran it again
     restarts: int = 0
     #: task-seconds of runs that were stopped before finishing
     lost_work_s: float = 0.0
-    #: the last pending explanation (first line) or the reject reason
+    #: the last pending explanation (first line), or why it was rejected, failed or
+    #: requeued after losing a node or device or failing a task
     reason: str = ""
     #: the job's dominant share of the cluster: max over CPU and its device class of
     #: (what all its tasks ask) / (the cluster's capacity at the start)
@@ -141,24 +137,9 @@ class JobOutcome:
 
     @property
     def jct_s(self) -> float | None:
-        return None if self.end is None or self.state != "succeeded" else self.end - self.submit
-
-
-@dataclass(slots=True)
-class TimeSeries:
-    """Samples taken after every step: time, queue length, running jobs, use per resource.
-
-    ``used`` and ``capacity`` map a resource label (``cpu``, or a device model such as
-    ``V100``) to values per sample: millicores for CPU, milli-units for devices.
-    """
-
-    time: list[float] = field(default_factory=list)
-    queued: list[int] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-    used: dict[str, list[int]] = field(default_factory=dict)
-    capacity: dict[str, list[int]] = field(default_factory=dict)
-    #: stranded accelerators / healthy accelerators (cluster/stranding.py), per sample
-    stranded: list[float] = field(default_factory=list)
+        if self.end is None or self.state is not JobState.SUCCEEDED:
+            return None
+        return self.end - self.submit
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,11 +159,6 @@ class SimResult:
     initial_capacity: dict[str, int]
 
 
-def device_label(device_class: str, model: str) -> str:
-    """The resource label of a device: its model, or its class when it has none."""
-    return model or device_class
-
-
 @dataclass(slots=True)
 class _Running:
     start: float
@@ -190,7 +166,20 @@ class _Running:
     user: str
 
 
-class Simulator:
+@dataclass(frozen=True, slots=True)
+class _Stopped:
+    """A stopped task's process is gone (its grace is over)."""
+
+    key: TaskKey
+    reason: str
+
+
+#: what the event heap holds: core events, task exits, and ticks (None: periodic,
+#: "wakeup": asked for by the core)
+_Payload = Event | Exit | _Stopped | str | None
+
+
+class Simulator(Observer):
     """One replay of ``workload`` on ``nodes`` under ``profile``. Call :meth:`run` once.
 
     ``changes`` inject cluster events (failures, repairs, growth) and ``cancellations``
@@ -211,9 +200,10 @@ class Simulator:
     ) -> None:
         self.config = config or EngineConfig()
         self.scheduler = core(ClusterState(nodes), profile, seed)
+        self.interpreter = Interpreter(_Clock(self), self, kill_grace_s=0.0)
         self.workload = workload
         self._progress = progress
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap: list[tuple[float, int, int, _Payload]] = []
         self._seq = 0
         self._nontick = 0
         self._tick_pending = False
@@ -224,66 +214,47 @@ class Simulator:
         self.outcomes: dict[str, JobOutcome] = {}
         self._waiting: set[str] = set()
         self._running_jobs: set[str] = set()
-        self._live: dict[tuple[str, int, int], _Running] = {}
-        self._stopping: dict[tuple[str, int, int], _Running] = {}
-        self._cancelled: set[str] = set()
+        #: simulated processes: started and not yet exited, and stopped within their grace
+        self._live: dict[TaskKey, _Running] = {}
+        self._stopping: dict[TaskKey, _Running] = {}
         self._arrived: list[str] = []
         self._done = 0
         self.preemptions = 0
         self.lost_work_s = 0.0
-        # resource accounting
-        self._nodes: dict[str, Node] = {}
-        self._device_label: dict[str, str] = {}
-        self._device_node: dict[str, str] = {}
-        self._unhealthy: set[str] = set()
-        self._removed: set[str] = set()
-        self._used: dict[str, int] = {"cpu": 0}
-        self._cap: dict[str, int] = {"cpu": 0}
-        self.series = TimeSeries(used={"cpu": []}, capacity={"cpu": []})
-        self._stranding = StrandingMeter(typical=profile_typicals(profile))
-        for node in nodes:
-            self._add_capacity(node)
-        self._initial_cap = dict(self._cap)
-        class_cap: dict[str, int] = {}
-        for node in nodes:
-            for device in node.devices:
-                class_cap[device.device_class] = class_cap.get(device.device_class, 0) + 1
-        # fairness: per-user current use and the integral of the dominant share
-        self._user_used: dict[str, dict[str, int]] = {}
-        self._user_jobs: dict[str, int] = {}
-        self._user_mark: dict[str, float] = {}
-        self._user_share: dict[str, float] = {}
-        self._user_integral: dict[str, float] = {}
-        self._user_active: dict[str, float] = {}
+        self.accounts = Accounts(list(nodes), profile)
+        self.series = self.accounts.series
         for item in workload.jobs:
-            job = item.job
-            if job.id in self._duration:
-                raise ValueError(f"duplicate job id {job.id!r} in the workload")
-            self._duration[job.id] = item.duration_s
-            request = job.resources
-            devices = sum(r.primary.count for r in request.devices) * job.replicas
-            shares = [request.cpu_milli * job.replicas / max(self._cap["cpu"], 1)]
-            for r in request.devices:
-                wanted = r.primary.count * r.primary.share / SHARE_UNITS * job.replicas
-                shares.append(wanted / max(class_cap.get(r.primary.device_class, 0), 1))
-            self.outcomes[job.id] = JobOutcome(
-                job.id,
-                job.user,
-                job.queue,
-                job.priority,
-                job.replicas,
-                devices,
-                item.duration_s,
-                job.submit_time,
-                demand_share=max(shares),
-            )
-            self._push(job.submit_time, _Order.ARRIVAL, JobSubmitted(job))
+            self._add_job(item.job, item.duration_s)
         for change in changes:
-            self._push(change.time, _Order.CLUSTER, change.event)
+            self._push(change.time, EventOrder.CLUSTER, change.event)
         for time, job_id in cancellations:
-            self._push(time, _Order.CANCEL, JobCancelled(job_id, "cancelled by the workload"))
+            self._push(time, EventOrder.CANCEL, JobCancelled(job_id, "cancelled by the workload"))
         self.steps = 0
         self.handle_calls = 0
+
+    def _add_job(self, job: Job, duration_s: float) -> None:
+        if job.id in self._duration:
+            raise ValueError(f"duplicate job id {job.id!r} in the workload")
+        self._duration[job.id] = duration_s
+        request = job.resources
+        initial, per_class = self.accounts.initial, self.accounts.class_devices
+        devices = sum(r.primary.count for r in request.devices) * job.replicas
+        shares = [request.cpu_milli * job.replicas / max(initial["cpu"], 1)]
+        for r in request.devices:
+            wanted = r.primary.count * r.primary.share / SHARE_UNITS * job.replicas
+            shares.append(wanted / max(per_class.get(r.primary.device_class, 0), 1))
+        self.outcomes[job.id] = JobOutcome(
+            job.id,
+            job.user,
+            job.queue,
+            job.priority,
+            job.replicas,
+            devices,
+            duration_s,
+            job.submit_time,
+            demand_share=max(shares),
+        )
+        self._push(job.submit_time, EventOrder.ARRIVAL, JobSubmitted(job))
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -298,66 +269,83 @@ class Simulator:
             if until is not None and time > until:
                 break
             self.now = time
-            batch: list[Any] = []  # core events, TaskStopped included
-            ticked = woken = False
-            delivered = 0
-            while heap and heap[0][0] == time:
-                _, order, _, payload = heapq.heappop(heap)
-                if order == _Order.TICK:
-                    if payload is None:
-                        self._tick_pending = False
-                    else:
-                        self._wakeups.discard(time)
-                        woken = True
-                    ticked = True
-                    continue
-                self._nontick -= 1
-                delivered += 1
-                event = self._deliver(payload, time)
-                if event is not None:
-                    batch.append(event)
-            for job_id in self._arrived:  # users in the system once the batch is in
-                self.outcomes[job_id].contenders = len(self._user_mark)
-            self._arrived.clear()
+            batch, ticked, woken, delivered = self._pop_batch(time)
             if ticked and not batch and (self._waiting or woken):
                 batch.append(Tick())
             if not batch:
-                continue  # only stale finishes: nothing to tell the core
+                continue  # only stale exits: nothing to tell the core
             self.handle_calls += 1
             last = time
-            actions = self.scheduler.handle(batch, time)
-            changed = self._carry_out(actions, time)
-            self.steps += 1
-            self._sample(time)
-            if self._progress is not None and self.steps % self.config.progress_every == 0:
-                self._progress(self._done, len(self.outcomes), time)
+            changed = self._step(batch, time)
             idle = idle + 1 if (ticked and not delivered and not changed) else 0
             if self._nontick == 0 and idle >= self.config.idle_ticks:
                 break
-            # the core's wakeup query scans its live jobs, so it is asked only when it is
-            # the sole source of ticks; periodic ticks cover timeouts to within tick_s
-            wake = None if self.config.tick_s else self._core_wakeup()
-            if wake is not None and wake > time and wake not in self._wakeups:
-                self._wakeups.add(wake)
-                self._push(wake, _Order.TICK, "wakeup")
-            if self.config.tick_s and self._waiting and not self._tick_pending:
-                self._tick_pending = True
-                self._push(time + self.config.tick_s, _Order.TICK, None)
-        self._close_fairness(last)
+            self._schedule_ticks(time)
+        self.accounts.close(last)
         if self._progress is not None:
             self._progress(self._done, len(self.outcomes), last)
         return SimResult(
             tuple(self.outcomes.values()),
             self.series,
-            dict(self._user_integral),
-            dict(self._user_active),
+            dict(self.accounts.user_integral),
+            dict(self.accounts.user_active),
             self.preemptions,
             self.lost_work_s,
             self.steps,
             self.handle_calls,
             last,
-            self._initial_cap,
+            self.accounts.initial,
         )
+
+    def _pop_batch(self, time: float) -> tuple[list[Event], bool, bool, int]:
+        """Everything due at ``time``, in the drivers' order (the heap keeps it): the core
+        events, whether a tick or a requested wakeup was due, and how many non-tick
+        payloads were delivered."""
+        heap = self._heap
+        batch: list[Event] = []
+        ticked = woken = False
+        delivered = 0
+        while heap and heap[0][0] == time:
+            _, order, _, payload = heapq.heappop(heap)
+            if order == EventOrder.TICK:
+                if payload is None:
+                    self._tick_pending = False
+                else:
+                    self._wakeups.discard(time)
+                    woken = True
+                ticked = True
+                continue
+            self._nontick -= 1
+            delivered += 1
+            event = self._deliver(payload, time)
+            if event is not None:
+                batch.append(event)
+        return batch, ticked, woken, delivered
+
+    def _step(self, batch: list[Event], time: float) -> bool:
+        """One core call and its actions; True if any changed what runs."""
+        actions = self.scheduler.handle(batch, time)
+        self.interpreter.carry_out(actions, time)
+        present = self.accounts.users_present()
+        for job_id in self._arrived:  # users in the system once the batch is in
+            self.outcomes[job_id].contenders = present
+        self._arrived.clear()
+        self.steps += 1
+        self.accounts.sample(time, len(self._waiting), len(self._running_jobs))
+        if self._progress is not None and self.steps % self.config.progress_every == 0:
+            self._progress(self._done, len(self.outcomes), time)
+        return any(type(action) in _CHANGES for action in actions)
+
+    def _schedule_ticks(self, time: float) -> None:
+        # the core's wakeup query scans its live jobs, so it is asked only when it is the
+        # sole source of ticks; periodic ticks cover timeouts to within tick_s
+        wake = None if self.config.tick_s else self._core_wakeup()
+        if wake is not None and wake > time and wake not in self._wakeups:
+            self._wakeups.add(wake)
+            self._push(wake, EventOrder.TICK, "wakeup")
+        if self.config.tick_s and self._waiting and not self._tick_pending:
+            self._tick_pending = True
+            self._push(time + self.config.tick_s, EventOrder.TICK, None)
 
     def _core_wakeup(self) -> float | None:
         """The core's next time-based action, if it offers ``next_wakeup()`` (optional)."""
@@ -367,257 +355,136 @@ class Simulator:
         value = wakeup()
         return None if value is None else float(value)
 
-    def _push(self, time: float, order: _Order, payload: object) -> None:
-        if order != _Order.TICK:
+    def _push(self, time: float, order: EventOrder, payload: _Payload) -> None:
+        if order != EventOrder.TICK:
             self._nontick += 1
         heapq.heappush(self._heap, (time, int(order), self._seq, payload))
         self._seq += 1
 
     # -- events in -----------------------------------------------------------------------
 
-    def _deliver(self, payload: object, now: float) -> _Delivered | None:
-        """Book-keep an event being delivered; None drops it (a stale finish)."""
+    def _deliver(self, payload: _Payload, now: float) -> Event | None:
+        """Book-keep something due now; returns the core event, or None (a stale exit)."""
         match payload:
-            case TaskFinished(job_id, task, run):
-                running = self._live.pop((job_id, task, run), None)
+            case Exit(key):
+                running = self._live.pop(key, None)
                 if running is None:
-                    return None  # stopped before it could finish
-                self._free(running, now)
-                outcome = self.outcomes[job_id]
-                outcome.finished_in_run += 1
-                if outcome.finished_in_run == outcome.tasks:
-                    self._finish(outcome, "succeeded", now)
-                return payload
-            case TaskStopped(job_id, task, run):
-                running = self._stopping.pop((job_id, task, run), None)
+                    return None  # stopped before it could finish: that process is gone
+                self.accounts.use(running.placement, running.user, -1, now)
+                event = self.interpreter.report(payload)
+                if isinstance(event, TaskFinished) and event.succeeded:
+                    self.outcomes[key.job].finished_in_run += 1
+                return event
+            case _Stopped(key, reason):
+                running = self._stopping.pop(key, None)
                 if running is not None:
-                    self._free(running, now)
-                return payload
+                    self.accounts.use(running.placement, running.user, -1, now)
+                return self.interpreter.report(Exit(key, False, reason))
             case JobSubmitted(job):
-                self._waiting.add(job.id)
-                self._user_enter(job.user, now)
+                self.accounts.user_enter(job.user, now)
                 self._arrived.append(job.id)
                 return payload
-            case JobCancelled(job_id):
-                target = self.outcomes.get(job_id)
-                if target is not None and target.state in ("pending", "running"):
-                    self._cancelled.add(job_id)
-                    self._finish(target, "cancelled", now)
+            case JobCancelled():
                 return payload
             case NodeAdded(node):
-                self._add_capacity(node)
+                self.accounts.add_capacity(node)
                 return payload
             case NodeRemoved(name):
-                self._remove_capacity(name)
+                self.accounts.remove_capacity(name)
                 return payload
             case DeviceHealthChanged(device_id, health):
-                self._health(device_id, health)
+                self.accounts.health(device_id, health)
                 return payload
         raise TypeError(f"unknown payload {payload!r}")  # pragma: no cover
 
-    # -- actions out ---------------------------------------------------------------------
+    # -- the executor: the virtual clock -------------------------------------------------
 
-    def _carry_out(self, actions: Sequence[object], now: float) -> bool:
-        """Carry out the core's actions; True if any changed what runs."""
-        changed = False
-        for action in actions:
-            match action:
-                case Bind(job_id, run, placements):
-                    self._bind(job_id, run, placements, now)
-                    changed = True
-                case Kill(job_id, task, run, reason):
-                    self._stop((job_id, task, run), now, 0.0)
-                    killed = self.outcomes[job_id]
-                    live = job_id not in self._cancelled and killed.state == "running"
-                    if live and run == killed.run:
-                        # the core requeues a job whose run it kills (a lost node or
-                        # device); if it ended the job instead, it stays pending here with
-                        # the kill's reason, as no Bind follows
-                        killed.restarts += 1
-                        killed.reason = reason
-                        self._requeue(killed)
-                    changed = True
-                case Preempt(job_id, run, grace_s):
-                    outcome = self.outcomes[job_id]
-                    for task in range(outcome.tasks):
-                        self._stop((job_id, task, run), now, grace_s)
-                    outcome.preemptions += 1
-                    self.preemptions += 1
-                    if run == outcome.run and outcome.state == "running":
-                        self._requeue(outcome)
-                    changed = True
-                case Reject(job_id, reason):
-                    rejected = self.outcomes.get(job_id)
-                    if rejected is not None and rejected.state in ("pending", "running"):
-                        rejected.reason = reason
-                        self._finish(rejected, "rejected", now)
-                    changed = True
-                case Pending(job_id, explanation):
-                    waiting = self.outcomes.get(job_id)
-                    if waiting is not None:
-                        waiting.reason = explanation.summary
-        return changed
+    def start_tasks(self, tasks: Sequence[Start], now: float) -> None:
+        if not tasks:
+            return
+        job_id = tasks[0].key.job
+        user = self.outcomes[job_id].user
+        end = now + self._duration[job_id]
+        for start in tasks:
+            running = _Running(now, start.placement, user)
+            self._live[start.key] = running
+            self.accounts.use(start.placement, user, +1, now)
+            self._push(end, EventOrder.REPORT, Exit(start.key))
 
-    def _bind(
-        self, job_id: str, run: int, placements: Sequence[tuple[int, Placement]], now: float
-    ) -> None:
-        outcome = self.outcomes[job_id]
-        if run != outcome.run or outcome.state != "running":
-            outcome.run = run
+    def stop_tasks(self, tasks: Sequence[Stop], now: float) -> None:
+        for stop in tasks:
+            running = self._live.pop(stop.key, None)
+            if running is None:
+                continue
+            lost = now - running.start
+            self.lost_work_s += lost
+            self.outcomes[stop.key.job].lost_work_s += lost
+            if stop.released:
+                # the core freed it at once: its node or device is gone
+                self.accounts.use(running.placement, running.user, -1, now)
+            else:
+                self._stopping[stop.key] = running
+            self._push(now + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason))
+
+    # -- the observer: what the core says about jobs -------------------------------------
+
+    def transitioned(self, change: JobTransition) -> None:
+        outcome = self.outcomes[change.job_id]
+        outcome.state = change.target
+        outcome.run = change.run
+        if change.change in _TOLD:
+            outcome.reason = change.cause
+        job_id, now = change.job_id, change.time
+        if change.target is JobState.RUNNING:
             outcome.finished_in_run = 0
-            outcome.state = "running"
             outcome.last_start = now
             if outcome.first_start is None:
                 outcome.first_start = now
             self._waiting.discard(job_id)
             self._running_jobs.add(job_id)
-        end = now + self._duration[job_id]
-        for task, placement in placements:
-            running = _Running(now, placement, outcome.user)
-            self._live[(job_id, task, run)] = running
-            self._use(running, +1)
-            self._push(end, _Order.REPORT, TaskFinished(job_id, task, run, True))
+        elif change.target is JobState.PENDING:
+            if change.change in (Change.LOST, Change.RESTARTED):
+                outcome.restarts += 1
+            self._running_jobs.discard(job_id)
+            self._waiting.add(job_id)
+        elif change.target in TERMINAL:
+            outcome.end = now
+            self._waiting.discard(job_id)
+            self._running_jobs.discard(job_id)
+            self._done += 1
+            self.accounts.user_leave(outcome.user, now)
 
-    def _stop(self, key: tuple[str, int, int], now: float, grace_s: float) -> None:
-        running = self._live.pop(key, None)
-        if running is None:
-            return
-        self.lost_work_s += now - running.start
-        self.outcomes[key[0]].lost_work_s += now - running.start
-        placement = running.placement
-        if placement.node in self._removed or any(
-            d.device_id in self._unhealthy for d in placement.devices
-        ):
-            self._free(running, now)  # the core released it at once: its node is gone
-        else:
-            self._stopping[key] = running
-        self._push(now + grace_s, _Order.REPORT, TaskStopped(*key))
+    def pending(self, action: Pending) -> None:
+        outcome = self.outcomes.get(action.job_id)
+        if outcome is not None:
+            outcome.reason = action.explanation.summary
 
-    def _requeue(self, outcome: JobOutcome) -> None:
-        outcome.state = "pending"
-        outcome.finished_in_run = 0
-        self._running_jobs.discard(outcome.job_id)
-        self._waiting.add(outcome.job_id)
+    def rejected(self, action: Reject) -> None:
+        outcome = self.outcomes.get(action.job_id)
+        if outcome is not None:
+            outcome.reason = action.reason
 
-    def _finish(self, outcome: JobOutcome, state: str, now: float) -> None:
-        outcome.state = state
-        outcome.end = now
-        self._waiting.discard(outcome.job_id)
-        self._running_jobs.discard(outcome.job_id)
-        self._done += 1
-        self._user_leave(outcome.user, now)
+    def preempted(self, action: Preempt) -> None:
+        self.outcomes[action.job_id].preemptions += 1
+        self.preemptions += 1
 
-    # -- accounting ----------------------------------------------------------------------
 
-    def _add_capacity(self, node: Node) -> None:
-        self._nodes[node.name] = node
-        self._stranding.add_node(node)
-        self._removed.discard(node.name)
-        self._cap["cpu"] = self._cap.get("cpu", 0) + node.cpu_milli
-        for device in node.devices:
-            label = device_label(device.device_class, device.model)
-            self._device_label[device.id] = label
-            self._device_node[device.id] = node.name
-            self._used.setdefault(label, 0)
-            if label not in self._cap:
-                self._cap[label] = 0
-                # a model first seen mid-run had nothing before
-                self.series.used[label] = [0] * len(self.series.time)
-                self.series.capacity[label] = [0] * len(self.series.time)
-            if device.health is Health.HEALTHY:
-                self._cap[label] += SHARE_UNITS
-            else:
-                self._unhealthy.add(device.id)
+#: actions that change what runs (a step with none of them is idle)
+_CHANGES = frozenset({Bind, Kill, Preempt, Reject})
 
-    def _remove_capacity(self, name: str) -> None:
-        node = self._nodes.get(name)
-        if node is None or name in self._removed:
-            return
-        self._removed.add(name)
-        self._stranding.remove_node(name)
-        self._cap["cpu"] -= node.cpu_milli
-        for device in node.devices:
-            if device.id not in self._unhealthy:
-                self._cap[self._device_label[device.id]] -= SHARE_UNITS
+#: transitions whose cause becomes the job's reason (a pending job's reason comes from
+#: its Pending explanation)
+_TOLD = frozenset({Change.LOST, Change.RESTARTED, Change.FAILED, Change.REJECTED})
 
-    def _health(self, device_id: str, health: Health) -> None:
-        label = self._device_label.get(device_id)
-        if label is None or self._device_node[device_id] in self._removed:
-            return
-        self._stranding.set_health(device_id, health is Health.HEALTHY)
-        if health is Health.HEALTHY and device_id in self._unhealthy:
-            self._unhealthy.discard(device_id)
-            self._cap[label] += SHARE_UNITS
-        elif health is not Health.HEALTHY and device_id not in self._unhealthy:
-            self._unhealthy.add(device_id)
-            self._cap[label] -= SHARE_UNITS
 
-    def _use(self, running: _Running, sign: int) -> None:
-        placement = running.placement
-        used = self._used
-        self._stranding.use(placement, sign)
-        user = self._user_used.setdefault(running.user, {})
-        used["cpu"] += sign * placement.cpu_milli
-        user["cpu"] = user.get("cpu", 0) + sign * placement.cpu_milli
-        for share in placement.devices:
-            label = self._device_label[share.device_id]
-            used[label] += sign * share.share
-            user[label] = user.get(label, 0) + sign * share.share
-        self._user_update(running.user, self.now)
+@dataclass(frozen=True, slots=True)
+class _Clock:
+    """The simulator as the interpreter's executor."""
 
-    def _free(self, running: _Running, now: float) -> None:
-        self._use(running, -1)
+    sim: Simulator
 
-    def _sample(self, now: float) -> None:
-        series = self.series
-        series.time.append(now)
-        series.queued.append(len(self._waiting))
-        series.running.append(len(self._running_jobs))
-        series.stranded.append(self._stranding.fraction)
-        for label, values in series.used.items():
-            values.append(self._used[label])
-            series.capacity[label].append(self._cap[label])
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        self.sim.start_tasks(tasks, now)
 
-    # -- fairness: dominant share integrated while a user has jobs in the system ---------
-
-    def _dominant(self, user: str) -> float:
-        used = self._user_used.get(user)
-        if not used:
-            return 0.0
-        cap = self._initial_cap
-        return max((v / cap[k] for k, v in used.items() if cap.get(k)), default=0.0)
-
-    def _settle(self, user: str, now: float) -> None:
-        mark = self._user_mark.get(user)
-        if mark is not None:
-            span = now - mark
-            self._user_integral[user] = (
-                self._user_integral.get(user, 0.0) + self._user_share.get(user, 0.0) * span
-            )
-            self._user_active[user] = self._user_active.get(user, 0.0) + span
-        self._user_mark[user] = now
-
-    def _user_enter(self, user: str, now: float) -> None:
-        count = self._user_jobs.get(user, 0)
-        if count == 0:
-            self._user_mark[user] = now
-            self._user_integral.setdefault(user, 0.0)
-            self._user_active.setdefault(user, 0.0)
-            self._user_share[user] = self._dominant(user)
-        self._user_jobs[user] = count + 1
-
-    def _user_leave(self, user: str, now: float) -> None:
-        count = self._user_jobs.get(user, 0) - 1
-        self._user_jobs[user] = count
-        if count == 0:
-            self._settle(user, now)
-            del self._user_mark[user]
-
-    def _user_update(self, user: str, now: float) -> None:
-        if user in self._user_mark:
-            self._settle(user, now)
-        self._user_share[user] = self._dominant(user)
-
-    def _close_fairness(self, now: float) -> None:
-        for user in list(self._user_mark):
-            self._settle(user, now)
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        self.sim.stop_tasks(tasks, now)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.framework.profile import ProfileError, ProfileSpec, load_profile, parse_profile
-from hetsched.framework.registry import REGISTRY, lookup
+from hetsched.framework.registry import installed
 from hetsched.model.device import Node
 from hetsched.sim.engine import (
     ClusterChange,
@@ -50,17 +50,13 @@ class Policy:
 
 
 def _has_queue_sort(name: str) -> bool:
-    try:
-        spec = lookup(name)
-    except KeyError:
-        return False
-    return "queue_sort" in spec.points
+    plugins = installed()
+    return name in plugins and "queue_sort" in plugins.lookup(name).points
 
 
 def available_policies() -> list[str]:
-    """Built-in policy names whose queue-sort plugin is registered now."""
-    lookup("fifo")  # loads the built-in plugins
-    return [n for n in BUILTIN_POLICIES if n in REGISTRY and _has_queue_sort(n)]
+    """Built-in policy names whose queue-sort plugin is installed."""
+    return [n for n in BUILTIN_POLICIES if _has_queue_sort(n)]
 
 
 def policy_from_name(name: str) -> Policy:

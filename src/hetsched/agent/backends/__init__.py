@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
-from hetsched.model.device import AttrValue, Device, Health
+from hetsched.agent.backends import cpu, fake, nvidia, pci
+from hetsched.agent.backends.base import HOST_CLASS, Backend, DiscoveryContext, FoundDevice
+from hetsched.model.device import Device
 
 __all__ = [
     "HOST_CLASS",
@@ -44,62 +44,6 @@ __all__ = [
 
 log = logging.getLogger("hetsched.agent.discovery")
 
-#: the class of the ``cpu`` backend's entries: they describe the host, they are not devices
-HOST_CLASS = "cpu"
-
-
-@dataclass(frozen=True, slots=True)
-class FoundDevice:
-    """A device as a backend sees it; ``key`` identifies it across discovery rounds."""
-
-    key: str
-    device_class: str
-    vendor: str
-    model: str
-    attributes: Mapping[str, AttrValue] = field(default_factory=lambda: MappingProxyType({}))
-    health: Health = Health.HEALTHY
-    #: the backend that found it
-    source: str = ""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.attributes, MappingProxyType):
-            object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "class": self.device_class,
-            "vendor": self.vendor,
-            "model": self.model,
-            "health": self.health.value,
-            "source": self.source,
-            "attributes": dict(self.attributes),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class DiscoveryContext:
-    """Where backends look: roots of sysfs and procfs (tests point them at fake trees), the
-    ``fake`` backend's file, and an NVML module to use instead of importing ``pynvml``
-    (tests inject recorded answers)."""
-
-    sysfs_root: Path = Path("/sys")
-    proc_root: Path = Path("/proc")
-    fake_file: Path | None = None
-    nvml: Any = None
-
-
-class Backend(Protocol):
-    """One kind of discovery. ``discover`` may be called repeatedly (the watcher polls);
-    it never raises for a missing driver or library, it answers [] and logs once."""
-
-    name: str
-    #: yields to other backends for devices at the same PCI address
-    fallback: bool
-
-    def discover(self) -> list[FoundDevice]: ...
-
-
 Factory = Callable[[DiscoveryContext], Backend]
 _REGISTRY: dict[str, Factory] = {}
 
@@ -112,13 +56,11 @@ def register(name: str, factory: Factory) -> None:
 
 
 def backend_names() -> list[str]:
-    _load_builtins()
     return sorted(_REGISTRY)
 
 
 def create(name: str, context: DiscoveryContext | None = None) -> Backend:
     """A backend object by name; ValueError naming the known ones for an unknown name."""
-    _load_builtins()
     try:
         factory = _REGISTRY[name]
     except KeyError:
@@ -200,17 +142,10 @@ def assign_ids(
     return out
 
 
-_builtins_loaded = False
-
-
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    from hetsched.agent.backends import cpu, fake, nvidia, pci
-
-    register("cpu", cpu.CpuBackend)
-    register("fake", fake.FakeBackend)
-    register("nvidia", nvidia.NvidiaBackend)
-    register("pci", pci.PciBackend)
+for _name, _factory in (
+    ("cpu", cpu.CpuBackend),
+    ("fake", fake.FakeBackend),
+    ("nvidia", nvidia.NvidiaBackend),
+    ("pci", pci.PciBackend),
+):
+    register(_name, _factory)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from hetsched.agent.backends import HOST_CLASS, DiscoveryContext, FoundDevice
+from hetsched.agent.backends.base import HOST_CLASS, DiscoveryContext, FoundDevice
 
 __all__ = ["CpuBackend", "parse_cpulist"]
 

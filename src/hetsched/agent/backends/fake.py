@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from hetsched.agent.backends import DiscoveryContext, FoundDevice
+from hetsched.agent.backends.base import DiscoveryContext, FoundDevice
 from hetsched.model.specs import (
     DeviceGroupSpec,
     SpecError,

@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetsched.agent.backends import DiscoveryContext, FoundDevice
+from hetsched.agent.backends.base import DiscoveryContext, FoundDevice
 from hetsched.model.device import AttrValue, Health
 
 __all__ = ["APPLICATION_XIDS", "NvidiaBackend", "normalize_bus_id"]

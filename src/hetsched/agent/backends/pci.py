@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetsched.agent.backends import DiscoveryContext, FoundDevice
+from hetsched.agent.backends.base import DiscoveryContext, FoundDevice
 from hetsched.model.device import AttrValue, Health
 
 __all__ = ["CLASSES", "MODELS", "VENDORS", "PciBackend"]

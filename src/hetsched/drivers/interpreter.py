@@ -1,0 +1,122 @@
+"""The action interpreter: how every driver carries out the core's actions.
+
+The rules live here and nowhere else:
+
+- **Bind** starts each task (one ``Executor.start`` call per Bind). A started task is
+  *running* until its exit is reported.
+- **Kill** stops the task if it is running (no notice, the driver's ``kill_grace_s``).
+  **Preempt** stops each task it names that is running, with the action's ``notice_s`` and
+  ``grace_s``. A task asked to stop is *stopping* until its exit is reported. A task that
+  is no longer running needs no stop: its exit is reported already, or on its way.
+- **Allocations** are held by the core while a task runs or stops, and freed when its
+  exit is reported; a Kill marked ``released`` (its node or device is gone) was freed
+  already.
+- **Run numbers** are in every task key, as the Bind gave them; a report always names the
+  run it is about.
+- **Reports**: the exit of a stopping task is ``TaskStopped`` (however it ended); the exit
+  of a running task is ``TaskFinished`` with its status. Any other report is *stale* (an
+  earlier run, or a task already reported) and is dropped: the core never sees it.
+- **Pending, Reject, JobTransition, Preempt** go to the driver's Observer, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from hetsched.cluster.placement import Placement
+from hetsched.drivers.executor import Executor, Exit, Observer, Start, Stop
+from hetsched.keys import TaskKey
+from hetsched.scheduler.actions import Action, Bind, JobTransition, Kill, Pending, Preempt, Reject
+from hetsched.scheduler.events import TaskFinished, TaskStopped
+
+__all__ = ["Interpreter"]
+
+
+class Interpreter:
+    """Carries out actions through ``executor`` and tells ``observer`` about jobs.
+
+    ``kill_grace_s`` is how long a killed task gets between SIGTERM and SIGKILL (Preempt
+    carries its own grace). One interpreter per core; not thread-safe.
+    """
+
+    def __init__(
+        self, executor: Executor, observer: Observer | None = None, kill_grace_s: float = 0.0
+    ) -> None:
+        self.executor = executor
+        self.observer = observer or Observer()
+        self.kill_grace_s = kill_grace_s
+        #: tasks started whose exit is not reported yet, with their placements
+        self.running: dict[TaskKey, Placement] = {}
+        #: tasks asked to stop whose exit is not reported yet
+        self.stopping: dict[TaskKey, Placement] = {}
+
+    # -- actions in ----------------------------------------------------------------------
+
+    def carry_out(self, actions: Iterable[Action], now: float) -> None:
+        """Carry out one ``handle`` call's actions, in order."""
+        observer = self.observer
+        for action in actions:
+            match action:
+                case JobTransition():
+                    observer.transitioned(action)
+                case Bind(job_id, run, placements):
+                    self._start(job_id, run, placements, now)
+                case Pending():
+                    observer.pending(action)
+                case Kill(job_id, task, run, reason, released):
+                    key = TaskKey(job_id, task, run)
+                    self._stop([key], now, 0.0, self.kill_grace_s, reason, released, "")
+                case Preempt(job_id, run, tasks, grace_s, reason, preemptor, _kind, notice_s):
+                    observer.preempted(action)
+                    keys = [TaskKey(job_id, task, run) for task in tasks]
+                    self._stop(keys, now, notice_s, grace_s, reason, False, preemptor)
+                case Reject():
+                    observer.rejected(action)
+                case _:  # pragma: no cover
+                    raise TypeError(f"unknown action {action!r}")
+
+    def _start(
+        self, job_id: str, run: int, placements: Sequence[tuple[int, Placement]], now: float
+    ) -> None:
+        starts = []
+        for task, placement in placements:
+            key = TaskKey(job_id, task, run)
+            self.running[key] = placement
+            starts.append(Start(key, placement))
+        self.executor.start(starts, now)
+
+    def _stop(
+        self,
+        keys: Sequence[TaskKey],
+        now: float,
+        notice_s: float,
+        grace_s: float,
+        reason: str,
+        released: bool,
+        preemptor: str,
+    ) -> None:
+        stops = []
+        for key in keys:
+            placement = self.running.pop(key, None)
+            if placement is None:
+                continue  # it ended already: its exit report is the answer
+            self.stopping[key] = placement
+            stops.append(Stop(key, placement, notice_s, grace_s, reason, released, preemptor))
+        if stops:
+            self.executor.stop(stops, now)
+
+    # -- reports out ---------------------------------------------------------------------
+
+    def report(self, exit_: Exit) -> TaskFinished | TaskStopped | None:
+        """The event the core expects for a task's end, or None if the report is stale."""
+        key = exit_.key
+        if self.stopping.pop(key, None) is not None:
+            return TaskStopped(key.job, key.task, key.run)
+        if self.running.pop(key, None) is not None:
+            return TaskFinished(key.job, key.task, key.run, exit_.succeeded, exit_.reason)
+        return None
+
+    def adopt(self, key: TaskKey, placement: Placement) -> None:
+        """A task that runs already (taken back after a driver restart, or bound by someone
+        else and accounted): it is running, and its exit will be reported."""
+        self.running[key] = placement

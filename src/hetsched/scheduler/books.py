@@ -1,0 +1,113 @@
+"""The core as its own parts see it: the :class:`Books` protocol.
+
+The cycle, backfill, preemption and ``why`` work on the scheduler's books (job records,
+cluster state, usage ledger, quotas) and call back into it to allocate, bind and preempt.
+They are typed against this protocol, which :class:`~hetsched.scheduler.core.Scheduler`
+satisfies, so none of them imports the module that runs them. Plugins outside the core
+see the narrower, read-only :class:`~hetsched.framework.handle.SchedulerHandle`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import AllocKey, ClusterState
+from hetsched.framework.profile import ProfileSpec
+from hetsched.framework.runtime import Framework
+from hetsched.keys import TaskKey
+from hetsched.model.job import Job
+from hetsched.queueing.waiting import WaitingQueue
+from hetsched.scheduler.actions import Action, PreemptionKind
+from hetsched.scheduler.quota import QuotaTree
+from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.usage import Ledger
+
+__all__ = ["Books"]
+
+
+@runtime_checkable
+class Books(Protocol):
+    """What the core's parts read and call (see the module docstring)."""
+
+    #: the one job allowed to hold part of its gang (the cycle sets it)
+    holder: str | None
+
+    @property
+    def queue(self) -> WaitingQueue:
+        """The jobs with tasks to place, indexed by why they wait."""
+        ...
+
+    @property
+    def incremental(self) -> bool:
+        """Cycles merge the queue's lanes (else: the reference full sort)."""
+        ...
+
+    @property
+    def state(self) -> ClusterState: ...
+
+    @property
+    def profile(self) -> ProfileSpec: ...
+
+    @property
+    def framework(self) -> Framework: ...
+
+    @property
+    def quotas(self) -> QuotaTree: ...
+
+    @property
+    def ledger(self) -> Ledger: ...
+
+    @property
+    def jobs(self) -> Mapping[str, JobRecord]: ...
+
+    @property
+    def promised(self) -> Mapping[str, JobRecord]:
+        """Jobs that preempted others and have not started yet."""
+        ...
+
+    @property
+    def promising(self) -> bool: ...
+
+    @property
+    def capacity_epoch(self) -> int:
+        """Grows whenever capacity may have grown."""
+        ...
+
+    @property
+    def strict(self) -> bool:
+        """The queue sort is strict: a job that cannot start blocks its queue."""
+        ...
+
+    @property
+    def now(self) -> float: ...
+
+    def record(self, job_id: str) -> JobRecord: ...
+
+    def active_jobs(self) -> list[JobRecord]: ...
+
+    def waiting(self) -> list[JobRecord]: ...
+
+    def position(self, job_id: str) -> tuple[str, int] | None: ...
+
+    def emit(self, action: Action) -> None: ...
+
+    def allocate(self, key: TaskKey, placement: Placement, job: Job) -> None: ...
+
+    def unallocate(self, key: AllocKey) -> None: ...
+
+    def promise(self, record: JobRecord, promised: bool) -> None: ...
+
+    def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> None: ...
+
+    def started(self, record: JobRecord) -> None: ...
+
+    def preempt(
+        self,
+        victim: JobRecord,
+        preemptor: JobRecord,
+        kind: PreemptionKind,
+        grace_s: float,
+        now: float,
+    ) -> None: ...
