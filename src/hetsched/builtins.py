@@ -17,6 +17,7 @@ from hetsched.plugins.gpuclustering import GpuClustering
 from hetsched.plugins.gpupacking import GpuPacking
 from hetsched.plugins.labels import NodeSelector
 from hetsched.plugins.randomfit import RandomFit
+from hetsched.plugins.stranding import Stranding
 from hetsched.plugins.taints import Taints
 from hetsched.queueing.drf import Drf
 from hetsched.queueing.fairshare import Fairshare
@@ -43,6 +44,7 @@ def plugins() -> list[type]:
         GpuPacking,
         GpuClustering,
         FGD,
+        Stranding,
         Fifo,
         Priority,
         Drf,

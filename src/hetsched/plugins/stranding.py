@@ -26,6 +26,7 @@ from hetsched.cluster.stranding import (
     whole_free,
 )
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
@@ -167,7 +168,9 @@ class Stranding:
     #: scores row by row, element by element (see Framework)
     row_local = True
 
-    def __init__(self, args: BaseModel | None = None, handle: Any = None) -> None:
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
         assert isinstance(args, StrandingArgs)
         self._typical = args.typicals()
         self._penalty = args.cpu_only_penalty
