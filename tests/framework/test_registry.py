@@ -60,3 +60,8 @@ def test_a_class_that_is_not_a_plugin_is_refused() -> None:
 
     with pytest.raises(TypeError, match="not a plugin"):
         Registry([Plain])
+
+
+def test_an_empty_registry_says_the_plugins_are_not_installed() -> None:
+    with pytest.raises(KeyError, match=r"no plugins are installed.*make setup"):
+        Registry().lookup("fit")

@@ -124,6 +124,11 @@ class Registry:
         try:
             return self._specs[name]
         except KeyError:
+            if not self._specs:
+                raise UnknownPlugin(
+                    f"unknown plugin {name!r}: no plugins are installed (the package's "
+                    f"{ENTRY_POINTS!r} entry points are missing: reinstall it, e.g. make setup)"
+                ) from None
             known = ", ".join(sorted(self._specs))
             raise UnknownPlugin(f"unknown plugin {name!r} (known: {known})") from None
 
