@@ -136,7 +136,7 @@ def throughput(jobs: int, clients: int, threads: int, sync: str) -> dict[str, fl
                 f"{url}/v1/jobs", params={"all": True, "limit": 100000}, headers=headers, timeout=60
             ).json()
         )
-        httpx.post(f"{url}/v1/jobs/{hog_id}/cancel", headers=headers)
+        _cancel_and_wait(url, headers, hog_id)
         return {
             "sent": sent,
             "errors": errors,
@@ -149,6 +149,18 @@ def throughput(jobs: int, clients: int, threads: int, sync: str) -> dict[str, fl
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def _cancel_and_wait(url: str, headers: dict[str, str], job_id: str) -> None:
+    """Cancel the job and wait until it has ended: a service stopped gracefully leaves its
+    tasks running (for the next start to adopt), and this one will not start again."""
+    httpx.post(f"{url}/v1/jobs/{job_id}/cancel", headers=headers)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = httpx.get(f"{url}/v1/jobs/{job_id}", headers=headers).json()["state"]
+        if state in {"cancelled", "failed", "succeeded"}:
+            return
+        time.sleep(0.1)
 
 
 def _cpu_s(proc: subprocess.Popen[bytes]) -> float:
@@ -199,7 +211,7 @@ def batch_throughput(jobs: int, batch_size: int, sync: str) -> dict[str, float]:
                 f"{url}/v1/jobs", params={"all": True, "limit": 100000}, headers=headers, timeout=60
             ).json()
         )
-        httpx.post(f"{url}/v1/jobs/{hog_id}/cancel", headers=headers)
+        _cancel_and_wait(url, headers, hog_id)
         return {
             "accepted": accepted,
             "errors": errors,
