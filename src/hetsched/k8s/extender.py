@@ -191,7 +191,7 @@ class _Extender:
             yield ClusterState(nodes), Framework(self.profile), bad
             return
         with self.cache.lock:
-            state = self.cache.core.state
+            state = self.cache.core.view.cluster
             unknown = [obj for name, obj in items if name not in state.node_index]
             # a node the cache holds but could not read: say why, not just "unknown"
             for name, obj in self.cache.nodes.items():
@@ -303,7 +303,7 @@ class _Extender:
                 # a retry of a bind that went through (or a pod bound meanwhile): never
                 # choose devices again for a bound pod
                 return _bound_answer(key, info.node_name or held, args.Node)
-            state = cache.core.state
+            state = cache.core.view.cluster
             if args.Node not in state.node_index:
                 return {"Error": f"hetsched extender: node {args.Node} unknown"}
             only = np.zeros(len(state), np.bool_)
@@ -382,7 +382,7 @@ class _Extender:
                 keep[node] = victims
                 continue
             with cache.lock:
-                state = cache.core.state
+                state = cache.core.view.cluster
                 if node not in state.node_index:
                     continue
                 fork = state.fork()
@@ -407,12 +407,7 @@ def _meta_of(obj: Any) -> dict[str, Any]:
 def _held_node(cache: PodScheduler, key: str) -> str:
     """The node where the cache holds ``key``'s allocation (an assumed binding whose pod
     the watch may still show unbound); empty when it holds none."""
-    owned = cache.owner.get(key)
-    record = cache.core.jobs.get(owned[0]) if owned is not None else None
-    if record is None or owned is None:
-        return ""
-    placement = record.placements.get(owned[1])
-    return placement.node if placement is not None else ""
+    return cache.held_node(key)
 
 
 def _bound_answer(key: str, where: str, asked: str) -> Obj:

@@ -66,6 +66,7 @@ from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import BlockedBy, JobRecord
 from hetsched.scheduler.usage import Ledger, placement_usage
+from hetsched.scheduler.view import SchedulerView
 
 __all__ = ["Scheduler"]
 
@@ -127,6 +128,8 @@ class Scheduler:
         #: they sort and visit every waiting job (the reference the merge is checked
         #: against; queue sorts without lanes always use it)
         self.incremental = True
+        #: what a driver may read between calls
+        self.view = SchedulerView(self)
 
     def use_reference_cycle(self) -> None:
         """Run every cycle with the full sort over all waiting jobs (see ``incremental``):
