@@ -14,6 +14,7 @@ from hetsched.scheduler import (
     JobCancelled,
     JobSubmitted,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
     TaskCheckpointed,
     TaskFinished,
@@ -32,6 +33,7 @@ EVENTS: list[Event] = [
     NodeAdded(gpu_node("m")),
     JobSubmitted(job("e")),
     TaskCheckpointed("c", 0, 1),
+    NodeChanged("m", labels={"zone": "b"}),
 ]
 
 
@@ -44,6 +46,7 @@ def test_reports_then_cluster_then_cancellations_then_arrivals_then_ticks() -> N
         "NodeRemoved",
         "DeviceHealthChanged",
         "NodeAdded",
+        "NodeChanged",
         "JobCancelled",
         "JobSubmitted",
         "JobSubmitted",

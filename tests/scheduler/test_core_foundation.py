@@ -10,7 +10,7 @@ from builders import cpu_node, gpu_node, job
 from hetsched.cluster import ClusterState
 from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
-from hetsched.model.device import Health
+from hetsched.model.device import Health, Taint
 from hetsched.model.job import RestartPolicy
 from hetsched.model.lifecycle import JobState
 from hetsched.queueing.waiting import WaitingQueue
@@ -22,6 +22,7 @@ from hetsched.scheduler import (
     JobSubmitted,
     Kill,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
     Pending,
     Reject,
@@ -306,3 +307,20 @@ def test_every_waiting_job_has_an_explanation(replicas: int) -> None:
     )
     explanation = core.record("b").explanation
     assert explanation is not None and explanation.lines() and explanation.rejections
+
+
+def test_node_change_keeps_what_runs_and_reopens_placement() -> None:
+    # a node tainted NoSchedule keeps its task and takes no new one; untainted, the job
+    # waiting for room is tried again at once, with no capacity freed
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=2)]))
+    core.handle([JobSubmitted(job("a", gpus=1))], 0)
+    cordon = (Taint("cordoned"),)
+    actions = core.handle([NodeChanged("g0", taints=cordon), JobSubmitted(job("b", gpus=1))], 1)
+    assert not any(isinstance(a, Kill) for a in actions) and "b" not in binds(actions)
+    assert core.record("a").state is JobState.RUNNING
+    assert "taint" in str(core.record("b").explanation)
+    assert "b" in binds(core.handle([NodeChanged("g0", taints=())], 2))
+    # labels change what a node selector matches
+    core.handle([NodeChanged("g0", labels={"zone": "x"})], 3)
+    assert core.state.nodes[0].labels == {"zone": "x"}
+    assert core.state.nodes[0].taints == ()

@@ -14,7 +14,7 @@ replays that have no runs.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.keys import TaskKey
-from hetsched.model.device import SHARE_UNITS, Device, Health, Node
+from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint
 from hetsched.model.selector import AttrKey, attr_key, matches
 
 __all__ = ["AllocKey", "AllocationError", "ClusterState", "DeviceKind"]
@@ -205,6 +205,31 @@ class ClusterState:
         self._grown.append(row)
         self.version += 1
         return slot
+
+    def update_node(
+        self,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        taints: Sequence[Taint] | None = None,
+    ) -> int:
+        """Replace an active node's labels and/or taints (None keeps them); capacity,
+        devices and allocations stay. Returns its row. Placement may now accept the node
+        where it did not, so the row counts as grown."""
+        row = self.row(name)
+        if not self.active[row]:
+            raise ValueError(f"node {name} is not active")
+        old = self.nodes[row]
+        self.nodes[row] = Node(
+            old.name,
+            old.cpu_milli,
+            old.memory_mib,
+            old.devices,
+            old.labels if labels is None else labels,
+            old.taints if taints is None else tuple(taints),
+        )
+        self._grown.append(row)
+        self.version += 1
+        return row
 
     def remove_node(self, name: str) -> list[AllocKey]:
         """Take a node out of service; returns the allocation keys that were on it.

@@ -56,6 +56,7 @@ from hetsched.scheduler.events import (
     JobCancelled,
     JobSubmitted,
     NodeAdded,
+    NodeChanged,
     NodeRemoved,
     TaskCheckpointed,
     TaskFinished,
@@ -321,6 +322,9 @@ class Scheduler:
                     record.checkpoint = now
             case NodeAdded(node):
                 self.state.add_node(node)
+                self.capacity_epoch += 1
+            case NodeChanged(name, labels, taints):
+                self.state.update_node(name, labels, taints)
                 self.capacity_epoch += 1
             case NodeRemoved(name, reason):
                 keys = self.state.remove_node(name)

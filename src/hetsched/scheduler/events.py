@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hetsched.model.device import Device, Health, Node
+from hetsched.model.device import Device, Health, Node, Taint
 from hetsched.model.job import Job
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "JobCancelled",
     "JobSubmitted",
     "NodeAdded",
+    "NodeChanged",
     "NodeRemoved",
     "TaskCheckpointed",
     "TaskFinished",
@@ -93,6 +95,18 @@ class NodeRemoved:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeChanged:
+    """A node's labels or taints changed (None: unchanged); its capacity and devices did
+    not. What runs there keeps running (taints act as NoSchedule); placement sees the new
+    labels and taints from this call on, and jobs waiting for room or for a node that
+    could hold them are tried again."""
+
+    name: str
+    labels: Mapping[str, str] | None = None
+    taints: tuple[Taint, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceHealthChanged:
     """A device turned unhealthy or went away (its tasks are stopped and their jobs handled
     by each job's ``on_device_failure``), or is healthy again (capacity grows). ``reason``
@@ -128,6 +142,7 @@ Event = (
     | TaskCheckpointed
     | NodeAdded
     | NodeRemoved
+    | NodeChanged
     | DeviceHealthChanged
     | DeviceAdded
     | Tick
