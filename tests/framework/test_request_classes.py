@@ -15,6 +15,8 @@ from hetsched.cluster import ClusterState
 from hetsched.framework import CycleContext, Framework, parse_profile, runtime
 from hetsched.model.device import Health
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.plugins import fit
+from hetsched.plugins.fit import free_choice_fits
 
 PROFILES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -78,6 +80,15 @@ def assert_fresh(framework: Framework, ctx: CycleContext) -> None:
     if rows.size:
         expected[rows] = framework.scores(ctx, rows)
     assert entry.total.tobytes() == expected.tobytes()
+    # the fit filter's per-choice masks, kept per state, agree with a pass over every row
+    for device_request in ctx.request.devices:
+        for choice in device_request.choices:
+            kept = free_choice_fits(ctx.state, choice)
+            fresh = (
+                (ctx.state.device_mask(choice.device_class, choice.selector))
+                & (ctx.state.dev_free >= (1000 if choice.whole else choice.share))
+            ).sum(axis=1) >= choice.count
+            assert (kept == fresh).all()
 
 
 @pytest.mark.parametrize("by_rows", [True, False])
@@ -89,6 +100,7 @@ def test_cached_classes_place_as_a_fresh_pass_does(
     otherwise be refilled whole at almost every change)."""
     if by_rows:
         monkeypatch.setattr(runtime, "_REFRESH_WHOLE", 1.0)
+        monkeypatch.setattr(fit, "_REFRESH_WHOLE", 1.0)
     spec = parse_profile(PROFILES[profile])
     # the CEL library raises the recursion limit on its first compile: not inside hypothesis
     ClusterState(cluster()).device_mask("gpu", 'device.attributes["model"] == "A100"')

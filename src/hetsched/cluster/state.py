@@ -14,6 +14,7 @@ replays that have no runs.
 from __future__ import annotations
 
 import copy
+from array import array
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -93,10 +94,13 @@ class ClusterState:
         #: order; with ``growth_mark`` a caller asks "which rows grew since then"
         self._grown: list[int] = []
         self._grown_base = 0
-        #: counts allocations and releases; ``row_tick[row]`` is the count at the row's last
-        #: one, so a cache of per-row values knows which rows changed since it was filled
+        #: counts allocations and releases, so a cache of per-row values knows which rows
+        #: changed since it was filled: ``row_tick`` is the count at each row's last change,
+        #: and the log the rows of the latest changes, in order (for a cache a few behind)
         self.tick = 0
         self.row_tick: IntArray = np.zeros(0, np.int64)
+        self._touch_log = array("q")
+        self._touch_base = 0
         #: oversubscription for best-effort work (the profile's ``overcommit``): per node,
         #: free CPU and memory beyond the capacity that only best-effort allocations take,
         #: first, before the capacity guaranteed work sees; (factor - 1) x capacity in all
@@ -438,11 +442,22 @@ class ClusterState:
     def _touched(self, row: int) -> None:
         self.tick += 1
         self.row_tick[row] = self.tick
+        log = self._touch_log
+        log.append(row)
+        if len(log) >= 2 * _TOUCH_LOG:
+            del log[:_TOUCH_LOG]
+            self._touch_base += _TOUCH_LOG
 
     def changed_since(self, tick: int) -> IntArray:
         """Rows allocated on or released from since ``tick`` (a value of ``self.tick``).
-        Changes of topology and health bump ``version`` instead."""
-        return np.flatnonzero(self.row_tick > tick)
+        Changes of topology and health bump ``version`` instead.
+
+        A few changes back, read from the log (a row may repeat); further back, from the
+        rows' ticks (each row once, in row order)."""
+        start = tick - self._touch_base
+        if start >= 0 and self.tick - tick <= _TOUCH_LOG:
+            return np.frombuffer(self._touch_log[start:], dtype=np.int64)
+        return (self.row_tick > tick).nonzero()[0]
 
     def growth_mark(self) -> int:
         """A position in the growth log, for ``grown_since``."""
@@ -484,6 +499,8 @@ class ClusterState:
         other.dev_free_total = self.dev_free_total.copy()
         other.dev_whole_free = self.dev_whole_free.copy()
         other.row_tick = self.row_tick.copy()
+        other._touch_log = array("q")
+        other._touch_base = self.tick
         other.allocations = dict(self.allocations)
         other._grown = []
         other._grown_base = self.growth_mark()
@@ -503,6 +520,10 @@ class ClusterState:
 
     def free_share(self, device_id: str) -> int:
         return int(self.dev_free[self._device(device_id)])
+
+
+#: how many changes back ``changed_since`` reads the log rather than every row's tick
+_TOUCH_LOG = 64
 
 
 def _slack(capacity: IntArray, factor: float) -> IntArray:

@@ -100,7 +100,7 @@ class NodeRejections:
 #: classes are dropped past it)
 CLASS_CACHE_BYTES = 64 << 20
 #: past this fraction of rows changed, a class is recomputed whole (cheaper than by rows)
-_REFRESH_WHOLE = 0.25
+_REFRESH_WHOLE = 0.1
 
 
 @dataclass(slots=True, eq=False)
@@ -152,6 +152,9 @@ class Framework:
         self.permits: list[PermitPlugin] = [build(r) for r in spec.permit]
         self.post_filters: list[PostFilterPlugin] = [build(r) for r in spec.post_filter]
         self.binders: list[BindPlugin] = [build(r) for r in spec.bind]
+        self._plain = (
+            len(self.scorers) == 1 and self.scorers[0][1] == 1.0 and not self._normalizes[0]
+        )
         choosers = [p for p, _ in self.scorers if isinstance(p, ChoosesDevices)]
         self._chooser: ChoosesDevices | None = choosers[0] if choosers else None
         self._rng = np.random.default_rng(seed)
@@ -208,6 +211,13 @@ class Framework:
         return mask
 
     def scores(self, ctx: CycleContext, rows: IntArray) -> np.ndarray[Any, np.dtype[np.float64]]:
+        if self._plain:
+            # one scorer of weight 1: its scores are the total (0 + 1 * x is x)
+            plugin = self.scorers[0][0]
+            try:
+                return np.asarray(plugin.score(ctx, rows), np.float64)
+            except Exception as exc:
+                raise PluginError.of(plugin.name, exc) from exc
         total = np.zeros(len(rows), np.float64)
         for (plugin, weight), normalizes in zip(self.scorers, self._normalizes, strict=True):
             try:
@@ -226,7 +236,7 @@ class Framework:
         """
         if candidates is None and self.classes_cached:
             return self._select_classed(ctx)
-        rows = np.flatnonzero(self.feasible(ctx, candidates))
+        rows = self.feasible(ctx, candidates).nonzero()[0]
         if rows.size == 0:
             return None
         total = self.scores(ctx, rows)
@@ -250,7 +260,7 @@ class Framework:
         rank = self._ranks(len(ctx.state))
         top = float(total.max(initial=-np.inf))
         while top > -np.inf:
-            best = np.flatnonzero(total >= top - 1e-9)
+            best = (total >= top - 1e-9).nonzero()[0]
             row = int(best[np.argmin(rank[best])]) if rank.size else int(best[0])
             placement = self._placement(ctx, row)
             if placement is not None:
@@ -281,7 +291,7 @@ class Framework:
         entry = classes.get(key)
         if entry is None or entry.version != state.version or entry.total.size != len(state):
             entry = classes[key] = _Class(state.tick, state.version, np.full(len(state), -np.inf))
-            self._rescore(ctx, entry.total, np.flatnonzero(self.feasible(ctx)))
+            self._rescore(ctx, entry.total, self.feasible(ctx).nonzero()[0])
             budget = CLASS_CACHE_BYTES // max(1, 8 * len(state))
             while len(classes) > max(1, budget):
                 classes.popitem(last=False)
@@ -290,7 +300,7 @@ class Framework:
         changed = state.changed_since(entry.tick)
         if changed.size > _REFRESH_WHOLE * len(state):
             entry.total.fill(-np.inf)
-            self._rescore(ctx, entry.total, np.flatnonzero(self.feasible(ctx)))
+            self._rescore(ctx, entry.total, self.feasible(ctx).nonzero()[0])
         elif changed.size:
             entry.total[changed] = -np.inf
             self._rescore(
@@ -307,14 +317,17 @@ class Framework:
 
     def _feasible_rows(self, ctx: CycleContext, rows: IntArray) -> IntArray:
         """The ``rows`` that pass every filter, row by row where a filter can
-        (``filter_rows``), else through its mask."""
+        (``filter_rows``, which answers None when every row passes), else through its
+        mask."""
         for plugin in self.filters:
             if not rows.size:
                 break
             by_rows = getattr(plugin, "filter_rows", None)
             try:
                 if by_rows is not None:
-                    rows = rows[by_rows(ctx, rows)]
+                    verdict = by_rows(ctx, rows)
+                    if verdict is not None:
+                        rows = rows[verdict]
                 else:
                     candidates = np.zeros(len(ctx.state), np.bool_)
                     candidates[rows] = True

@@ -16,6 +16,7 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
+from hetsched.model.job import TaskRequest
 from hetsched.plugins._resources import demand, scale
 
 __all__ = ["BestFit", "BestFitArgs", "BestFitScoreArgs", "DimensionWeights"]
@@ -59,15 +60,30 @@ class BestFit:
         self._weights = args.weights.vector()
         self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate
 
+    def _coefficients(self, ctx: CycleContext) -> tuple[float, float, float, float]:
+        """Per-dimension weights over the largest node's capacity, and the task's weighted
+        demand: the same for every row of one cluster version and request (kept in the
+        state's memo, which a topology change clears)."""
+        state = ctx.state
+        cached: dict[TaskRequest, tuple[float, float, float, float]] = state.memo(
+            ("bestfit", id(self)), dict
+        )
+        found = cached.get(ctx.request)
+        if found is None:
+            coef = self._weights / scale(state)
+            found = (float(coef[0]), float(coef[1]), float(coef[2]), float(demand(ctx) @ coef))
+            cached[ctx.request] = found
+        return found
+
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
         # (free - demand) / scale @ w, written out per dimension: a matrix product may
         # round a row differently depending on the rows around it
-        coef = self._weights / scale(ctx.state)
+        cpu, mem, devices, offset = self._coefficients(ctx)
         state = ctx.state
         leftover = (
-            state.cpu_free[rows] * coef[0]
-            + state.mem_free[rows] * coef[1]
-            + state.dev_free_total[rows] * coef[2]
-        ) - float(demand(ctx) @ coef)
+            state.cpu_free[rows] * cpu
+            + state.mem_free[rows] * mem
+            + state.dev_free_total[rows] * devices
+        ) - offset
         score = 100.0 * (1.0 - leftover)
         return np.asarray(np.floor(score + 1e-9) if self._truncate else score, np.float64)

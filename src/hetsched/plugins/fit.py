@@ -11,6 +11,9 @@ also counts the nodes' oversubscription slack (the profile's ``overcommit``).
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 import numpy as np
 from pydantic import BaseModel
 
@@ -23,16 +26,69 @@ from hetsched.framework.status import Status
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import DeviceChoice, DeviceRequest, TaskRequest
 
-__all__ = ["Fit", "choice_fits", "fit_mask", "fit_rows", "request_fits"]
+__all__ = ["Fit", "choice_fits", "fit_mask", "fit_rows", "free_choice_fits", "request_fits"]
 
 
 def choice_fits(state: ClusterState, choice: DeviceChoice, dev_free: SlotArray) -> BoolArray:
-    """Nodes with at least ``choice.count`` eligible devices holding the needed free share."""
+    """Nodes with at least ``choice.count`` eligible devices holding the needed free share.
+    On the state's own free shares the answer comes from :func:`free_choice_fits`."""
+    if dev_free is state.dev_free:
+        return free_choice_fits(state, choice)
+    return _choice_fits(state, choice, dev_free, None)
+
+
+def _choice_fits(
+    state: ClusterState, choice: DeviceChoice, dev_free: SlotArray, rows: IntArray | None
+) -> BoolArray:
     eligible = state.device_mask(choice.device_class, choice.selector)
+    if rows is not None:
+        eligible, dev_free = eligible[rows], dev_free[rows]
     need = SHARE_UNITS if choice.whole else choice.share
     # a uint8 view summed per row: several times faster than count_nonzero(axis=1)
     fitting = (eligible & (dev_free >= need)).view(np.uint8).sum(axis=1, dtype=np.int16)
     return np.asarray(fitting >= choice.count)
+
+
+@dataclass(slots=True, eq=False)
+class _Fits:
+    tick: int
+    version: int
+    mask: BoolArray
+
+
+#: per cluster state, per device choice: where it fits now (see free_choice_fits)
+_FREE_FITS: weakref.WeakKeyDictionary[ClusterState, dict[DeviceChoice, _Fits]] = (
+    weakref.WeakKeyDictionary()
+)
+#: past this fraction of rows changed, a choice's mask is recomputed whole
+_REFRESH_WHOLE = 0.1
+
+
+def free_choice_fits(state: ClusterState, choice: DeviceChoice) -> BoolArray:
+    """:func:`choice_fits` on the state's free shares, kept per state and device choice and
+    brought up to date on the rows allocated on or released from since (a cluster sees few
+    distinct device choices, and each placement changes one or two rows). Read-only."""
+    per_state = _FREE_FITS.get(state)
+    if per_state is None:
+        per_state = _FREE_FITS[state] = {}
+    entry = per_state.get(choice)
+    if entry is None or entry.version != state.version or entry.mask.size != len(state):
+        entry = per_state[choice] = _Fits(state.tick, state.version, np.zeros(0, np.bool_))
+        changed = None
+    else:
+        changed = state.changed_since(entry.tick)
+        if not changed.size:
+            return entry.mask
+        if changed.size > _REFRESH_WHOLE * len(state):
+            changed = None
+    if changed is None:
+        entry.mask = _choice_fits(state, choice, state.dev_free, None)
+    else:
+        entry.mask.flags.writeable = True
+        entry.mask[changed] = _choice_fits(state, choice, state.dev_free, changed)
+    entry.mask.flags.writeable = False
+    entry.tick = state.tick
+    return entry.mask
 
 
 def request_fits(state: ClusterState, request: DeviceRequest, dev_free: SlotArray) -> BoolArray:
@@ -63,16 +119,11 @@ def fit_rows(
     if best_effort:
         cpu, mem = cpu + state.cpu_slack[rows], mem + state.mem_slack[rows]
     mask = (cpu >= request.cpu_milli) & (mem >= request.memory_mib) & state.active[rows]
-    if request.devices and mask.any():
-        free = state.dev_free[rows]
-        for device_request in request.devices:
-            fits = np.zeros(len(rows), np.bool_)
-            for choice in device_request.choices:
-                eligible = state.device_mask(choice.device_class, choice.selector)[rows]
-                need = SHARE_UNITS if choice.whole else choice.share
-                fitting = (eligible & (free >= need)).view(np.uint8).sum(axis=1, dtype=np.int16)
-                fits |= fitting >= choice.count
-            mask &= fits
+    for device_request in request.devices:
+        fits = _choice_fits(state, device_request.choices[0], state.dev_free, rows)
+        for choice in device_request.choices[1:]:
+            fits = fits | _choice_fits(state, choice, state.dev_free, rows)
+        mask &= fits
     return mask
 
 

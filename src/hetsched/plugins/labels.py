@@ -45,7 +45,9 @@ class NodeSelector:
             mask = mask & label_mask(ctx.state, key, value)
         return mask
 
-    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray:
+    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray | None:
+        if not ctx.request.node_selector:
+            return None
         mask = np.ones(len(rows), np.bool_)
         for key, value in ctx.request.node_selector.items():
             mask &= label_mask(ctx.state, key, value)[rows]

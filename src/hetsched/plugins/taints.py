@@ -55,8 +55,13 @@ class Taints:
     def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
         return candidates & ~untolerated_mask(ctx.state, ctx.request.tolerations)
 
-    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray:
-        return ~untolerated_mask(ctx.state, ctx.request.tolerations)[rows]
+    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray | None:
+        state, tolerations = ctx.state, ctx.request.tolerations
+        if not state.memo(
+            ("taints.any", tolerations), lambda: bool(untolerated_mask(state, tolerations).any())
+        ):
+            return None
+        return ~untolerated_mask(state, tolerations)[rows]
 
     def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
         return [("untolerated taint", untolerated_mask(ctx.state, ctx.request.tolerations))]
