@@ -298,7 +298,7 @@ def test_target_workload_is_the_jobs_shapes(
     core = Scheduler(ClusterState())
     core.handle([NodeAdded(node)], now=0.0)
     core.handle([JobSubmitted(j) for j in jobs], now=1.0)
-    target = target_workload(core, "gpu")
+    target = target_workload(core.view, "gpu")
     got = [
         (c.cpu_milli, c.count, c.share, round(float(w), 6))
         for c, w in zip(target.classes, target.weight, strict=True)
@@ -313,9 +313,9 @@ def test_queue_wait_is_observed_once_per_start() -> None:
     metrics = LoopMetrics()
     actions = core.handle([JobSubmitted(_gpu_job("a", 1))], now=5.0)
     assert any(isinstance(a, Bind) for a in actions)
-    metrics.observe_turn(core, actions, 5.0, 0.001)
+    metrics.observe_turn(actions, 0.001, lambda _job: "default", pending=0)
     later = core.handle([JobSubmitted(_gpu_job("b", 1))], now=7.0)
-    metrics.observe_turn(core, later, 7.0, 0.001)
+    metrics.observe_turn(later, 0.001, lambda _job: "default", pending=1)
     registry = metrics.registry
     assert registry.get_sample_value("hetsched_queue_wait_seconds_count", {"queue": "default"}) == 1
     assert (

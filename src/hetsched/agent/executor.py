@@ -32,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from hetsched.cluster.placement import Placement
+from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
 __all__ = [
@@ -56,7 +57,9 @@ _START_TOLERANCE_S = 0.05
 
 
 def task_key(job_id: str, task: int, run: int) -> str:
-    return f"{job_id}/{task}#{run}"
+    """The executor's key of a task: the string form of its TaskKey (what its process
+    carries in ``HETSCHED_TASK_KEY``)."""
+    return str(TaskKey(job_id, task, run))
 
 
 @dataclass(slots=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["DeviceShare", "Placement"]
 
@@ -31,3 +33,13 @@ class Placement:
             "memory_mib": self.memory_mib,
             "devices": [{"id": d.device_id, "share": d.share} for d in self.devices],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Placement:
+        """The placement :meth:`to_dict` wrote (as a store keeps it)."""
+        return cls(
+            str(data["node"]),
+            int(data["cpu_milli"]),
+            int(data["memory_mib"]),
+            tuple(DeviceShare(str(d["id"]), int(d["share"])) for d in data.get("devices", [])),
+        )

@@ -97,6 +97,18 @@ class SchedulerView:
             out.append(view)
         return out
 
+    def live_jobs(self) -> list[Job]:
+        """The jobs not in a terminal state, in arrival order (cheap: no copies)."""
+        return [record.job for record in self._core.active_jobs()]
+
+    def running_placements(self) -> dict[tuple[str, int], Placement]:
+        """(job, task) -> placement of every running task."""
+        return {
+            (record.id, task): placement
+            for record in self._core.active_jobs()
+            for task, placement in record.placements.items()
+        }
+
     def counts(self) -> tuple[Counter[str], int]:
         """Pending jobs per queue, and running jobs (cheap: no copies)."""
         pending: Counter[str] = Counter()

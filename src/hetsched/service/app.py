@@ -15,7 +15,6 @@ Rules every route follows:
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,13 +26,10 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hetsched.agent.executor import Executor
 from hetsched.service import metrics, ui
-from hetsched.service.auth import Authenticator, RateLimiter
-from hetsched.service.loop import ControlLoop
-from hetsched.service.queues import QueuesSpec
-from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES, Feasibility
-from hetsched.service.store import Principal, Store
+from hetsched.service.context import Service
+from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
+from hetsched.service.store import Principal
 from hetsched.service.submit import submit_batch, submit_one
 
 __all__ = ["MAX_LOG_OFFSET", "Service", "create_app"]
@@ -41,26 +37,6 @@ __all__ = ["MAX_LOG_OFFSET", "Service", "create_app"]
 _MAX_LOG_CHUNK = 1 << 20
 #: the largest log offset a request may name: 2^53 - 1, exact in every JSON client
 MAX_LOG_OFFSET = (1 << 53) - 1
-
-
-@dataclass
-class Service:
-    """Everything the routes need, built by the server (or a test)."""
-
-    store: Store
-    loop: ControlLoop
-    executor: Executor
-    queues: QueuesSpec
-    feasibility: Feasibility
-    auth: Authenticator
-    limiter: RateLimiter
-    auth_failures: RateLimiter
-    #: hetsched users that have an OS account, when jobs run as mapped users
-    mapped_users: frozenset[str] | None = None
-    #: serve ``/metrics`` without a token (``--metrics-public``)
-    metrics_public: bool = False
-    #: serve ``/docs``, ``/redoc`` and ``/openapi.json`` without a token (``--public-docs``)
-    docs_public: bool = False
 
 
 class _BodyLimit:

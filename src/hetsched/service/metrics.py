@@ -2,7 +2,8 @@
 
 Two kinds of metric live here (the names are listed in docs/observability.md):
 
-- *events*, counted by the reconcile loop as they happen (:class:`LoopMetrics`): scheduling
+- *events*, counted by the reconcile loop as they happen (:class:`LoopMetrics`, in
+  service/loopmetrics.py): scheduling
   attempts, cycle latency, queue wait at bind, preemptions, loop turns and failures;
 - *state*, computed when Prometheus scrapes (:class:`ServiceCollector`): jobs by queue and
   state, the oldest pending job per queue, allocation, health and fragmentation of the
@@ -22,35 +23,25 @@ used devices. Per model, the measure sees only that model's devices.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter as Tally
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expected_frag
+from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS
-from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import Action, Bind, Preempt, Reject, Scheduler
+from hetsched.scheduler.view import SchedulerView
+from hetsched.service.context import Service
+from hetsched.service.loopmetrics import History, LoopMetrics, Sample
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
-
-    from hetsched.service.app import Service
 
 __all__ = [
     "CONTENT_TYPE",
@@ -145,198 +136,20 @@ def _parts(service: Service) -> list[object]:
     return found
 
 
-# -- history for the dashboard -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """The cluster at one moment: allocated and measured share per device class (0..1),
-    jobs waiting per queue, jobs running."""
-
-    time: float
-    allocation: dict[str, float]
-    utilization: dict[str, float]
-    pending: dict[str, int]
-    running: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "time": self.time,
-            "allocation": self.allocation,
-            "utilization": self.utilization,
-            "pending": self.pending,
-            "running": self.running,
-        }
-
-
-class History:
-    """A bounded ring of samples, one every ``interval_s`` at most (thread-safe)."""
-
-    def __init__(self, interval_s: float = 2.0, size: int = 1800) -> None:
-        self.interval_s = interval_s
-        self._samples: deque[Sample] = deque(maxlen=size)
-        self._guard = threading.Lock()
-
-    def due(self, now: float) -> bool:
-        with self._guard:
-            return not self._samples or now - self._samples[-1].time >= self.interval_s
-
-    def add(self, sample: Sample) -> None:
-        with self._guard:
-            self._samples.append(sample)
-
-    def since(self, after: float = 0.0) -> list[Sample]:
-        with self._guard:
-            return [s for s in self._samples if s.time > after]
-
-
-def _allocation_by_class(core: Scheduler) -> dict[str, float]:
-    """Allocated share of capacity per device class, and of CPU (``cpu``)."""
-    state = core.state
-    out: dict[str, float] = {}
-    cpu_cap = int(state.cpu_cap[state.active].sum())
-    if cpu_cap:
-        out["cpu"] = 1 - int(state.cpu_free[state.active].sum()) / cpu_cap
-    if not state.kinds:
-        return out
-    present = (state.dev_kind >= 0) & state.active[:, None]
-    for cls in state.class_names():
-        rows = [i for i, k in enumerate(state.kinds) if k.device_class == cls]
-        mask = present & np.isin(state.dev_kind, rows)
-        slots = int(mask.sum())
-        if slots:
-            used = slots * SHARE_UNITS - int(state.dev_free[mask].sum())
-            out[cls] = used / (slots * SHARE_UNITS)
-    return out
-
-
-# -- what the loop counts ----------------------------------------------------------------
-
-
-class LoopMetrics:
-    """The counters and histograms the reconcile loop updates, and the dashboard's history.
-
-    The loop calls :meth:`observe_turn` after each turn that ran the core, with the core
-    still locked, :meth:`turn_done` or :meth:`turn_failed` after every turn, and
-    :meth:`sample` now and then, with the core locked.
-    """
-
-    def __init__(self, history: History | None = None) -> None:
-        self.registry = CollectorRegistry()
-        self.history = history or History()
-        r = self.registry
-        self.attempts = Counter(
-            "hetsched_scheduling_attempts",
-            "Jobs tried by scheduling cycles, by result: scheduled (bound), unschedulable "
-            "(still waiting after the cycle), rejected, error (the turn failed).",
-            ["result"],
-            registry=r,
-        )
-        self.cycle_seconds = Histogram(
-            "hetsched_scheduling_cycle_duration_seconds",
-            "Time the core took to handle one turn's events and run its scheduling cycle.",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-            registry=r,
-        )
-        self.queue_wait = Histogram(
-            "hetsched_queue_wait_seconds",
-            "Time a job waited in its queue (since submission or requeue) until it was bound.",
-            ["queue"],
-            buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600),
-            registry=r,
-        )
-        self.preemptions = Counter(
-            "hetsched_preemptions",
-            "Jobs preempted, by the victim's queue and the kind (priority or reclaim).",
-            ["queue", "kind"],
-            registry=r,
-        )
-        self.turns = Counter("hetsched_loop_turns", "Reconcile loop turns.", registry=r)
-        self.failures = Counter(
-            "hetsched_loop_turn_failures",
-            "Reconcile loop turns that raised (the core is then rebuilt from the store).",
-            registry=r,
-        )
-        self.last_turn = Gauge(
-            "hetsched_loop_last_turn_timestamp_seconds",
-            "Unix time the reconcile loop last finished a turn; stalls show as its age.",
-            registry=r,
-        )
-        #: mean measured utilization per device class; the app points it at the agent's parts
-        self.measure: Callable[[], Mapping[str, float]] = dict
-        # the families exist from the start, so rate() and alerts see zeros, not gaps
-        for result in ("scheduled", "unschedulable", "rejected", "error"):
-            self.attempts.labels(result)
-
-    def observe_turn(
-        self, core: Scheduler, actions: Sequence[Action], now: float, seconds: float
-    ) -> None:
-        """Count one turn's decisions. Called with the core locked, right after it ran."""
-        self.cycle_seconds.observe(seconds)
-        binds = 0
-        for action in actions:
-            match action:
-                case Bind(job_id):
-                    binds += 1
-                    record = core.jobs.get(job_id)
-                    # a first bind of this run (not more tasks of a running elastic gang)
-                    if record is not None and record.started == now:
-                        self.queue_wait.labels(record.job.queue).observe(
-                            max(0.0, now - record.queued_since)
-                        )
-                case Preempt(job_id, kind=kind):
-                    record = core.jobs.get(job_id)
-                    queue = record.job.queue if record is not None else ""
-                    self.preemptions.labels(queue, kind or "priority").inc()
-                case Reject():
-                    self.attempts.labels("rejected").inc()
-        if binds:
-            self.attempts.labels("scheduled").inc(binds)
-        waiting = sum(1 for r in core.waiting() if r.state is JobState.PENDING)
-        if waiting:
-            self.attempts.labels("unschedulable").inc(waiting)
-
-    def turn_done(self, now: float) -> None:
-        self.turns.inc()
-        self.last_turn.set(now)
-
-    def turn_failed(self) -> None:
-        self.failures.inc()
-        self.attempts.labels("error").inc()
-
-    def sample(self, core: Scheduler, now: float) -> None:
-        """Add a history sample if one is due. Called with the core locked."""
-        if not self.history.due(now):
-            return
-        try:
-            measured = dict(self.measure())
-        except Exception:  # what the agent measures must never stop the loop
-            log.exception("reading measured utilization failed")
-            measured = {}
-        pending: Tally[str] = Tally()
-        running = 0
-        for record in core.active_jobs():
-            if record.state is JobState.PENDING:
-                pending[record.job.queue] += 1
-            elif record.state is JobState.RUNNING:
-                running += 1
-        self.history.add(Sample(now, _allocation_by_class(core), measured, dict(pending), running))
-
-
 # -- what a scrape computes --------------------------------------------------------------
 
 
-def target_workload(core: Scheduler, device_class: str) -> TargetWorkload:
+def target_workload(view: SchedulerView, device_class: str) -> TargetWorkload:
     """The fragmentation target for ``device_class``: see the module docstring."""
     shapes: Tally[tuple[int, int, int, str | None]] = Tally()
-    for record in core.active_jobs():
-        resources = record.job.resources
+    for job in view.live_jobs():
+        resources = job.resources
         for request in resources.devices:
             choice = request.primary
             if choice.device_class == device_class:
                 share = choice.share if choice.count == 1 else SHARE_UNITS
                 key = (resources.cpu_milli, choice.count, share, choice.selector)
-                shapes[key] += record.job.replicas
+                shapes[key] += job.replicas
                 break
     if not shapes:
         return TargetWorkload.of([TargetClass(0, 1, SHARE_UNITS, None, 1.0)])
@@ -364,14 +177,14 @@ class ServiceCollector(Collector):
         now = time.time()
         yield from self._jobs(service)
         with service.loop.lock:
-            core = service.loop.core
+            view = service.loop.view
             metrics = [
-                *self._pending_age(core, now),
-                *self._capacity(core),
-                *self._fragmentation(core),
+                *self._pending_age(view, now),
+                *self._capacity(view),
+                *self._fragmentation(view),
             ]
-            node_of = {d.id: n.name for n in core.state.nodes for d in n.devices}
-            devices_of = _task_devices(core)
+            node_of = {d.id: n.name for n in view.cluster.nodes for d in n.devices}
+            devices_of = _task_devices(view)
         yield from metrics
         yield from self._agent(service, node_of, devices_of)
 
@@ -381,13 +194,8 @@ class ServiceCollector(Collector):
             jobs.add_metric([item["queue"], item["state"]], item["count"])
         yield jobs
 
-    def _pending_age(self, core: Scheduler, now: float) -> Iterator[Metric]:
-        oldest: dict[str, float] = {}
-        for record in core.active_jobs():
-            if record.state is JobState.PENDING:
-                age = max(0.0, now - record.queued_since)
-                queue = record.job.queue
-                oldest[queue] = max(oldest.get(queue, 0.0), age)
+    def _pending_age(self, view: SchedulerView, now: float) -> Iterator[Metric]:
+        oldest = view.oldest_pending(now)
         family = _gauge(
             "hetsched_oldest_pending_job_age_seconds",
             "Per queue, how long its longest-waiting pending job has waited (since its "
@@ -398,8 +206,8 @@ class ServiceCollector(Collector):
             family.add_metric([queue], age)
         yield family
 
-    def _capacity(self, core: Scheduler) -> Iterator[Metric]:
-        state = core.state
+    def _capacity(self, view: SchedulerView) -> Iterator[Metric]:
+        state = view.cluster
         nodes = _gauge("hetsched_nodes", "Nodes by state.", ["state"])
         active = int(state.active.sum())
         nodes.add_metric(["active"], active)
@@ -450,7 +258,7 @@ class ServiceCollector(Collector):
             ratio.add_metric(list(key), used / (total * SHARE_UNITS))
         yield from (devices, unhealthy, allocated, ratio, healthy)
 
-    def _fragmentation(self, core: Scheduler) -> Iterator[Metric]:
+    def _fragmentation(self, view: SchedulerView) -> Iterator[Metric]:
         labels = ["class", "model"]
         ratio = _gauge(
             "hetsched_fragmentation_ratio",
@@ -463,9 +271,9 @@ class ServiceCollector(Collector):
             "FGD fragmentation in devices: idle share the target workload cannot use.",
             labels,
         )
-        state = core.state
+        state = view.cluster
         for cls in state.class_names():
-            target = target_workload(core, cls)
+            target = target_workload(view, cls)
             slots = state.device_mask(cls)
             elig = eligibility(state, target, cls)
             for model in state.models(cls):
@@ -555,26 +363,27 @@ class ServiceCollector(Collector):
         yield from (util, alerts, kills, memory, gpu_memory, cpu, by_model)
 
 
-def _task_devices(core: Scheduler) -> dict[tuple[str, int], list[tuple[str, str]]]:
+def _task_devices(view: SchedulerView) -> dict[tuple[str, int], list[tuple[str, str]]]:
     """(job, task) -> (class, model) of each device its running task holds."""
-    state = core.state
+    state = view.cluster
     out: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    for record in core.active_jobs():
-        for task, placement in record.placements.items():
-            kinds = []
-            for share in placement.devices:
-                device = state.device_of(share.device_id)
-                kinds.append((device.device_class, device.model))
-            if kinds:
-                out[(record.id, task)] = kinds
+    for (job_id, task), placement in view.running_placements().items():
+        kinds = []
+        for share in placement.devices:
+            device = state.device_of(share.device_id)
+            kinds.append((device.device_class, device.model))
+        if kinds:
+            out[(job_id, task)] = kinds
     return out
 
 
 def _job_task(key: str) -> tuple[str, int]:
-    """A task key ``job/task#run`` as (job, task); ("", -1) if it is not one."""
-    job, _, rest = key.rpartition("/")
-    task = rest.split("#", 1)[0]
-    return (job, int(task)) if task.isdigit() else ("", -1)
+    """An executor's task key as (job, task); ("", -1) if it is not one."""
+    try:
+        parsed = TaskKey.parse(key)
+    except ValueError:
+        return "", -1
+    return parsed.job, parsed.task
 
 
 def measured_by_class(service: Service) -> dict[str, float]:
@@ -590,7 +399,7 @@ def measured_by_class(service: Service) -> dict[str, float]:
                 if device is not None:
                     sums.setdefault(device.device_class, []).append(float(value))
         if isinstance(part, GuardLike):
-            state = service.loop.core.state
+            state = service.loop.view.cluster
             capacity = int(state.cpu_cap[state.active].sum())
             if capacity:
                 used = sum(u.cpu_milli for u in list(part.usage.values()))

@@ -26,11 +26,11 @@ from hetsched.model.device import Node
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.model.specs import load_cluster
 from hetsched.scheduler import NodeAdded, Scheduler
-from hetsched.service.app import Service, create_app
+from hetsched.service.app import create_app
 from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.context import Service
 from hetsched.service.loop import ControlLoop
 from hetsched.service.queues import load_queues
-from hetsched.service.recovery import recover
 from hetsched.service.schemas import Feasibility
 from hetsched.service.store import Store
 
@@ -175,7 +175,7 @@ def build(options: Options) -> Built:
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
     warm_selectors()
-    initial = recover(loop)
+    loop.recover()
     token_file = home / "admin.token"
     admin_token = None
     if not store.has_admin_token():
@@ -196,7 +196,7 @@ def build(options: Options) -> Built:
         metrics_public=options.metrics_public,
         docs_public=options.docs_public,
     )
-    loop.start(initial)
+    loop.start()
     watcher.start()
     return Built(service, create_app(service), admin_token, token_file)
 

@@ -27,6 +27,7 @@ from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
 from hetsched.service.tables import allocations, jobs, tasks, tokens, transitions
+from hetsched.service.turnstore import TurnRecords
 
 __all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
@@ -124,7 +125,7 @@ def _pending_row(
     }
 
 
-class Store:
+class Store(TurnRecords):
     """Typed access to the tables. Thread-safe; every write commits before returning."""
 
     def __init__(self, url: str, sync: str = "FULL") -> None:

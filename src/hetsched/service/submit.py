@@ -32,7 +32,7 @@ from hetsched.service.schemas import (
 from hetsched.service.store import Conflict, NewJob, Principal
 
 if TYPE_CHECKING:
-    from hetsched.service.app import Service
+    from hetsched.service.context import Service
 
 __all__ = ["canonical_digest", "submit_batch", "submit_one"]
 

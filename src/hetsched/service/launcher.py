@@ -1,0 +1,196 @@
+"""The launcher: the processes of ``hetsched up``'s tasks.
+
+It starts and signals tasks as a committed :class:`~hetsched.service.planner.TurnPlan`
+says, reports their exits, and runs the overcommit guard over them. It knows each job's
+spec (command, environment, working directory) and its owner's OS account; it never reads
+the scheduling core.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from hetsched.agent.executor import Executor, RunAs, TaskExit, local_indices, task_key
+from hetsched.agent.guard import Alert, Guard, Watched
+from hetsched.cluster.placement import Placement
+from hetsched.drivers import Start, Stop
+from hetsched.keys import TaskKey
+from hetsched.model.device import Device, Node
+from hetsched.model.job import Job
+from hetsched.scheduler import DeviceAdded, Event
+from hetsched.service.schemas import SubmitSpec
+
+__all__ = ["Launched", "Launcher"]
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A task whose process was spawned: what the store records for it."""
+
+    key: TaskKey
+    pid: int
+    pid_started: float
+    at: float
+
+
+class Launcher:
+    """Runs tasks through the process ``executor`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        nodes: Sequence[Node],
+        run_as: dict[str, RunAs] | None = None,
+        guard: Guard | None = None,
+    ) -> None:
+        self.executor = executor
+        self.run_as = run_as
+        self.guard = guard
+        self.devices: dict[str, Device] = {d.id: d for n in nodes for d in n.devices}
+        self.device_indices: dict[str, int] = {}
+        for node in nodes:
+            self.device_indices.update(local_indices(node.devices))
+        #: job id -> its job and spec, while it may run
+        self.jobs: dict[str, tuple[Job, SubmitSpec]] = {}
+        #: executor key -> why the guard killed that task, until its exit is reported
+        self._guard_kills: dict[str, str] = {}
+        self._guard_at = 0.0
+
+    def know(self, job: Job, spec: SubmitSpec) -> None:
+        """A job whose tasks may be started (submitted, or taken back by recovery)."""
+        self.jobs[job.id] = (job, spec)
+
+    def forget(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+
+    def device_event(self, event: Event) -> Event:
+        """Note a hot-plugged device (its id, its index among the node's devices of its
+        class and vendor) before the core sees it."""
+        if isinstance(event, DeviceAdded) and event.device.id not in self.devices:
+            device = event.device
+            prefix = f"{event.node_name}/"
+            self.device_indices[device.id] = sum(
+                1
+                for d in self.devices.values()
+                if d.id.startswith(prefix)
+                and d.device_class == device.device_class
+                and d.vendor.lower() == device.vendor.lower()
+            )
+            self.devices[device.id] = device
+        return event
+
+    # -- what a committed plan says --------------------------------------------------------
+
+    def launch(self, starts: Sequence[Start]) -> tuple[list[Launched], list[TaskExit]]:
+        """Spawn each task; returns those spawned, and the exits of those that could not
+        start (reported as failed in the next turn)."""
+        launched: list[Launched] = []
+        failed: list[TaskExit] = []
+        for start in starts:
+            key = start.key
+            problem, run_as = self._account(key.job)
+            if problem is None:
+                try:
+                    handle = self._spawn(start, run_as)
+                except OSError as exc:
+                    problem = f"cannot start: {exc}"
+                else:
+                    launched.append(Launched(key, handle[0], handle[1], time.time()))
+                    continue
+            failed.append(TaskExit(key.job, key.task, key.run, None, False, problem))
+        return launched, failed
+
+    def _account(self, job_id: str) -> tuple[str | None, RunAs | None]:
+        """Why a task of the job cannot start, or the OS account it runs as."""
+        known = self.jobs.get(job_id)
+        if known is None:
+            return "no spec", None
+        if self.run_as is None:
+            return None, None
+        user = known[0].user
+        account = self.run_as.get(user)
+        if account is None:
+            return f"no OS account mapped for user {user}", None
+        return None, account
+
+    def _spawn(self, start: Start, run_as: RunAs | None) -> tuple[int, float]:
+        job, spec = self.jobs[start.key.job]
+        placement = start.placement
+        devices = [
+            (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
+            for d in placement.devices
+        ]
+        handle = self.executor.start(
+            job.id,
+            start.key.task,
+            start.key.run,
+            placement,
+            devices,
+            spec.command,
+            spec.env,
+            spec.workdir,
+            job.max_runtime_s,
+            run_as,
+        )
+        return handle.pid, handle.pid_started
+
+    def signal(self, stops: Sequence[Stop], now: float) -> list[TaskExit]:
+        """SIGTERM each task (SIGKILL after its grace); returns the exits of tasks with no
+        process (never started, or ended meanwhile): they are stopped at once."""
+        gone: list[TaskExit] = []
+        for stop in stops:
+            key = stop.key
+            if not self.executor.stop(str(key), stop.grace_s, now):
+                reason = "stopped before it ran"
+                gone.append(TaskExit(key.job, key.task, key.run, None, True, reason))
+        return gone
+
+    def poll(self, now: float) -> list[TaskExit]:
+        """Tasks that ended since the last poll (a guard kill says so in its reason)."""
+        out: list[TaskExit] = []
+        for exit_ in self.executor.poll(now):
+            why = self._guard_kills.pop(task_key(exit_.job_id, exit_.task, exit_.run), None)
+            if why is not None and not exit_.stopped:
+                exit_ = replace(exit_, reason=f"killed by the overcommit guard: {why}")
+            out.append(exit_)
+        return out
+
+    # -- the overcommit guard --------------------------------------------------------------
+
+    def guard_round(self, now: float, running: Mapping[TaskKey, Placement]) -> list[Alert]:
+        """Every ``guard.spec.interval_s``: measure the ``running`` tasks against their
+        requests and kill what the guard names (a best-effort task, by the profile's
+        policy); its exit is reported later as a failure with the guard's reason. Returns
+        the alerts raised."""
+        guard = self.guard
+        if guard is None or now - self._guard_at < guard.spec.interval_s:
+            return []
+        self._guard_at = now
+        watched: list[Watched] = []
+        for key, handle in self.executor.handles.items():
+            placement = running.get(TaskKey(handle.job_id, handle.task, handle.run))
+            known = self.jobs.get(handle.job_id)
+            if placement is None or known is None or handle.stopping:
+                continue
+            watched.append(
+                Watched(
+                    key,
+                    handle.job_id,
+                    handle.task,
+                    handle.run,
+                    placement.node,
+                    handle.pid,
+                    placement.memory_mib,
+                    placement.cpu_milli,
+                    known[0].best_effort,
+                )
+            )
+        alerts = guard.check(watched, now)
+        for alert in alerts:
+            victim = self.executor.handles.get(alert.killed) if alert.killed else None
+            if victim is not None:
+                self._guard_kills[alert.killed] = alert.message
+                self.executor.kill_now(victim.pid)
+        return alerts

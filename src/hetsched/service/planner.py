@@ -1,0 +1,121 @@
+"""The turn planner: what one turn of ``hetsched up`` decides, with no I/O.
+
+Events in (the API's submissions and cancellations, device changes, the tasks' exits),
+decisions out (a :class:`TurnPlan`): the core's actions carried out by the shared
+interpreter into tasks to start and tasks to stop, and what the store must record about
+jobs. The reconcile loop commits a plan before it launches or signals anything, so a crash
+in between leaves a store that recovery can read.
+
+The planner owns the core and the interpreter; it reads the core only through its actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hetsched.agent.executor import TaskExit
+from hetsched.cluster.placement import Placement
+from hetsched.drivers import Exit, Interpreter, Observer, Start, Stop, in_order
+from hetsched.keys import TaskKey
+from hetsched.model.lifecycle import JobState
+from hetsched.scheduler import (
+    Action,
+    Event,
+    JobTransition,
+    Pending,
+    Preempt,
+    Scheduler,
+    Tick,
+)
+
+__all__ = ["TurnPlan", "TurnPlanner", "exit_of"]
+
+
+@dataclass(slots=True)
+class TurnPlan:
+    """What one turn decided, in the order the core decided it."""
+
+    now: float
+    actions: list[Action] = field(default_factory=list)
+    #: tasks to launch once the plan is committed
+    starts: list[Start] = field(default_factory=list)
+    #: tasks to signal once the plan is committed
+    stops: list[Stop] = field(default_factory=list)
+    #: every job's changes, for its row and its history
+    transitions: list[JobTransition] = field(default_factory=list)
+    #: job id -> its newest explanation (a job that starts in the same turn has none)
+    explanations: dict[str, Pending | None] = field(default_factory=dict)
+    #: jobs preempted in this turn (once per Preempt)
+    preempted: list[str] = field(default_factory=list)
+
+
+def exit_of(exit_: TaskExit) -> Exit:
+    """A process exit as the interpreter reads it."""
+    key = TaskKey(exit_.job_id, exit_.task, exit_.run)
+    return Exit(key, exit_.exit_code == 0, exit_.reason)
+
+
+class TurnPlanner(Observer):
+    """Plans turns on ``core``; ``kill_grace_s`` is the grace a Kill gives a task."""
+
+    def __init__(self, core: Scheduler, kill_grace_s: float) -> None:
+        self.core = core
+        self.interpreter = Interpreter(_Recorder(self), self, kill_grace_s)
+        self._plan = TurnPlan(0.0)
+
+    def adopt(self, key: TaskKey, placement: Placement) -> None:
+        """A task that runs already (recovery took its job back with ``Scheduler.restore``)."""
+        self.interpreter.adopt(key, placement)
+
+    def plan(self, events: Sequence[Event], exits: Sequence[TaskExit], now: float) -> TurnPlan:
+        """Report the exits, hand the core everything in the drivers' one order (with a
+        Tick, so the time-based rules run every turn), and carry out its actions."""
+        reported: list[Event] = []
+        for exit_ in exits:
+            event = self.interpreter.report(exit_of(exit_))
+            if event is not None:
+                reported.append(event)
+        batch = in_order([*reported, *events, Tick()])
+        plan = self._plan = TurnPlan(now)
+        plan.actions = self.core.handle(batch, now)
+        self.interpreter.carry_out(plan.actions, now)
+        return plan
+
+    def running(self) -> dict[TaskKey, Placement]:
+        """Tasks started and not yet reported ended, with their placements."""
+        return dict(self.interpreter.running)
+
+    # -- the Observer: what the store records about jobs ----------------------------------
+
+    def transitioned(self, change: JobTransition) -> None:
+        self._plan.transitions.append(change)
+        if change.target is not JobState.PENDING:
+            self._plan.explanations[change.job_id] = None
+
+    def pending(self, action: Pending) -> None:
+        self._plan.explanations[action.job_id] = action
+
+    def preempted(self, action: Preempt) -> None:
+        self._plan.preempted.append(action.job_id)
+
+    # -- the executor: starts and stops wait in the plan until it is committed ------------
+
+    def started(self, tasks: Sequence[Start]) -> None:
+        self._plan.starts.extend(tasks)
+
+    def stopped(self, tasks: Sequence[Stop]) -> None:
+        self._plan.stops.extend(tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorder:
+    """The planner as the interpreter's executor: nothing is launched while planning."""
+
+    planner: TurnPlanner
+
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        self.planner.started(tasks)
+
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        self.planner.stopped(tasks)

@@ -1,0 +1,242 @@
+"""What the reconcile loop and recovery write: one transaction per turn, and the few writes
+around launching and recovering tasks. Part of :class:`~hetsched.service.store.Store`
+(which owns every SQL statement of the service); kept here so each module stays one concern.
+
+A turn's record comes from the core's actions alone (its JobTransition, Pending and Preempt
+actions, and the tasks its Binds and stops name), never from the core's books.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import Connection, and_, update
+
+from hetsched.agent.executor import TaskExit
+from hetsched.agent.guard import Alert
+from hetsched.drivers import Start
+from hetsched.model.lifecycle import TERMINAL, JobState
+from hetsched.scheduler import Change, JobTransition
+from hetsched.service.launcher import Launched
+from hetsched.service.planner import TurnPlan
+from hetsched.service.tables import allocations, jobs, tasks, transitions
+
+__all__ = ["TurnRecords", "release_allocations"]
+
+
+class TurnRecords:
+    """The loop's and recovery's writes (a part of Store, which provides ``write``)."""
+
+    def write(self) -> AbstractContextManager[Connection]:  # provided by Store
+        raise NotImplementedError
+
+    def record_turn(self, exits: Sequence[TaskExit], plan: TurnPlan) -> None:
+        """One transaction: the exits reported this turn and the allocations they free,
+        tasks asked to stop, new tasks and their allocations, preemptions, and each job's
+        transitions, state and explanation."""
+        now = plan.now
+        with self.write() as conn:
+            for exit_ in exits:
+                _record_exit(conn, exit_, now)
+            for stop in plan.stops:
+                key = stop.key
+                conn.execute(
+                    update(tasks)
+                    .where(
+                        tasks.c.job_id == key.job,
+                        tasks.c.task == key.task,
+                        tasks.c.run == key.run,
+                        tasks.c.state.in_(("starting", "running")),
+                    )
+                    .values(state="stopping")
+                )
+            _record_starts(conn, plan.starts, now)
+            for job_id in plan.preempted:
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id)
+                    .values(preemptions=jobs.c.preemptions + 1)
+                )
+            _record_jobs(conn, plan)
+
+    def record_launched(self, launched: Sequence[Launched]) -> None:
+        """The pids and start times of spawned tasks (``Launcher.launch``)."""
+        if not launched:
+            return
+        with self.write() as conn:
+            for task in launched:
+                key = task.key
+                conn.execute(
+                    update(tasks)
+                    .where(
+                        tasks.c.job_id == key.job,
+                        tasks.c.task == key.task,
+                        tasks.c.run == key.run,
+                        tasks.c.state == "starting",
+                    )
+                    .values(
+                        state="running",
+                        pid=task.pid,
+                        pid_started=task.pid_started,
+                        started_at=task.at,
+                    )
+                )
+
+    def record_alerts(self, alerts: Sequence[Alert]) -> None:
+        """An overcommit alert goes into its job's history (``hetsched why``), where the
+        job's state stays."""
+        rows = [
+            {
+                "job_id": a.job_id,
+                "time": a.time,
+                "source": "running",
+                "target": "running",
+                "cause": f"overcommit guard: {a.message}",
+            }
+            for a in alerts
+            if a.job_id
+        ]
+        if rows:
+            with self.write() as conn:
+                conn.execute(transitions.insert(), rows)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def record_task_end(
+        self, conn: Connection, row: dict[str, Any], state: str, now: float, reason: str
+    ) -> None:
+        """A task recovery found gone (or made sure is gone): it ended, what it held is free."""
+        conn.execute(
+            update(tasks)
+            .where(tasks.c.id == row["id"])
+            .values(state=state, ended_at=now, reason=reason)
+        )
+        release_allocations(conn, row["job_id"], row["task"], row["run"], now)
+
+    def record_task_exit(self, conn: Connection, exit_: TaskExit, now: float) -> None:
+        """A task that ended while the service was down (its exit file, or lost)."""
+        _record_exit(conn, exit_, now)
+
+    def record_adopted(self, conn: Connection, row: dict[str, Any], pid: int, at: float) -> None:
+        """A task spawned just before a crash, found by its key: it runs."""
+        conn.execute(
+            update(tasks)
+            .where(tasks.c.id == row["id"])
+            .values(state="running", pid=pid, pid_started=at, started_at=at)
+        )
+
+
+def release_allocations(conn: Connection, job_id: str, task: int, run: int, now: float) -> None:
+    conn.execute(
+        update(allocations)
+        .where(
+            and_(
+                allocations.c.job_id == job_id,
+                allocations.c.task == task,
+                allocations.c.run == run,
+                allocations.c.live.is_(True),
+            )
+        )
+        .values(live=None, released_at=now)
+    )
+
+
+def _record_exit(conn: Connection, exit_: TaskExit, now: float) -> None:
+    state = "stopped" if exit_.stopped else ("exited" if exit_.exit_code is not None else "lost")
+    key = (tasks.c.job_id == exit_.job_id, tasks.c.task == exit_.task, tasks.c.run == exit_.run)
+    conn.execute(
+        update(tasks)
+        .where(*key, tasks.c.ended_at.is_(None))
+        .values(state=state, ended_at=now, exit_code=exit_.exit_code, reason=exit_.reason)
+    )
+    release_allocations(conn, exit_.job_id, exit_.task, exit_.run, now)
+    if not exit_.stopped and exit_.exit_code is not None:
+        conn.execute(
+            update(jobs).where(jobs.c.id == exit_.job_id).values(exit_code=exit_.exit_code)
+        )
+
+
+def _record_starts(conn: Connection, starts: Sequence[Start], now: float) -> None:
+    for start in starts:
+        key, placement = start.key, start.placement
+        conn.execute(
+            tasks.insert().values(
+                job_id=key.job,
+                task=key.task,
+                run=key.run,
+                node=placement.node,
+                placement=placement.to_dict(),
+                state="starting",
+                bound_at=now,
+                reason="",
+            )
+        )
+        for share in placement.devices:
+            conn.execute(
+                allocations.insert().values(
+                    job_id=key.job,
+                    task=key.task,
+                    run=key.run,
+                    device_id=share.device_id,
+                    share=share.share,
+                    allocated_at=now,
+                    live=True,
+                )
+            )
+
+
+def _record_jobs(conn: Connection, plan: TurnPlan) -> None:
+    """Each job's new transitions (the submission's was written by the API), and its row as
+    they leave it; then the explanations of jobs that wait."""
+    rows: list[dict[str, Any]] = []
+    values: dict[str, dict[str, Any]] = {}
+    for change in plan.transitions:
+        if change.change is not Change.SUBMITTED:
+            rows.append(_transition_row(change))
+        values.setdefault(change.job_id, {}).update(_row_values(change))
+    if rows:
+        conn.execute(transitions.insert(), rows)
+    for job_id, pending in plan.explanations.items():
+        explained = values.setdefault(job_id, {})
+        explained["explanation"] = None if pending is None else pending.explanation.to_dict()
+    for job_id, changed in values.items():
+        first = changed.pop("first_started_at", None)
+        if changed:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changed))
+        if first is not None:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.first_started_at.is_(None))
+                .values(first_started_at=first)
+            )
+
+
+def _transition_row(change: JobTransition) -> dict[str, Any]:
+    return {
+        "job_id": change.job_id,
+        "time": change.time,
+        "source": None if change.source is None else change.source.value,
+        "target": change.target.value,
+        "cause": change.cause,
+    }
+
+
+def _row_values(change: JobTransition) -> dict[str, Any]:
+    """What the job's row says after ``change``."""
+    if change.change is Change.SUBMITTED:
+        return {}
+    out: dict[str, Any] = {
+        "state": change.target.value,
+        "reason": change.cause,
+        "run": change.run,
+        "restarts": change.restarts,
+    }
+    if change.target is JobState.RUNNING:
+        out.update(started_at=change.time, first_started_at=change.time, explanation=None)
+    elif change.target is JobState.PENDING:
+        out["started_at"] = None
+    elif change.target in TERMINAL:
+        out.update(ended_at=change.time, explanation=None)
+    return out
