@@ -92,6 +92,20 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
         None,
         {"none": 401, "bad": 401, "alice": 202, "bob": 404, "admin": 202},
     ),
+    # a federation's lease: admin only (a user could otherwise keep a lapsed lease alive)
+    (
+        "POST",
+        "/v1/federation/lease",
+        {"federation": "fed", "lease_s": 10.0},
+        {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 200},
+    ),
+    # what-if: capacity only, like /v1/nodes
+    (
+        "POST",
+        "/v1/whatif",
+        {"jobs": [job_body(name="x")]},
+        {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200},
+    ),
     ("GET", "/v1/nodes", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     ("GET", "/v1/queues", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     (

@@ -36,6 +36,7 @@ from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
 __all__ = [
+    "FENCED_EXIT",
     "Executor",
     "RunAs",
     "TaskExit",
@@ -52,6 +53,23 @@ __all__ = [
 #: ``>&0``; the command gets /dev/null), so a job running as another OS user needs no access
 #: to the service's home.
 _WRAPPER = 'trap : TERM INT HUP; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
+#: The wrapper of a task fenced by a federation's lease (``service/fencing.py``): ``$1`` is
+#: the lease file, whose first line is the expiry in whole wall-clock seconds, ``$2`` the
+#: backstop. It never starts the command at or after the expiry (exit 125), and a watchdog
+#: in the task's group kills the whole group once ``expiry + backstop`` has passed, whether
+#: or not the service is alive to do it.
+_FENCED_WRAPPER = (
+    "trap : TERM INT HUP; f=$1; b=$2; shift 2; "
+    'x() { e=0; read -r e < "$f" 2>/dev/null; [ "$(date +%s)" -ge "$((e + $1))" ]; }; '
+    'if x 0; then echo "hetsched: fenced: the lease in $f has expired" >&2; '
+    "echo 125 >&0; exit 125; fi; "
+    '( while sleep 1; do if x "$b"; then '
+    'echo "hetsched: fenced: the lease in $f expired; stopping the task" >&2; '
+    "kill -KILL 0; fi; done ) </dev/null & w=$!; "
+    '"$@" </dev/null; c=$?; kill "$w" 2>/dev/null; echo "$c" >&0; exit "$c"'
+)
+#: the exit status of a fenced task that was not started (its lease had expired)
+FENCED_EXIT = 125
 #: how closely a recorded start time must match a live process's to adopt it (seconds)
 _START_TOLERANCE_S = 0.05
 
@@ -156,6 +174,8 @@ class Executor:
     instance: str
     kill_grace_s: float = 5.0
     handles: dict[str, TaskHandle] = field(default_factory=dict)
+    #: seconds after a fenced task's lease expiry at which its own watchdog kills it
+    fence_backstop_s: int = 7
 
     def job_dir(self, job_id: str) -> Path:
         return self.home / "jobs" / job_id
@@ -180,8 +200,10 @@ class Executor:
         workdir: str | None,
         max_runtime_s: float | None,
         run_as: RunAs | None = None,
+        fence: Path | None = None,
     ) -> TaskHandle:
-        """Spawn the task's process; raises OSError if it cannot be started."""
+        """Spawn the task's process; raises OSError if it cannot be started. With
+        ``fence`` (a federation's lease file) the task runs only while that lease is live."""
         directory = self.job_dir(job_id)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         exit_file = self.exit_file(job_id, task, run)
@@ -212,8 +234,12 @@ class Executor:
             if run_as is not None and workdir is None:
                 # the home is private to the service: start in the account's own home
                 cwd = _home_of(run_as.uid)
+            wrapper = ["/bin/sh", "-c", _WRAPPER, "hetsched-task"]
+            if fence is not None:
+                fenced = [str(fence), str(self.fence_backstop_s)]
+                wrapper = ["/bin/sh", "-c", _FENCED_WRAPPER, "hetsched-task", *fenced]
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", _WRAPPER, "hetsched-task", *command],
+                [*wrapper, *command],
                 cwd=cwd,
                 env=full_env,
                 stdin=exit_fd,

@@ -19,6 +19,7 @@ from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState, Transition
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation
+from hetsched.scheduler.whatif import WhatIf, what_if
 
 __all__ = ["JobView", "QueueUse", "SchedulerView"]
 
@@ -108,6 +109,16 @@ class SchedulerView:
             for record in self._core.active_jobs()
             for task, placement in record.placements.items()
         }
+
+    @property
+    def now(self) -> float:
+        """The time of the core's last ``handle`` call."""
+        return self._core.now
+
+    def what_if(self, job: Job) -> WhatIf:
+        """Would ``job`` (one the core does not hold) fit now, when, or never, at the time
+        of the last ``handle`` call (``hetsched.scheduler.whatif``): nothing changes."""
+        return what_if(self._core, job, self._core.now)
 
     def counts(self) -> tuple[Counter[str], int]:
         """Pending jobs per queue, and running jobs (cheap: no copies)."""

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetsched.service import metrics, ui
 from hetsched.service.context import Service
+from hetsched.service.member import add_member_routes
 from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from hetsched.service.store import Principal
 from hetsched.service.submit import submit_batch, submit_one
@@ -295,6 +296,7 @@ def create_app(service: Service) -> FastAPI:
         service.auth.forget()
         return {"id": token_id, "revoked": True}
 
+    add_member_routes(app, service, caller, admin_only)
     app.add_middleware(
         _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from hetsched.agent.executor import Executor
 from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.fencing import Fencing
 from hetsched.service.loop import ControlLoop
 from hetsched.service.queues import QueuesSpec
 from hetsched.service.schemas import Feasibility
@@ -32,3 +33,5 @@ class Service:
     metrics_public: bool = False
     #: serve ``/docs``, ``/redoc`` and ``/openapi.json`` without a token (``--public-docs``)
     docs_public: bool = False
+    #: the leases of federations that send jobs here (service/fencing.py)
+    fencing: Fencing | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from hetsched.agent.executor import Executor, RunAs, TaskExit, local_indices, task_key
 from hetsched.agent.guard import Alert, Guard, Watched
@@ -20,6 +21,7 @@ from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
 from hetsched.scheduler import DeviceAdded, Event
+from hetsched.service.fencing import Fencing
 from hetsched.service.schemas import SubmitSpec
 
 __all__ = ["Launched", "Launcher"]
@@ -44,8 +46,11 @@ class Launcher:
         nodes: Sequence[Node],
         run_as: dict[str, RunAs] | None = None,
         guard: Guard | None = None,
+        fencing: Fencing | None = None,
     ) -> None:
         self.executor = executor
+        #: a federated job's tasks run under its federation's lease (service/fencing.py)
+        self.fencing = fencing
         self.run_as = run_as
         self.guard = guard
         self.devices: dict[str, Device] = {d.id: d for n in nodes for d in n.devices}
@@ -133,8 +138,14 @@ class Launcher:
             spec.workdir,
             job.max_runtime_s,
             run_as,
+            self._fence_file(spec),
         )
         return handle.pid, handle.pid_started
+
+    def _fence_file(self, spec: SubmitSpec) -> Path | None:
+        if spec.federation is None or self.fencing is None:
+            return None
+        return self.fencing.lease_file(spec.federation)
 
     def signal(self, stops: Sequence[Stop], now: float) -> list[TaskExit]:
         """SIGTERM each task (SIGKILL after its grace); returns the exits of tasks with no

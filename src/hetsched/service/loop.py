@@ -31,6 +31,7 @@ from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
 from hetsched.scheduler import Action, Event, JobCancelled, JobSubmitted, Scheduler
 from hetsched.scheduler.view import SchedulerView
+from hetsched.service.fencing import Fencing
 from hetsched.service.launcher import Launcher
 from hetsched.service.loopmetrics import LoopMetrics
 from hetsched.service.planner import TurnPlan, TurnPlanner
@@ -59,11 +60,16 @@ class ControlLoop:
         make_core: Callable[[], Scheduler] | None = None,
         watcher: DeviceWatcher | None = None,
         guard: Guard | None = None,
+        fencing: Fencing | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
         self.planner = TurnPlanner(scheduler, executor.kill_grace_s)
-        self.launcher = Launcher(executor, list(nodes), run_as, guard)
+        self.launcher = Launcher(executor, list(nodes), run_as, guard, fencing)
+        #: federations' leases (service/fencing.py): their jobs stop when one lapses
+        self.fencing = fencing
+        #: jobs cancelled because their federation's lease lapsed, until they end
+        self._fence_cancelled: set[str] = set()
         #: builds a fresh core with the nodes added, for rebuilding after a failed turn
         self.make_core = make_core
         self.tick_s = tick_s
@@ -226,7 +232,7 @@ class ControlLoop:
             try:
                 kind, payload = self._inbox.get_nowait()
             except queue.Empty:
-                return events
+                return [*events, *self._fenced_cancels()]
             if kind == "submit":
                 events.append(self._submit_event(*payload))
             elif kind == "devices":
@@ -234,6 +240,28 @@ class ControlLoop:
             else:
                 job_id, user = payload
                 events.append(JobCancelled(job_id, f"cancelled by {user}"))
+
+    def _fenced_cancels(self) -> list[Event]:
+        """Cancel every live job of a federation whose lease has lapsed (once per job; the
+        cancel request is stored first, so a restart cancels it too)."""
+        lapsed = self.fencing.lapsed() if self.fencing is not None else {}
+        known = self.launcher.jobs
+        self._fence_cancelled &= known.keys()
+        if not lapsed:
+            return []
+        out: list[Event] = []
+        for job_id, (_job, spec) in list(known.items()):
+            federation = spec.federation
+            if federation not in lapsed or job_id in self._fence_cancelled:
+                continue
+            self._fence_cancelled.add(job_id)
+            self.store.request_cancel(job_id)
+            reason = (
+                f"fenced: no word from federation {federation} within its lease of "
+                f"{lapsed[federation]:g}s"
+            )
+            out.append(JobCancelled(job_id, reason))
+        return out
 
     def _submit_event(self, row: dict[str, Any], spec: SubmitSpec | None) -> Event:
         spec = spec if spec is not None else from_stored(row["spec"])

@@ -75,11 +75,14 @@ class SubmitSpec(JobSpec):
     command: list[str] = Field(min_length=1, max_length=4096)
     env: dict[str, str] = Field(default_factory=dict, max_length=256)
     workdir: str | None = Field(default=None, max_length=4096)
+    #: the federation that sent the job: it runs only while that federation's lease here
+    #: is live (docs/federation.md); a plain submission leaves it out
+    federation: str | None = Field(default=None, min_length=1, max_length=63)
 
-    @field_validator("name", "queue")
+    @field_validator("name", "queue", "federation")
     @classmethod
-    def _name(cls, value: str) -> str:
-        return _clean_name(value)
+    def _name(cls, value: str | None) -> str | None:
+        return None if value is None else _clean_name(value)
 
     @field_validator("id")
     @classmethod

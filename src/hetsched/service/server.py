@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pwd
 import secrets
@@ -29,6 +30,7 @@ from hetsched.scheduler import NodeAdded, Scheduler
 from hetsched.service.app import create_app
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.context import Service
+from hetsched.service.fencing import Fencing
 from hetsched.service.loop import ControlLoop
 from hetsched.service.queues import load_queues
 from hetsched.service.schemas import Feasibility
@@ -160,7 +162,12 @@ def build(options: Options) -> Built:
         else None
     )
 
-    executor = Executor(home, instance, kill_grace_s=options.kill_grace_s)
+    # a fenced task's own watchdog waits for the service's SIGTERM and grace first
+    backstop = math.ceil(options.kill_grace_s) + 2
+    executor = Executor(
+        home, instance, kill_grace_s=options.kill_grace_s, fence_backstop_s=backstop
+    )
+    fencing = Fencing(home, backstop)
     run_as = _run_as_map(options.run_as)
     loop = ControlLoop(
         store,
@@ -171,6 +178,7 @@ def build(options: Options) -> Built:
         make_core=make_core,
         watcher=watcher,
         guard=guard,
+        fencing=fencing,
     )
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
@@ -195,6 +203,7 @@ def build(options: Options) -> Built:
         mapped_users=frozenset(run_as) if run_as is not None else None,
         metrics_public=options.metrics_public,
         docs_public=options.docs_public,
+        fencing=fencing,
     )
     loop.start()
     watcher.start()

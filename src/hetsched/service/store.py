@@ -482,6 +482,14 @@ class Store(TurnRecords):
             )
         return result.rowcount > 0
 
+    def jobs_by_ids(self, job_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The jobs among ``job_ids`` that exist (any order)."""
+        if not job_ids:
+            return []
+        with self.read() as conn:
+            rows = conn.execute(select(jobs).where(jobs.c.id.in_(list(job_ids)))).all()
+        return [dict(r._mapping) for r in rows]
+
     def job_transitions(self, job_id: str) -> list[dict[str, Any]]:
         with self.read() as conn:
             rows = conn.execute(

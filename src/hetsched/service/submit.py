@@ -89,6 +89,14 @@ def _admit(
         raise _Refused(403, f"user {owner} may not submit to queue {spec.queue}")
     if service.mapped_users is not None and owner not in service.mapped_users:
         raise _Refused(403, f"user {owner} has no OS account to run jobs as")
+    if spec.federation is not None:
+        fencing = service.fencing
+        if fencing is None or not fencing.live(spec.federation):
+            raise _Refused(
+                409,
+                f"federation {spec.federation} holds no live lease here: renew it "
+                "(POST /v1/federation/lease) before sending its jobs",
+            )
     job = spec.to_job("j" + secrets.token_hex(8), owner, now)
     problem = queue.over_quota(job)
     if problem is not None:
