@@ -188,6 +188,19 @@ def scheduler(
     identity: Annotated[
         str | None, typer.Option(help="This instance's Lease identity (default: $POD_NAME).")
     ] = None,
+    federation_namespace: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve federations: pods labelled hetsched.io/federation=NAME run only while "
+            "the Lease hetsched-federation-NAME in this namespace is live (docs/federation.md).",
+        ),
+    ] = None,
+    federation: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A federation served from the start (repeatable; with --federation-namespace)."
+        ),
+    ] = None,
 ) -> None:
     """Schedule pods naming hetsched: watch pods and nodes, bind, explain what waits."""
     from hetsched.k8s.leader import LeaseLock
@@ -198,6 +211,10 @@ def scheduler(
     me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sched = PodScheduler(api, spec, scheduler_name=scheduler_name, identity=me)
+    if federation_namespace is not None:
+        from hetsched.k8s.fencing import LeaseFencing
+
+        sched.fencing = LeaseFencing(federation_namespace, federation or ())
     stop = _stop_on_signals()
     if not leader_elect:
         sched.run(stop)

@@ -47,6 +47,8 @@ from hetsched.cluster.state import AllocationError, ClusterState
 from hetsched.drivers import Exit, Interpreter, Observer, Start, Stop, in_order
 from hetsched.framework.profile import ProfileSpec
 from hetsched.k8s.api import ApiError, ClusterAPI
+from hetsched.k8s.fencing import LeaseFencing
+from hetsched.k8s.fencing import federation_of as _federation
 from hetsched.k8s.leading import run_leading
 from hetsched.k8s.listwatch import Change, ListWatch
 from hetsched.k8s.names import SCHEDULER_NAME
@@ -154,6 +156,10 @@ class PodScheduler(Observer):
         #: every bind this instance carried out: (pod key, node); conflicts: pod keys
         self.bound: list[tuple[str, str]] = []
         self.conflicts: list[str] = []
+        #: federations' leases (k8s/fencing.py): their pods run only while one is live
+        self.fencing: LeaseFencing | None = None
+        #: pods of a federation held back until its lease is live
+        self._held: set[str] = set()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -179,6 +185,8 @@ class PodScheduler(Observer):
         """Wait up to ``timeout_s`` for changes, then handle everything queued (and the
         core's timers, and pods overdue for recreation, when due)."""
         changes = self.watch.changes(timeout_s)
+        if self.fencing is not None:
+            changes += self._fence()
         wakeup = self.core.next_wakeup()
         due = wakeup is not None and wakeup <= self.clock()
         if changes or self._followups or due or self._vacant.due(self.clock()):
@@ -284,6 +292,8 @@ class PodScheduler(Observer):
             if not info.node_name:
                 return []
             self._lost.discard(info.key)
+        if info.schedulable_by(self.name) and self._held_by_lease(info, obj):
+            return []
         if info.schedulable_by(self.name) and self._fill(info, obj):
             return []
         if info.group is not None and info.schedulable_by(self.name):
@@ -313,6 +323,28 @@ class PodScheduler(Observer):
             self._recheck.append(info.key)
             return self._withdraw(job_id, info.key, f"bound to {info.node_name} by another")
         return []
+
+    def _fence(self) -> list[Change]:
+        """Renew the federations' leases; delete every pod of one whose lease lapsed; let
+        pods held back for want of a lease be scheduled once it is live."""
+        fencing = self.fencing
+        assert fencing is not None
+        fencing.step(self.api, self.pods.values(), self.events.post)
+        again = [
+            k for k in self._held if k in self.pods and fencing.live(_federation(self.pods[k]))
+        ]
+        self._held.difference_update(again)
+        self._held &= self.pods.keys()
+        return [("pods", "MODIFIED", self.pods[k]) for k in sorted(again)]
+
+    def _held_by_lease(self, info: PodInfo, obj: Obj) -> bool:
+        """A federation's pod waits while that federation holds no live lease here."""
+        name = _federation(obj)
+        if not name or self.fencing is None or self.fencing.live(name):
+            return False
+        self._held.add(info.key)
+        self.events.failed_scheduling(obj, f"waiting for a live lease of federation {name}")
+        return True
 
     def _fill(self, info: PodInfo, obj: Obj) -> bool:
         """A new pending pod of a workload whose requeued job waits for a recreated pod
