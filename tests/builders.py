@@ -60,3 +60,22 @@ def job(
         gang=gang,
         **kwargs,  # type: ignore[arg-type]
     )
+
+
+def openb_mini_trace(folder: Path) -> Path:
+    """A tiny openb trace ``mini`` in ``folder``: nodes T4 x2, T4 x2, V100 x4 and a CPU-only
+    node (left out of the cluster), and 25 pods of mixed shapes."""
+    nodes = [
+        "sn,cpu_milli,memory_mib,gpu,model",
+        "n0,32000,131072,2,T4",
+        "n1,32000,131072,2,T4",
+        "n2,64000,262144,4,V100",
+        "n3,16000,65536,0,",
+    ]
+    (folder / "openb_node_list_gpu_node.csv").write_text("\n".join(nodes) + "\n", "utf-8")
+    pods = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"]
+    shapes = ["4000,8192,1,500,", "8000,16384,1,1000,", "2000,4096,0,0,", "4000,8192,1,250,T4"]
+    pods += [f"p{i:03d},{shapes[i % len(shapes)]}" for i in range(24)]
+    pods.append("p100,16000,32768,2,1000,V100")
+    (folder / "openb_pod_list_mini.csv").write_text("\n".join(pods) + "\n", "utf-8")
+    return folder

@@ -18,7 +18,7 @@ from hetsched.plugins.fit import Fit
 from hetsched.plugins.gpuclustering import GpuClustering, GpuClusteringArgs
 from hetsched.plugins.gpupacking import GpuPacking, GpuPackingArgs
 from hetsched.plugins.randomfit import RandomFit, RandomFitArgs
-from hetsched.sim.openb import POLICIES, policy_profile
+from hetsched.sim.openb import ALL_POLICIES, policy_profile
 
 NODES = ("shared", "whole6", "idle8", "idle2")
 SHARE = TaskRequest(1000, 1024, (DeviceRequest.of("gpu", 1, 400),))
@@ -220,7 +220,7 @@ def test_fgd_truncated_score_matches_reference_shape() -> None:
     assert got == {"shared": 53.0, "whole6": 42.0, "idle8": 42.0, "idle2": 42.0}
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ALL_POLICIES)
 def test_every_policy_places_through_the_framework(policy: str) -> None:
     framework = Framework(policy_profile(policy, 42, FGD_TARGET), seed=42)
     state = cluster()

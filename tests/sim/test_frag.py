@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import gpu_node
 from hetsched.cluster import ClusterState, DeviceShare, Placement
@@ -13,6 +15,7 @@ from hetsched.cluster.frag import (
     cluster_frag,
     eligibility,
     expected_frag,
+    expected_frag_after_share,
     node_frag,
 )
 from hetsched.sim.alibaba import model_selector
@@ -119,3 +122,54 @@ def test_what_if_axes_broadcast() -> None:
 def test_target_class_validation(bad: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         TargetClass(selector=None, weight=1, **bad)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from([0, 50, 190, 300, 470, 530, 1000]), min_size=1, max_size=4),
+        min_size=1,
+        max_size=4,
+    ),
+    st.lists(st.integers(0, 16), min_size=4, max_size=4),
+    st.sampled_from([50, 160, 320, 470, 650]),
+    st.integers(0, 8),
+)
+def test_frag_after_share_equals_every_what_if(
+    frees: list[list[int]], cpus: list[int], share: int, cpu: int
+) -> None:
+    """The per-slot shortcut gives exactly what re-measuring each what-if state gives."""
+    nodes = [
+        gpu_node(f"n{i}", gpus=len(f), model="AB"[i % 2], cpu=16_000) for i, f in enumerate(frees)
+    ]
+    state = ClusterState(nodes)
+    for i, (node, free) in enumerate(zip(nodes, frees, strict=False)):
+        devices = tuple(
+            DeviceShare(d.id, 1000 - f) for d, f in zip(node.devices, free, strict=True) if f < 1000
+        )
+        state.allocate(f"x{i}", Placement(node.name, 1000 * cpus[i], 0, devices))
+    target = TargetWorkload.of(
+        [
+            TargetClass(2000, 1, 470, None, 3),
+            TargetClass(4000, 1, 1000, ONLY_B, 2),
+            TargetClass(1000, 2, 1000, None, 1),
+            TargetClass(8000, 0, 0, None, 1),
+            TargetClass(1000, 1, 160, None, 1),
+        ]
+    )
+    slots = state.device_mask("gpu")
+    elig = eligibility(state, target, "gpu")
+    free = state.dev_free.astype(np.int64)
+    width = free.shape[1]
+    cpu_after = state.cpu_free - 1000 * cpu
+    what_if = free[:, None, :] - share * np.eye(width, dtype=np.int64)[None]
+    slow = expected_frag(
+        np.broadcast_to(cpu_after[:, None], (len(state), width)),
+        what_if,
+        slots[:, None, :],
+        elig[:, :, None, :],
+        target,
+    )
+    fast = expected_frag_after_share(cpu_after, free, slots, elig, target, share)
+    room = slots & (free >= share)
+    assert fast[room].tolist() == slow[room].tolist()

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from builders import openb_mini_trace
 from hetsched.cli.main import app
 from hetsched.cluster import ClusterState
 from hetsched.cluster.frag import TargetWorkload, cluster_frag
 from hetsched.sim.alibaba import TraceError, TracePod, load_nodes, load_pods
 from hetsched.sim.openb import (
-    POLICIES,
+    ALL_POLICIES,
     REPORT_POINTS,
     OpenbTrace,
     load_trace,
@@ -34,21 +35,7 @@ def write(path: Path, *lines: str) -> Path:
 
 def mini_trace(folder: Path) -> Path:
     """Three nodes (T4 x2, T4 x2, V100 x4) and a pod list of mixed shapes."""
-    write(
-        folder / "openb_node_list_gpu_node.csv",
-        NODE_HEADER,
-        "n0,32000,131072,2,T4",
-        "n1,32000,131072,2,T4",
-        "n2,64000,262144,4,V100",
-        "n3,16000,65536,0,",
-    )
-    pods = [POD_HEADER]
-    shapes = ["4000,8192,1,500,", "8000,16384,1,1000,", "2000,4096,0,0,", "4000,8192,1,250,T4"]
-    for i in range(24):
-        pods.append(f"p{i:03d},{shapes[i % len(shapes)]}")
-    pods.append("p100,16000,32768,2,1000,V100")
-    write(folder / "openb_pod_list_mini.csv", *pods)
-    return folder
+    return openb_mini_trace(folder)
 
 
 # -- bad files -----------------------------------------------------------------------------
@@ -184,7 +171,7 @@ def test_tune_shrinks_an_oversized_trace() -> None:
 # -- runs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", ALL_POLICIES)
 def test_mini_run_is_sane(tmp_path: Path, policy: str) -> None:
     trace = load_trace(mini_trace(tmp_path), "mini")
     assert len(trace.nodes) == 3 and trace.gpu_capacity_milli == 8000  # CPU-only node left out

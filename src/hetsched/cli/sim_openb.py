@@ -18,7 +18,15 @@ from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.sim.alibaba import TraceError
-from hetsched.sim.openb import POLICIES, REPORT_POINTS, OpenbResult, load_trace, run_openb
+from hetsched.sim.openb import (
+    ALL_POLICIES,
+    POLICIES,
+    REPORT_POINTS,
+    OpenbResult,
+    load_trace,
+    run_openb,
+)
+from hetsched.sim.openb_limit import LimitResult, run_limit
 
 __all__ = ["openb", "parse_seeds"]
 
@@ -44,9 +52,9 @@ def _names(text: str) -> list[str]:
 
 
 def _check_policies(policies: list[str]) -> None:
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if p not in ALL_POLICIES]
     if unknown:
-        fail(f"unknown policy {', '.join(unknown)} (known: {', '.join(POLICIES)})", 2)
+        fail(f"unknown policy {', '.join(unknown)} (known: {', '.join(ALL_POLICIES)})", 2)
 
 
 def openb(
@@ -56,13 +64,14 @@ def openb(
     trace: Annotated[str, typer.Option(help="Pod list of one run: default, cpu050, ...")] = (
         "default"
     ),
-    policy: Annotated[str, typer.Option(help=f"Policy of one run: {', '.join(POLICIES)}.")] = (
-        "fgd"
-    ),
+    policy: Annotated[
+        str, typer.Option(help=f"Policy of one run: {', '.join(ALL_POLICIES)}.")
+    ] = "fgd",
     seed: Annotated[int, typer.Option(help="Seed of one run.")] = 42,
     traces: Annotated[str | None, typer.Option(help="Grid: comma-separated pod lists.")] = None,
     policies: Annotated[
-        str | None, typer.Option(help="Grid: comma-separated policies (default: all six).")
+        str | None,
+        typer.Option(help="Grid: comma-separated policies (default: the study's six and best)."),
     ] = None,
     seeds: Annotated[str | None, typer.Option(help="Grid: seeds, e.g. 42-51.")] = None,
     out: Annotated[
@@ -74,6 +83,14 @@ def openb(
     limit: Annotated[
         int | None, typer.Option(help="Replay only the first N pods (quick checks).", min=1)
     ] = None,
+    bound: Annotated[
+        bool,
+        typer.Option(
+            "--bound",
+            help="Also the limit of each (trace, seed) at 100 and 130 % arrived: the offline "
+            "packing and the lower bound on unallocated GPU % (an LP solved by HiGHS).",
+        ),
+    ] = False,
     output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
         OutputFormat.table
     ),
@@ -84,6 +101,10 @@ def openb(
     shuffled with the seed and resampled to 130 % of GPU capacity, placed one by one by
     the policy (pods that fit nowhere are dropped). Reports unallocated GPU %, and the
     fragmentation amount and ratio, at 50/80/90/100/130 % arrived workload.
+
+    With --bound, also how well any placement could do on the same arrivals: an offline
+    packing that sees all arrived pods at once, and a lower bound no placement, online or
+    offline, can go below (docs/fragmentation.md, "The limit").
     """
     grid = traces is not None or policies is not None or seeds is not None or out is not None
     if grid:
@@ -94,10 +115,11 @@ def openb(
         _grid(
             trace_dir,
             _names(traces) if traces else [trace],
-            _names(policies) if policies else list(POLICIES),
+            _names(policies) if policies else [*POLICIES, "best"],
             parse_seeds(seeds) if seeds else [seed],
             out,
             workers,
+            bound,
         )
         return
     _check_policies([policy])
@@ -105,15 +127,20 @@ def openb(
         loaded = load_trace(trace_dir, trace)
     except TraceError as exc:
         fail(str(exc), 2)
+    if bound and limit is not None:
+        fail("--bound needs the whole run (no --limit)", 2)
     result = run_openb(loaded, policy, seed, limit=limit)
     summary = result.summary()
+    limits = run_limit(loaded, seed) if bound else None
+    if limits is not None:
+        summary["bound"] = limits.summary()
     if output is OutputFormat.json:
         print_json(summary)
         return
-    _print_run(result)
+    _print_run(result, limits)
 
 
-def _print_run(result: OpenbResult) -> None:
+def _print_run(result: OpenbResult, limits: LimitResult | None) -> None:
     table = Table(
         title=f"openb {result.trace}, {result.policy}, seed {result.seed}", title_justify="left"
     )
@@ -131,6 +158,18 @@ def _print_run(result: OpenbResult) -> None:
         f"{result.pods_arrived} pods arrived, {result.pods_failed} failed, {result.wall_s:.2f} s",
         highlight=False,
     )
+    if limits is not None:
+        limit_table = Table(title="the limit: unallocated GPU %", title_justify="left")
+        for column in ("arrived %", result.policy, "offline packing", "lower bound"):
+            limit_table.add_column(column, justify="right")
+        for p, bound in limits.bound_pct.items():
+            limit_table.add_row(
+                str(p),
+                f"{result.unallocated_gpu_pct[p]:.2f}",
+                f"{limits.offline_pct[p]:.2f} ({limits.offline_by[p]})",
+                f"{bound:.2f}",
+            )
+        console.print(limit_table)
 
 
 def _grid(
@@ -140,11 +179,12 @@ def _grid(
     seeds: list[int],
     out: Path,
     workers: int | None,
+    bound: bool,
 ) -> None:
     from hetsched.sim.openb_report import run_grid, write_outputs
 
     _check_policies(policies)
-    total = len(traces) * len(policies) * len(seeds)
+    total = len(traces) * len(policies) * len(seeds) + (len(traces) * len(seeds) if bound else 0)
     progress = Progress(
         TextColumn("[bold]openb[/bold]"),
         BarColumn(),
@@ -156,16 +196,18 @@ def _grid(
     with progress:
         task = progress.add_task("", total=total)
 
-        def done(result: OpenbResult) -> None:
-            progress.update(
-                task,
-                advance=1,
-                description=f"{result.trace} {result.policy} {result.seed}: "
-                f"{result.unallocated_gpu_pct[100]:.2f} % unallocated",
-            )
+        def done(result: OpenbResult | LimitResult) -> None:
+            if isinstance(result, LimitResult):
+                text = f"{result.trace} {result.seed}: bound {result.bound_pct[100]:.2f} %"
+            else:
+                text = (
+                    f"{result.trace} {result.policy} {result.seed}: "
+                    f"{result.unallocated_gpu_pct[100]:.2f} % unallocated"
+                )
+            progress.update(task, advance=1, description=text)
 
         try:
-            result = run_grid(trace_dir, traces, policies, seeds, workers, done)
+            result = run_grid(trace_dir, traces, policies, seeds, workers, done, bound)
         except TraceError as exc:
             progress.stop()
             fail(str(exc), 2)

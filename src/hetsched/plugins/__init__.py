@@ -2,8 +2,10 @@
 
 Filters: ``fit``, ``node-selector``, ``taints``. Scores: ``firstfit``, ``bestfit``,
 ``spread``, ``mostallocated``, ``dotprod``, ``random``, ``gpupacking``, ``gpuclustering``,
-``fgd`` (the last four from the GPU-sharing fragmentation study; see docs/fragmentation.md),
-``stranding`` (keeps accelerators fed with CPU and memory; docs/heterogeneity.md).
+``fgd`` (the last four from the GPU-sharing fragmentation study), ``fgdplus`` (FGD with CPU
+balance, gap values and model reservation, also registered as ``best``; see
+docs/fragmentation.md), ``stranding`` (keeps accelerators fed with CPU and memory;
+docs/heterogeneity.md).
 """
 
 from hetsched.plugins import (
@@ -11,6 +13,7 @@ from hetsched.plugins import (
     bestfit,
     dotprod,
     fgd,
+    fgdplus,
     firstfit,
     fit,
     gpuclustering,
@@ -26,6 +29,7 @@ __all__ = [
     "bestfit",
     "dotprod",
     "fgd",
+    "fgdplus",
     "firstfit",
     "fit",
     "gpuclustering",

@@ -36,7 +36,15 @@ from hetsched.framework.registry import register
 from hetsched.model.device import SHARE_UNITS
 from hetsched.plugins._resources import DeviceAsk, device_ask
 
-__all__ = ["FGD", "FGDArgs", "TargetClassArgs", "fgd_scores"]
+__all__ = [
+    "FGD",
+    "FGDArgs",
+    "NodeSnapshot",
+    "TargetClassArgs",
+    "distinct_states",
+    "fgd_scores",
+    "gradients",
+]
 
 #: below this many nodes to recompute, deduplicating identical states costs more than it saves
 _DEDUPE_FROM = 24
@@ -105,36 +113,18 @@ class FGD:
         self._target = args.workload()
         self._class = args.device_class
         self._truncated = args.score == "truncated"
-        self._state: ClusterState | None = None
-        self._version = -1
-        self._snap_cpu: IntArray = np.zeros(0, np.int64)
-        #: same dtype and layout as the state's own slot matrix
-        self._snap_dev: npt.NDArray[np.integer[Any]] = np.zeros((0, 0), np.int64)
+        self._snapshot = NodeSnapshot()
         self._cols = _Columns(0)
 
     # -- cache upkeep --------------------------------------------------------------------
 
     def _sync(self, state: ClusterState) -> None:
         """Invalidate the nodes whose free CPU or device share changed since the last call."""
-        if (
-            state is not self._state
-            or state.version != self._version
-            or self._snap_dev.shape != state.dev_free.shape
-        ):
-            self._state = state
-            self._version = state.version
-            self._snap_cpu = state.cpu_free.copy()
-            self._snap_dev = state.dev_free.copy()
+        changed = self._snapshot.changes(state)
+        if changed is None:
             self._cols = _Columns(len(state))
-            return
-        changed = (state.cpu_free != self._snap_cpu) | (state.dev_free != self._snap_dev).any(
-            axis=1
-        )
-        if changed.any():
-            rows = np.flatnonzero(changed)
-            self._snap_cpu[rows] = state.cpu_free[rows]
-            self._snap_dev[rows] = state.dev_free[rows]
-            self._cols.ok[:, rows] = False
+        elif changed.size:
+            self._cols.ok[:, changed] = False
 
     def _lookup(self, ctx: CycleContext, rows: IntArray) -> tuple[int, DeviceAsk]:
         """The column of this task's shape, with every row of ``rows`` computed."""
@@ -154,44 +144,19 @@ class FGD:
     ) -> None:
         unique, inverse = rows, None
         if rows.size >= _DEDUPE_FROM:
-            unique, inverse = _distinct_states(state, rows)
-        slots = state.device_mask(self._class)
-        elig = eligibility(state, self._target, self._class)[:, unique]
-        cpu_now = state.cpu_free[unique]
-        free = state.dev_free[unique]
-        base = expected_frag(cpu_now, free, slots[unique], elig, self._target)
+            unique, inverse = distinct_states(state, rows)
+        deltas = gradients(state, self._target, self._class, cpu, ask, unique)
         count, share, selector = ask
         chosen = np.full(unique.size, -1, np.int64)
-        if count == 0:
-            after = expected_frag(cpu_now - cpu, free, slots[unique], elig, self._target)
-            delta = after - base
-        elif count == 1 and share < SHARE_UNITS:
-            # every slot as the one that takes the share: a (node, slot) grid of what-ifs
-            width = free.shape[1]
-            room = state.device_mask(self._class, selector)[unique] & (free >= share)
-            what_if = free[:, None, :] - share * np.eye(width, dtype=np.int64)[None]
-            after = expected_frag(
-                np.broadcast_to((cpu_now - cpu)[:, None], (unique.size, width)),
-                what_if,
-                slots[unique][:, None, :],
-                elig[:, :, None, :],
-                self._target,
+        if count == 1 and share < SHARE_UNITS:
+            room = state.device_mask(self._class, selector)[unique] & (
+                state.dev_free[unique] >= share
             )
-            deltas = after - base[:, None]
             score = np.where(room, fgd_scores(deltas, self._truncated), -np.inf)
             chosen = np.argmax(score, axis=1)  # ties: the lowest slot, as the reference
             delta = np.take_along_axis(deltas, chosen[:, None], axis=1)[:, 0]
         else:
-            whole = state.device_mask(self._class, selector)[unique] & (free >= SHARE_UNITS)
-            take = whole & (np.cumsum(whole, axis=1) <= count)
-            after = expected_frag(
-                cpu_now - cpu,
-                np.where(take, free - SHARE_UNITS, free),
-                slots[unique],
-                elig,
-                self._target,
-            )
-            delta = after - base
+            delta = deltas[:, 0]
         if inverse is not None:
             delta, chosen = delta[inverse], chosen[inverse]
         self._cols.delta[col, rows] = delta
@@ -218,7 +183,84 @@ class FGD:
         return np.array(self._cols.delta[col, rows], np.float64)
 
 
-def _distinct_states(state: ClusterState, rows: IntArray) -> tuple[IntArray, IntArray]:
+class NodeSnapshot:
+    """Which nodes' free CPU or device share changed since the last look.
+
+    Found by comparing with a copy, so any allocate or release, by anyone, is noticed.
+    """
+
+    def __init__(self) -> None:
+        self._state: ClusterState | None = None
+        self._version = -1
+        self._cpu: IntArray = np.zeros(0, np.int64)
+        #: same dtype and layout as the state's own slot matrix
+        self._dev: npt.NDArray[np.integer[Any]] = np.zeros((0, 0), np.int64)
+
+    def changes(self, state: ClusterState) -> IntArray | None:
+        """The rows that changed since the last call; None if everything is to be redone
+        (another state, or its topology or health changed)."""
+        if (
+            state is not self._state
+            or state.version != self._version
+            or self._dev.shape != state.dev_free.shape
+        ):
+            self._state = state
+            self._version = state.version
+            self._cpu = state.cpu_free.copy()
+            self._dev = state.dev_free.copy()
+            return None
+        changed = (state.cpu_free != self._cpu) | (state.dev_free != self._dev).any(axis=1)
+        rows = np.flatnonzero(changed)
+        if rows.size:
+            self._cpu[rows] = state.cpu_free[rows]
+            self._dev[rows] = state.dev_free[rows]
+        return rows
+
+
+def gradients(
+    state: ClusterState,
+    target: TargetWorkload,
+    device_class: str,
+    cpu: int,
+    ask: DeviceAsk,
+    rows: IntArray,
+) -> FloatArray:
+    """The fragmentation gradient of placing a task on each of ``rows``, in milli-units.
+
+    Shape (rows, slots) for a shared task (one device, share below 1000): column s is the
+    gradient if slot s takes the share (meaningless where s has no room); shape (rows, 1)
+    otherwise (whole devices: the lowest free eligible ones; no devices: CPU only).
+    """
+    slots = state.device_mask(device_class)[rows]
+    elig = eligibility(state, target, device_class)[:, rows]
+    cpu_now = state.cpu_free[rows]
+    free = state.dev_free[rows]
+    base = expected_frag(cpu_now, free, slots, elig, target)
+    count, share, selector = ask
+    if count == 0:
+        after = expected_frag(cpu_now - cpu, free, slots, elig, target)
+        return np.asarray((after - base)[:, None], np.float64)
+    if count == 1 and share < SHARE_UNITS:
+        # every slot as the one that takes the share: a (node, slot) grid of what-ifs
+        width = free.shape[1]
+        what_if = free[:, None, :] - share * np.eye(width, dtype=np.int64)[None]
+        after = expected_frag(
+            np.broadcast_to((cpu_now - cpu)[:, None], (rows.size, width)),
+            what_if,
+            slots[:, None, :],
+            elig[:, :, None, :],
+            target,
+        )
+        return np.asarray(after - base[:, None], np.float64)
+    whole = state.device_mask(device_class, selector)[rows] & (free >= SHARE_UNITS)
+    take = whole & (np.cumsum(whole, axis=1) <= count)
+    after = expected_frag(
+        cpu_now - cpu, np.where(take, free - SHARE_UNITS, free), slots, elig, target
+    )
+    return np.asarray((after - base)[:, None], np.float64)
+
+
+def distinct_states(state: ClusterState, rows: IntArray) -> tuple[IntArray, IntArray]:
     """One representative row per distinct (free cpu, free shares, device kinds) state, and
     for each row of ``rows`` the index of its representative."""
     kinds = np.where(state.dev_healthy[rows], state.dev_kind[rows], -1)

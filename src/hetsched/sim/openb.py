@@ -46,6 +46,8 @@ from hetsched.sim.alibaba import (
 )
 
 __all__ = [
+    "ALL_POLICIES",
+    "NEW_POLICIES",
     "POLICIES",
     "REPORT_POINTS",
     "OpenbResult",
@@ -59,6 +61,9 @@ __all__ = [
 
 #: the six policies of the study, in the order its figures use
 POLICIES = ("random", "dotprod", "gpuclustering", "gpupacking", "bestfit", "fgd")
+#: hetsched's own: FGD with CPU balance and gap values, and ``best`` (the same, by alias)
+NEW_POLICIES = ("fgdplus", "best")
+ALL_POLICIES = POLICIES + NEW_POLICIES
 #: arrived-workload percentages the JSON summary reports
 REPORT_POINTS = (50, 80, 90, 100, 130)
 #: the study's settings: workload to 130 % of GPU capacity, M covers 95 % of pods
@@ -145,27 +150,28 @@ def policy_profile(policy: str, seed: int, target: Sequence[TargetClass]) -> Pro
     scores); ties go to a seeded random node order, as the reference's randomised node names.
     """
     resources = {"cpu": 1, "memory": 0, "devices": 1}
+    classes = [
+        {
+            "cpu_milli": c.cpu_milli,
+            "count": c.count,
+            "share": c.share,
+            "selector": c.selector,
+            "weight": c.weight,
+        }
+        for c in target
+    ]
     scores: dict[str, dict[str, Any]] = {
         "random": {"seed": seed},
         "dotprod": {"prefer": "min", "weights": resources, "truncate": True},
         "gpuclustering": {},
         "gpupacking": {},
         "bestfit": {"weights": resources, "truncate": True},
-        "fgd": {
-            "target": [
-                {
-                    "cpu_milli": c.cpu_milli,
-                    "count": c.count,
-                    "share": c.share,
-                    "selector": c.selector,
-                    "weight": c.weight,
-                }
-                for c in target
-            ]
-        },
+        "fgd": {"target": classes},
+        "fgdplus": {"target": classes},
+        "best": {"target": classes},
     }
     if policy not in scores:
-        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(ALL_POLICIES)})")
     return parse_profile(
         {
             "name": f"openb-{policy}",

@@ -4,8 +4,12 @@ Outputs in the chosen folder:
 
 - ``results.csv``: one row per (trace, policy, seed, arrived %), arrived 0..130, with
   unallocated GPU %, fragmentation amount and ratio, pods arrived and failed, wall seconds;
+- ``limits.csv`` (with the bound): one row per (trace, seed, arrived %) at 100 and 130 %,
+  with the lower bound on unallocated GPU %, the offline packing's, and each offline
+  heuristic's (:mod:`hetsched.sim.openb_limit`);
 - ``report.md``: per trace, mean and sample sd over seeds at 100 % arrival per policy, with
-  the reference simulator's published means beside them;
+  the reference simulator's published means beside them (and the offline packing and the
+  lower bound, with the bound);
 - ``unallocated_<trace>.png``: unallocated GPU % against arrived workload, per policy;
 - ``unallocated_at_100.png``: bars per trace at 100 % arrival, error bars = sd over seeds.
 """
@@ -16,15 +20,24 @@ import csv
 import os
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from hetsched.sim.openb import POLICIES, OpenbResult, OpenbTrace, load_trace, run_openb
+from hetsched.sim.openb_limit import HEURISTICS, LimitResult, run_limit
 
-__all__ = ["LABELS", "REFERENCE_AT_100", "GridResult", "run_grid", "write_outputs"]
+__all__ = [
+    "LABELS",
+    "REFERENCE_AT_100",
+    "GridResult",
+    "run_grid",
+    "write_limits_csv",
+    "write_outputs",
+]
 
 #: policy name -> the study's label
 LABELS = {
@@ -34,6 +47,8 @@ LABELS = {
     "gpupacking": "Packing",
     "bestfit": "BestFit",
     "fgd": "FGD",
+    "fgdplus": "FGD+",
+    "best": "best",
 }
 
 #: unallocated GPU % at 100 % arrival, mean over seeds 42..51, from the reference
@@ -70,11 +85,18 @@ def _run(trace_dir: str, trace: str, policy: str, seed: int) -> OpenbResult:
     return run_openb(_trace(trace_dir, trace), policy, seed)
 
 
+def _limit(trace_dir: str, trace: str, seed: int) -> LimitResult:
+    """The offline packing and the bound of one (trace, seed), in a worker process."""
+    return run_limit(_trace(trace_dir, trace), seed)
+
+
 @dataclass(frozen=True, slots=True)
 class GridResult:
     results: tuple[OpenbResult, ...]
     wall_s: float
     workers: int
+    #: the offline packing and the bound per (trace, seed); empty without the bound
+    limits: tuple[LimitResult, ...] = ()
 
 
 def run_grid(
@@ -83,28 +105,40 @@ def run_grid(
     policies: Sequence[str],
     seeds: Sequence[int],
     workers: int | None = None,
-    on_done: Callable[[OpenbResult], None] | None = None,
+    on_done: Callable[[OpenbResult | LimitResult], None] | None = None,
+    bound: bool = False,
 ) -> GridResult:
-    """Every (trace, policy, seed) on ``workers`` processes (default: all cores).
+    """Every (trace, policy, seed) on ``workers`` processes (default: all cores), and with
+    ``bound`` the offline packing and the lower bound of every (trace, seed).
 
     Traces are checked in this process first, so a bad file fails before any run starts.
     """
     for trace in traces:
         _trace(str(trace_dir), trace)
     jobs = [(t, p, s) for t in traces for p in policies for s in seeds]
+    limit_jobs = [(t, s) for t in traces for s in seeds] if bound else []
     workers = workers or os.cpu_count() or 1
     started = time.perf_counter()
     results: list[OpenbResult] = []
+    limits: list[LimitResult] = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_run, str(trace_dir), *job) for job in jobs]
+        futures: list[Future[OpenbResult | LimitResult]] = [
+            pool.submit(_limit, str(trace_dir), *job) for job in limit_jobs
+        ]
+        futures += [pool.submit(_run, str(trace_dir), *job) for job in jobs]
         for future in as_completed(futures):
             result = future.result()
-            results.append(result)
+            if isinstance(result, LimitResult):
+                limits.append(result)
+            else:
+                results.append(result)
             if on_done is not None:
                 on_done(result)
     order = {job: i for i, job in enumerate(jobs)}
     results.sort(key=lambda r: order[(r.trace, r.policy, r.seed)])
-    return GridResult(tuple(results), time.perf_counter() - started, workers)
+    limit_order = {job: i for i, job in enumerate(limit_jobs)}
+    limits.sort(key=lambda r: limit_order[(r.trace, r.seed)])
+    return GridResult(tuple(results), time.perf_counter() - started, workers, tuple(limits))
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -156,6 +190,55 @@ def write_csv(grid: GridResult, path: Path) -> None:
                 )
 
 
+def write_limits_csv(grid: GridResult, path: Path) -> None:
+    heuristics = list(HEURISTICS)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            [
+                "trace",
+                "seed",
+                "arrived_pct",
+                "lower_bound_unallocated_gpu_pct",
+                "offline_unallocated_gpu_pct",
+                "offline_heuristic",
+                *(f"{h}_unallocated_gpu_pct" for h in heuristics),
+                "wall_s",
+            ]
+        )
+        for r in grid.limits:
+            for point, bound in r.bound_pct.items():
+                writer.writerow(
+                    [
+                        r.trace,
+                        r.seed,
+                        point,
+                        f"{bound:.4f}",
+                        f"{r.offline_pct[point]:.4f}",
+                        r.offline_by[point],
+                        *(f"{r.heuristics_pct[point][h]:.4f}" for h in heuristics),
+                        f"{r.wall_s:.3f}",
+                    ]
+                )
+
+
+def _limit_rows(grid: GridResult, trace: str) -> list[str]:
+    """The report's offline-packing and lower-bound rows of ``trace`` (at 100 %)."""
+    runs = [r for r in grid.limits if r.trace == trace and 100 in r.bound_pct]
+    if not runs:
+        return []
+    offline, offline_sd = _mean_sd([r.offline_pct[100] for r in runs])
+    bound, bound_sd = _mean_sd([r.bound_pct[100] for r in runs])
+    wins = Counter(r.offline_by[100] for r in runs).most_common()
+    by = ", ".join(f"{name} {count}x" for name, count in wins)
+    wall = statistics.fmean(r.wall_s for r in runs)
+    return [
+        f"| offline packing ({by}) | {offline:.2f} ± {offline_sd:.2f} | - | - | - | - | - "
+        f"| {wall:.2f} |",
+        f"| lower bound | {bound:.2f} ± {bound_sd:.2f} | - | - | - | - | - | - |",
+    ]
+
+
 def write_report(grid: GridResult, path: Path, command: str = "") -> None:
     groups = _groups(grid)
     traces = list(dict.fromkeys(r.trace for r in grid.results))
@@ -175,6 +258,12 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
         "Unallocated GPU % at 100 % arrived workload: mean ± sample sd over seeds; the",
         "reference column is the published mean of the original simulator (seeds 42..51).",
     ]
+    if grid.limits:
+        lines += [
+            "The offline packing (the better of its heuristics; how often each won) and the",
+            "lower bound are computed for the same arrival sequences (hetsched.sim.openb_limit):",
+            "no placement of the arrived pods leaves fewer GPUs unallocated than the bound.",
+        ]
     for trace in traces:
         lines += [
             "",
@@ -200,6 +289,7 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
                 f"| {LABELS.get(policy, policy)} | {mean:.2f} ± {sd:.2f} | {ref_cell} "
                 f"| {diff_cell} | {amount:.2f} | {ratio:.1f} | {failed:.0f} | {wall:.2f} |"
             )
+        lines += _limit_rows(grid, trace)
         empty = [r.frag_ratio_pct[0] for (t, _), rs in groups.items() if t == trace for r in rs]
         lines += ["", f"Empty-cluster fragmentation ratio: {statistics.fmean(empty):.2f} %."]
         lines += ["", f"![unallocated GPU, {trace}](unallocated_{trace}.png)"]
@@ -207,58 +297,91 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def write_plots(grid: GridResult, folder: Path) -> list[Path]:
-    import matplotlib
+def _limit_means(grid: GridResult, trace: str) -> dict[str, dict[int, list[float]]]:
+    """Offline and bound values of ``trace`` per arrival point, over seeds."""
+    out: dict[str, dict[int, list[float]]] = {"offline packing": {}, "lower bound": {}}
+    for r in grid.limits:
+        if r.trace == trace:
+            for point in r.bound_pct:
+                out["offline packing"].setdefault(point, []).append(r.offline_pct[point])
+                out["lower bound"].setdefault(point, []).append(r.bound_pct[point])
+    return out
 
-    matplotlib.use("Agg")
+
+def _curve_plot(grid: GridResult, trace: str, policies: Sequence[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = _groups(grid)
-    traces = list(dict.fromkeys(r.trace for r in grid.results))
-    policies = list(dict.fromkeys(r.policy for r in grid.results))
-    written: list[Path] = []
-    for trace in traces:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for policy in policies:
-            runs = groups.get((trace, policy), [])
-            if not runs:
-                continue
-            curve = [
-                statistics.fmean(r.unallocated_gpu_pct[p] for r in runs)
-                for p in range(len(runs[0].unallocated_gpu_pct))
-            ]
-            ax.plot(range(len(curve)), curve, label=LABELS.get(policy, policy))
-        ax.set_xlabel("arrived workload (% of GPU capacity)")
-        ax.set_ylabel("unallocated GPU (%)")
-        ax.set_xlim(50, 130)
-        ax.set_ylim(0, 55)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        ax.set_title(f"openb {trace}: unallocated GPU vs arrived workload")
-        path = folder / f"unallocated_{trace}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in policies:
+        runs = groups.get((trace, policy), [])
+        if not runs:
+            continue
+        curve = [
+            statistics.fmean(r.unallocated_gpu_pct[p] for r in runs)
+            for p in range(len(runs[0].unallocated_gpu_pct))
+        ]
+        ax.plot(range(len(curve)), curve, label=LABELS.get(policy, policy))
+    for (label, points), marker in zip(_limit_means(grid, trace).items(), "sv", strict=True):
+        if points:
+            xs = sorted(points)
+            ys = [statistics.fmean(points[x]) for x in xs]
+            ax.plot(xs, ys, marker, color="black", label=label, linestyle="none")
+    ax.set_xlabel("arrived workload (% of GPU capacity)")
+    ax.set_ylabel("unallocated GPU (%)")
+    ax.set_xlim(50, 132)
+    ax.set_ylim(0, 55)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"openb {trace}: unallocated GPU vs arrived workload")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _bar_plot(grid: GridResult, traces: Sequence[str], policies: Sequence[str], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    groups = _groups(grid)
+    series: list[tuple[str, list[float], list[float]]] = []
+    for policy in policies:
+        stats = [
+            _mean_sd([r.unallocated_gpu_pct[100] for r in groups.get((t, policy), [])] or [0])
+            for t in traces
+        ]
+        series.append((LABELS.get(policy, policy), [m for m, _ in stats], [d for _, d in stats]))
+    if grid.limits:
+        for label in ("offline packing", "lower bound"):
+            stats = [_mean_sd(_limit_means(grid, t)[label].get(100) or [0]) for t in traces]
+            series.append((label, [m for m, _ in stats], [d for _, d in stats]))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(traces) + 2), 4.5))
-    width = 0.8 / max(len(policies), 1)
-    for i, policy in enumerate(policies):
-        means, sds = [], []
-        for trace in traces:
-            runs = groups.get((trace, policy), [])
-            mean, sd = _mean_sd([r.unallocated_gpu_pct[100] for r in runs]) if runs else (0, 0)
-            means.append(mean)
-            sds.append(sd)
-        xs = [t + (i - (len(policies) - 1) / 2) * width for t in range(len(traces))]
-        ax.bar(xs, means, width, yerr=sds, capsize=2, label=LABELS.get(policy, policy))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, means, sds) in enumerate(series):
+        xs = [t + (i - (len(series) - 1) / 2) * width for t in range(len(traces))]
+        ax.bar(xs, means, width, yerr=sds, capsize=2, label=label)
     ax.set_xticks(range(len(traces)), traces, rotation=30, ha="right")
     ax.set_ylabel("unallocated GPU (%) at 100 % arrival")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(ncol=3, fontsize="small")
-    path = folder / "unallocated_at_100.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def write_plots(grid: GridResult, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    traces = list(dict.fromkeys(r.trace for r in grid.results))
+    traces += [t for t in dict.fromkeys(r.trace for r in grid.limits) if t not in traces]
+    policies = list(dict.fromkeys(r.policy for r in grid.results))
+    written: list[Path] = []
+    for trace in traces:
+        path = folder / f"unallocated_{trace}.png"
+        _curve_plot(grid, trace, policies, path)
+        written.append(path)
+    path = folder / "unallocated_at_100.png"
+    _bar_plot(grid, traces, policies, path)
     written.append(path)
     return written
 
@@ -267,5 +390,9 @@ def write_outputs(grid: GridResult, folder: Path, command: str = "") -> list[Pat
     """results.csv, report.md and the plots in ``folder`` (created if needed)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_csv(grid, folder / "results.csv")
+    written = [folder / "results.csv"]
+    if grid.limits:
+        write_limits_csv(grid, folder / "limits.csv")
+        written.append(folder / "limits.csv")
     write_report(grid, folder / "report.md", command)
-    return [folder / "results.csv", folder / "report.md", *write_plots(grid, folder)]
+    return [*written, folder / "report.md", *write_plots(grid, folder)]
