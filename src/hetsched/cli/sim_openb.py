@@ -87,8 +87,9 @@ def openb(
         bool,
         typer.Option(
             "--bound",
-            help="Also the limit of each (trace, seed) at 100 and 130 % arrived: the offline "
-            "packing and the lower bound on unallocated GPU % (an LP solved by HiGHS).",
+            help="Also the limit of each (trace, seed): the offline packing and the lower "
+            "bound on unallocated GPU % (an LP solved by HiGHS), at 100 and 130 % arrived for "
+            "one run, at 100 % in a grid.",
         ),
     ] = False,
     output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (

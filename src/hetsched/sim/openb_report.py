@@ -4,7 +4,7 @@ Outputs in the chosen folder:
 
 - ``results.csv``: one row per (trace, policy, seed, arrived %), arrived 0..130, with
   unallocated GPU %, fragmentation amount and ratio, pods arrived and failed, wall seconds;
-- ``limits.csv`` (with the bound): one row per (trace, seed, arrived %) at 100 and 130 %,
+- ``limits.csv`` (with the bound): one row per (trace, seed) at 100 % arrived,
   with the lower bound on unallocated GPU %, the offline packing's, and each offline
   heuristic's (:mod:`hetsched.sim.openb_limit`);
 - ``report.md``: per trace, mean and sample sd over seeds at 100 % arrival per policy, with
@@ -86,8 +86,9 @@ def _run(trace_dir: str, trace: str, policy: str, seed: int) -> OpenbResult:
 
 
 def _limit(trace_dir: str, trace: str, seed: int) -> LimitResult:
-    """The offline packing and the bound of one (trace, seed), in a worker process."""
-    return run_limit(_trace(trace_dir, trace), seed)
+    """The offline packing and the bound of one (trace, seed) at 100 % arrived (the
+    report's point), in a worker process."""
+    return run_limit(_trace(trace_dir, trace), seed, points=(100,))
 
 
 @dataclass(frozen=True, slots=True)
