@@ -11,6 +11,7 @@ from hetsched.plugins.allocated import MostAllocated, Spread
 from hetsched.plugins.bestfit import BestFit
 from hetsched.plugins.dotprod import DotProd
 from hetsched.plugins.fgd import FGD
+from hetsched.plugins.fgdplus import Best, FGDPlus
 from hetsched.plugins.firstfit import FirstFit
 from hetsched.plugins.fit import Fit
 from hetsched.plugins.gpuclustering import GpuClustering
@@ -44,6 +45,8 @@ def plugins() -> list[type]:
         GpuPacking,
         GpuClustering,
         FGD,
+        FGDPlus,
+        Best,
         Stranding,
         Fifo,
         Priority,

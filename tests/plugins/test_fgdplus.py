@@ -11,7 +11,7 @@ from builders import gpu_node
 from hetsched.cluster import ClusterState, DeviceShare, Placement
 from hetsched.cluster.frag import TargetClass, TargetWorkload
 from hetsched.framework import CycleContext
-from hetsched.framework.registry import lookup
+from hetsched.framework.registry import installed
 from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.plugins.fgd import FGD, FGDArgs
@@ -251,8 +251,8 @@ def test_chosen_device_has_room_and_cache_follows_changes(
 
 
 def test_registered_as_fgdplus_and_best() -> None:
-    assert lookup("fgdplus").factory is FGDPlus
-    best = lookup("best")
+    assert installed().lookup("fgdplus").factory is FGDPlus
+    best = installed().lookup("best")
     assert issubclass(best.factory, FGDPlus)  # type: ignore[arg-type]
     assert best.args_model is FGDPlusArgs
 
