@@ -84,6 +84,7 @@ ACTIVE = "active"
 ROOM = "room"
 EPOCH = "epoch"
 TOPOLOGY = "topology"
+TOLD = "told"
 _NOMINATED = ("nominated",)
 _BACKOFF = ("backoff",)
 _ACTIVE = (ACTIVE,)
@@ -168,6 +169,8 @@ class _Entry:
     #: re-entered the queue during the running cycle: not tried again in it
     fresh: bool = False
     removed: bool = False
+    #: strict queues: the head the job was told blocks its queue (its explanation says so)
+    told: str | None = None
 
 
 def _rank_of(entry: _Entry) -> tuple[Hashable, ...]:
@@ -230,6 +233,7 @@ class WaitingQueue:
         if self._in_cycle:
             entry.fresh = True
         entry.removed = False
+        entry.told = None
         self._set_kind(entry, ACTIVE)
         self._dirty[record.id] = entry
 
@@ -248,6 +252,14 @@ class WaitingQueue:
         if entry is not None:
             self._dirty[record.id] = entry
 
+    def told(self, record: JobRecord, head: str) -> None:
+        """A strict queue's job was told that ``head`` blocks its queue: while the same
+        head blocks it, a cycle has nothing to tell it again (nor to try)."""
+        entry = self._entries.get(record.id)
+        if entry is not None and entry.told != head:
+            entry.told = head
+            self._dirty[record.id] = entry
+
     def failed(self, record: JobRecord, kind: str) -> None:
         """The job's attempt failed with ``kind`` (its blocked_by): park it by why.
 
@@ -257,6 +269,7 @@ class WaitingQueue:
         entry = self._entries.get(record.id)
         if entry is None:
             return
+        entry.told = None
         sched = self._sched
         if kind == "capacity":
             member = not record.held and not record.promised
@@ -484,6 +497,8 @@ class WaitingQueue:
         """Where a job is filed; the same precedence as the cycle's checks."""
         record = entry.record
         now = self._sched.now
+        if entry.told is not None:
+            return (TOLD, record.job.queue, entry.told)
         if record.nominated:
             return _NOMINATED
         if now < record.backoff_until:
@@ -514,18 +529,27 @@ class WaitingQueue:
             self._order += 1
             heapq.heappush(self._timed, (at, self._order, record.id))
 
-    def relevance(self, strict: bool, need_head: Callable[[], bool]) -> Callable[..., bool]:
+    def relevance(
+        self,
+        strict: bool,
+        need_head: Callable[[], bool],
+        blocked: Mapping[str, str] | None = None,
+    ) -> Callable[..., bool]:
         """Which sources can matter to a cycle (see :meth:`order`): in strict mode every
-        job (it may block its queue, or be told its queue is blocked); otherwise jobs to
-        try, and while no backfill head is chosen, parked jobs that would become it."""
+        job (it may block its queue, or be told its queue is blocked) but those already
+        told that the head now blocking their queue (``blocked``: queue -> head) does;
+        otherwise jobs to try, and while no backfill head is chosen, parked jobs that
+        would become it."""
         sched = self._sched
         epoch = sched.capacity_epoch
         version = sched.state.version
 
         def relevant(key: tuple[Hashable, ...]) -> bool:
+            kind = key[0]
+            if kind == TOLD:
+                return blocked is None or blocked.get(str(key[1])) != key[2]
             if strict or key is _ACTIVE:
                 return True
-            kind = key[0]
             if kind == ROOM:
                 shape = key[1]
                 assert isinstance(shape, _ShapeState)

@@ -137,7 +137,7 @@ def _merged(sched: Books, cycle: _Pass) -> Iterator[JobRecord]:
     def need_head() -> bool:
         return backfill and cycle.head is None
 
-    return sched.queue.order(sched.queue.relevance(sched.strict, need_head))
+    return sched.queue.order(sched.queue.relevance(sched.strict, need_head, cycle.blocked))
 
 
 def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
@@ -149,8 +149,10 @@ def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
     if failures and record.id in failures:
         raise PluginError(failures[record.id])
     if queue in cycle.blocked:
-        text = f"queue {queue} is strict and its head {cycle.blocked[queue]} cannot start"
+        head = cycle.blocked[queue]
+        text = f"queue {queue} is strict and its head {head} cannot start"
         _explain(sched, record, Explanation(Code.UNSCHEDULABLE, text))
+        sched.queue.told(record, head)
         return
     if now < record.backoff_until or record.nominated:
         _block(sched, cycle, record, now)
