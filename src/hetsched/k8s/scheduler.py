@@ -20,7 +20,9 @@ carries out the actions the core returns through the shared interpreter
   core's queue, as everywhere: the pods its controller (a Job, a ReplicaSet, ...) or its pod
   group recreates are matched to it, task by task, instead of becoming new jobs; a job whose
   pods nothing recreates (bare pods) is cancelled once they are gone, and one whose pods
-  are not recreated within ``recreate_timeout_s`` too;
+  are not recreated within ``recreate_timeout_s`` too. The preemptor's pending pods get
+  ``status.nominatedNodeName`` (the victims' nodes) until they bind or the core gives up
+  on them (:mod:`hetsched.k8s.nominate`);
 - Pending and Reject: a ``FailedScheduling`` Warning event whose message is the
   explanation.
 
@@ -52,6 +54,7 @@ from hetsched.k8s.fencing import federation_of as _federation
 from hetsched.k8s.leading import run_leading
 from hetsched.k8s.listwatch import Change, ListWatch
 from hetsched.k8s.names import SCHEDULER_NAME
+from hetsched.k8s.nominate import Nominations
 from hetsched.k8s.podevents import PodEvents
 from hetsched.k8s.recreate import Vacancies, workload_of
 from hetsched.k8s.translate import (
@@ -124,6 +127,7 @@ class PodScheduler(Observer):
         self.core = Scheduler(ClusterState(), profile, seed)
         self.interpreter = Interpreter(_Pods(self), self, kill_grace_s=KILL_GRACE_S)
         self.events = PodEvents(api, scheduler_name, identity)
+        self.nominations = Nominations(api)
         self.recreate_timeout_s = recreate_timeout_s
         #: the cache: the latest JSON of every node and pod
         self.nodes: dict[str, Obj] = {}
@@ -240,6 +244,7 @@ class PodScheduler(Observer):
             actions = self.core.handle(in_order(events), now)
             self.interpreter.carry_out(actions, now)
             events, self._followups = self._followups, []
+        self.nominations.apply(self._pending_pods, self._waits_for_room, self.owner)
         recheck, self._recheck = self._recheck, []
         for key in recheck:
             obj = self.pods.get(key)
@@ -427,6 +432,7 @@ class PodScheduler(Observer):
 
     def _pod_gone(self, key: str) -> list[Event]:
         self.events.reported.pop(key, None)
+        self.nominations.forget(key)
         self._lost.discard(key)
         stopped = self._stopping.pop(key, None)
         if stopped is not None:
@@ -514,6 +520,10 @@ class PodScheduler(Observer):
     def preempted(self, action: Preempt) -> None:
         """Its pods are deleted (the stops follow) and the job waits in the queue."""
 
+    def _waits_for_room(self, job_id: str) -> bool:
+        """The job waits, with room kept for it by the preemptions it started."""
+        return self._state.get(job_id) is JobState.PENDING and self.core.view.promised(job_id)
+
     def _pending_pods(self, job_id: str) -> list[str]:
         return [
             k
@@ -549,6 +559,8 @@ class PodScheduler(Observer):
             members = self.members.get(job_id, [])
             pod_key = members[task] if task < len(members) else ""
             reason = f"preempted: {stop.reason}" if stop.preemptor else stop.reason
+            if stop.preemptor:
+                self.nominations.victim(stop.preemptor, stop.placement.node)
             self._stop_pod(pod_key, stop.key, stop.grace_s, reason, bool(stop.preemptor))
 
     def _stop_pod(self, key: str, task: TaskKey, grace_s: float, why: str, preempted: bool) -> None:
@@ -590,6 +602,7 @@ class PodScheduler(Observer):
             return
         self.bound.append((key, placement.node))
         self.events.reported.pop(key, None)
+        self.nominations.clear(key)
         message = f"Successfully assigned {key} to {placement.node}"
         self.events.post(obj, "Normal", "Scheduled", message, action="Binding")
 

@@ -89,6 +89,12 @@ class SchedulerView:
             tuple(record.history),
         )
 
+    def promised(self, job_id: str) -> bool:
+        """Whether the core keeps room for the job: it preempted others and has not started
+        (nor been given up on) since."""
+        record = self._core.jobs.get(job_id)
+        return record is not None and record.promised
+
     def jobs(self) -> list[JobView]:
         """Jobs not in a terminal state, in arrival order."""
         out = []
