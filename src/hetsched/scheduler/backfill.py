@@ -104,7 +104,7 @@ def reserve(sched: Books, head: JobRecord, now: float) -> Reservation | None:
         if record is not head:
             keys: list[AllocKey] = [trial_key(record.job, i) for i in range(len(record.unplaced))]
             ends.append((now + expected_runtime(record.job, default), record.id, keys))
-    for record in sched.active_jobs():
+    for record in sched.holding_jobs():  # only jobs that hold something can free it
         if record is head:
             # the head's own partial hold is given back: the trial places the whole gang
             for task in record.held:

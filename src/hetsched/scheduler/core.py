@@ -264,6 +264,12 @@ class Scheduler:
         """Jobs not in a terminal state (pending or running), in arrival order."""
         return list(self._live.values())
 
+    def holding_jobs(self) -> list[JobRecord]:
+        """Jobs that hold resources (running tasks, tasks being stopped, a gang hold), in
+        arrival order: the ledger's jobs, so a long queue of waiting jobs costs nothing
+        to whoever looks for victims or for what will finish."""
+        return sorted((self.jobs[j] for j in self.ledger.by_job), key=lambda r: r.seq)
+
     def waiting(self) -> list[JobRecord]:
         """Jobs with tasks to place, in arrival order: pending jobs, and running jobs whose
         gang minimum was below their replicas and that still have tasks to start."""

@@ -167,7 +167,7 @@ def candidates(
             if amount > 0 and f in quotas.flavors
         )
     reclaimable: dict[str, list[JobRecord]] = {}
-    for victim in sched.active_jobs():
+    for victim in sched.holding_jobs():  # a victim runs: it holds resources
         if not _eligible(sched, args, preemptor, victim, now):
             continue
         same = not quotas.enabled or victim.job.queue == job.queue
