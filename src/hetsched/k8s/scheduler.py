@@ -56,6 +56,7 @@ from hetsched.k8s.listwatch import Change, ListWatch
 from hetsched.k8s.names import SCHEDULER_NAME
 from hetsched.k8s.nominate import Nominations
 from hetsched.k8s.podevents import PodEvents
+from hetsched.k8s.podgroups import PodGroups
 from hetsched.k8s.recreate import Vacancies, workload_of
 from hetsched.k8s.translate import (
     PodInfo,
@@ -144,9 +145,8 @@ class PodScheduler(Observer):
         self._workloads: dict[str, str | None] = {}
         #: tasks of requeued jobs waiting for their workload to recreate a pod
         self._vacant = Vacancies(recreate_timeout_s)
-        #: pod group id (``namespace/group``) -> keys of its pods waiting to reach the minimum
-        self._groups: dict[str, list[str]] = {}
-        self._groups_started: set[str] = set()
+        #: pods of pod groups waiting to reach their minimum
+        self._groups = PodGroups()
         #: pod key -> the task it ran, for pods asked to stop, until they are gone
         self._stopping: dict[str, TaskKey] = {}
         self._followups: list[Event] = []
@@ -302,9 +302,7 @@ class PodScheduler(Observer):
         if info.schedulable_by(self.name) and self._fill(info, obj):
             return []
         if info.group is not None and info.schedulable_by(self.name):
-            waiting = self._groups.setdefault(f"{info.namespace}/{info.group}", [])
-            if info.key not in waiting:
-                waiting.append(info.key)
+            self._groups.add(f"{info.namespace}/{info.group}", info.key)
             return []
         if info.schedulable_by(self.name):
             job = pod_job(obj, info.key + _short(info.uid), self.clock())
@@ -438,10 +436,8 @@ class PodScheduler(Observer):
         if stopped is not None:
             event = self.interpreter.report(Exit(stopped, False, "pod deleted"))
             return [event] if event is not None else []
-        for waiting in self._groups.values():
-            if key in waiting:
-                waiting.remove(key)
-                return []
+        if self._groups.discard(key):
+            return []
         owned = self.owner.pop(key, None)
         if owned is None:
             return []
@@ -462,29 +458,12 @@ class PodScheduler(Observer):
                 continue
             info = pod_info(self.pods[other])
             if info.group is not None:
-                group = f"{info.namespace}/{info.group}"
-                self._groups.setdefault(group, []).append(other)
-                self._groups_started.discard(group)
+                self._groups.again(f"{info.namespace}/{info.group}", other)
         return [JobCancelled(job_id, reason)]
 
     def _submit_groups(self, now: float) -> list[Event]:
         events: list[Event] = []
-        for group, waiting in sorted(self._groups.items()):
-            if not waiting:
-                continue
-            infos = [pod_info(self.pods[k]) for k in waiting]
-            minimum = max((i.min_available or 1) for i in infos)
-            if group in self._groups_started:
-                minimum = 1
-            if len(waiting) < minimum:
-                for key in waiting:
-                    self.events.failed_scheduling(
-                        self.pods[key],
-                        f"waiting for pod group {group}: {len(waiting)} of the "
-                        f"{minimum} pods it needs exist",
-                    )
-                continue
-            keys = sorted(waiting)
+        for group, keys, minimum in self._groups.ready(self.pods, self.events.failed_scheduling):
             job_id = f"{group}#g{next(self._seq)}"
             try:
                 job = group_job(job_id, [self.pods[k] for k in keys], minimum, now)
@@ -492,8 +471,7 @@ class PodScheduler(Observer):
                 for key in keys:
                     self.events.failed_scheduling(self.pods[key], str(exc))
                 continue
-            self._groups[group] = []
-            self._groups_started.add(group)
+            self._groups.take(group)
             self._own(job_id, keys, f"group:{group}")
             events.append(JobSubmitted(job))
         return events

@@ -16,19 +16,17 @@ One call:
 Every change of a job's state is emitted as a :class:`JobTransition` (one per entry of its
 history), so a driver learns what happened to a job from the actions alone.
 
-Every allocation goes through :meth:`Scheduler.allocate` and every release through
-:meth:`Scheduler.release` (or :meth:`Scheduler.unallocate` to undo a trial), so the usage
-ledger always matches the cluster state.
+The books (records, allocations kept in step with the usage ledger, transitions) are the
+:class:`~hetsched.scheduler.jobbook.JobBook` the Scheduler extends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
-from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import AllocationError, AllocKey, ClusterState
+from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.framework.handle import DecayedView, UsageView
-from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
+from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.registry import Registry
 from hetsched.framework.runtime import Framework
 from hetsched.framework.status import Code
@@ -39,16 +37,12 @@ from hetsched.model.lifecycle import TERMINAL, JobState, Transition
 from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler.actions import (
     Action,
-    Bind,
     Change,
     JobTransition,
     Kill,
-    Preempt,
-    PreemptionKind,
     Reject,
 )
 from hetsched.scheduler.cycle import placed_in_line, run_cycle
-from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.events import (
     DeviceAdded,
     DeviceHealthChanged,
@@ -64,24 +58,16 @@ from hetsched.scheduler.events import (
     Tick,
 )
 from hetsched.scheduler.explain import Explanation
-from hetsched.scheduler.quota import QuotaTree
-from hetsched.scheduler.records import BlockedBy, JobRecord
-from hetsched.scheduler.usage import Ledger, placement_usage
+from hetsched.scheduler.jobbook import JobBook
+from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.view import SchedulerView
 
 __all__ = ["Scheduler"]
 
-#: the Change a transition into each terminal state records
-_ENDS = {
-    JobState.SUCCEEDED: Change.SUCCEEDED,
-    JobState.FAILED: Change.FAILED,
-    JobState.CANCELLED: Change.CANCELLED,
-    JobState.REJECTED: Change.REJECTED,
-}
 
-
-class Scheduler:
-    """The core. Holds the cluster state and the book of jobs; see the module docstring."""
+class Scheduler(JobBook):
+    """The core: events in, actions out (see the module docstring); its books are a
+    :class:`JobBook`."""
 
     def __init__(
         self,
@@ -90,34 +76,7 @@ class Scheduler:
         seed: int = 0,
         registry: Registry | None = None,
     ) -> None:
-        self.state = state
-        self.profile = profile or ProfileSpec()
-        errors = check_queues(self.profile)
-        if errors:
-            raise ProfileError("\n".join(errors))
-        overcommit = self.profile.overcommit
-        if (state.cpu_factor, state.mem_factor) != (overcommit.cpu, overcommit.memory):
-            state.set_overcommit(overcommit.cpu, overcommit.memory)
-        self.quotas = QuotaTree(self.profile.queues)
-        self.ledger = Ledger()
-        self.jobs: dict[str, JobRecord] = {}
-        #: grows whenever capacity may have grown (release, node added, device healthy)
-        self.capacity_epoch = 0
-        #: the one job allowed to hold part of its gang (so gangs never deadlock)
-        self.holder: str | None = None
-        #: victim id -> the job that preempted it, while the victim is stopping
-        self._nominations: dict[str, str] = {}
-        #: jobs not in a terminal state, in arrival order
-        self._live: dict[str, JobRecord] = {}
-        #: maximum runtime and maximum pending time, due first
-        self.deadlines = Deadlines()
-        #: jobs that preempted others and have not started yet, by id
-        self.promised: dict[str, JobRecord] = {}
-        self._seq = 0
-        #: the time of the last ``handle`` call
-        self.now = 0.0
-        #: the actions of the ``handle`` call in progress, in the order they are taken
-        self._out: list[Action] = []
+        super().__init__(state, profile)
         # plugins read the ledger and quotas through the handle, so they come first
         self.framework = Framework(self.profile, handle=self, seed=seed, registry=registry)
         #: the queue sort is strict: a job that cannot start blocks the rest of its queue
@@ -152,66 +111,6 @@ class Scheduler:
         self._out = []
         return out
 
-    def emit(self, action: Action) -> None:
-        """Add an action to the answer of the ``handle`` call in progress."""
-        self._out.append(action)
-
-    def restore(
-        self,
-        job: Job,
-        run: int,
-        placements: Mapping[int, Placement],
-        finished: Iterable[int] = (),
-        restarts: int = 0,
-        started: float | None = None,
-        now: float = 0.0,
-    ) -> JobRecord:
-        """Take back a job that was running before the driver restarted, on its recorded
-        placements, without a new scheduling decision.
-
-        Allocates under the core's own task keys and charges the usage ledger (quotas, fair
-        share); raises AllocationError and changes nothing if a placement does not fit or
-        the job could never have been admitted (unknown queue, past a hard limit). Emits no
-        action: the driver knows the job already (its history says "restored").
-        """
-        if job.id in self.jobs:
-            raise ValueError(f"job {job.id} is already in the core")
-        problem = self.quotas.submit_error(job)
-        if problem is not None:
-            raise AllocationError(f"job {job.id}: {problem}")
-        if job.best_effort:
-            self.state.best_effort_jobs.add(job.id)
-        taken: list[TaskKey] = []
-        try:
-            for task, placement in sorted(placements.items()):
-                key = TaskKey(job.id, task, run)
-                self.allocate(key, placement, job)
-                taken.append(key)
-        except AllocationError:
-            for key in reversed(taken):
-                self.unallocate(key)
-            self.state.best_effort_jobs.discard(job.id)
-            raise
-        record = JobRecord(job, self._seq, queued_since=job.submit_time)
-        self._seq += 1
-        self.jobs[job.id] = record
-        record.move(JobState.PENDING, job.submit_time, "submitted")
-        record.run = run
-        record.restarts = restarts
-        record.placements = dict(placements)
-        record.finished = set(finished)
-        record.started = now if started is None else started
-        usage: Mapping[str, int] = self.ledger.by_job.get(job.id, {})
-        record.borrowing = self.quotas.borrowing(
-            job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
-        )
-        record.move(JobState.RUNNING, now, f"run {run}: restored after a restart")
-        self._live[job.id] = record
-        if record.has_unplaced:
-            self.queue.add(record)
-        self.deadlines.run_started(record, self._max_runtime(job))
-        return record
-
     # -- what plugins read (SchedulerHandle) ---------------------------------------------
 
     @property
@@ -233,25 +132,6 @@ class Scheduler:
 
     # -- queries -------------------------------------------------------------------------
 
-    def record(self, job_id: str) -> JobRecord:
-        try:
-            return self.jobs[job_id]
-        except KeyError:
-            raise KeyError(f"unknown job {job_id!r}") from None
-
-    @property
-    def promising(self) -> bool:
-        """Some job preempted others and has not started yet (capacity is kept for it)."""
-        return bool(self.promised)
-
-    def promise(self, record: JobRecord, promised: bool) -> None:
-        """Mark that capacity is kept for ``record`` (it preempted jobs), or no longer."""
-        record.promised = promised
-        if promised:
-            self.promised[record.id] = record
-        else:
-            self.promised.pop(record.id, None)
-
     def why(self, job_id: str) -> Explanation:
         """The job's explanation plus what a cycle does not compute for every job: which
         running jobs must finish (and when it would then fit), and which the preemption
@@ -259,16 +139,6 @@ class Scheduler:
         from hetsched.scheduler.why import why
 
         return why(self, job_id)
-
-    def active_jobs(self) -> list[JobRecord]:
-        """Jobs not in a terminal state (pending or running), in arrival order."""
-        return list(self._live.values())
-
-    def holding_jobs(self) -> list[JobRecord]:
-        """Jobs that hold resources (running tasks, tasks being stopped, a gang hold), in
-        arrival order: the ledger's jobs, so a long queue of waiting jobs costs nothing
-        to whoever looks for victims or for what will finish."""
-        return sorted((self.jobs[j] for j in self.ledger.by_job), key=lambda r: r.seq)
 
     def waiting(self) -> list[JobRecord]:
         """Jobs with tasks to place, in arrival order: pending jobs, and running jobs whose
@@ -294,21 +164,6 @@ class Scheduler:
                 times.append(hold_since + self.profile.gang.timeout_s)
         later = [t for t in times if t is not None and t > now]
         return min(later) if later else None
-
-    # -- allocation, kept in step with the usage ledger ----------------------------------
-
-    def allocate(self, key: TaskKey, placement: Placement, job: Job) -> None:
-        self.state.allocate(key, placement)
-        self.ledger.charge(key, job, placement_usage(self.state, placement))
-
-    def unallocate(self, key: AllocKey) -> None:
-        """Undo an allocation made during the same attempt (capacity did not grow)."""
-        self.state.release(key)
-        self.ledger.refund(key)
-
-    def release(self, key: AllocKey) -> None:
-        self.unallocate(key)
-        self.capacity_epoch += 1
 
     # -- events --------------------------------------------------------------------------
 
@@ -356,31 +211,6 @@ class Scheduler:
         else:
             self._lose(keys, f"device {device_id} {reason}", now)
 
-    def _move(
-        self,
-        record: JobRecord,
-        target: JobState,
-        now: float,
-        cause: str,
-        change: Change,
-    ) -> None:
-        """Change a job's state through the transition table and tell the driver. The
-        transition's ``since`` is when the job entered its current state: its queueing
-        time while pending, the start of its run while running."""
-        source = record.state
-        if source is JobState.PENDING:
-            since = record.queued_since
-        elif source is JobState.RUNNING and record.started is not None:
-            since = record.started
-        else:
-            since = now
-        record.move(target, now, cause)
-        self._out.append(
-            JobTransition(
-                record.id, now, source, target, change, cause, record.run, record.restarts, since
-            )
-        )
-
     def _submit(self, job: Job, run: int, restarts: int, now: float) -> None:
         if job.id in self.jobs:
             self.emit(Reject(job.id, f"job id {job.id} already exists"))
@@ -400,48 +230,6 @@ class Scheduler:
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)
-
-    def _end(self, record: JobRecord, state: JobState, now: float, cause: str) -> None:
-        """Move a job to a terminal state; it leaves the scans of cycles and timers."""
-        self._move(record, state, now, cause, _ENDS[state])
-        record.ended = now
-        self._live.pop(record.id, None)
-        self.state.best_effort_jobs.discard(record.id)
-        self.queue.remove(record)
-
-    def _stop_all(self, record: JobRecord, reason: str) -> None:
-        """Ask the driver to stop every running task of the current run; the allocations
-        stay held, as ``stopping``, until TaskStopped arrives."""
-        for task in sorted(record.placements):
-            key = TaskKey(record.id, task, record.run)
-            record.stopping[key] = record.placements.pop(task)
-            self.emit(Kill(record.id, task, record.run, reason))
-
-    def _stopped(self, key: TaskKey) -> None:
-        record = self.jobs.get(key.job)
-        if record is not None and record.stopping.pop(key, None) is not None:
-            self.release(key)
-            self._settle(record)
-
-    def _settle(self, victim: JobRecord) -> None:
-        """A victim with nothing left to stop no longer delays its preemptor."""
-        if not victim.stopping and victim.id in self._nominations:
-            preemptor = self.jobs[self._nominations.pop(victim.id)]
-            preemptor.nominated.discard(victim.id)
-            self.queue.touch(preemptor)
-
-    def _drop_hold(self, record: JobRecord) -> None:
-        for task in sorted(record.held):
-            self.release(TaskKey(record.id, task, record.run + 1))
-        record.held.clear()
-        record.hold_since = None
-        if self.holder == record.id:
-            self.holder = None
-
-    def _end_pending(self, record: JobRecord) -> None:
-        """A pending job leaves the queue for good: give back what it holds or was promised."""
-        self._drop_hold(record)
-        self.promise(record, False)
 
     def _cancel(self, job_id: str, reason: str, now: float) -> None:
         record = self.jobs.get(job_id)
@@ -522,24 +310,7 @@ class Scheduler:
                 record.resume_from = None
                 self._requeue(record, now, cause, Change.LOST)
 
-    def _requeue(self, record: JobRecord, now: float, cause: str, change: Change) -> None:
-        self._move(record, JobState.PENDING, now, cause, change)
-        record.finished.clear()
-        record.started = None
-        record.checkpoint = None
-        record.borrowing = False
-        record.queued_since = now
-        self.queue.add(record)
-        self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
-        # until the next attempt says more; the job may wait out this call untried
-        record.explanation = Explanation(Code.UNSCHEDULABLE, f"back in the queue: {cause}")
-
     # -- time-based rules ----------------------------------------------------------------
-
-    def _max_runtime(self, job: Job) -> float | None:
-        if job.max_runtime_s is not None:
-            return job.max_runtime_s
-        return self.profile.timeouts.max_runtime_s
 
     def _timers(self, now: float) -> None:
         """Maximum runtime, gang hold timeout, maximum pending time, in that order (jobs
@@ -609,69 +380,3 @@ class Scheduler:
         )
         self._end(record, JobState.REJECTED, now, reason)
         self.emit(Reject(record.id, reason))
-
-    # -- called by the cycle -------------------------------------------------------------
-
-    def preempt(
-        self,
-        victim: JobRecord,
-        preemptor: JobRecord,
-        kind: PreemptionKind,
-        grace_s: float,
-        now: float,
-    ) -> None:
-        """Stop the victim's run within ``grace_s`` (its allocations stay held until each
-        TaskStopped) and requeue it; the preemptor waits for it."""
-        reason = f"preempted by {preemptor.id} ({kind})"
-        run = victim.run
-        tasks = tuple(sorted(victim.placements))
-        for task in tasks:
-            victim.stopping[TaskKey(victim.id, task, run)] = victim.placements.pop(task)
-        victim.preemptions += 1
-        victim.preempted_by.add(preemptor.id)
-        preemptor.preempted_jobs.add(victim.id)
-        preemptor.nominated.add(victim.id)
-        self._nominations[victim.id] = preemptor.id
-        self.emit(Preempt(victim.id, run, tasks, grace_s, reason, preemptor.id, kind))
-        self._requeue(victim, now, reason, Change.PREEMPTED)
-        self._settle(victim)
-
-    def started(self, record: JobRecord) -> None:
-        """After :meth:`bind`: the job leaves the queue unless tasks are left to place, and
-        a run that started now gets its maximum runtime."""
-        if record.state is JobState.RUNNING and record.has_unplaced:
-            self.queue.add(record)
-        else:
-            self.queue.remove(record)
-        if record.started == self.now:
-            self.deadlines.run_started(record, self._max_runtime(record.job))
-
-    def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> None:
-        """Commit an attempt whose placements are allocated (and whose Bind plugins ran)
-        already: a new run starts, or a running job whose gang minimum was below its
-        replicas starts more tasks."""
-        for task, placement in placed:
-            record.placements[task] = placement
-        record.held.clear()
-        record.hold_since = None
-        if self.holder == record.id:
-            self.holder = None
-        self.promise(record, False)
-        record.explanation = None
-        record.blocked_by = BlockedBy.NONE
-        if record.state is not JobState.RUNNING:
-            record.run += 1
-            record.started = now
-            record.checkpoint = None
-            usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
-            record.borrowing = self.quotas.borrowing(
-                record.job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
-            )
-            nodes = sorted({p.node for _, p in placed})
-            cause = (
-                f"run {record.run}: bound {len(placed)} task(s) to "
-                + ", ".join(nodes)
-                + (" (borrowing quota)" if record.borrowing else "")
-            )
-            self._move(record, JobState.RUNNING, now, cause, Change.STARTED)
-        self.emit(Bind(record.id, record.run, tuple(placed)))
