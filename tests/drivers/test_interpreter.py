@@ -17,10 +17,13 @@ from hetsched.scheduler import (
     Change,
     JobTransition,
     Kill,
+    Migrate,
+    MigrationKind,
     Pending,
     Preempt,
     PreemptionKind,
     Reject,
+    TaskCheckpointed,
     TaskFinished,
     TaskStopped,
 )
@@ -54,6 +57,9 @@ class Recorder(Observer):
     def preempted(self, action: Preempt) -> None:
         self.calls.append(("preempted", action.job_id))
 
+    def migrating(self, action: Migrate) -> None:
+        self.calls.append(("migrating", action.job_id))
+
 
 def started(job: str = "j") -> JobTransition:
     return JobTransition(
@@ -62,6 +68,7 @@ def started(job: str = "j") -> JobTransition:
 
 
 BIND = Bind("j", 1, ((0, P0), (1, P1)))
+MOVE = MigrationKind.DEFRAG
 WAIT = Pending("w", Explanation(Code.UNSCHEDULABLE, "no room"))
 
 
@@ -97,6 +104,16 @@ WAIT = Pending("w", Explanation(Code.UNSCHEDULABLE, "no room"))
                 ("start", ("j/0#1", "j/1#1")),
                 ("preempted", "j"),
                 ("stop", (("j/1#1", 5.0, 30.0, False),)),
+            ],
+        ),
+        # a Migrate stops the tasks it names with its notice and grace; the next run's Bind
+        # comes later from the core
+        (
+            [BIND, Migrate("j", 1, (0, 1), ((0, P1), (1, P0)), 10.0, 3.0, "move", MOVE, "w")],
+            [
+                ("start", ("j/0#1", "j/1#1")),
+                ("migrating", "j"),
+                ("stop", (("j/0#1", 10.0, 3.0, False), ("j/1#1", 10.0, 3.0, False))),
             ],
         ),
     ],
@@ -153,3 +170,68 @@ def test_adopted_tasks_report_like_started_ones() -> None:
     interpreter = Interpreter(recorder, recorder)
     interpreter.adopt(TaskKey("j", 0, 4), P0)
     assert interpreter.report(Exit(TaskKey("j", 0, 4))) == TaskFinished("j", 0, 4, True, "")
+
+
+class Starts(Recorder):
+    """Records what each start resumes from, and every stop's notice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resumes: list[object] = []
+        self.notices: list[tuple[str, float, float]] = []
+
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        self.resumes += [t.resume for t in tasks]
+
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        self.notices += [(str(t.key), t.notice_s, now) for t in tasks]
+
+
+def test_a_bind_hands_its_checkpoint_to_every_task() -> None:
+    from hetsched.model.checkpoint import SavedCheckpoint
+
+    saved = SavedCheckpoint(5.0, 1, step=40, path="/ckpt/40")
+    recorder = Starts()
+    Interpreter(recorder, recorder).carry_out([Bind("j", 2, ((0, P0), (1, P1)), saved)], 9.0)
+    assert recorder.resumes == [saved, saved]
+
+
+def test_a_checkpoint_inside_the_notice_ends_it_for_the_whole_run() -> None:
+    recorder = Starts()
+    interpreter = Interpreter(recorder, recorder)
+    preempt = Preempt("j", 1, (0, 1), 4.0, "room", "hi", PreemptionKind.PRIORITY, 30.0)
+    interpreter.carry_out([BIND, preempt], 0.0)
+    assert recorder.notices == [("j/0#1", 30.0, 0.0), ("j/1#1", 30.0, 0.0)]
+    event = interpreter.checkpointed(TaskKey("j", 0, 1), 6.0, step=12, path="/c")
+    assert event == TaskCheckpointed("j", 0, 1, 12, "/c", None, None)
+    # both tasks get a second stop with no notice: SIGTERM now, SIGKILL after the grace
+    assert recorder.notices[2:] == [("j/0#1", 0.0, 6.0), ("j/1#1", 0.0, 6.0)]
+    # a second checkpoint still counts, but the notice is over already
+    assert interpreter.checkpointed(TaskKey("j", 1, 1), 7.0) is not None
+    assert len(recorder.notices) == 4
+    assert interpreter.report(Exit(TaskKey("j", 0, 1))) == TaskStopped("j", 0, 1)
+
+
+def test_a_checkpoint_of_a_running_task_stops_nothing() -> None:
+    recorder = Starts()
+    interpreter = Interpreter(recorder, recorder)
+    interpreter.carry_out([BIND], 0.0)
+    event = interpreter.checkpointed(TaskKey("j", 1, 1), 3.0, progress=2.5, at=2.0)
+    assert event == TaskCheckpointed("j", 1, 1, None, "", 2.5, 2.0)
+    assert recorder.notices == []
+
+
+@pytest.mark.parametrize("key", [TaskKey("j", 0, 2), TaskKey("other", 0, 1), TaskKey("j", 5, 1)])
+def test_a_checkpoint_of_a_task_that_does_not_run_is_stale(key: TaskKey) -> None:
+    recorder = Starts()
+    interpreter = Interpreter(recorder, recorder)
+    interpreter.carry_out([BIND], 0.0)
+    assert interpreter.checkpointed(key, 1.0) is None
+
+
+def test_a_checkpoint_after_the_exit_is_stale() -> None:
+    recorder = Starts()
+    interpreter = Interpreter(recorder, recorder)
+    interpreter.carry_out([BIND, Kill("j", 0, 1, "x")], 0.0)
+    interpreter.report(Exit(TaskKey("j", 0, 1)))
+    assert interpreter.checkpointed(TaskKey("j", 0, 1), 1.0) is None

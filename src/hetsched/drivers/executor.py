@@ -21,16 +21,19 @@ from typing import NamedTuple, Protocol
 
 from hetsched.cluster.placement import Placement
 from hetsched.keys import TaskKey
-from hetsched.scheduler.actions import JobTransition, Pending, Preempt, Reject
+from hetsched.model.checkpoint import SavedCheckpoint
+from hetsched.scheduler.actions import JobTransition, Migrate, Pending, Preempt, Reject
 
 __all__ = ["Executor", "Exit", "Observer", "Start", "Stop"]
 
 
 class Start(NamedTuple):
-    """Start task ``key`` on ``placement`` (the core has allocated it already)."""
+    """Start task ``key`` on ``placement`` (the core has allocated it already), resuming
+    from checkpoint ``resume`` (None: from scratch)."""
 
     key: TaskKey
     placement: Placement
+    resume: SavedCheckpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,13 @@ class Stop:
     none), then end it within ``grace_s`` (SIGTERM, then SIGKILL), and report its Exit.
 
     ``released``: its node or device is gone and the core freed the allocation already, so
-    no report is awaited (one is harmless). ``preemptor`` is set when it is preempted.
+    no report is awaited (one is harmless). ``preemptor`` is set when it is preempted (or
+    the job a migration makes room for).
+
+    A second Stop for a task that is already stopping shortens its notice to the new
+    ``notice_s`` (counted from the new call; never lengthens it): the interpreter sends
+    one with ``notice_s`` 0 when the job reports a checkpoint inside its notice, which
+    ends the wait early.
     """
 
     key: TaskKey
@@ -90,3 +99,7 @@ class Observer:
 
     def preempted(self, action: Preempt) -> None:
         """A job's run is being stopped to make room (its tasks' stops follow)."""
+
+    def migrating(self, action: Migrate) -> None:
+        """A job's run is being stopped to move it (its tasks' stops follow; the Bind of
+        its next run comes once they have stopped)."""

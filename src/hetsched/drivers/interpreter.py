@@ -4,10 +4,17 @@ The rules live here and nowhere else:
 
 - **Bind** starts each task (one ``Executor.start`` call per Bind). A started task is
   *running* until its exit is reported.
+- **Bind** hands each task the checkpoint the run resumes from (``Start.resume``).
 - **Kill** stops the task if it is running (no notice, the driver's ``kill_grace_s``).
-  **Preempt** stops each task it names that is running, with the action's ``notice_s`` and
-  ``grace_s``. A task asked to stop is *stopping* until its exit is reported. A task that
-  is no longer running needs no stop: its exit is reported already, or on its way.
+  **Preempt** and **Migrate** stop each task they name that is running, with the action's
+  ``notice_s`` and ``grace_s`` (a Migrate's next run comes later as a Bind). A task asked
+  to stop is *stopping* until its exit is reported. A task that is no longer running needs
+  no stop: its exit is reported already, or on its way.
+- **Checkpoints**: a driver hands what a task reports to :meth:`Interpreter.checkpointed`.
+  A report for a running or stopping task is ``TaskCheckpointed`` for the core; when it
+  comes from a job whose run is in its notice, every task of that run still in its notice
+  is sent a second Stop with ``notice_s`` 0: the checkpoint is saved, so the wait ends
+  early and SIGTERM (then SIGKILL after the grace) follows at once.
 - **Allocations** are held by the core while a task runs or stops, and freed when its
   exit is reported; a Kill marked ``released`` (its node or device is gone) was freed
   already.
@@ -26,8 +33,18 @@ from collections.abc import Iterable, Sequence
 from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Executor, Exit, Observer, Start, Stop
 from hetsched.keys import TaskKey
-from hetsched.scheduler.actions import Action, Bind, JobTransition, Kill, Pending, Preempt, Reject
-from hetsched.scheduler.events import TaskFinished, TaskStopped
+from hetsched.model.checkpoint import SavedCheckpoint
+from hetsched.scheduler.actions import (
+    Action,
+    Bind,
+    JobTransition,
+    Kill,
+    Migrate,
+    Pending,
+    Preempt,
+    Reject,
+)
+from hetsched.scheduler.events import TaskCheckpointed, TaskFinished, TaskStopped
 
 __all__ = ["Interpreter"]
 
@@ -49,6 +66,9 @@ class Interpreter:
         self.running: dict[TaskKey, Placement] = {}
         #: tasks asked to stop whose exit is not reported yet
         self.stopping: dict[TaskKey, Placement] = {}
+        #: stopping tasks that were given a notice (their Stop), until a checkpoint of
+        #: their run ends it or their exit is reported
+        self.noticed: dict[TaskKey, Stop] = {}
 
     # -- actions in ----------------------------------------------------------------------
 
@@ -59,8 +79,8 @@ class Interpreter:
             match action:
                 case JobTransition():
                     observer.transitioned(action)
-                case Bind(job_id, run, placements):
-                    self._start(job_id, run, placements, now)
+                case Bind(job_id, run, placements, resume):
+                    self._start(job_id, run, placements, resume, now)
                 case Pending():
                     observer.pending(action)
                 case Kill(job_id, task, run, reason, released):
@@ -70,19 +90,28 @@ class Interpreter:
                     observer.preempted(action)
                     keys = [TaskKey(job_id, task, run) for task in tasks]
                     self._stop(keys, now, notice_s, grace_s, reason, False, preemptor)
+                case Migrate(job_id, run, tasks, _to, notice_s, grace_s, reason, _kind, for_job):
+                    observer.migrating(action)
+                    keys = [TaskKey(job_id, task, run) for task in tasks]
+                    self._stop(keys, now, notice_s, grace_s, reason, False, for_job)
                 case Reject():
                     observer.rejected(action)
                 case _:  # pragma: no cover
                     raise TypeError(f"unknown action {action!r}")
 
     def _start(
-        self, job_id: str, run: int, placements: Sequence[tuple[int, Placement]], now: float
+        self,
+        job_id: str,
+        run: int,
+        placements: Sequence[tuple[int, Placement]],
+        resume: SavedCheckpoint | None,
+        now: float,
     ) -> None:
         starts = []
         for task, placement in placements:
             key = TaskKey(job_id, task, run)
             self.running[key] = placement
-            starts.append(Start(key, placement))
+            starts.append(Start(key, placement, resume))
         self.executor.start(starts, now)
 
     def _stop(
@@ -101,7 +130,10 @@ class Interpreter:
             if placement is None:
                 continue  # it ended already: its exit report is the answer
             self.stopping[key] = placement
-            stops.append(Stop(key, placement, notice_s, grace_s, reason, released, preemptor))
+            stop = Stop(key, placement, notice_s, grace_s, reason, released, preemptor)
+            if notice_s > 0:
+                self.noticed[key] = stop
+            stops.append(stop)
         if stops:
             self.executor.stop(stops, now)
 
@@ -110,11 +142,37 @@ class Interpreter:
     def report(self, exit_: Exit) -> TaskFinished | TaskStopped | None:
         """The event the core expects for a task's end, or None if the report is stale."""
         key = exit_.key
+        self.noticed.pop(key, None)
         if self.stopping.pop(key, None) is not None:
             return TaskStopped(key.job, key.task, key.run)
         if self.running.pop(key, None) is not None:
             return TaskFinished(key.job, key.task, key.run, exit_.succeeded, exit_.reason)
         return None
+
+    def checkpointed(
+        self,
+        key: TaskKey,
+        now: float,
+        step: int | None = None,
+        path: str = "",
+        progress: float | None = None,
+        at: float | None = None,
+    ) -> TaskCheckpointed | None:
+        """Task ``key`` reported a checkpoint: the event for the core, or None when the task
+        neither runs nor stops (a stale report). Ends the notice of its run (see the module
+        docstring)."""
+        if key not in self.running and key not in self.stopping:
+            return None
+        ended = [stop for k, stop in self.noticed.items() if k.job == key.job and k.run == key.run]
+        for stop in ended:
+            del self.noticed[stop.key]
+        if ended:
+            early = [
+                Stop(s.key, s.placement, 0.0, s.grace_s, s.reason, s.released, s.preemptor)
+                for s in ended
+            ]
+            self.executor.stop(early, now)
+        return TaskCheckpointed(key.job, key.task, key.run, step, path, progress, at)
 
     def adopt(self, key: TaskKey, placement: Placement) -> None:
         """A task that runs already (taken back after a driver restart, or bound by someone

@@ -26,6 +26,7 @@ timeouts: {max_pending_s: 86400, max_runtime_s: 604800}
 overcommit: {cpu: 1.5, memory: 1.0}  # best-effort jobs may use up to factor x capacity
 guard: {interval_s: 5, memory_tolerance: 1.0, node_memory_threshold: 0.95, kill_best_effort: true}
 speeds: {table: simulation_throughputs.json}  # job types' rates per device model
+migration: {min_runtime_s: 600, defrag: {enabled: true, max_moves: 2}}  # moving running jobs
 ```
 """
 
@@ -44,14 +45,17 @@ from hetsched.model.yamlio import safe_load
 __all__ = [
     "MAX_OVERCOMMIT",
     "BackfillSpec",
+    "DefragSpec",
     "GangSpec",
     "GuardSpec",
+    "MigrationSpec",
     "OvercommitSpec",
     "PluginRef",
     "ProfileError",
     "ProfileSpec",
     "QueueSpec",
     "TimeoutSpec",
+    "UpgradeSpec",
     "check_profile",
     "flavor_amount",
     "load_profile",
@@ -169,6 +173,50 @@ class GuardSpec(BaseModel):
     kill_best_effort: bool = False
 
 
+class DefragSpec(BaseModel):
+    """Defragmentation: when a pending job fits nowhere but would fit if at most
+    ``max_moves`` checkpointable running jobs moved, they move (Migrate) and the room is
+    kept for it. At most ``max_moved_fraction`` of the running jobs (at least
+    ``min_budget``) move in one cycle, and a plan is made at most every ``min_interval_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    max_moves: int = Field(default=2, ge=1, le=16)
+    max_moved_fraction: float = Field(default=0.01, gt=0, le=1)
+    min_budget: int = Field(default=1, ge=0)
+    min_interval_s: float = Field(default=60.0, ge=0)
+    #: candidate nodes tried per task of the pending job
+    max_nodes: int = Field(default=16, ge=1, le=1024)
+
+
+class UpgradeSpec(BaseModel):
+    """Upgrades: when capacity frees, a checkpointable running job moves to a device model
+    on which it runs at least ``min_speedup`` times faster (the speed model), at most
+    ``max_moves`` jobs per cycle. ``hetsched.scheduler.migration.upgrade`` is the hook a
+    policy calls for one job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    min_speedup: float = Field(default=1.25, gt=1)
+    max_moves: int = Field(default=1, ge=1)
+
+
+class MigrationSpec(BaseModel):
+    """Moving running jobs (docs/checkpointing.md). Only checkpointable, preemptible jobs
+    move; a job younger than ``min_runtime_s`` in its current run never does (a move
+    starts a new run, so no job moves twice within it); the moved job gets its checkpoint
+    notice, then ``grace_s``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_runtime_s: float = Field(default=600.0, ge=0)
+    grace_s: float = Field(default=30.0, ge=0)
+    defrag: DefragSpec = DefragSpec()
+    upgrade: UpgradeSpec = UpgradeSpec()
+
+
 class ProfileError(ValueError):
     """A profile that does not load; the message lists every problem with its field path."""
 
@@ -213,6 +261,8 @@ class ProfileSpec(BaseModel):
     guard: GuardSpec = GuardSpec()
     #: the throughput table job types resolve in (framework/speeds.py)
     speeds: SpeedsSpec = SpeedsSpec()
+    #: moving running jobs: defragmentation and upgrades
+    migration: MigrationSpec = MigrationSpec()
 
     @field_validator("queue_sort", mode="before")
     @classmethod

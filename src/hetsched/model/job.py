@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
 from hetsched.model.speed import JobSpeed
 
 __all__ = [
+    "Checkpointing",
     "DeviceChoice",
     "DeviceFailurePolicy",
     "DeviceRequest",
@@ -171,6 +173,9 @@ class Job:
     #: how fast the job runs per device model and how much work it has (see
     #: :mod:`hetsched.model.speed`); empty: every model is equal
     speed: JobSpeed = field(default_factory=JobSpeed)
+    #: how it saves its state (see :mod:`hetsched.model.checkpoint`); None: it does not,
+    #: so a stop loses its run's work and it gets no notice
+    checkpoint: Checkpointing | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -181,3 +186,8 @@ class Job:
     @property
     def gang_min(self) -> int:
         return self.replicas if self.gang is None else self.gang
+
+    @property
+    def notice_s(self) -> float:
+        """Seconds of notice it gets before it is stopped (0 unless it checkpoints)."""
+        return 0.0 if self.checkpoint is None else self.checkpoint.notice_s

@@ -42,6 +42,7 @@ TRANSITIONS: frozenset[tuple[JobState | None, JobState]] = frozenset(
         (JobState.RUNNING, JobState.FAILED),
         (JobState.RUNNING, JobState.CANCELLED),
         (JobState.RUNNING, JobState.PENDING),  # preempted, or requeued after a failure
+        (JobState.RUNNING, JobState.RUNNING),  # migrated: it moves, and never waits in line
     }
 )
 

@@ -5,6 +5,7 @@ frozen dataclasses the core uses. The core never sees an unvalidated value.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -20,6 +21,13 @@ from pydantic import (
 )
 from yaml import YAMLError
 
+from hetsched.model.checkpoint import (
+    DEFAULT_NOTICE_S,
+    DEFAULT_SIGNAL,
+    MAX_NOTICE_S,
+    Checkpointing,
+    signal_name,
+)
 from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import (
     DeviceChoice,
@@ -36,6 +44,7 @@ from hetsched.model.speed import DEFAULT_KEY, JobSpeed, SpeedError
 from hetsched.model.yamlio import safe_load
 
 __all__ = [
+    "CheckpointSpec",
     "ClusterSpec",
     "JobsSpec",
     "SpecError",
@@ -388,6 +397,46 @@ class ResourcesSpec(_Strict):
         )
 
 
+class CheckpointSpec(_Strict):
+    """``checkpoint: {interval_s: 10m, notice_s: 30s, signal: SIGUSR1, cost_s: 5s}``
+    (``interval``, ``notice`` and ``cost`` are accepted for the ``_s`` names; durations in
+    the ``90s/30m/2h`` notation)."""
+
+    interval_s: float | None = Field(default=None, alias="interval")
+    notice_s: float = Field(default=DEFAULT_NOTICE_S, alias="notice")
+    signal: str = DEFAULT_SIGNAL
+    cost_s: float = Field(default=0.0, alias="cost")
+
+    @field_validator("interval_s", "notice_s", "cost_s", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str | int | float):
+            raise ValueError(f"expected a duration (90, 90s, 30m, 2h), got {value!r}")
+        seconds = parse_duration(value)
+        if not math.isfinite(seconds):
+            raise ValueError(f"must be finite, got {value!r}")
+        return seconds
+
+    @field_validator("notice_s")
+    @classmethod
+    def _notice(cls, value: float) -> float:
+        if value > MAX_NOTICE_S:
+            raise ValueError(
+                f"at most {MAX_NOTICE_S:g}s (a notice holds what its preemptor waits for)"
+            )
+        return value
+
+    @field_validator("signal", mode="before")
+    @classmethod
+    def _signal(cls, value: Any) -> str:
+        return signal_name(value)
+
+    def build(self) -> Checkpointing:
+        return Checkpointing(self.interval_s, self.notice_s, self.signal, self.cost_s)
+
+
 class JobSpec(_Strict):
     name: str = Field(min_length=1, max_length=253)
     id: str | None = Field(default=None, min_length=1, max_length=253)
@@ -411,6 +460,8 @@ class JobSpec(_Strict):
     work: float | str | None = None
     #: a job type of the profile's throughput table (``speeds`` section)
     job_type: str | None = Field(default=None, min_length=1)
+    #: how the job saves its state: it gets a notice before a stop and resumes after
+    checkpoint: CheckpointSpec | None = None
 
     _speed = field_validator("speed", mode="before")(
         lambda cls, v: None if v is None else parse_speed_map(v)
@@ -459,6 +510,7 @@ class JobSpec(_Strict):
             on_device_failure=self.on_device_failure,
             best_effort=self.best_effort,
             speed=self.job_speed(),
+            checkpoint=None if self.checkpoint is None else self.checkpoint.build(),
         )
 
 

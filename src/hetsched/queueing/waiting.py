@@ -53,7 +53,14 @@ from hetsched.model.lifecycle import JobState
 if TYPE_CHECKING:
     from hetsched.scheduler.records import JobRecord
 
-__all__ = ["QueueOwner", "Shape", "WaitingQueue", "preemption_may_help", "shape_of"]
+__all__ = [
+    "QueueOwner",
+    "Shape",
+    "WaitingQueue",
+    "moves_may_help",
+    "preemption_may_help",
+    "shape_of",
+]
 
 
 class QueueOwner(Protocol):
@@ -86,6 +93,8 @@ EPOCH = "epoch"
 TOPOLOGY = "topology"
 TOLD = "told"
 _NOMINATED = ("nominated",)
+#: a checkpointable job whose earlier run has not stopped yet (it resumes after it)
+_STOPPING = ("stopping",)
 _BACKOFF = ("backoff",)
 _ACTIVE = (ACTIVE,)
 #: blocked_by values that make a parked job the backfill head when it comes first
@@ -109,11 +118,19 @@ def shape_of(record: JobRecord) -> Shape:
     return (record.job.resources, record.job.best_effort, needed(record))
 
 
+def moves_may_help(sched: QueueOwner) -> bool:
+    """Preemption or defragmentation is enabled: moving or stopping running jobs may give
+    a waiting job room without any capacity being freed."""
+    framework = sched.framework
+    return bool(framework.post_filters) or framework.spec.migration.defrag.enabled
+
+
 def preemption_may_help(sched: QueueOwner, record: JobRecord, now: float) -> bool:
-    """Whether the job is due for another try because preemption is enabled: a failure for
-    room, quota or a gang can turn into a preemption without any capacity being freed."""
+    """Whether the job is due for another try because preemption (or defragmentation) is
+    enabled: a failure for room, quota or a gang can turn into a preemption without any
+    capacity being freed."""
     return (
-        bool(sched.framework.post_filters)
+        moves_may_help(sched)
         and record.state is JobState.PENDING
         and record.blocked_by in ("capacity", "quota", "gang")
         and now >= record.retry_at
@@ -501,6 +518,8 @@ class WaitingQueue:
             return (TOLD, record.job.queue, entry.told)
         if record.nominated:
             return _NOMINATED
+        if record.waits_for_stop:
+            return _STOPPING
         if now < record.backoff_until:
             return _BACKOFF
         if entry.kind == ACTIVE or preemption_may_help(self._sched, record, now):
@@ -520,7 +539,8 @@ class WaitingQueue:
         elif (
             key is not _ACTIVE
             and key is not _NOMINATED
-            and self._sched.framework.post_filters
+            and key is not _STOPPING
+            and moves_may_help(self._sched)
             and record.state is JobState.PENDING
             and record.blocked_by in ("capacity", "quota", "gang")
         ):

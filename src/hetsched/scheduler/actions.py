@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from hetsched.cluster.placement import Placement
+from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler.explain import Explanation
 
@@ -25,6 +26,8 @@ __all__ = [
     "Change",
     "JobTransition",
     "Kill",
+    "Migrate",
+    "MigrationKind",
     "Pending",
     "Preempt",
     "PreemptionKind",
@@ -63,6 +66,18 @@ class Change(enum.StrEnum):
     LOST = "lost"
     #: pending -> pending: a partial gang hold timed out and was released (a backoff follows)
     GANG_TIMEOUT = "gang_timeout"
+    #: running -> running: its tasks are being stopped to move elsewhere (a Migrate)
+    MIGRATING = "migrating"
+    #: running -> running: its new run started where it moved to (a Bind follows)
+    MIGRATED = "migrated"
+
+
+class MigrationKind(enum.StrEnum):
+    """Why a job is moved: to make room for a job that fits nowhere as the cluster is
+    packed (defragmentation), or to a faster device model (upgrade)."""
+
+    DEFRAG = "defragmentation"
+    UPGRADE = "upgrade"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +85,14 @@ class Bind:
     """Start these tasks of the job on these placements (already allocated in the core).
 
     ``run`` numbers the job's runs (it grows each time the job starts again after a requeue);
-    the driver echoes it in TaskFinished and TaskStopped.
+    the driver echoes it in TaskFinished and TaskStopped. ``resume`` is the checkpoint the
+    run resumes from (its tasks are told where it is), or None: it starts from scratch.
     """
 
     job_id: str
     run: int
     placements: tuple[tuple[int, Placement], ...]
+    resume: SavedCheckpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +129,27 @@ class Preempt:
     preemptor: str = ""
     kind: PreemptionKind = PreemptionKind.PRIORITY
     notice_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    """Move the running job: stop ``tasks`` of run ``run`` as a Preempt does (a notice of
+    ``notice_s`` to checkpoint, then within ``grace_s``), reporting each with TaskStopped.
+    Once every one has stopped, the core starts run ``run + 1`` on ``placements`` (already
+    allocated to it, so nothing else takes them) with a Bind that resumes from the job's
+    last checkpoint. The job stays running: it never goes back to the queue, so it never
+    loses its place. ``for_job`` is the job it makes room for (defragmentation).
+    """
+
+    job_id: str
+    run: int
+    tasks: tuple[int, ...]
+    placements: tuple[tuple[int, Placement], ...]
+    notice_s: float
+    grace_s: float
+    reason: str
+    kind: MigrationKind = MigrationKind.DEFRAG
+    for_job: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,4 +194,4 @@ class JobTransition(NamedTuple):
     since: float
 
 
-Action = Bind | Kill | Preempt | Reject | Pending | JobTransition
+Action = Bind | Kill | Preempt | Migrate | Reject | Pending | JobTransition

@@ -18,10 +18,11 @@ from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.runtime import Framework
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
+from hetsched.model.speed import SpeedTable
 from hetsched.queueing.waiting import WaitingQueue
-from hetsched.scheduler.actions import Action, PreemptionKind
+from hetsched.scheduler.actions import Action, MigrationKind, PreemptionKind
 from hetsched.scheduler.quota import QuotaTree
-from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.records import JobRecord, MoveBook
 from hetsched.scheduler.usage import Ledger
 
 __all__ = ["Books"]
@@ -83,6 +84,21 @@ class Books(Protocol):
     @property
     def now(self) -> float: ...
 
+    @property
+    def nominations(self) -> Mapping[str, str]:
+        """Job stopping (preempted or moving) -> the job that waits for it."""
+        ...
+
+    @property
+    def moves(self) -> MoveBook:
+        """Rate limits on migrations."""
+        ...
+
+    @property
+    def speed_table(self) -> SpeedTable | None:
+        """The profile's throughput table, handed to the core by its driver."""
+        ...
+
     def record(self, job_id: str) -> JobRecord: ...
 
     def active_jobs(self) -> list[JobRecord]: ...
@@ -106,6 +122,16 @@ class Books(Protocol):
     def bind(self, record: JobRecord, placed: list[tuple[int, Placement]], now: float) -> None: ...
 
     def started(self, record: JobRecord) -> None: ...
+
+    def migrate(
+        self,
+        record: JobRecord,
+        placements: list[tuple[int, Placement]],
+        kind: MigrationKind,
+        for_job: JobRecord | None,
+        grace_s: float,
+        now: float,
+    ) -> None: ...
 
     def preempt(
         self,

@@ -42,6 +42,7 @@ from hetsched.scheduler.actions import (
     Kill,
     Reject,
 )
+from hetsched.scheduler.checkpoints import keep_all, note_checkpoint
 from hetsched.scheduler.cycle import placed_in_line, run_cycle
 from hetsched.scheduler.events import (
     DeviceAdded,
@@ -59,6 +60,7 @@ from hetsched.scheduler.events import (
 )
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.jobbook import JobBook
+from hetsched.scheduler.migration import run_upgrades
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.view import SchedulerView
 
@@ -107,6 +109,7 @@ class Scheduler(JobBook):
         self._timers(now)
         start = len(out)
         run_cycle(self, now)
+        run_upgrades(self, now)
         placed_in_line(self, out, start)
         self._out = []
         return out
@@ -177,10 +180,10 @@ class Scheduler(JobBook):
                 self._finished(TaskKey(job_id, task, run), succeeded, reason, now)
             case TaskStopped(job_id, task, run):
                 self._stopped(TaskKey(job_id, task, run))
-            case TaskCheckpointed(job_id, task, run):
-                record = self.jobs.get(job_id)
-                if record is not None and record.run == run and task in record.placements:
-                    record.checkpoint = now
+            case TaskCheckpointed():
+                record = self.jobs.get(event.job_id)
+                if record is not None:
+                    note_checkpoint(record, event, now)
             case NodeAdded(node):
                 self.state.add_node(node)
                 self.capacity_epoch += 1
@@ -257,6 +260,7 @@ class Scheduler(JobBook):
                 self._end(record, JobState.SUCCEEDED, now, "all tasks succeeded")
             return
         cause = f"task {task} failed" + (f": {reason}" if reason else "")
+        keep_all(record, now)
         self._stop_all(record, cause)
         job = record.job
         if job.restart_policy is RestartPolicy.ON_FAILURE and record.restarts < job.max_restarts:
@@ -286,6 +290,10 @@ class Scheduler(JobBook):
             ):
                 self._drop_hold(record)
                 continue
+            if key.run == record.run + 1 and task in record.moving:
+                self._drop_move(record)
+                self._requeue(record, now, f"{cause}: where it was moving to", Change.LOST)
+                continue
             if record.placements.pop(task, None) is not None:
                 self.release(key)
                 self.emit(Kill(record.id, task, record.run, cause, released=True))
@@ -293,21 +301,20 @@ class Scheduler(JobBook):
             record = self.jobs[job_id]
             if record.state is not JobState.RUNNING:
                 continue
+            keep_all(record, now)
             self._stop_all(record, cause)
             policy = record.job.on_device_failure
             if policy is DeviceFailurePolicy.FAIL:
                 self._end_pending(record)
                 self._end(record, JobState.FAILED, now, f"{cause}; fails by its policy")
             elif policy is DeviceFailurePolicy.CHECKPOINT:
-                if record.checkpoint is not None:
-                    record.resume_from = record.checkpoint
-                if record.resume_from is None:
+                if record.checkpoint is None:
                     text = f"{cause}; no checkpoint reported, starts from scratch"
                 else:
-                    text = f"{cause}; resumes from its checkpoint of t={record.resume_from:g}"
+                    text = f"{cause}; resumes from its checkpoint of {record.checkpoint.describe()}"
                 self._requeue(record, now, text, Change.LOST)
             else:
-                record.resume_from = None
+                record.checkpoint = None
                 self._requeue(record, now, cause, Change.LOST)
 
     # -- time-based rules ----------------------------------------------------------------

@@ -57,6 +57,7 @@ from hetsched.scheduler.actions import Action, Pending
 from hetsched.scheduler.backfill import Reservation, reserve
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation, explain_placement
+from hetsched.scheduler.migration import defragment
 from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
 from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import BlockedBy, JobRecord
@@ -154,7 +155,7 @@ def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
         _explain(sched, record, Explanation(Code.UNSCHEDULABLE, text))
         sched.queue.told(record, head)
         return
-    if now < record.backoff_until or record.nominated:
+    if now < record.backoff_until or record.nominated or record.waits_for_stop:
         _block(sched, cycle, record, now)
         return
     if not preemption_may_help(sched, record, now) and sched.queue.parked(record):
@@ -193,6 +194,8 @@ def _failed(sched: Books, cycle: _Pass, record: JobRecord, outcome: _Outcome) ->
         sched.promise(record, False)  # its victims are gone and it still does not fit
     explanation = outcome.explanation or Explanation(Code.UNSCHEDULABLE, "cannot start now")
     extra: list[str] = []
+    if outcome.kind is BlockedBy.CAPACITY:
+        extra += defragment(sched, record, now)
     if outcome.kind in _PREEMPTION_HELPS and sched.framework.post_filters:
         extra += _preempt(sched, record, now)
     if outcome.kind in _ROOM and cycle.head is None and not record.nominated:

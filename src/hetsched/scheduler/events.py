@@ -72,15 +72,25 @@ class TaskStopped:
 
 @dataclass(frozen=True, slots=True)
 class TaskCheckpointed:
-    """A task of run ``run`` saved a checkpoint at the time of the ``handle`` call.
+    """A task of run ``run`` saved a checkpoint: at ``at`` (a driver that learns of it late
+    says when), else at the time of the ``handle`` call.
 
-    Preemption prefers victims that lose the least work: the time since the job's last
-    checkpoint (or since its run started, without one). A report for another run is ignored.
+    The job's last checkpoint is what its next run resumes from (each Bind carries it),
+    and preemption prefers victims that lose the least work: the time since their last
+    checkpoint (or since their run started, without one). A checkpoint is the job's: any
+    of its tasks may report it, running or in its notice (a report inside the notice is
+    what lets the driver end the notice early). ``step`` and ``path`` are the task's own
+    words, handed back on resume; ``progress`` is the work done, where the driver knows it
+    (the simulator). A report for another run, or older than the last one, is ignored.
     """
 
     job_id: str
     task: int
     run: int
+    step: int | None = None
+    path: str = ""
+    progress: float | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

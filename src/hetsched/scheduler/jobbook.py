@@ -20,6 +20,7 @@ from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
+from hetsched.model.speed import SpeedTable
 from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler.actions import (
     Action,
@@ -27,13 +28,16 @@ from hetsched.scheduler.actions import (
     Change,
     JobTransition,
     Kill,
+    Migrate,
+    MigrationKind,
     Preempt,
     PreemptionKind,
 )
+from hetsched.scheduler.checkpoints import keep_all, loss_note
 from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.quota import QuotaTree
-from hetsched.scheduler.records import BlockedBy, JobRecord
+from hetsched.scheduler.records import BlockedBy, JobRecord, MoveBook
 from hetsched.scheduler.usage import Ledger, placement_usage
 
 __all__ = ["JobBook"]
@@ -83,6 +87,11 @@ class JobBook:
         self.now = 0.0
         #: the actions of the ``handle`` call in progress, in the order they are taken
         self._out: list[Action] = []
+        #: rate limits on migrations (defragmentation, upgrades)
+        self.moves = MoveBook()
+        #: the profile's throughput table (``speeds``), which the driver reads and hands
+        #: over: the core opens no file
+        self.speed_table: SpeedTable | None = None
 
     def emit(self, action: Action) -> None:
         """Add an action to the answer of the ``handle`` call in progress."""
@@ -153,6 +162,11 @@ class JobBook:
             raise KeyError(f"unknown job {job_id!r}") from None
 
     @property
+    def nominations(self) -> Mapping[str, str]:
+        """Job stopping (preempted or moving) -> the job that waits for it."""
+        return self._nominations
+
+    @property
     def promising(self) -> bool:
         """Some job preempted others and has not started yet (capacity is kept for it)."""
         return bool(self.promised)
@@ -219,6 +233,7 @@ class JobBook:
 
     def _end(self, record: JobRecord, state: JobState, now: float, cause: str) -> None:
         """Move a job to a terminal state; it leaves the scans of cycles and timers."""
+        self._drop_move(record)
         self._move(record, state, now, cause, _ENDS[state])
         record.ended = now
         self._live.pop(record.id, None)
@@ -240,11 +255,19 @@ class JobBook:
             self._settle(record)
 
     def _settle(self, victim: JobRecord) -> None:
-        """A victim with nothing left to stop no longer delays its preemptor."""
-        if not victim.stopping and victim.id in self._nominations:
+        """A victim with nothing left to stop no longer delays its preemptor (or the job
+        its migration makes room for); a migrating job starts where it moves to; a
+        checkpointable job waiting for its run to stop may start again."""
+        if victim.stopping:
+            return
+        if victim.id in self._nominations:
             preemptor = self.jobs[self._nominations.pop(victim.id)]
             preemptor.nominated.discard(victim.id)
             self.queue.touch(preemptor)
+        if victim.moving and victim.state is JobState.RUNNING:
+            self._arrive(victim, self.now)
+        elif victim.state is JobState.PENDING:
+            self.queue.touch(victim)
 
     def _drop_hold(self, record: JobRecord) -> None:
         for task in sorted(record.held):
@@ -263,7 +286,6 @@ class JobBook:
         self._move(record, JobState.PENDING, now, cause, change)
         record.finished.clear()
         record.started = None
-        record.checkpoint = None
         record.borrowing = False
         record.queued_since = now
         self.queue.add(record)
@@ -288,7 +310,8 @@ class JobBook:
     ) -> None:
         """Stop the victim's run within ``grace_s`` (its allocations stay held until each
         TaskStopped) and requeue it; the preemptor waits for it."""
-        reason = f"preempted by {preemptor.id} ({kind})"
+        reason = f"preempted by {preemptor.id} ({kind}); it {loss_note(victim, now)}"
+        keep_all(victim, now)
         run = victim.run
         tasks = tuple(sorted(victim.placements))
         for task in tasks:
@@ -298,7 +321,8 @@ class JobBook:
         preemptor.preempted_jobs.add(victim.id)
         preemptor.nominated.add(victim.id)
         self._nominations[victim.id] = preemptor.id
-        self.emit(Preempt(victim.id, run, tasks, grace_s, reason, preemptor.id, kind))
+        notice = victim.job.notice_s
+        self.emit(Preempt(victim.id, run, tasks, grace_s, reason, preemptor.id, kind, notice))
         self._requeue(victim, now, reason, Change.PREEMPTED)
         self._settle(victim)
 
@@ -328,7 +352,6 @@ class JobBook:
         if record.state is not JobState.RUNNING:
             record.run += 1
             record.started = now
-            record.checkpoint = None
             usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
             record.borrowing = self.quotas.borrowing(
                 record.job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
@@ -340,4 +363,76 @@ class JobBook:
                 + (" (borrowing quota)" if record.borrowing else "")
             )
             self._move(record, JobState.RUNNING, now, cause, Change.STARTED)
-        self.emit(Bind(record.id, record.run, tuple(placed)))
+        self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint))
+
+    # -- migration -----------------------------------------------------------------------
+
+    def migrate(
+        self,
+        record: JobRecord,
+        placements: list[tuple[int, Placement]],
+        kind: MigrationKind,
+        for_job: JobRecord | None,
+        grace_s: float,
+        now: float,
+    ) -> None:
+        """Move a running job to ``placements`` (each must fit the live state: they are
+        allocated to its next run now, so nothing else takes them). Its tasks get their
+        notice and are stopped; when the last has stopped the next run starts there
+        (:meth:`_arrive`). ``for_job`` waits for the move, as a preemptor for its victims.
+        Raises AllocationError, changing nothing, if a placement does not fit."""
+        taken: list[TaskKey] = []
+        try:
+            for task, placement in placements:
+                key = TaskKey(record.id, task, record.run + 1)
+                self.allocate(key, placement, record.job)
+                taken.append(key)
+        except AllocationError:
+            for key in reversed(taken):
+                self.unallocate(key)
+            raise
+        record.moving = dict(placements)
+        record.migrations += 1
+        record.moved_at = now
+        nodes = ", ".join(sorted({p.node for _, p in placements}))
+        why = f" to make room for {for_job.id}" if for_job is not None else ""
+        reason = f"migrating to {nodes} ({kind}{why}); it {loss_note(record, now)}"
+        keep_all(record, now)
+        run = record.run
+        tasks = tuple(sorted(record.placements))
+        for task in tasks:
+            record.stopping[TaskKey(record.id, task, run)] = record.placements.pop(task)
+        if for_job is not None:
+            for_job.nominated.add(record.id)
+            self._nominations[record.id] = for_job.id
+        self._move(record, JobState.RUNNING, now, reason, Change.MIGRATING)
+        target = for_job.id if for_job is not None else ""
+        notice = record.job.notice_s
+        self.emit(
+            Migrate(record.id, run, tasks, tuple(placements), notice, grace_s, reason, kind, target)
+        )
+        self._settle(record)
+
+    def _arrive(self, record: JobRecord, now: float) -> None:
+        """A migrating job's old tasks have all stopped: its next run starts where it moved."""
+        placed = sorted(record.moving.items())
+        record.moving = {}
+        record.run += 1
+        record.started = now
+        record.placements = dict(placed)
+        record.finished.clear()
+        nodes = ", ".join(sorted({p.node for _, p in placed}))
+        cause = f"run {record.run}: moved to {nodes}"
+        if record.checkpoint is not None:
+            cause += f", resuming from its checkpoint of {record.checkpoint.describe()}"
+        self._move(record, JobState.RUNNING, now, cause, Change.MIGRATED)
+        self.deadlines.run_started(record, self._max_runtime(record.job))
+        self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint))
+
+    def _drop_move(self, record: JobRecord) -> None:
+        """Give back a migration's destination (the job ends, or it went away)."""
+        for task in sorted(record.moving):
+            key = TaskKey(record.id, task, record.run + 1)
+            if key in self.state.allocations:
+                self.release(key)
+        record.moving = {}

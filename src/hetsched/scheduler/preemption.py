@@ -18,7 +18,9 @@ Victims are chosen on a fork of the cluster: all candidates are removed; if the 
 does not fit then (placement and quota), nothing is preempted. Otherwise candidates are given
 back one at a time, most valuable first (higher priority, then more work lost since their
 last checkpoint, then smaller), and each stays only if the preemptor still fits. What remains
-are the victims, and the preemptor fits once they are gone. The freed capacity is kept for
+are the victims, and the preemptor fits once they are gone: a job that checkpointed recently
+(or checkpoints continuously) is preempted before one that would lose more, and its
+Preempt says so. A checkpointable victim gets its ``notice_s`` first. The freed capacity is kept for
 the preemptor: until it starts, the core admits no other job whose placement would stop it
 from fitting.
 
@@ -51,6 +53,7 @@ from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler.actions import PreemptionKind
 from hetsched.scheduler.books import Books
+from hetsched.scheduler.checkpoints import work_lost
 from hetsched.scheduler.placing import trial
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.usage import (
@@ -118,13 +121,6 @@ class Preemption:
             return Status.unschedulable(result, plugin=self.name)
         ctx.data[PLAN_KEY] = result
         return Status.success()
-
-
-def _work_lost(record: JobRecord, now: float) -> float:
-    since = record.started if record.started is not None else now
-    if record.checkpoint is not None:
-        since = max(since, record.checkpoint)
-    return max(0.0, now - since)
 
 
 def _keys(record: JobRecord) -> list[tuple[TaskKey, Placement]]:
@@ -222,7 +218,7 @@ def plan(sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float) -
         return (
             kinds[victim.id] is PreemptionKind.RECLAIM,
             -victim.job.priority,
-            -_work_lost(victim, now),
+            -work_lost(victim, now),
             size,
             victim.seq,
         )

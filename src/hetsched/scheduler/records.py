@@ -1,4 +1,5 @@
-"""The core's book of jobs: one record per job, changed only through the transition table."""
+"""The core's books: one record per job, changed only through the transition table, and
+the book of moves (migration rate limits)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
 from hetsched.keys import TaskKey
+from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.job import Job
-from hetsched.model.lifecycle import JobState, Transition, check_transition
+from hetsched.model.lifecycle import TERMINAL, JobState, Transition, check_transition
 from hetsched.scheduler.explain import Explanation
 
-__all__ = ["BlockedBy", "JobRecord"]
+__all__ = ["BlockedBy", "JobRecord", "MoveBook"]
 
 
 class BlockedBy(enum.StrEnum):
@@ -62,11 +64,17 @@ class JobRecord:
     restarts: int = 0
     #: the current run was admitted with some queue on its path above its guarantee
     borrowing: bool = False
-    #: when a task of the current run last reported a checkpoint (TaskCheckpointed)
-    checkpoint: float | None = None
-    #: the checkpoint (its time) the next run resumes from, kept when a device failure
-    #: requeues a job whose policy is ``checkpoint``; drivers tell the task
-    resume_from: float | None = None
+    #: the last checkpoint a task reported (TaskCheckpointed), of this run or an earlier
+    #: one: what the next run resumes from (each Bind carries it). Kept when the job is
+    #: preempted, migrated or restarted, and when a device failure requeues it under the
+    #: policy ``checkpoint``; dropped when the policy is ``requeue`` (from scratch)
+    checkpoint: SavedCheckpoint | None = None
+    #: a migration in progress: task -> placement of the *next* run, allocated until the
+    #: current run's tasks (in ``stopping``) have stopped and the new run starts there
+    moving: dict[int, Placement] = field(default_factory=dict)
+    #: times the job was migrated, and when its last migration was decided
+    migrations: int = 0
+    moved_at: float | None = None
     #: a partial gang hold: task -> placement, allocated for the *next* run until the gang
     #: completes or ``gang.timeout_s`` passes
     held: dict[int, Placement] = field(default_factory=dict)
@@ -97,17 +105,32 @@ class JobRecord:
         return self.reserved_starts[-1] if self.reserved_starts else None
 
     @property
+    def resume_from(self) -> float | None:
+        """The time of the checkpoint the next run resumes from, or None (from scratch, or
+        no next run: the job ended)."""
+        if self.checkpoint is None or self.state in TERMINAL:
+            return None
+        return self.checkpoint.time
+
+    @property
+    def waits_for_stop(self) -> bool:
+        """A checkpointable job whose earlier run is still stopping: it does not start
+        again before that run has saved its state and stopped."""
+        return bool(self.stopping) and self.job.checkpoint is not None
+
+    @property
     def has_unplaced(self) -> bool:
         """Some task neither holds resources nor finished (cheaper than ``unplaced``)."""
-        return len(self.placements) + len(self.finished) < self.job.replicas
+        held = len(self.placements) + len(self.moving)
+        return held + len(self.finished) < self.job.replicas
 
     @property
     def unplaced(self) -> list[int]:
-        """Tasks that neither hold resources nor finished."""
+        """Tasks that neither hold resources (here, or where they move) nor finished."""
         return [
             t
             for t in range(self.job.replicas)
-            if t not in self.placements and t not in self.finished
+            if t not in self.placements and t not in self.moving and t not in self.finished
         ]
 
     def move(self, target: JobState, now: float, cause: str) -> None:
@@ -118,3 +141,30 @@ class JobRecord:
 
     def story(self) -> list[str]:
         return [f"{t.time:.3f} {t.source or 'new'} -> {t.target}: {t.cause}" for t in self.history]
+
+
+@dataclass(slots=True)
+class MoveBook:
+    """The core's rate limits on moves."""
+
+    #: when the last defragmentation plan that moved jobs was made
+    planned_at: float | None = None
+    #: job -> when a plan for it last failed (it is not tried again within the interval)
+    failed: dict[str, float] = field(default_factory=dict)
+    #: the time of the cycle the count below is for, and jobs moved in it
+    cycle_at: float | None = None
+    moved: int = 0
+    #: capacity epoch of the last upgrade pass
+    upgrade_epoch: int = -1
+
+    def fail(self, job_id: str, now: float, interval: float) -> None:
+        """A plan for ``job_id`` failed at ``now``; entries past the interval are dropped
+        as the book grows."""
+        self.failed[job_id] = now
+        if len(self.failed) > 1024:
+            self.failed = {j: t for j, t in self.failed.items() if now - t < interval}
+
+    def count(self, now: float) -> int:
+        if self.cycle_at != now:
+            self.cycle_at, self.moved = now, 0
+        return self.moved

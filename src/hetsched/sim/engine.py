@@ -11,9 +11,14 @@ actions. It never reads the core's job book.
   profile, seed).
 - The executor here is the virtual clock: a started task exits after the job's true
   duration (from the workload, not the estimate the core may see); a stopped task exits
-  after its grace (a Kill: at once), and a task stopped before it finished never reports
-  its finish. Work of a stopped run is lost: the job starts from scratch when bound again,
-  and the lost task-seconds are counted.
+  after its notice and grace (a Kill: at once), and a task stopped before it finished
+  never reports its finish. A job without speed or checkpoint information loses the work
+  of a stopped run: it starts from scratch when bound again, and the lost task-seconds
+  are counted. A job with them runs on work (:mod:`hetsched.sim.work`): its remaining work
+  drops at its speed on the device model it runs on, it keeps what its last checkpoint
+  saved (its Bind says which checkpoint it resumes from), saves on a notice when it can,
+  reports its checkpoints to the core, and its lost work and checkpointing time are
+  counted.
 - ``Tick`` is sent every ``tick_s`` of virtual time only while some job waits, so idle
   stretches cost nothing. With ``tick_s`` 0, ticks come instead at the times a core that
   offers ``next_wakeup()`` names (a timeout due while nothing else happens). When only
@@ -28,6 +33,7 @@ sampled after every step.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +41,7 @@ from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
 from hetsched.drivers import EventOrder, Exit, Interpreter, Observer, Start, Stop
 from hetsched.framework.profile import ProfileSpec
+from hetsched.framework.speeds import load_speed_table
 from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job
@@ -48,6 +55,7 @@ from hetsched.scheduler import (
     JobSubmitted,
     JobTransition,
     Kill,
+    Migrate,
     NodeAdded,
     NodeRemoved,
     Pending,
@@ -58,6 +66,7 @@ from hetsched.scheduler import (
     Tick,
 )
 from hetsched.sim.accounting import Accounts, TimeSeries, device_label
+from hetsched.sim.work import Due, Work
 from hetsched.sim.workload import Workload
 
 __all__ = [
@@ -120,8 +129,13 @@ class JobOutcome:
     #: requeues other than preemptions: a node or device it ran on went away, or a task
     #: failed and its restart policy ran it again
     restarts: int = 0
-    #: task-seconds of runs that were stopped before finishing
+    #: task-seconds of work thrown away by stops: since the last checkpoint (or the run's
+    #: start) of each stopped run
     lost_work_s: float = 0.0
+    #: task-seconds spent writing checkpoints (no progress meanwhile)
+    checkpoint_s: float = 0.0
+    #: times it was moved (migrations: defragmentation, upgrades)
+    migrations: int = 0
     #: the last pending explanation (first line), or why it was rejected, failed or
     #: requeued after losing a node or device or failing a task
     reason: str = ""
@@ -157,6 +171,9 @@ class SimResult:
     end_time: float
     #: resource label -> capacity at the start (millicores or device milli-units)
     initial_capacity: dict[str, int]
+    #: task-seconds spent writing checkpoints, and migrations (Migrate actions)
+    checkpoint_s: float = 0.0
+    migrations: int = 0
 
 
 @dataclass(slots=True)
@@ -174,9 +191,9 @@ class _Stopped:
     reason: str
 
 
-#: what the event heap holds: core events, task exits, and ticks (None: periodic,
-#: "wakeup": asked for by the core)
-_Payload = Event | Exit | _Stopped | str | None
+#: what the event heap holds: core events, task exits, checkpoints saved on a notice, and
+#: ticks (None: periodic, "wakeup": asked for by the core)
+_Payload = Event | Exit | _Stopped | Due | str | None
 
 
 class Simulator(Observer):
@@ -200,6 +217,12 @@ class Simulator(Observer):
     ) -> None:
         self.config = config or EngineConfig()
         self.scheduler = core(ClusterState(nodes), profile, seed)
+        table = load_speed_table(profile.speeds) if profile is not None else None
+        if hasattr(self.scheduler, "speed_table"):
+            self.scheduler.speed_table = table
+        #: work of the jobs that run on work (speed or checkpoint information)
+        self.work = Work(nodes, table)
+        self._tracked: set[str] = set()
         self.interpreter = Interpreter(_Clock(self), self, kill_grace_s=0.0)
         self.workload = workload
         self._progress = progress
@@ -220,7 +243,9 @@ class Simulator(Observer):
         self._arrived: list[str] = []
         self._done = 0
         self.preemptions = 0
+        self.migrations = 0
         self.lost_work_s = 0.0
+        self.checkpoint_s = 0.0
         self.accounts = Accounts(list(nodes), profile)
         self.series = self.accounts.series
         for item in workload.jobs:
@@ -236,6 +261,8 @@ class Simulator(Observer):
         if job.id in self._duration:
             raise ValueError(f"duplicate job id {job.id!r} in the workload")
         self._duration[job.id] = duration_s
+        if self.work.track(job, duration_s):
+            self._tracked.add(job.id)
         request = job.resources
         initial, per_class = self.accounts.initial, self.accounts.class_devices
         devices = sum(r.primary.count for r in request.devices) * job.replicas
@@ -295,6 +322,8 @@ class Simulator(Observer):
             self.handle_calls,
             last,
             self.accounts.initial,
+            self.checkpoint_s,
+            self.migrations,
         )
 
     def _pop_batch(self, time: float) -> tuple[list[Event], bool, bool, int]:
@@ -307,6 +336,13 @@ class Simulator(Observer):
         delivered = 0
         while heap and heap[0][0] == time:
             _, order, _, payload = heapq.heappop(heap)
+            if isinstance(payload, Due):
+                self._nontick -= 1
+                delivered += 1
+                event = self._checkpointed(payload, time)
+                if event is not None:
+                    batch.append(event)
+                continue
             if order == EventOrder.TICK:
                 if payload is None:
                     self._tick_pending = False
@@ -320,7 +356,14 @@ class Simulator(Observer):
             event = self._deliver(payload, time)
             if event is not None:
                 batch.append(event)
+        if self._tracked:
+            # periodic checkpoints written since the last batch, with their times
+            reports = [self._checkpointed(due, time) for due in self.work.due(time)]
+            batch[:0] = [r for r in reports if r is not None]
         return batch, ticked, woken, delivered
+
+    def _checkpointed(self, due: Due, now: float) -> Event | None:
+        return self.interpreter.checkpointed(due.key, now, progress=due.progress, at=due.at)
 
     def _step(self, batch: list[Event], time: float) -> bool:
         """One core call and its actions; True if any changed what runs."""
@@ -371,6 +414,10 @@ class Simulator(Observer):
                 if running is None:
                     return None  # stopped before it could finish: that process is gone
                 self.accounts.use(running.placement, running.user, -1, now)
+                if key.job in self._tracked:
+                    writing = self.work.finished(key, now)
+                    self.checkpoint_s += writing
+                    self.outcomes[key.job].checkpoint_s += writing
                 event = self.interpreter.report(payload)
                 if isinstance(event, TaskFinished) and event.succeeded:
                     self.outcomes[key.job].finished_in_run += 1
@@ -402,29 +449,63 @@ class Simulator(Observer):
     def start_tasks(self, tasks: Sequence[Start], now: float) -> None:
         if not tasks:
             return
-        job_id = tasks[0].key.job
+        first = tasks[0]
+        job_id = first.key.job
         user = self.outcomes[job_id].user
-        end = now + self._duration[job_id]
+        if job_id in self._tracked:
+            placements = [t.placement for t in tasks]
+            end = self.work.start(first.key, placements, first.resume, now)
+        else:
+            end = now + self._duration[job_id]
         for start in tasks:
             running = _Running(now, start.placement, user)
             self._live[start.key] = running
             self.accounts.use(start.placement, user, +1, now)
-            self._push(end, EventOrder.REPORT, Exit(start.key))
+            if end != math.inf:
+                self._push(end, EventOrder.REPORT, Exit(start.key))
 
     def stop_tasks(self, tasks: Sequence[Stop], now: float) -> None:
         for stop in tasks:
             running = self._live.pop(stop.key, None)
             if running is None:
+                if stop.key in self._stopping:
+                    # its notice ended early (it checkpointed): the grace runs from now
+                    self._push(
+                        now + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason)
+                    )
                 continue
-            lost = now - running.start
-            self.lost_work_s += lost
-            self.outcomes[stop.key.job].lost_work_s += lost
+            outcome = self.outcomes[stop.key.job]
+            ends = now
+            if stop.key.job in self._tracked:
+                ends = self._stop_work(stop, now)
+            else:
+                lost = now - running.start
+                self.lost_work_s += lost
+                outcome.lost_work_s += lost
             if stop.released:
                 # the core freed it at once: its node or device is gone
                 self.accounts.use(running.placement, running.user, -1, now)
             else:
                 self._stopping[stop.key] = running
-            self._push(now + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason))
+            self._push(ends + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason))
+
+    def _stop_work(self, stop: Stop, now: float) -> float:
+        """A tracked task stops: count what its run loses and writes; when its process is
+        gone (before its grace): at the end of its notice, or once its notice save is
+        written (reported then, which ends the notice for the interpreter)."""
+        notice = 0.0 if stop.released else stop.notice_s
+        stopped = self.work.stop(stop.key, notice, now)
+        if stopped is None:
+            return now
+        saving, first = stopped
+        outcome = self.outcomes[stop.key.job]
+        self.lost_work_s += saving.lost_s
+        outcome.lost_work_s += saving.lost_s
+        self.checkpoint_s += saving.writing_s
+        outcome.checkpoint_s += saving.writing_s
+        if first and saving.on_notice and notice > 0:
+            self._push(saving.time, EventOrder.REPORT, Due(stop.key, saving.work, saving.time))
+        return now + notice
 
     # -- the observer: what the core says about jobs -------------------------------------
 
@@ -453,6 +534,8 @@ class Simulator(Observer):
             self._running_jobs.discard(job_id)
             self._done += 1
             self.accounts.user_leave(outcome.user, now)
+            if job_id in self._tracked:
+                self.work.forget(job_id)
 
     def pending(self, action: Pending) -> None:
         outcome = self.outcomes.get(action.job_id)
@@ -468,9 +551,13 @@ class Simulator(Observer):
         self.outcomes[action.job_id].preemptions += 1
         self.preemptions += 1
 
+    def migrating(self, action: Migrate) -> None:
+        self.outcomes[action.job_id].migrations += 1
+        self.migrations += 1
+
 
 #: actions that change what runs (a step with none of them is idle)
-_CHANGES = frozenset({Bind, Kill, Preempt, Reject})
+_CHANGES = frozenset({Bind, Kill, Preempt, Migrate, Reject})
 
 #: transitions whose cause becomes the job's reason (a pending job's reason comes from
 #: its Pending explanation)

@@ -23,7 +23,12 @@ runtime estimate the scheduler sees (for backfill), in the ``duration`` notation
 speed model (see :mod:`hetsched.model.speed`): ``speed`` (``A100:3.1;V100:1;T4:0.35``, the
 whole job's rate per device model), ``work`` (steps, ``1.2e6``, or a duration on a model,
 ``2h@V100``) and ``job_type`` (a type of the profile's throughput table). With ``work`` as
-a duration, ``duration`` may be left empty: it is then that duration.
+a duration, ``duration`` may be left empty: it is then that duration. Checkpointing (see
+:mod:`hetsched.model.checkpoint`): ``checkpoint_interval`` (seconds of running between two
+checkpoints; ``0``: it never loses work), ``checkpoint_cost`` (seconds one checkpoint takes
+to write, without progress) and ``checkpoint_notice`` (seconds of notice it uses to save
+before a stop; empty: 0, a trace job saves only on its own schedule). A job with any of them
+set is checkpointable.
 
 Rows are validated with pydantic at the boundary; every problem is reported as
 ``FILE:LINE: FIELD: message`` (the header is line 1), and all of them are listed at once
@@ -47,6 +52,7 @@ from pydantic import (
     field_validator,
 )
 
+from hetsched.model.checkpoint import MAX_NOTICE_S, Checkpointing
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.model.quantity import QuantityError, format_cpu, format_memory, parse_cpu
@@ -55,6 +61,7 @@ from hetsched.model.selector import SelectorError, attr_key, compile_selector, m
 from hetsched.model.specs import build_speed, parse_duration, parse_speed_map, parse_work
 
 __all__ = [
+    "CHECKPOINT_COLUMNS",
     "COLUMNS",
     "SPEED_COLUMNS",
     "Workload",
@@ -84,6 +91,12 @@ COLUMNS: tuple[str, ...] = (
 _OPTIONAL = ("id", "estimate")
 #: the speed-model columns: optional, written only when a job of the workload uses them
 SPEED_COLUMNS: tuple[str, ...] = ("job_type", "speed", "work")
+#: the checkpoint columns: optional, written only when a job of the workload checkpoints
+CHECKPOINT_COLUMNS: tuple[str, ...] = (
+    "checkpoint_interval",
+    "checkpoint_cost",
+    "checkpoint_notice",
+)
 _MAX_ERRORS = 50
 
 
@@ -157,6 +170,11 @@ class RowSpec(BaseModel):
     job_type: str | None = None
     speed: dict[str, float] | None = None
     work: tuple[float | None, float | None, str | None] | None = None
+    checkpoint_interval: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    checkpoint_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    checkpoint_notice: float | None = Field(
+        default=None, ge=0, le=MAX_NOTICE_S, allow_inf_nan=False
+    )
 
     @field_validator("speed", mode="before")
     @classmethod
@@ -168,7 +186,14 @@ class RowSpec(BaseModel):
     def _work(cls, value: Any) -> Any:
         return parse_work(str(value))
 
-    @field_validator("duration", "estimate", mode="before")
+    @field_validator(
+        "duration",
+        "estimate",
+        "checkpoint_interval",
+        "checkpoint_cost",
+        "checkpoint_notice",
+        mode="before",
+    )
     @classmethod
     def _duration(cls, value: Any) -> Any:
         text = str(value).strip()
@@ -211,11 +236,27 @@ class RowSpec(BaseModel):
             out.append(("share", f"a share below {SHARE_UNITS} needs count 1"))
         if self.duration is None and (self.work is None or self.work[1] is None):
             out.append(("duration", "required (or give work as a duration: 2h@V100)"))
+        if self.checkpoint_cost is not None and (
+            self.checkpoint_interval is None and not self.checkpoint_notice
+        ):
+            out.append(
+                ("checkpoint_cost", "a job saves on an interval or a notice: give one of them")
+            )
         try:
             build_speed(self.speed, self.work, self.job_type)
         except ValueError as exc:
             out.append(("work" if self.work is not None else "speed", str(exc)))
         return out
+
+    def _checkpointing(self) -> Checkpointing | None:
+        given = (self.checkpoint_interval, self.checkpoint_cost, self.checkpoint_notice)
+        if all(v is None for v in given):
+            return None
+        return Checkpointing(
+            self.checkpoint_interval,
+            self.checkpoint_notice or 0.0,
+            cost_s=self.checkpoint_cost or 0.0,
+        )
 
     def build(self, line: int) -> WorkloadJob:
         devices: tuple[DeviceRequest, ...] = ()
@@ -233,6 +274,7 @@ class RowSpec(BaseModel):
             estimated_runtime_s=self.estimate,
             submit_time=self.submit_time,
             speed=build_speed(self.speed, self.work, self.job_type),
+            checkpoint=self._checkpointing(),
         )
         duration = self.duration
         if duration is None:
@@ -251,7 +293,7 @@ def _field_name(loc: tuple[int | str, ...]) -> str:
 def _header(names: Sequence[str], source: str) -> list[str]:
     normalized = [n.strip().lower().replace(" ", "_") for n in names]
     errors = [f"{source}:1: header: missing column {c!r}" for c in COLUMNS if c not in normalized]
-    known = set(COLUMNS) | set(_OPTIONAL) | set(SPEED_COLUMNS)
+    known = set(COLUMNS) | set(_OPTIONAL) | set(SPEED_COLUMNS) | set(CHECKPOINT_COLUMNS)
     errors += [
         f"{source}:1: header: unknown column {n!r} (expected {', '.join(COLUMNS)})"
         for n in normalized
@@ -340,6 +382,15 @@ def speed_cells(item: WorkloadJob) -> list[str]:
     return [speed.job_type or "", rates, work]
 
 
+def checkpoint_cells(item: WorkloadJob) -> list[str]:
+    """The :data:`CHECKPOINT_COLUMNS` cells of one job (empty where it does not checkpoint)."""
+    spec = item.job.checkpoint
+    if spec is None:
+        return ["", "", ""]
+    interval = "" if spec.interval_s is None else _number(spec.interval_s)
+    return [interval, _number(spec.cost_s), _number(spec.notice_s)]
+
+
 def row_of(item: WorkloadJob) -> list[str]:
     """The CSV cells of one job: ``id``, then :data:`COLUMNS`, then ``estimate``."""
     job = item.job
@@ -371,11 +422,15 @@ def write_workload(path: str | Path, workload: Workload | Iterable[WorkloadJob])
     """
     items = workload.jobs if isinstance(workload, Workload) else tuple(workload)
     speeds = any(item.job.speed.known for item in items)
+    checkpoints = any(item.job.checkpoint is not None for item in items)
+    header = ["id", *COLUMNS, "estimate", *(SPEED_COLUMNS if speeds else ())]
+    header += CHECKPOINT_COLUMNS if checkpoints else ()
     with open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["id", *COLUMNS, "estimate", *(SPEED_COLUMNS if speeds else ())])
+        writer.writerow(header)
         for item in items:
-            writer.writerow(row_of(item) + (speed_cells(item) if speeds else []))
+            row = row_of(item) + (speed_cells(item) if speeds else [])
+            writer.writerow(row + (checkpoint_cells(item) if checkpoints else []))
     return len(items)
 
 

@@ -1,0 +1,235 @@
+"""Moving running jobs: defragmentation and upgrades, on the core's ``Migrate``.
+
+A job may move when it is checkpointable (it declares ``checkpoint``), preemptible, runs
+whole (every task placed, none finished, no move in progress, not stopping for anyone) and
+has run at least the profile's ``migration.min_runtime_s`` in its current run. A move
+starts a new run, so no job moves twice within that time.
+
+**Defragmentation** (:func:`defragment`, the profile's ``migration.defrag``): when a
+pending job fails for room, the planner (:mod:`hetsched.scheduler.defrag`) looks for at
+most ``max_moves`` movable jobs whose move lets it fit. Their destinations are allocated at
+once (capacity free now, which the moved jobs' old places, still held while they stop, do
+not count towards), the moved jobs get their notice, and the room they leave is kept for
+the pending job as for a preemptor (it waits for them, then starts). Rate limits: a plan is
+made at most every ``min_interval_s`` (a job whose plan failed is not tried again within
+it either), and at most ``max_moved_fraction`` of the running jobs (at least
+``min_budget``) move in one cycle.
+
+**No loops.** Every move is paid for by a pending job that starts once the moves are done
+(its room is kept for it), a moved job does not move again within its minimum runtime, and
+only a job that waits moves others: so each job start causes at most ``max_moves`` moves,
+and a finite workload causes finitely many.
+
+**Upgrade** (:func:`upgrade`, the hook for round-based policies, and the profile's
+``migration.upgrade`` pass when capacity frees and nothing waits): a movable job moves to
+a placement on which the speed model says it runs at least ``min_speedup`` times faster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import AllocationError, ClusterState
+from hetsched.framework.cycle import CycleContext
+from hetsched.keys import TaskKey
+from hetsched.model.lifecycle import JobState
+from hetsched.model.speed import SpeedError, Speeds, resolve
+from hetsched.scheduler.actions import MigrationKind
+from hetsched.scheduler.books import Books
+from hetsched.scheduler.defrag import Mover, plan_defrag
+from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.usage import Usage, placement_usage
+
+__all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
+
+
+def movable(sched: Books, record: JobRecord, now: float) -> bool:
+    """May ``record`` move now (see the module docstring)?"""
+    job = record.job
+    if job.checkpoint is None or not job.preemptible or record.state is not JobState.RUNNING:
+        return False
+    if record.moving or record.stopping or record.finished or record.has_unplaced:
+        return False
+    if record.started is None or now - record.started < sched.profile.migration.min_runtime_s:
+        return False
+    return record.id not in sched.nominations and not record.promised
+
+
+def _mover(record: JobRecord) -> Mover:
+    tasks = tuple(
+        (TaskKey(record.id, t, record.run), p) for t, p in sorted(record.placements.items())
+    )
+    return Mover(record.id, record.job, tasks)
+
+
+def _budget(sched: Books, now: float) -> int:
+    spec = sched.profile.migration.defrag
+    running = sum(1 for r in sched.active_jobs() if r.state is JobState.RUNNING)
+    allowed = max(spec.min_budget, math.floor(spec.max_moved_fraction * running))
+    return allowed - sched.moves.count(now)
+
+
+def _usage(state: ClusterState, placements: Sequence[Placement]) -> Usage:
+    total: Usage = Counter()
+    for placement in placements:
+        total.update(placement_usage(state, placement))
+    return +total
+
+
+def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
+    """Move running jobs so that ``record`` (pending, failed for room) fits; explanation
+    lines, empty when defragmentation is off or not due."""
+    spec = sched.profile.migration
+    if not spec.defrag.enabled or record.state is not JobState.PENDING:
+        return []
+    if record.nominated or record.promised or record.waits_for_stop:
+        return []
+    book = sched.moves
+    interval = spec.defrag.min_interval_s
+    if book.planned_at is not None and now - book.planned_at < interval:
+        return []
+    tried = book.failed.get(record.id)
+    if tried is not None and now - tried < interval:
+        return []
+    budget = min(spec.defrag.max_moves, _budget(sched, now))
+    if budget <= 0:
+        return []
+    movers = [_mover(r) for r in sched.active_jobs() if r is not record and movable(sched, r, now)]
+    if not movers:
+        return []
+    state = sched.state
+
+    def accept(mover: Mover, placements: Sequence[Placement]) -> bool:
+        # a move may not change what a queue is charged for (a device model flavor)
+        if not sched.quotas.enabled:
+            return True
+        return _usage(state, placements) == _usage(state, [p for _, p in mover.tasks])
+
+    needed = min(record.job.gang_min, len(record.unplaced))
+    plan = plan_defrag(
+        state,
+        sched.framework,
+        record.job,
+        needed,
+        movers,
+        budget,
+        now,
+        spec.defrag.max_nodes,
+        accept,
+    )
+    if plan is None:
+        book.fail(record.id, now, interval)
+        return [
+            f"defragmentation: moving at most {budget} checkpointable job(s) would not make room"
+        ]
+    moved: list[str] = []
+    for mover, placements in plan.moves:
+        victim = sched.jobs[mover.id]
+        tasks = [key.task for key, _ in mover.tasks if isinstance(key, TaskKey)]
+        try:
+            sched.migrate(
+                victim,
+                list(zip(tasks, placements, strict=True)),
+                MigrationKind.DEFRAG,
+                record,
+                spec.grace_s,
+                now,
+            )
+        except AllocationError:
+            continue  # the rest of the plan no longer holds: the job tries again later
+        book.moved += 1
+        moved.append(mover.id)
+    if not moved:
+        return []
+    book.planned_at = now
+    book.failed.pop(record.id, None)
+    sched.promise(record, True)
+    return [f"defragmentation: moving {', '.join(moved)}; it starts when they have moved"]
+
+
+# -- upgrades ------------------------------------------------------------------------------
+
+
+def _model_of(state: ClusterState, placement: Placement) -> str:
+    if not placement.devices:
+        return ""
+    return state.device_of(placement.devices[0].device_id).model
+
+
+def _rate(state: ClusterState, speeds: Speeds, placements: Sequence[Placement]) -> float:
+    """The whole job's rate on these placements: the slowest task's model sets it."""
+    return min((speeds.on(_model_of(state, p)) for p in placements), default=0.0)
+
+
+def _fast_rows(state: ClusterState, speeds: Speeds, target: float) -> np.ndarray:
+    mask = np.zeros(len(state), np.bool_)
+    for row, node in enumerate(state.nodes):
+        if state.active[row] and any(speeds.on(d.model) >= target for d in node.devices):
+            mask[row] = True
+    return mask
+
+
+def upgrade(sched: Books, record: JobRecord, now: float, min_speedup: float | None = None) -> bool:
+    """Move ``record`` to a placement where it runs at least ``min_speedup`` (default: the
+    profile's) times faster, if it may move and one is free now; True if it moves."""
+    spec = sched.profile.migration
+    if not movable(sched, record, now) or not record.job.resources.devices:
+        return False
+    try:
+        speeds = resolve(record.job, sched.speed_table)
+    except SpeedError:
+        return False
+    if speeds.uniform:
+        return False
+    state = sched.state
+    current = _rate(state, speeds, list(record.placements.values()))
+    # a job that makes no progress where it is gains from any positive rate
+    target = current * (min_speedup or spec.upgrade.min_speedup) if current > 0 else 1e-12
+    mask = _fast_rows(state, speeds, target)
+    if not mask.any():
+        return False
+    fork = state.fork()
+    ctx = CycleContext(fork, record.job, record.job.resources, now, what_if=True)
+    placed: list[tuple[int, Placement]] = []
+    for task in sorted(record.placements):
+        placement = sched.framework.select(ctx, candidates=mask)
+        if placement is None:
+            return False
+        fork.allocate(f"{record.id}/upgrade{task}", placement)
+        placed.append((task, placement))
+    if _rate(state, speeds, [p for _, p in placed]) < target:
+        return False
+    if sched.quotas.enabled and _usage(state, [p for _, p in placed]) != _usage(
+        state, list(record.placements.values())
+    ):
+        return False
+    try:
+        sched.migrate(record, placed, MigrationKind.UPGRADE, None, spec.grace_s, now)
+    except AllocationError:
+        return False
+    return True
+
+
+def run_upgrades(sched: Books, now: float) -> int:
+    """The profile's upgrade pass: when capacity was freed since the last pass and no job
+    waits, move up to ``max_moves`` jobs to faster models (largest speedup first is not
+    promised: jobs are tried in arrival order). Returns how many moved."""
+    spec = sched.profile.migration.upgrade
+    book = sched.moves
+    if not spec.enabled or book.upgrade_epoch == sched.capacity_epoch:
+        return 0
+    book.upgrade_epoch = sched.capacity_epoch
+    if sched.queue.pending():
+        return 0
+    moved = 0
+    for record in sched.active_jobs():
+        if moved >= spec.max_moves:
+            break
+        if upgrade(sched, record, now):
+            moved += 1
+    return moved
