@@ -65,6 +65,9 @@ class Summary:
     lost_work_s: float
     steps: int
     end_time_s: float
+    #: Migrate actions, and task-seconds spent writing checkpoints
+    migrations: int = 0
+    checkpoint_s: float = 0.0
 
     @property
     def ftf_worst(self) -> float:
@@ -88,6 +91,8 @@ class Summary:
             "stranded_accelerators": self.stranded,
             "preemptions": self.preemptions,
             "lost_work_s": self.lost_work_s,
+            "migrations": self.migrations,
+            "checkpoint_s": self.checkpoint_s,
             "steps": self.steps,
             "end_time_s": self.end_time_s,
         }
@@ -193,6 +198,8 @@ def summarize(result: SimResult) -> Summary:
         lost_work_s=result.lost_work_s,
         steps=result.steps,
         end_time_s=result.end_time,
+        migrations=result.migrations,
+        checkpoint_s=result.checkpoint_s,
     )
 
 
@@ -214,6 +221,8 @@ JOB_COLUMNS = (
     "preemptions",
     "restarts",
     "lost_work_s",
+    "checkpoint_s",
+    "migrations",
     "reason",
 )
 
@@ -238,6 +247,8 @@ def job_rows(jobs: Sequence[JobOutcome]) -> list[dict[str, Any]]:
             "preemptions": j.preemptions,
             "restarts": j.restarts,
             "lost_work_s": j.lost_work_s,
+            "checkpoint_s": j.checkpoint_s,
+            "migrations": j.migrations,
             "reason": j.reason if j.state != "succeeded" else "",
         }
         for j in jobs

@@ -98,6 +98,9 @@ def comparison_rows(replays: Sequence[Replay]) -> list[tuple[str, list[str]]]:
     add("stranded accel.", [f"{s.stranded:.1%}" for s in summaries])
     add("preemptions", [str(s.preemptions) for s in summaries])
     add("lost work", [_hours(s.lost_work_s) for s in summaries])
+    if any(s.migrations or s.checkpoint_s for s in summaries):
+        add("migrations", [str(s.migrations) for s in summaries])
+        add("checkpointing", [_hours(s.checkpoint_s) for s in summaries])
     add("replay wall", [f"{r.wall_s:.1f}s" for r in replays])
     return rows
 
