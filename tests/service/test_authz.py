@@ -37,6 +37,8 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
     ("GET", "/docs", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     ("GET", "/redoc", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     ("GET", "/v1/history", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
+    # the dashboard's banners: any token; a user sees guard alerts of their own jobs only
+    ("GET", "/v1/alerts", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     (
         "POST",
         "/v1/jobs",

@@ -71,6 +71,7 @@ def up(
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and a local agent."""
     # imported here so the other commands start without the server's dependencies
+    from hetsched.service.recovery import RecoveryError
     from hetsched.service.server import Options, default_home, serve
 
     mapping: dict[str, str] = {}
@@ -113,3 +114,5 @@ def up(
         serve(options)
     except (SpecError, ProfileError) as exc:
         fail(str(exc), 2)
+    except RecoveryError as exc:
+        fail(f"hetsched up: {exc}", 1)

@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hetsched.model.device import Health
 from hetsched.service import metrics, ui
 from hetsched.service.context import Service
 from hetsched.service.member import add_member_routes
@@ -278,6 +279,14 @@ def create_app(service: Service) -> FastAPI:
         ring = service.loop.metrics.history
         return {"interval_s": ring.interval_s, "samples": [s.to_dict() for s in ring.since(since)]}
 
+    @app.get("/v1/alerts", tags=["cluster"])
+    def alerts(who: Caller, since: float = 0.0) -> dict[str, Any]:
+        """What the dashboard's banners show: the reconcile loop's alerts (failed turns,
+        jobs held back or given up, a wedge), the overcommit guard's alerts (a user sees
+        those of their own jobs and the node-wide ones), and every device that is not
+        present and healthy, with the watcher's reason."""
+        return _alerts_view(service, who, since)
+
     # -- tokens (admin) ------------------------------------------------------------------
 
     @app.post("/v1/tokens", status_code=201, tags=["tokens"])
@@ -417,6 +426,29 @@ def _log_file_problem(info: os.stat_result) -> str | None:
     if info.st_uid != os.geteuid():
         return f"the file's owner (uid {info.st_uid}) is not the service's"
     return None
+
+
+def _alerts_view(service: Service, who: Principal, since: float) -> dict[str, Any]:
+    loop = service.loop
+    guard = loop.guard.recent(200) if loop.guard is not None else []
+    guard = [a for a in guard if a.time > since]
+    if not who.admin:
+        mine = {
+            row["id"]
+            for row in service.store.jobs_by_ids(sorted({a.job_id for a in guard if a.job_id}))
+            if row["owner"] == who.user
+        }
+        guard = [a for a in guard if not a.job_id or a.job_id in mine]
+    devices = loop.watcher.view() if loop.watcher is not None else []
+    return {
+        "wedged": loop.faults.wedged,
+        "held": loop.faults.held(),
+        "loop": [a.to_dict() for a in loop.faults.alerts(since)],
+        "guard": [a.to_dict() for a in guard],
+        "devices": [
+            d.to_dict() for d in devices if not d.present or d.health is not Health.HEALTHY
+        ],
+    }
 
 
 def _queues_view(service: Service) -> list[dict[str, Any]]:

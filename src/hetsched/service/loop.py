@@ -31,6 +31,7 @@ from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
 from hetsched.scheduler import Action, Event, JobCancelled, JobSubmitted, Scheduler
 from hetsched.scheduler.view import SchedulerView
+from hetsched.service.faults import TurnFaults
 from hetsched.service.fencing import Fencing
 from hetsched.service.launcher import Launcher
 from hetsched.service.loopmetrics import LoopMetrics
@@ -96,6 +97,11 @@ class ControlLoop:
             watcher.sink = self.device_events
         #: counters, histograms and the dashboard's history (service/loopmetrics.py)
         self.metrics = LoopMetrics()
+        #: failed turns: alerts, jobs held back, the wedge (service/faults.py)
+        self.faults = TurnFaults()
+        self.metrics.watch_faults(self.faults)
+        #: the jobs the turn in progress concerns (held back if it fails)
+        self._concerns: set[str] = set()
 
     @property
     def view(self) -> SchedulerView:
@@ -140,8 +146,21 @@ class ControlLoop:
             self.launcher.know(job, spec)
         for key, placement in found.adopted:
             self.planner.adopt(key, placement)
-        self._events = list(found.events)
+        waiting = {e.job.id for e in found.events if isinstance(e, JobSubmitted)}
+        self.faults.keep_only(waiting)
+        self._events = [e for e in found.events if not self._hold(e)]
         self._exits = list(found.exits)
+
+    def _hold(self, event: Event) -> bool:
+        """Whether ``event`` concerns a job held back after a failed turn (it is not given
+        to the core); a held job whose cancel was asked for is cancelled here."""
+        if isinstance(event, JobSubmitted):
+            return self.faults.is_held(event.job.id)
+        if isinstance(event, JobCancelled) and self.faults.release(event.job_id) is not None:
+            self.store.end_waiting_job(event.job_id, "cancelled", event.reason, time.time())
+            self.launcher.forget(event.job_id)
+            return True
+        return False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="hetsched-loop", daemon=True)
@@ -158,16 +177,19 @@ class ControlLoop:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.perf_counter()
-            try:
-                self.turn()
-                self.metrics.turn_done(time.time())
-            except Exception:
-                self.metrics.turn_failed()
-                # The core may now disagree with the store (a decision it took was not
-                # committed). The store is the truth: rebuild the core from it, exactly as
-                # a restart would.
-                log.exception("reconcile turn failed; rebuilding the core from the store")
-                self._rebuild()
+            if self.faults.wedged is not None:
+                self._rebuild([])
+            else:
+                try:
+                    self.turn()
+                except Exception as exc:
+                    self._failed(exc)
+                else:
+                    self.metrics.turn_done(time.time())
+                    self.faults.succeeded()
+                    self._release_held()
+            if self._stop.wait(self.faults.delay()):
+                return
             # a pause as long as the turn itself (at least min_turn_s) batches a burst of
             # submissions into one turn (one cycle, one commit) and keeps the loop from
             # taking more than half of the interpreter from the API under load
@@ -175,9 +197,25 @@ class ControlLoop:
             self._wake.wait(timeout=0.05)
             self._wake.clear()
 
-    def _rebuild(self) -> None:
+    def _failed(self, exc: Exception) -> None:
+        """A turn raised: alert, hold the jobs it concerned, rebuild from the store."""
+        now = time.time()
+        self.metrics.turn_failed()
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        alert, give_up = self.faults.failed(error, self._concerns, now)
+        if self.faults.consecutive == 1:
+            log.error("%s; rebuilding the core from the store", alert.message, exc_info=exc)
+        else:
+            log.error("%s (%d in a row)", alert.message, self.faults.consecutive)
+        self._rebuild(give_up)
+
+    def _rebuild(self, give_up: list[str]) -> None:
+        """A fresh core from the store, as a restart builds it (the store is the truth: a
+        decision the failed turn took was not committed). Jobs in ``give_up`` fail first.
+        If the store and the new core cannot be made to agree, the loop is wedged: it
+        schedules nothing until a later rebuild succeeds."""
+        now = time.time()
         if self.make_core is None:
-            time.sleep(0.5)
             return
         try:
             self.executor.shutdown()
@@ -190,10 +228,33 @@ class ControlLoop:
                     self._inbox.get_nowait()
                 except queue.Empty:
                     break
+            for job_id in give_up:
+                alert = self.faults.gave_up(job_id, now)
+                self.store.end_waiting_job(job_id, "failed", alert.message, now)
+                log.error("%s", alert.message)
             self.recover()
-        except Exception:
-            log.exception("rebuilding the core failed; retrying")
-            time.sleep(1.0)
+        except Exception as exc:
+            alert = self.faults.wedge(f"{type(exc).__name__}: {exc}"[:1000], now)
+            log.error("%s; retrying in %.1fs", alert.message, self.faults.delay() or 0.1)
+            self.faults.consecutive += 1
+            return
+        recovered = self.faults.rebuilt(now)
+        if recovered is not None:
+            log.warning("%s", recovered.message)
+
+    def _release_held(self) -> None:
+        """After a turn that succeeded, give the core back one held job, alone."""
+        job_id = self.faults.release()
+        if job_id is None:
+            return
+        row = self.store.job(job_id)
+        if row is None or row["state"] != "pending":
+            return
+        spec = from_stored(row["spec"])
+        job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
+        self.launcher.know(job, spec)
+        self._events.append(JobSubmitted(job, int(row["run"]), int(row["restarts"])))
+        self._wake.set()
 
     # -- one turn ------------------------------------------------------------------------
 
@@ -201,6 +262,7 @@ class ControlLoop:
         """One turn (see the module docstring); returns the core's actions."""
         now = time.time() if now is None else now
         events = self._collect()
+        self._concerns = _jobs_named(events)
         alerts = self.launcher.guard_round(now, self.planner.running())
         self.store.record_alerts(alerts)
         if any(a.killed for a in alerts):
@@ -211,6 +273,8 @@ class ControlLoop:
             return []
         self._last_tick = now
         plan = self._plan(events, exits, now)
+        starting = {start.key.job for start in plan.starts}
+        self._concerns = starting or self._concerns | {t.job_id for t in plan.transitions}
         self.store.record_turn(exits, plan)
         for change in plan.transitions:
             if change.target in TERMINAL:
@@ -239,7 +303,9 @@ class ControlLoop:
                 events.extend(self.launcher.device_event(e) for e in payload)
             else:
                 job_id, user = payload
-                events.append(JobCancelled(job_id, f"cancelled by {user}"))
+                cancel = JobCancelled(job_id, f"cancelled by {user}")
+                if not self._hold(cancel):
+                    events.append(cancel)
 
     def _fenced_cancels(self) -> list[Event]:
         """Cancel every live job of a federation whose lease has lapsed (once per job; the
@@ -297,3 +363,14 @@ class ControlLoop:
             self.quota_view = quota_view(view)
             self.metrics.sample(view, now)
         self.nodes_view = nodes
+
+
+def _jobs_named(events: Iterable[Event]) -> set[str]:
+    """The jobs a turn's events submit or cancel."""
+    out: set[str] = set()
+    for event in events:
+        if isinstance(event, JobSubmitted):
+            out.add(event.job.id)
+        elif isinstance(event, JobCancelled):
+            out.add(event.job_id)
+    return out

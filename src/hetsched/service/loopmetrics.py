@@ -22,6 +22,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.model.device import SHARE_UNITS
 from hetsched.scheduler import Action, Bind, Change, JobTransition, Preempt, Reject
 from hetsched.scheduler.view import SchedulerView
+from hetsched.service.faults import TurnFaults
 
 __all__ = ["History", "LoopMetrics", "Sample", "allocation_by_class"]
 
@@ -144,6 +145,17 @@ class LoopMetrics:
             "Unix time the reconcile loop last finished a turn; stalls show as its age.",
             registry=r,
         )
+        self.held_jobs = Gauge(
+            "hetsched_loop_held_jobs",
+            "Jobs held back (pending, not scheduled) after scheduling turns failed on them.",
+            registry=r,
+        )
+        self.wedged = Gauge(
+            "hetsched_loop_wedged",
+            "1 while the loop schedules nothing because the store and the core could not be "
+            "made to agree on what is allocated; 0 otherwise.",
+            registry=r,
+        )
         #: mean measured utilization per device class; the app points it at the agent's parts
         self.measure: Callable[[], Mapping[str, float]] = dict
         # the families exist from the start, so rate() and alerts see zeros, not gaps
@@ -176,6 +188,11 @@ class LoopMetrics:
             self.attempts.labels("scheduled").inc(binds)
         if pending:
             self.attempts.labels("unschedulable").inc(pending)
+
+    def watch_faults(self, faults: TurnFaults) -> None:
+        """Read the held jobs and the wedge from the loop's fault memory at each scrape."""
+        self.held_jobs.set_function(lambda: len(faults.held()))
+        self.wedged.set_function(lambda: 0.0 if faults.wedged is None else 1.0)
 
     def turn_done(self, now: float) -> None:
         self.turns.inc()

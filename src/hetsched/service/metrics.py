@@ -80,6 +80,8 @@ METRIC_NAMES = frozenset(
         "hetsched_loop_turns_total",
         "hetsched_loop_turn_failures_total",
         "hetsched_loop_last_turn_timestamp_seconds",
+        "hetsched_loop_held_jobs",
+        "hetsched_loop_wedged",
         "hetsched_jobs",
         "hetsched_oldest_pending_job_age_seconds",
         "hetsched_nodes",

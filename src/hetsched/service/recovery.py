@@ -1,9 +1,13 @@
-"""Rebuilding the core from the store after a (re)start.
+"""Rebuilding the core from the store after a (re)start, and checking that they agree.
 
-The store is the truth; the core is a cache. On start:
+The store is the truth; the core is a cache. On start (and after a failed loop turn):
 
-1. tasks that were being stopped are killed for good and their allocations freed;
-2. tasks that were running are checked against the machine: a process with the recorded
+1. every task the store holds in a non-terminal state (``starting``, ``running``,
+   ``stopping`` or any other) is reconciled with the process table and its exit file;
+   those that must not run on (they were being stopped, their job has ended, they belong
+   to an earlier run, their state is one this code does not know) are killed for good and
+   recorded ended, and what they held is released (once: only live rows are released);
+2. tasks of running jobs are checked against the machine: a process with the recorded
    pid *and* start time is adopted; one that ended leaves its exit code in the wrapper's
    exit file; one with neither is lost (reported to the core as a failure, so the job's
    restart policy decides);
@@ -11,7 +15,10 @@ The store is the truth; the core is a cache. On start:
    decision); pending jobs are submitted again, in arrival order, continuing their runs
    and restart counts;
 4. any process of this instance that no live task accounts for is killed (a crash between
-   committing a Bind and recording its pid).
+   committing a Bind and recording its pid), and any live allocation row that no restored
+   task holds is released;
+5. the store's live allocations and the core's are compared device by device and task by
+   task: :class:`RecoveryError` says where they differ if they still do.
 
 :func:`recover` returns what it found (:class:`Recovered`); the reconcile loop hands it to
 the planner and the launcher. It writes only through the store's methods.
@@ -36,7 +43,16 @@ from hetsched.scheduler import Event, JobCancelled, JobSubmitted, Scheduler
 from hetsched.service.schemas import SubmitSpec, from_stored
 from hetsched.service.store import Store
 
-__all__ = ["Recovered", "recover"]
+__all__ = ["Recovered", "RecoveryError", "disagreements", "recover"]
+
+#: task states in which a process may still run and an allocation may still be held
+_LIVE_STATES = ("starting", "running")
+
+
+class RecoveryError(RuntimeError):
+    """The store and the core could not be made to agree on what is allocated: scheduling
+    must not start (it would hand out a device the store says is held, or the reverse)."""
+
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +87,23 @@ class _Job:
 def recover(
     store: Store, core: Scheduler, executor: Executor, now: float | None = None
 ) -> Recovered:
-    """Rebuild ``core`` from ``store``, with ``executor`` finding the tasks' processes."""
+    """Rebuild ``core`` from ``store``, with ``executor`` finding the tasks' processes;
+    RecoveryError if the two disagree afterwards on what is allocated."""
     now = time.time() if now is None else now
     found = Recovered()
+    live_rows = store.live_jobs()
+    runs = {row["id"]: int(row["run"]) for row in live_rows}
     live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in store.tasks_in(("starting", "running", "stopping")):
-        live_tasks[row["job_id"]].append(row)
     leaders = executor.find_leaders()
     resubmit: list[tuple[Job, int, int]] = []
     with store.write() as conn:
-        for row in store.live_jobs():
+        for t in store.unfinished_tasks():
+            why = _must_end(t, runs.get(t["job_id"]))
+            if why is None:
+                live_tasks[t["job_id"]].append(t)
+            else:
+                _end_task(store, conn, executor, t, now, why)
+        for row in live_rows:
             spec = from_stored(row["spec"])
             item = _Job(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
             item.run = int(row["run"])
@@ -93,10 +116,83 @@ def recover(
                 found.events.append(JobCancelled(item.job.id, "cancelled"))
         # before the releases above commit: kill what no live task accounts for
         executor.sweep(found.processes)
+        held = {key for key, _share in core.state.allocated_devices() if isinstance(key, TaskKey)}
+        for row in store.release_unheld(conn, held, now):
+            log.warning(
+                "recovery: released allocation of %s on %s that no live task held",
+                TaskKey(row["job_id"], row["task"], row["run"]),
+                row["device_id"],
+            )
+    problems = disagreements(store.live_allocations(), core)
+    if problems:
+        raise RecoveryError(
+            "the store and the scheduling core disagree on what is allocated after "
+            "recovery; not scheduling: " + "; ".join(problems[:10])
+        )
     # pending jobs go through the core's ordinary submission path, in arrival order,
     # continuing the store's numbering of their runs and restarts
     found.events[:0] = [JobSubmitted(job, run, restarts) for job, run, restarts in resubmit]
     return found
+
+
+def _must_end(t: dict[str, Any], job_run: int | None) -> str | None:
+    """Why a task the store holds unfinished must end now, or None if it may run on."""
+    if job_run is None:
+        return "its job had ended"
+    if t["state"] == "stopping":
+        return "it was being stopped"
+    if t["state"] not in _LIVE_STATES:
+        return f"unknown task state {t['state']!r}"
+    if int(t["run"]) != job_run:
+        return f"it belongs to run {t['run']}, not the job's current run {job_run}"
+    return None
+
+
+def _end_task(
+    store: Store,
+    conn: Connection,
+    executor: Executor,
+    t: dict[str, Any],
+    now: float,
+    why: str,
+) -> None:
+    """A task that must not run on: its process killed, its end recorded with the exit
+    code its wrapper wrote if any, what it held released."""
+    state = "stopped" if t["state"] in ("stopping", *_LIVE_STATES) else "lost"
+    code = executor.recorded_exit(t["job_id"], int(t["task"]), int(t["run"]))
+    reason = f"stopped during a restart: {why}"
+    if code is not None:
+        reason += f" (exit code {code})"
+    _finish_task(store, conn, executor, t, state, now, reason, code)
+
+
+def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
+    """Where the store's live allocation rows and the core's allocations differ: by device
+    (the share held) and by task (the devices held). Empty when they agree."""
+    store_by_device: dict[str, int] = defaultdict(int)
+    store_keys: dict[TaskKey, set[str]] = defaultdict(set)
+    for row in live:
+        store_by_device[row["device_id"]] += int(row["share"])
+        store_keys[TaskKey(row["job_id"], int(row["task"]), int(row["run"]))].add(row["device_id"])
+    core_by_device: dict[str, int] = defaultdict(int)
+    core_keys: dict[TaskKey, set[str]] = defaultdict(set)
+    for key, share in core.state.allocated_devices():
+        core_by_device[share.device_id] += share.share
+        if isinstance(key, TaskKey):
+            core_keys[key].add(share.device_id)
+    problems = [
+        f"device {device}: the store holds {store_by_device.get(device, 0)}/1000, "
+        f"the core {core_by_device.get(device, 0)}/1000"
+        for device in sorted(store_by_device.keys() | core_by_device.keys())
+        if store_by_device.get(device, 0) != core_by_device.get(device, 0)
+    ]
+    problems += [
+        f"task {key}: the store holds {sorted(store_keys.get(key, ()))}, "
+        f"the core {sorted(core_keys.get(key, ()))}"
+        for key in sorted(store_keys.keys() | core_keys.keys())
+        if store_keys.get(key, set()) != core_keys.get(key, set())
+    ]
+    return problems
 
 
 def _check_tasks(
@@ -109,15 +205,10 @@ def _check_tasks(
     found: Recovered,
     now: float,
 ) -> None:
-    """Stop what was being stopped; adopt the current run's processes, or learn how they
-    ended."""
+    """Adopt the current run's processes (``rows``: its unfinished tasks), or learn how
+    they ended."""
     job, run = item.job, item.run
     for t in rows:
-        if t["state"] == "stopping" or t["run"] != run:
-            _finish_task(store, conn, executor, t, "stopped", now, "stopped during a restart")
-    for t in rows:
-        if t["state"] == "stopping" or t["run"] != run:
-            continue
         task = int(t["task"])
         item.placements[task] = Placement.from_dict(t["placement"])
         handle = _adopt(store, conn, executor, leaders, job, t)
@@ -178,7 +269,6 @@ def _restore(
     False when it must be submitted again (it was pending, or its placements no longer
     fit: then its tasks are lost)."""
     job, run, row = item.job, item.run, item.row
-    current = [t for t in rows if t["run"] == run and t["state"] in ("starting", "running")]
     if row["state"] == "running" and item.placements:
         finished = {
             int(t["task"])
@@ -191,13 +281,13 @@ def _restore(
             )
         except AllocationError as exc:
             log.warning("job %s: cannot restore its placements: %s", job.id, exc)
-            for t in current:
+            for t in rows:
                 _finish_task(store, conn, executor, t, "lost", now, f"not restorable: {exc}")
             return False
         found.adopted += [(TaskKey(job.id, t, run), p) for t, p in item.placements.items()]
         found.exits += item.exits
         return True
-    for t in current:
+    for t in rows:
         _finish_task(store, conn, executor, t, "lost", now, "lost in a restart")
     return False
 
@@ -210,12 +300,13 @@ def _finish_task(
     state: str,
     now: float,
     reason: str,
+    exit_code: int | None = None,
 ) -> None:
     """Make sure the task's process is gone, then record that it ended and free what it
     held."""
-    if t["pid"]:
+    if t["pid"] and t["pid_started"] is not None:
         handle = executor.adopt(t["job_id"], t["task"], t["run"], t["pid"], t["pid_started"], None)
         if handle is not None:
             executor.kill_now(handle.pid)
             del executor.handles[handle.key]
-    store.record_task_end(conn, t, state, now, reason)
+    store.record_task_end(conn, t, state, now, reason, exit_code)

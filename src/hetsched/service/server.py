@@ -183,7 +183,11 @@ def build(options: Options) -> Built:
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
     warm_selectors()
-    loop.recover()
+    try:
+        loop.recover()
+    except Exception:
+        store.close()
+        raise
     token_file = home / "admin.token"
     admin_token = None
     if not store.has_admin_token():

@@ -33,6 +33,8 @@ __all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
 #: states a job never leaves
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
+#: states of a task that has ended (it holds nothing)
+TASK_ENDED = ("exited", "stopped", "lost")
 
 
 @dataclass(slots=True)
@@ -507,6 +509,23 @@ class Store(TurnRecords):
     def tasks_in(self, states: Sequence[str]) -> list[dict[str, Any]]:
         with self.read() as conn:
             rows = conn.execute(select(tasks).where(tasks.c.state.in_(states))).all()
+        return [dict(r._mapping) for r in rows]
+
+    def unfinished_tasks(self) -> list[dict[str, Any]]:
+        """Every task not recorded as ended (``starting``, ``running``, ``stopping``, or a
+        state this code does not know): what recovery must reconcile."""
+        with self.read() as conn:
+            rows = conn.execute(
+                select(tasks).where(tasks.c.state.not_in(TASK_ENDED)).order_by(tasks.c.id)
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
+    def live_allocations(self) -> list[dict[str, Any]]:
+        """The allocation rows still held."""
+        with self.read() as conn:
+            rows = conn.execute(
+                select(allocations).where(allocations.c.live.is_(True)).order_by(allocations.c.id)
+            ).all()
         return [dict(r._mapping) for r in rows]
 
     def queue_usage(self) -> list[dict[str, Any]]:

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
 
+import httpx
 import uvicorn
 
 from hetsched.agent.executor import Executor
 from hetsched.service.server import Built, Options, build
 
-__all__ = ["Running", "free_port", "running"]
+__all__ = ["Running", "ServerProcess", "free_port", "running"]
 
 
 def free_port() -> int:
@@ -73,3 +78,79 @@ def _kill_tasks(executor: Executor) -> None:
         if handle.popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 handle.popen.wait(timeout=10)
+
+
+class ServerProcess:
+    """``hetsched up`` as a subprocess on ``home`` (for kill -9 tests and benchmarks): the
+    same home across restarts, a fresh free port at each start, output appended to
+    ``log``."""
+
+    def __init__(self, home: Path, args: Sequence[str], log: Path | None = None) -> None:
+        self.home = home
+        self.args = list(args)
+        self.port = 0
+        self.url = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_path = log or home.parent / "server.log"
+        self._log: IO[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        entry = "from hetsched.cli.main import main; main()"
+        up = ["up", "--home", str(self.home), "--port", str(self.port)]
+        return [sys.executable, "-c", entry, *up, *self.args]
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start and wait until ``/healthz`` answers; raises if the process exits first."""
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        if self._log is None:
+            self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(f"hetsched up exited with {code}; see {self._log_path}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError(f"hetsched up did not become ready in {timeout_s:g}s")
+
+    @property
+    def token(self) -> str:
+        return (self.home / "admin.token").read_text().strip()
+
+    def client(self, timeout_s: float = 10.0) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def kill9(self) -> None:
+        """SIGKILL the service (its tasks run on, in their own sessions)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self) -> None:
+        """SIGTERM and wait (tasks keep running, as after ``hetsched up`` stops)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def kill_tasks(self) -> list[int]:
+        """SIGKILL every task process group of this home's instance (the test's cleanup)."""
+        instance = (self.home / "instance").read_text().strip()
+        return Executor(self.home, instance).sweep(live_keys=())
+
+    def log_text(self) -> str:
+        try:
+            return self._log_path.read_text(errors="replace")
+        except OSError:
+            return ""

@@ -8,15 +8,16 @@ actions, and the tasks its Binds and stops name), never from the core's books.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, and_, update
+from sqlalchemy import Connection, and_, select, update
 
 from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Alert
 from hetsched.drivers import Start
+from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import Change, JobTransition
 from hetsched.service.launcher import Launched
@@ -102,18 +103,60 @@ class TurnRecords:
             with self.write() as conn:
                 conn.execute(transitions.insert(), rows)
 
+    def end_waiting_job(self, job_id: str, state: str, cause: str, now: float) -> bool:
+        """End a job that waits outside the core (held back after failed turns): it is
+        cancelled or failed with ``cause``. Only a pending job ends; False otherwise."""
+        with self.write() as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.state == "pending")
+                .values(state=state, reason=cause, ended_at=now, explanation=None)
+            )
+            if result.rowcount == 0:
+                return False
+            conn.execute(
+                transitions.insert().values(
+                    job_id=job_id, time=now, source="pending", target=state, cause=cause
+                )
+            )
+        return True
+
     # -- recovery --------------------------------------------------------------------------
 
     def record_task_end(
-        self, conn: Connection, row: dict[str, Any], state: str, now: float, reason: str
+        self,
+        conn: Connection,
+        row: dict[str, Any],
+        state: str,
+        now: float,
+        reason: str,
+        exit_code: int | None = None,
     ) -> None:
         """A task recovery found gone (or made sure is gone): it ended, what it held is free."""
         conn.execute(
             update(tasks)
             .where(tasks.c.id == row["id"])
-            .values(state=state, ended_at=now, reason=reason)
+            .values(state=state, ended_at=now, reason=reason, exit_code=exit_code)
         )
         release_allocations(conn, row["job_id"], row["task"], row["run"], now)
+
+    def release_unheld(
+        self, conn: Connection, held: Set[TaskKey], now: float
+    ) -> list[dict[str, Any]]:
+        """Release every live allocation whose task is not in ``held`` (what the core holds
+        after recovery); returns the rows released."""
+        rows = [
+            dict(r._mapping)
+            for r in conn.execute(select(allocations).where(allocations.c.live.is_(True))).all()
+        ]
+        stale = [r for r in rows if TaskKey(r["job_id"], r["task"], r["run"]) not in held]
+        if stale:
+            conn.execute(
+                update(allocations)
+                .where(allocations.c.id.in_([r["id"] for r in stale]))
+                .values(live=None, released_at=now)
+            )
+        return stale
 
     def record_task_exit(self, conn: Connection, exit_: TaskExit, now: float) -> None:
         """A task that ended while the service was down (its exit file, or lost)."""
