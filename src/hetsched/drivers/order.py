@@ -4,8 +4,8 @@ Determinism across drivers rests on it: the same events in the same order give t
 actions, so every driver (the simulator, the service, the Kubernetes scheduler, tests)
 sorts a batch with :func:`in_order` before ``Scheduler.handle``. The order is:
 
-1. task reports (finished, stopped, checkpointed): what ran ends before anything else is
-   decided, so the capacity it frees is seen by the same cycle;
+1. task reports (finished, stopped, start failed, checkpointed): what ran ends before
+   anything else is decided, so the capacity it frees is seen by the same cycle;
 2. cluster changes (nodes and devices added, removed, healthy or not);
 3. cancellations;
 4. arrivals (submissions);
@@ -28,6 +28,7 @@ from hetsched.scheduler.events import (
     NodeAdded,
     NodeChanged,
     NodeRemoved,
+    StartFailed,
     TaskCheckpointed,
     TaskFinished,
     TaskStopped,
@@ -50,6 +51,7 @@ class EventOrder(enum.IntEnum):
 _RANKS: dict[type, EventOrder] = {
     TaskFinished: EventOrder.REPORT,
     TaskStopped: EventOrder.REPORT,
+    StartFailed: EventOrder.REPORT,
     TaskCheckpointed: EventOrder.REPORT,
     NodeAdded: EventOrder.CLUSTER,
     NodeRemoved: EventOrder.CLUSTER,

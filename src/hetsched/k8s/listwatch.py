@@ -75,6 +75,11 @@ class ListWatch:
             pass
         return out
 
+    def wake(self) -> None:
+        """Make a waiting :meth:`changes` return now (something besides a change needs the
+        scheduler: a binding finished). Safe from any thread."""
+        self._queue.put(("", "WAKE", []))
+
     def _watch(self, resource: str) -> None:
         backoff = 0.5
         while not self._stop.is_set():
@@ -106,6 +111,8 @@ class ListWatch:
 
     def _unpack(self, item: _Item) -> list[Change]:
         resource, kind, payload = item
+        if kind == "WAKE":
+            return []
         if kind == "RELIST":
             assert isinstance(payload, list)
             return self.diff(resource, payload)

@@ -8,6 +8,7 @@ submitted as new jobs. This module keeps those vacancies, per workload, oldest f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +50,10 @@ class Vacancies:
         self.timeout_s = timeout_s
         self._by_workload: dict[str, list[Vacancy]] = {}
 
-    def add(self, workload: str, job_id: str, tasks: int, now: float) -> None:
+    def add(self, workload: str, job_id: str, tasks: Iterable[int], now: float) -> None:
+        """Tasks ``tasks`` of the job wait for pods of ``workload`` from ``now``."""
         waiting = self._by_workload.setdefault(workload, [])
-        waiting += [Vacancy(job_id, task, now) for task in range(tasks)]
+        waiting += [Vacancy(job_id, task, now) for task in tasks]
 
     def take(self, workload: str | None) -> Vacancy | None:
         """The oldest vacancy a new pod of ``workload`` fills, if any."""

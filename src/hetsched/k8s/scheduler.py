@@ -8,14 +8,15 @@ carries out the actions the core returns through the shared interpreter
   group are one job, submitted once ``hetsched.io/min-available`` of them exist; pods of a
   group that arrive after it was submitted are scheduled one by one);
 - a bound pod we did not bind (another scheduler's, or ours before a restart) is taken
-  back with ``Scheduler.restore`` on its node, so it counts as allocated;
+  back with ``Scheduler.restore`` on its node, so it counts as allocated; at a (re)start
+  the bound pods of a pod group are taken back as one job (:mod:`hetsched.k8s.takeback`);
 - a pod reaching Succeeded/Failed is reported as the task's exit; a pending pod deleted is
   a JobCancelled, a running one an exit that failed (a gang then stops as a whole);
 - nodes: NodeAdded, NodeRemoved, and DeviceHealthChanged/DeviceAdded from the device
   annotation (other node changes are not followed);
-- Bind: POST the pod's Binding, with its device assignment as annotations in the same
-  update; a 409 means someone else bound it first, so our allocation is dropped and the pod
-  is accounted where it really went;
+- Bind: the job's pods are bound all or nothing, off the scheduling loop when
+  ``bind_workers`` > 0 (:mod:`hetsched.k8s.podexec`, :mod:`hetsched.k8s.binding`); a
+  binding that fails requeues the job (StartFailed) and deletes the members bound so far;
 - Kill and Preempt: delete the pods with a grace period. A preempted job goes back to the
   core's queue, as everywhere: the pods its controller (a Job, a ReplicaSet, ...) or its pod
   group recreates are matched to it, task by task, instead of becoming new jobs; a job whose
@@ -28,8 +29,8 @@ carries out the actions the core returns through the shared interpreter
 
 It reads the core only through ``Scheduler.view``; what it knows of jobs (their states and
 runs) comes from the core's JobTransition actions. Decisions are taken one batch at a time
-on the caller's thread (:meth:`step`); only the watches run on their own threads, feeding a
-queue.
+on the caller's thread (:meth:`step`); the watches and the binding workers run on their own
+threads, feeding it.
 """
 
 from __future__ import annotations
@@ -39,16 +40,15 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from hetsched.cluster.assign import assign_devices
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
-from hetsched.drivers import Exit, Interpreter, Observer, Start, Stop, in_order
+from hetsched.drivers import Exit, Interpreter, Observer, in_order
 from hetsched.framework.profile import ProfileSpec
-from hetsched.k8s.api import ApiError, ClusterAPI
+from hetsched.k8s.api import ClusterAPI
+from hetsched.k8s.binding import Binder
 from hetsched.k8s.fencing import LeaseFencing
 from hetsched.k8s.fencing import federation_of as _federation
 from hetsched.k8s.leading import run_leading
@@ -56,18 +56,17 @@ from hetsched.k8s.listwatch import Change, ListWatch
 from hetsched.k8s.names import SCHEDULER_NAME
 from hetsched.k8s.nominate import Nominations
 from hetsched.k8s.podevents import PodEvents
+from hetsched.k8s.podexec import PodExecutor
 from hetsched.k8s.podgroups import PodGroups
 from hetsched.k8s.recreate import Vacancies, workload_of
+from hetsched.k8s.takeback import group_restore, held_placement
 from hetsched.k8s.translate import (
     PodInfo,
     TranslateError,
-    assignment_annotations,
     group_job,
     node_from_k8s,
     pod_info,
     pod_job,
-    pod_request,
-    restored_placement,
 )
 from hetsched.keys import TaskKey
 from hetsched.model.device import Node
@@ -106,8 +105,10 @@ class PodScheduler(Observer):
     """A secondary scheduler for the pods naming ``scheduler_name``.
 
     ``clock`` gives the core's time in seconds (monotonic by default). ``identity`` names
-    this instance in events (``reportingInstance``). The scheduler is the interpreter's
-    Observer (what the core says about jobs); :class:`_Pods` is its executor.
+    this instance in events (``reportingInstance``). ``bind_workers`` threads bind pods off
+    the scheduling loop (0: on it, as each Bind is carried out; see
+    :mod:`hetsched.k8s.binding`). The scheduler is the interpreter's Observer (what the
+    core says about jobs); :class:`~hetsched.k8s.podexec.PodExecutor` is its executor.
     """
 
     def __init__(
@@ -120,13 +121,13 @@ class PodScheduler(Observer):
         identity: str = SCHEDULER_NAME,
         watch_timeout_s: int = 300,
         recreate_timeout_s: float = 300.0,
+        bind_workers: int = 0,
     ) -> None:
         self.api = api
         self.name = scheduler_name
         self.identity = identity
         self.clock = clock
         self.core = Scheduler(ClusterState(), profile, seed)
-        self.interpreter = Interpreter(_Pods(self), self, kill_grace_s=KILL_GRACE_S)
         self.events = PodEvents(api, scheduler_name, identity)
         self.nominations = Nominations(api)
         self.recreate_timeout_s = recreate_timeout_s
@@ -144,26 +145,36 @@ class PodScheduler(Observer):
         #: job id -> what recreates its pods (see _workload), None for bare pods
         self._workloads: dict[str, str | None] = {}
         #: tasks of requeued jobs waiting for their workload to recreate a pod
-        self._vacant = Vacancies(recreate_timeout_s)
+        self.vacant = Vacancies(recreate_timeout_s)
         #: pods of pod groups waiting to reach their minimum
         self._groups = PodGroups()
-        #: pod key -> the task it ran, for pods asked to stop, until they are gone
-        self._stopping: dict[str, TaskKey] = {}
-        self._followups: list[Event] = []
-        self._recheck: list[str] = []
-        #: pods whose bind we lost (409), until we see them bound
-        self._lost: set[str] = set()
+        #: pod group id -> keys of its bound pods to take back at the end of a sync
+        self._restoring: dict[str, list[str]] = {}
+        self._syncing = False
+        self.followups: list[Event] = []
+        self.rechecks: list[str] = []
         self._seq = itertools.count()
         self.watch = ListWatch(api, {"nodes": self.nodes, "pods": self.pods}, watch_timeout_s)
+        self.executor = PodExecutor(self, bind_workers)
+        self.interpreter = Interpreter(self.executor, self, kill_grace_s=KILL_GRACE_S)
         #: held while a batch is applied
         self.lock = threading.RLock()
-        #: every bind this instance carried out: (pod key, node); conflicts: pod keys
-        self.bound: list[tuple[str, str]] = []
-        self.conflicts: list[str] = []
         #: federations' leases (k8s/fencing.py): their pods run only while one is live
         self.fencing: LeaseFencing | None = None
         #: pods of a federation held back until its lease is live
         self._held: set[str] = set()
+
+    @property
+    def api(self) -> ClusterAPI:
+        return self._api
+
+    @api.setter
+    def api(self, api: ClusterAPI) -> None:
+        """Every part that calls the API server calls this one (tests put a wrapper in)."""
+        self._api = api
+        for part in ("events", "nominations", "binder"):
+            if hasattr(self, part):
+                getattr(self, part).api = api
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -171,14 +182,20 @@ class PodScheduler(Observer):
         """List nodes and pods and bring the cache (and the core) up to date with them.
 
         On a fresh instance this is the rebuild after a restart: bound pods are restored
-        where they run, pending ones submitted."""
-        self.process(self.watch.snapshot())
+        where they run (the bound pods of a pod group as one job), pending ones submitted."""
+        self._syncing = True
+        try:
+            self.process(self.watch.snapshot())
+        finally:
+            self._syncing = False
 
     def start_watches(self) -> None:
         self.watch.start()
 
     def stop(self) -> None:
+        """Stop the watches and wait for the bindings in flight."""
         self.watch.stop()
+        self.binder.close()
 
     @property
     def _rv(self) -> dict[str, str]:
@@ -193,7 +210,8 @@ class PodScheduler(Observer):
             changes += self._fence()
         wakeup = self.core.next_wakeup()
         due = wakeup is not None and wakeup <= self.clock()
-        if changes or self._followups or due or self._vacant.due(self.clock()):
+        busy = self.followups or self.binder.finished()
+        if changes or busy or due or self.vacant.due(self.clock()):
             self.process(changes)
 
     def run(self, stop: threading.Event, poll_s: float = 1.0) -> None:
@@ -231,6 +249,7 @@ class PodScheduler(Observer):
                     events += self._pod_change(kind, obj)
                 except TranslateError as exc:
                     self.events.failed_scheduling(obj, str(exc))
+        self._restore_groups()
         events += self._submit_groups(now)
         events += self._expired_vacancies(now)
         self._handle(events or [Tick()], now)
@@ -238,14 +257,16 @@ class PodScheduler(Observer):
     def _handle(self, events: list[Event], now: float) -> None:
         """Run the core and carry out its actions; what carrying them out reports at once
         (a pod already gone, a bind lost) goes to the core in the next round."""
-        events = self._followups + events
-        self._followups = []
+        self.executor.settle()
+        events = self.followups + events
+        self.followups = []
         while events:
             actions = self.core.handle(in_order(events), now)
             self.interpreter.carry_out(actions, now)
-            events, self._followups = self._followups, []
+            self.executor.settle()
+            events, self.followups = self.followups, []
         self.nominations.apply(self._pending_pods, self._waits_for_room, self.owner)
-        recheck, self._recheck = self._recheck, []
+        recheck, self.rechecks = self.rechecks, []
         for key in recheck:
             obj = self.pods.get(key)
             if obj is not None and key not in self.owner:
@@ -289,14 +310,14 @@ class PodScheduler(Observer):
         owned = self.owner.get(info.key)
         if owned is not None:
             return self._owned_change(info, owned)
-        if info.key in self._stopping:
+        if info.key in self.executor.stopping:
             return []
-        if info.key in self._lost:
+        if info.key in self.executor.lost:
             # we lost its bind race: wait for the object that shows where it went (a watch
             # may still deliver older versions that show it unbound)
             if not info.node_name:
                 return []
-            self._lost.discard(info.key)
+            self.executor.lost.discard(info.key)
         if info.schedulable_by(self.name) and self._held_by_lease(info, obj):
             return []
         if info.schedulable_by(self.name) and self._fill(info, obj):
@@ -309,7 +330,10 @@ class PodScheduler(Observer):
             self._own(job.id, [info.key], workload_of(obj, info))
             return [JobSubmitted(job)]
         if info.node_name and not info.terminal and not info.deleting:
-            self._restore(info, obj)
+            if info.group is not None and self._syncing:
+                self._restoring.setdefault(f"{info.namespace}/{info.group}", []).append(info.key)
+            else:
+                self._restore(info, obj)
         return []
 
     def _owned_change(self, info: PodInfo, owned: tuple[str, int]) -> list[Event]:
@@ -323,7 +347,7 @@ class PodScheduler(Observer):
         if info.node_name and self._state.get(job_id) is JobState.PENDING:
             # bound while it waited in our queue, by someone else (another scheduler, a
             # user, a former leader): stop placing it and count it where it went
-            self._recheck.append(info.key)
+            self.rechecks.append(info.key)
             return self._withdraw(job_id, info.key, f"bound to {info.node_name} by another")
         return []
 
@@ -352,35 +376,39 @@ class PodScheduler(Observer):
     def _fill(self, info: PodInfo, obj: Obj) -> bool:
         """A new pending pod of a workload whose requeued job waits for a recreated pod
         takes that job's task (bound at once if the core placed the task already)."""
-        vacancy = self._vacant.take(workload_of(obj, info))
+        vacancy = self.vacant.take(workload_of(obj, info))
         if vacancy is None:
             return False
         job_id, task = vacancy.job_id, vacancy.task
         self.members[job_id][task] = info.key
         self.owner[info.key] = (job_id, task)
-        if vacancy.key is not None and vacancy.placement is not None:
-            self._bind_pod(info.key, vacancy.key, vacancy.placement)
+        self.executor.filled(job_id)
         return True
 
     def _vacate(self, job_id: str, now: float) -> list[Event]:
-        """A job went back to the queue: its tasks' pods are gone or going. They wait for
-        their workload to recreate them; a job of bare pods is cancelled instead (nothing
-        will ever run it again)."""
+        """A job went back to the queue: the pods of its tasks that ran are gone or going
+        (those that never bound stay its tasks). They wait for their workload to recreate
+        them; a job of bare pods is cancelled instead (nothing will ever run it again)."""
+        self.executor.requeued(job_id)
         workload = self._workloads.get(job_id)
         members = self.members.get(job_id, [])
+        vacant = []
         for task, key in enumerate(members):
-            if key and key in self.owner:
-                del self.owner[key]
+            if key and self.owner.get(key) == (job_id, task):
+                continue  # still its pod, never bound: it waits with the job
             members[task] = ""
+            vacant.append(task)
+        if not vacant:
+            return []
         if workload is None:
             return [JobCancelled(job_id, "its pods were deleted and no controller recreates them")]
-        self._vacant.add(workload, job_id, len(members), now)
+        self.vacant.add(workload, job_id, vacant, now)
         return []
 
     def _expired_vacancies(self, now: float) -> list[Event]:
         """Jobs whose pods were not recreated in time are cancelled."""
         reason = f"no pod was recreated for it within {self.recreate_timeout_s:g}s"
-        late = self._vacant.expired(now)
+        late = self.vacant.expired(now)
         return [JobCancelled(job_id, reason) for job_id in late]
 
     def _own(self, job_id: str, keys: list[str], workload: str | None) -> None:
@@ -395,19 +423,47 @@ class PodScheduler(Observer):
         if info.key not in self.owner:
             self._restore(info, obj)
 
+    def _restore_groups(self) -> None:
+        """The bound pods of a pod group seen in one batch (after a restart: all of them)
+        are taken back as one job, the gang they were; a group that cannot be (its pods ask
+        for different resources) is taken back pod by pod."""
+        groups, self._restoring = self._restoring, {}
+        for group, keys in sorted(groups.items()):
+            objs = [self.pods[k] for k in sorted(keys) if k in self.pods]
+            if not self._restore_group(group, objs):
+                for obj in objs:
+                    self._restore(pod_info(obj), obj)
+            self._groups.started.add(group)
+
+    def _restore_group(self, group: str, objs: list[Obj]) -> bool:
+        job_id = f"{group}#r{next(self._seq)}"
+        cluster = self.core.view.cluster
+        restored = group_restore(job_id, objs, cluster, self.name, self.clock())
+        if restored is None:
+            return False
+        job, placements = restored
+        try:
+            self.core.restore(job, 1, placements, now=self.clock())
+        except AllocationError as exc:
+            log.warning("cannot account pod group %s as one job: %s", group, exc)
+            return False
+        self._take_back(job.id, [pod_info(o).key for o in objs], placements, f"group:{group}")
+        return True
+
+    def _take_back(
+        self, job_id: str, keys: list[str], placements: dict[int, Placement], workload: str | None
+    ) -> None:
+        self._own(job_id, keys, workload)
+        self._run[job_id] = 1
+        self._state[job_id] = JobState.RUNNING
+        for task, placement in placements.items():
+            self.interpreter.adopt(TaskKey(job_id, task, 1), placement)
+
     def _restore(self, info: PodInfo, obj: Obj) -> None:
         """Account a bound pod we did not bind in this life: it holds its node's capacity."""
-        placement = restored_placement(obj)
-        cluster = self.core.view.cluster
-        if placement is None or placement.node not in cluster.node_index:
+        placement = held_placement(self.core.view.cluster, obj)
+        if placement is None:
             return
-        request = pod_request(obj)
-        wanted = sum(d.primary.count for d in request.devices)
-        if wanted and (len(placement.devices) != wanted or cluster.check(placement) is not None):
-            # no (or stale) device annotation: hold devices of the kind it asked for there
-            row = cluster.row(placement.node)
-            chosen = assign_devices(cluster, row, request, "most_used")
-            placement = dataclasses.replace(placement, devices=tuple(chosen or ()))
         job = pod_job(obj, f"{info.key}{_short(info.uid)}@{info.node_name}")
         if info.scheduler_name != self.name:
             job = dataclasses.replace(job, preemptible=False)
@@ -423,16 +479,12 @@ class PodScheduler(Observer):
         except AllocationError as exc:
             log.warning("cannot account bound pod %s: %s", info.key, exc)
             return
-        self._own(job.id, [info.key], None)
-        self._run[job.id] = 1
-        self._state[job.id] = JobState.RUNNING
-        self.interpreter.adopt(TaskKey(job.id, 0, 1), placement)
+        self._take_back(job.id, [info.key], {0: placement}, None)
 
     def _pod_gone(self, key: str) -> list[Event]:
         self.events.reported.pop(key, None)
         self.nominations.forget(key)
-        self._lost.discard(key)
-        stopped = self._stopping.pop(key, None)
+        stopped = self.executor.gone(key)
         if stopped is not None:
             event = self.interpreter.report(Exit(stopped, False, "pod deleted"))
             return [event] if event is not None else []
@@ -452,7 +504,7 @@ class PodScheduler(Observer):
         """Cancel a pending job that lost its pod ``key``; the rest of a gang's pods wait
         for their group's minimum again."""
         self.owner.pop(key, None)
-        self._vacant.drop(job_id)
+        self.vacant.drop(job_id)
         for other in self.members.get(job_id, []):
             if other == key or self.owner.pop(other, None) is None or other not in self.pods:
                 continue
@@ -483,9 +535,9 @@ class PodScheduler(Observer):
         self._state[job_id] = change.target
         self._run[job_id] = change.run
         if change.target in TERMINAL:
-            self._vacant.drop(job_id)
+            self.vacant.drop(job_id)
         elif change.target is JobState.PENDING and change.source is JobState.RUNNING:
-            self._followups += self._vacate(job_id, change.time)
+            self.followups += self._vacate(job_id, change.time)
 
     def pending(self, action: Pending) -> None:
         for key in self._pending_pods(action.job_id):
@@ -509,90 +561,28 @@ class PodScheduler(Observer):
             if k in self.pods and not pod_info(self.pods[k]).node_name
         ]
 
-    # -- carrying out: bind and delete pods (through _Pods) ------------------------------
+    # -- what the executor reads and tells ---------------------------------------------
 
-    def _reported_exit(self, key: TaskKey, succeeded: bool, reason: str) -> None:
-        """An exit the executor knows at once (a pod already gone, a bind lost): reported
-        to the core in the next round."""
-        event = self.interpreter.report(Exit(key, succeeded, reason))
-        if event is not None:
-            self._followups.append(event)
+    def started_run(self, job_id: str, run: int) -> None:
+        self._run[job_id] = run
 
-    def start_tasks(self, tasks: Sequence[Start]) -> None:
-        for start in tasks:
-            job_id, task = start.key.job, start.key.task
-            self._run[job_id] = start.key.run
-            members = self.members.get(job_id, [])
-            pod_key = members[task] if task < len(members) else ""
-            if not pod_key and self._vacant.hold(start.key, start.placement):
-                continue  # bound as soon as its workload recreates the pod
-            if pod_key not in self.pods:
-                self._reported_exit(start.key, False, "pod gone before bind")
-                continue
-            self._bind_pod(pod_key, start.key, start.placement)
+    def running_run(self, job_id: str) -> int | None:
+        """The job's current run while it runs (None otherwise)."""
+        return self._run.get(job_id) if self._state.get(job_id) is JobState.RUNNING else None
 
-    def stop_tasks(self, tasks: Sequence[Stop]) -> None:
-        for stop in tasks:
-            job_id, task = stop.key.job, stop.key.task
-            members = self.members.get(job_id, [])
-            pod_key = members[task] if task < len(members) else ""
-            reason = f"preempted: {stop.reason}" if stop.preemptor else stop.reason
-            if stop.preemptor:
-                self.nominations.victim(stop.preemptor, stop.placement.node)
-            self._stop_pod(pod_key, stop.key, stop.grace_s, reason, bool(stop.preemptor))
+    @property
+    def binder(self) -> Binder:
+        return self.executor.binder
 
-    def _stop_pod(self, key: str, task: TaskKey, grace_s: float, why: str, preempted: bool) -> None:
-        obj = self.pods.get(key)
-        if obj is None or key in self._lost or pod_info(obj).scheduler_name != self.name:
-            # gone already, bound by someone else, or not ours to delete: nothing of ours
-            # runs there, so its allocation is free now
-            self._reported_exit(task, False, "not running")
-            return
-        info = pod_info(obj)
-        self._stopping[key] = task
-        self.owner.pop(key, None)
-        self.events.post(obj, "Normal", "Preempted" if preempted else "Killing", why)
-        try:
-            self.api.delete_pod(info.namespace, info.name, int(grace_s))
-        except ApiError as exc:
-            log.warning("deleting pod %s failed: %s", key, exc)
+    @property
+    def bound(self) -> list[tuple[str, str]]:
+        """Every bind this instance carried out: (pod key, node)."""
+        return self.executor.bound
 
-    def _bind_pod(self, key: str, task: TaskKey, placement: Placement) -> None:
-        obj = self.pods[key]
-        info = pod_info(obj)
-        # the assignment travels in the Binding: set with spec.nodeName in one update,
-        # so a binding that fails (409 or any error) leaves no annotation behind
-        annotations = assignment_annotations(obj, placement) if placement.devices else None
-        try:
-            won = self.api.bind(info.namespace, info.name, info.uid, placement.node, annotations)
-        except ApiError as exc:
-            log.warning("binding %s to %s failed: %s", key, placement.node, exc)
-            self.events.failed_scheduling(obj, f"binding to {placement.node} failed: {exc}")
-            self._drop(task, key, f"bind failed: {exc}")
-            return
-        if not won:
-            # 409: someone else bound it first. Drop our allocation; the watch shows
-            # where it went, and it is accounted there like any bound pod.
-            log.info("pod %s was bound by someone else (409)", key)
-            self.conflicts.append(key)
-            self._lost.add(key)
-            self._drop(task, key, "bound by someone else (409)")
-            return
-        self.bound.append((key, placement.node))
-        self.events.reported.pop(key, None)
-        self.nominations.clear(key)
-        message = f"Successfully assigned {key} to {placement.node}"
-        self.events.post(obj, "Normal", "Scheduled", message, action="Binding")
-
-    def _drop(self, task: TaskKey, key: str, reason: str) -> None:
-        self.owner.pop(key, None)
-        if len(self.members.get(task.job, [])) == 1:
-            self._followups.append(JobCancelled(task.job, reason))
-        else:
-            # the rest of the gang keeps its placements; this task holds nothing any more
-            self._reported_exit(task, True, reason)
-        # once our allocation is gone, account the pod where it went (if already seen)
-        self._recheck.append(key)
+    @property
+    def conflicts(self) -> list[str]:
+        """Pods whose bind this instance lost (409)."""
+        return self.executor.conflicts
 
     def held_node(self, key: str) -> str:
         """The node where the core holds pod ``key``'s allocation (an assumed binding
@@ -603,16 +593,3 @@ class PodScheduler(Observer):
         view = self.core.view.job(owned[0])
         placement = view.placements.get(owned[1]) if view is not None else None
         return placement.node if placement is not None else ""
-
-
-@dataclass(frozen=True, slots=True)
-class _Pods:
-    """The Kubernetes scheduler as the interpreter's executor: bind pods, delete pods."""
-
-    sched: PodScheduler
-
-    def start(self, tasks: Sequence[Start], now: float) -> None:
-        self.sched.start_tasks(tasks)
-
-    def stop(self, tasks: Sequence[Stop], now: float) -> None:
-        self.sched.stop_tasks(tasks)

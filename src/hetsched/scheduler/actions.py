@@ -64,6 +64,8 @@ class Change(enum.StrEnum):
     RESTARTED = "restarted"
     #: running -> pending: a node or device it ran on went away
     LOST = "lost"
+    #: running -> pending: the driver could not start the run (StartFailed)
+    START_FAILED = "start_failed"
     #: pending -> pending: a partial gang hold timed out and was released (a backoff follows)
     GANG_TIMEOUT = "gang_timeout"
     #: running -> running: its tasks are being stopped to move elsewhere (a Migrate)

@@ -53,6 +53,7 @@ from hetsched.scheduler.events import (
     NodeAdded,
     NodeChanged,
     NodeRemoved,
+    StartFailed,
     TaskCheckpointed,
     TaskFinished,
     TaskStopped,
@@ -180,6 +181,8 @@ class Scheduler(JobBook):
                 self._finished(TaskKey(job_id, task, run), succeeded, reason, now)
             case TaskStopped(job_id, task, run):
                 self._stopped(TaskKey(job_id, task, run))
+            case StartFailed(job_id, run, reason, backoff_s):
+                self._start_failed(job_id, run, reason, backoff_s, now)
             case TaskCheckpointed():
                 record = self.jobs.get(event.job_id)
                 if record is not None:
@@ -269,6 +272,19 @@ class Scheduler(JobBook):
             self._requeue(record, now, text, Change.RESTARTED)
         else:
             self._end(record, JobState.FAILED, now, cause)
+
+    def _start_failed(
+        self, job_id: str, run: int, reason: str, backoff_s: float, now: float
+    ) -> None:
+        """The run could not start as a whole: stop what it holds and requeue the job,
+        backed off, as it was before the run (no restart counted)."""
+        record = self.jobs.get(job_id)
+        if record is None or record.state is not JobState.RUNNING or record.run != run:
+            return
+        cause = f"run {run} could not start" + (f": {reason}" if reason else "")
+        self._stop_all(record, cause)
+        self._requeue(record, now, cause, Change.START_FAILED)
+        record.backoff_until = now + backoff_s
 
     def _lose(self, keys: list[AllocKey], cause: str, now: float) -> None:
         """Tasks whose node or device went away: free what they held on it, stop the rest

@@ -17,6 +17,7 @@ __all__ = [
     "NodeAdded",
     "NodeChanged",
     "NodeRemoved",
+    "StartFailed",
     "TaskCheckpointed",
     "TaskFinished",
     "TaskStopped",
@@ -68,6 +69,24 @@ class TaskStopped:
     job_id: str
     task: int
     run: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartFailed:
+    """The driver could not start run ``run`` of the job: an API refused to start one of
+    its tasks (a Kubernetes Binding that failed), so the run never ran as a whole.
+
+    Every task of the run is stopped (Kill; each allocation stays held until its
+    TaskStopped, as a started task may be running already) and the job goes back to the
+    queue, as it was: no restart is counted against its policy. It is not tried again for
+    ``backoff_s`` seconds (the driver's retry policy). A report for another run, or for a
+    job that is not running, is ignored.
+    """
+
+    job_id: str
+    run: int
+    reason: str = ""
+    backoff_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +168,7 @@ Event = (
     | JobCancelled
     | TaskFinished
     | TaskStopped
+    | StartFailed
     | TaskCheckpointed
     | NodeAdded
     | NodeRemoved

@@ -1,0 +1,222 @@
+"""The Kubernetes scheduler's executor: it starts tasks by binding their pods and stops them
+by deleting their pods.
+
+- **Start** (one Bind): the job's pods go to the binding cycle as one
+  :class:`~hetsched.k8s.binding.BindJob`. A task whose pod is gone and not recreated yet
+  (a requeued job waiting for its controller) holds the whole Bind until the pod comes:
+  a job binds whole.
+- **A binding that fails** means the run never ran as a whole: the core is told
+  (StartFailed, backed off 1 s doubling to 10 s per failure in a row, as kube-scheduler backs
+  off a pod), stops the run and requeues the job; the Kills that follow delete the members
+  bound so far, and the others stay pending pods of the job. A lone pod bound by someone
+  else first (409) is no longer ours: its job is cancelled and the pod accounted where it
+  went.
+- **Stop**: the pod is deleted with the grace period (a ``Preempted`` or ``Killing``
+  Event first) and its exit is reported once it is gone; a pod that never bound is
+  reported at once and kept; a pod whose binding is in flight is stopped when the binding
+  ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from hetsched.drivers import Exit, Start, Stop
+from hetsched.k8s.api import ApiError
+from hetsched.k8s.binding import Binder, BindJob, Member, Outcome
+from hetsched.k8s.translate import assignment_annotations, pod_info
+from hetsched.keys import TaskKey
+from hetsched.scheduler import JobCancelled, StartFailed
+
+if TYPE_CHECKING:
+    from hetsched.k8s.scheduler import PodScheduler
+
+__all__ = ["BIND_BACKOFF_S", "BIND_MAX_BACKOFF_S", "PodExecutor"]
+
+log = logging.getLogger(__name__)
+
+#: a job whose binding failed is tried again after this, doubling per failure in a row up
+#: to BIND_MAX_BACKOFF_S (kube-scheduler's podInitialBackoffSeconds, podMaxBackoffSeconds)
+BIND_BACKOFF_S = 1.0
+BIND_MAX_BACKOFF_S = 10.0
+
+
+class PodExecutor:
+    """Binds and deletes the pods of ``sched`` (see the module docstring); the interpreter's
+    executor. Everything but the binding workers runs on the scheduling thread."""
+
+    def __init__(self, sched: PodScheduler, bind_workers: int) -> None:
+        self.sched = sched
+        self.binder = Binder(sched.api, sched.events, bind_workers, sched.watch.wake)
+        #: every bind this instance carried out: (pod key, node); conflicts: pod keys
+        self.bound: list[tuple[str, str]] = []
+        self.conflicts: list[str] = []
+        #: pods this instance bound, until they are gone
+        self.bound_pods: set[str] = set()
+        #: pod key -> the task it ran, for pods asked to stop, until they are gone
+        self.stopping: dict[str, TaskKey] = {}
+        #: pods whose bind we lost (409), until we see them bound
+        self.lost: set[str] = set()
+        #: pod key -> a stop that waits for the pod's binding to end first
+        self._deferred: dict[str, tuple[TaskKey, float, str, bool]] = {}
+        #: job id -> the starts of a Bind that waits for recreated pods
+        self._waiting: dict[str, list[Start]] = {}
+        #: job id -> bindings of it that failed in a row
+        self._failures: dict[str, int] = {}
+
+    # -- the Executor protocol -----------------------------------------------------------
+
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        if not tasks:
+            return
+        sched = self.sched
+        job_id = tasks[0].key.job
+        sched.started_run(job_id, tasks[0].key.run)
+        members = sched.members.get(job_id, [])
+        ready: list[Start] = []
+        held: list[Start] = []
+        for start in tasks:
+            task = start.key.task
+            pod_key = members[task] if task < len(members) else ""
+            if not pod_key and sched.vacant.hold(start.key, start.placement):
+                held.append(start)
+            elif pod_key not in sched.pods:
+                self._exit(start.key, "pod gone before bind")
+            else:
+                ready.append(start)
+        if held:
+            waiting = self._waiting.setdefault(job_id, [])
+            waiting += sorted(ready + held, key=lambda s: s.key.task)
+        elif ready:
+            self._submit(ready)
+
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        sched = self.sched
+        for stop in tasks:
+            members = sched.members.get(stop.key.job, [])
+            task = stop.key.task
+            pod_key = members[task] if task < len(members) else ""
+            reason = f"preempted: {stop.reason}" if stop.preemptor else stop.reason
+            if stop.preemptor:
+                sched.nominations.victim(stop.preemptor, stop.placement.node)
+            self._stop_pod(pod_key, stop.key, stop.grace_s, reason, bool(stop.preemptor))
+
+    # -- what the scheduler tells it -----------------------------------------------------
+
+    def filled(self, job_id: str) -> None:
+        """A recreated pod took a task of ``job_id``: bind its waiting Bind once every
+        task of it has a pod."""
+        waiting = self._waiting.get(job_id, [])
+        members = self.sched.members.get(job_id, [])
+        if waiting and all(members[s.key.task] for s in waiting):
+            del self._waiting[job_id]
+            self._submit(waiting)
+
+    def requeued(self, job_id: str) -> None:
+        """The job went back to the queue: a Bind it waited with is void."""
+        self._waiting.pop(job_id, None)
+
+    def gone(self, key: str) -> TaskKey | None:
+        """Pod ``key`` was deleted: the task it ran, if it was asked to stop."""
+        self.bound_pods.discard(key)
+        self.lost.discard(key)
+        return self.stopping.pop(key, None)
+
+    def settle(self) -> None:
+        """Handle the bindings that ended since the last call."""
+        for outcome in self.binder.take():
+            self._settled(outcome)
+
+    # -- binding -------------------------------------------------------------------------
+
+    def _exit(self, key: TaskKey, reason: str) -> None:
+        """An exit known at once: reported to the core in the next round."""
+        event = self.sched.interpreter.report(Exit(key, False, reason))
+        if event is not None:
+            self.sched.followups.append(event)
+
+    def _submit(self, starts: Sequence[Start]) -> None:
+        sched = self.sched
+        members = []
+        for start in starts:
+            key = sched.members[start.key.job][start.key.task]
+            obj = sched.pods[key]
+            placement = start.placement
+            # the assignment travels in the Binding: set with spec.nodeName in one update,
+            # so a binding that fails (409 or any error) leaves no annotation behind
+            annotations = assignment_annotations(obj, placement) if placement.devices else None
+            members.append(Member(key, start.key, obj, placement.node, annotations))
+        first = starts[0].key
+        self.binder.submit(BindJob(first.job, first.run, tuple(members)))
+
+    def _settled(self, outcome: Outcome) -> None:
+        job = outcome.job
+        for member in outcome.bound:
+            self.bound.append((member.key, member.node))
+            self.bound_pods.add(member.key)
+            self.sched.events.reported.pop(member.key, None)
+            self.sched.nominations.clear(member.key)
+        if outcome.failed is None:
+            self._failures.pop(job.job_id, None)
+        else:
+            self._failed(outcome, outcome.failed)
+        for member in job.members:
+            deferred = self._deferred.pop(member.key, None)
+            if deferred is not None:
+                self._stop_pod(member.key, *deferred)
+
+    def _failed(self, outcome: Outcome, failed: Member) -> None:
+        sched, job = self.sched, outcome.job
+        log.warning("binding %s to %s failed: %s", failed.key, failed.node, outcome.error)
+        if outcome.conflict:
+            # someone else bound it first: not ours any more; once our allocation is gone
+            # it is accounted where it went (the watch shows where)
+            self.conflicts.append(failed.key)
+            self.lost.add(failed.key)
+            sched.owner.pop(failed.key, None)
+            sched.rechecks.append(failed.key)
+        else:
+            message = f"binding to {failed.node} failed: {outcome.error}"
+            sched.events.failed_scheduling(failed.obj, message)
+        if sched.running_run(job.job_id) != job.run:
+            return  # the run ended meanwhile (cancelled, preempted): nothing to undo
+        if outcome.conflict and len(sched.members.get(job.job_id, [])) == 1:
+            sched.followups.append(JobCancelled(job.job_id, outcome.error))
+            return
+        count = self._failures.get(job.job_id, 0) + 1
+        self._failures[job.job_id] = count
+        backoff = min(BIND_MAX_BACKOFF_S, BIND_BACKOFF_S * 2 ** (count - 1))
+        reason = f"binding {failed.key} to {failed.node} failed: {outcome.error}"
+        sched.followups.append(StartFailed(job.job_id, job.run, reason, backoff))
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def _stop_pod(self, key: str, task: TaskKey, grace_s: float, why: str, preempted: bool) -> None:
+        sched = self.sched
+        if key in self.binder.in_flight:
+            self._deferred[key] = (task, grace_s, why, preempted)
+            return  # stopped once its binding ends: deleted if it bound
+        waiting = self._waiting.get(task.job)
+        if waiting:
+            self._waiting[task.job] = [s for s in waiting if s.key != task]
+        obj = sched.pods.get(key)
+        if obj is None or key in self.lost or pod_info(obj).scheduler_name != sched.name:
+            # gone already, bound by someone else, or not ours to delete: nothing of ours
+            # runs there, so its allocation is free now
+            self._exit(task, "not running")
+            return
+        info = pod_info(obj)
+        if key not in self.bound_pods and not info.node_name:
+            # never bound (its binding, or its job's, failed): nothing runs; the pod stays
+            # a pending pod of its job
+            self._exit(task, "never bound")
+            return
+        self.stopping[key] = task
+        sched.owner.pop(key, None)
+        sched.events.post(obj, "Normal", "Preempted" if preempted else "Killing", why)
+        try:
+            sched.api.delete_pod(info.namespace, info.name, int(grace_s))
+        except ApiError as exc:
+            log.warning("deleting pod %s failed: %s", key, exc)
