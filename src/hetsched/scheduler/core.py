@@ -173,8 +173,8 @@ class Scheduler(JobBook):
 
     def _apply(self, event: Event, now: float) -> None:
         match event:
-            case JobSubmitted(job, run, restarts):
-                self._submit(job, run, restarts, now)
+            case JobSubmitted(job, run, restarts, queued_since):
+                self._submit(job, run, restarts, now, queued_since)
             case JobCancelled(job_id, reason):
                 self._cancel(job_id, reason, now)
             case TaskFinished(job_id, task, run, succeeded, reason):
@@ -217,11 +217,14 @@ class Scheduler(JobBook):
         else:
             self._lose(keys, f"device {device_id} {reason}", now)
 
-    def _submit(self, job: Job, run: int, restarts: int, now: float) -> None:
+    def _submit(
+        self, job: Job, run: int, restarts: int, now: float, queued_since: float | None = None
+    ) -> None:
         if job.id in self.jobs:
             self.emit(Reject(job.id, f"job id {job.id} already exists"))
             return
-        record = JobRecord(job, self._seq, queued_since=now, run=run, restarts=restarts)
+        since = now if queued_since is None else min(queued_since, now)
+        record = JobRecord(job, self._seq, queued_since=since, run=run, restarts=restarts)
         self._seq += 1
         self.jobs[job.id] = record
         problem = self.quotas.submit_error(job)

@@ -35,6 +35,10 @@ class JobSubmitted:
     job: Job
     run: int = 0
     restarts: int = 0
+    #: when the job entered the queue, if not at this ``handle`` call: a driver that knew
+    #: the job before a restart (or accepted it earlier than it could hand it over) keeps
+    #: its queue time, so its aging and its place in line continue
+    queued_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

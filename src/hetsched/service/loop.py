@@ -253,7 +253,8 @@ class ControlLoop:
         spec = from_stored(row["spec"])
         job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
         self.launcher.know(job, spec)
-        self._events.append(JobSubmitted(job, int(row["run"]), int(row["restarts"])))
+        queued = self.store.queue_times().get(job_id)
+        self._events.append(JobSubmitted(job, int(row["run"]), int(row["restarts"]), queued))
         self._wake.set()
 
     # -- one turn ------------------------------------------------------------------------
@@ -333,7 +334,8 @@ class ControlLoop:
         spec = spec if spec is not None else from_stored(row["spec"])
         job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
         self.launcher.know(job, spec)
-        return JobSubmitted(job)
+        # queued since the API committed it, as a restart will say
+        return JobSubmitted(job, queued_since=job.submit_time)
 
     def _plan(self, events: list[Event], exits: list[TaskExit], now: float) -> TurnPlan:
         with self.lock:

@@ -130,8 +130,13 @@ def recover(
             "recovery; not scheduling: " + "; ".join(problems[:10])
         )
     # pending jobs go through the core's ordinary submission path, in arrival order,
-    # continuing the store's numbering of their runs and restarts
-    found.events[:0] = [JobSubmitted(job, run, restarts) for job, run, restarts in resubmit]
+    # continuing the store's numbering of their runs and restarts, and keeping their queue
+    # time (so aging and their place in line continue); a job that was running and could
+    # not be restored enters the queue now
+    queued = store.queue_times()
+    found.events[:0] = [
+        JobSubmitted(job, run, restarts, queued.get(job.id)) for job, run, restarts in resubmit
+    ]
     return found
 
 

@@ -520,6 +520,18 @@ class Store(TurnRecords):
             ).all()
         return [dict(r._mapping) for r in rows]
 
+    def queue_times(self) -> dict[str, float]:
+        """Pending job id -> when it last entered the queue (its submission, or its last
+        requeue): the queue time a restart keeps."""
+        query = (
+            select(transitions.c.job_id, func.max(transitions.c.time))
+            .join(jobs, jobs.c.id == transitions.c.job_id)
+            .where(jobs.c.state == "pending", transitions.c.target == "pending")
+            .group_by(transitions.c.job_id)
+        )
+        with self.read() as conn:
+            return {job_id: float(at) for job_id, at in conn.execute(query).all()}
+
     def live_allocations(self) -> list[dict[str, Any]]:
         """The allocation rows still held."""
         with self.read() as conn:
