@@ -8,6 +8,7 @@ from hetsched import __version__
 from hetsched.cli.check import check
 from hetsched.cli.cluster import nodes, queues
 from hetsched.cli.devices import devices
+from hetsched.cli.federation import federation_app
 from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
 from hetsched.cli.k8s import k8s_app
 from hetsched.cli.place import place
@@ -41,6 +42,7 @@ app.command()(devices)
 app.add_typer(token_app, name="token")
 app.add_typer(k8s_app, name="k8s")
 app.add_typer(ray_app, name="ray")
+app.add_typer(federation_app, name="federation")
 
 sim_app = typer.Typer(
     help="Simulate: replay traces against scheduling policies on a virtual clock.",

@@ -56,6 +56,8 @@ FEDERATION_LABEL = "hetsched.io/federation"
 ANNOTATIONS = {
     "nonce": "hetsched.io/nonce",
     "renew": "hetsched.io/renew",
+    "renewed": "hetsched.io/renewed",
+    "nonce_age": "hetsched.io/nonce-age",
     "expires": "hetsched.io/expires",
     "lapses": "hetsched.io/lapses",
     "lapsed": "hetsched.io/lapsed",
@@ -83,6 +85,8 @@ class _State:
     expires: float = 0.0
     lease_s: float = 0.0
     nonces: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    #: the last nonce a renewal named and we applied (written back for the federation)
+    applied: str = ""
     lapses: int = 0
     lapsed: bool = False
     #: the expiry written on the object at the last start (resumed once)
@@ -192,6 +196,7 @@ class LeaseFencing:
         state.lease_s = float(duration)
         state.expires = max(state.expires, issued + duration)
         state.lapsed = False
+        state.applied = renew or ""
         # a nonce renews once: the ones issued up to it are spent
         while state.nonces:
             nonce, _ = state.nonces.popitem(last=False)
@@ -217,15 +222,24 @@ class LeaseFencing:
         state.nonces.clear()
 
     def _needs_nonce(self, state: _State, lease: Obj) -> bool:
+        """A fresh nonce is written every step (so one is never older than ``nonce_age_s``
+        when the federation reads it), and at once after a renewal or a lapse."""
         notes = _annotations(lease)
         current = notes.get(ANNOTATIONS["nonce"])
         written_lapse = notes.get(ANNOTATIONS["lapsed"]) == "true"
+        issued = state.nonces.get(current) if current is not None else None
         return (
-            current is None
-            or current not in state.nonces
+            issued is None
+            or self.clock() - issued >= self.step_s
             or notes.get(ANNOTATIONS["renew"]) == current
             or written_lapse != state.lapsed
         )
+
+    @property
+    def nonce_age_s(self) -> float:
+        """How old a nonce may be when the federation reads it: a step, and one more for
+        a step that came late."""
+        return 2 * self.step_s
 
     def _issue(self, api: ClusterAPI, name: str, state: _State, lease: Obj) -> None:
         nonce = secrets.token_hex(12)
@@ -239,6 +253,8 @@ class LeaseFencing:
         notes[ANNOTATIONS["lapses"]] = str(state.lapses)
         notes[ANNOTATIONS["lapsed"]] = "true" if state.lapsed else "false"
         notes[ANNOTATIONS["fence_after"]] = f"{self.fence_after_s:g}"
+        notes[ANNOTATIONS["renewed"]] = state.applied
+        notes[ANNOTATIONS["nonce_age"]] = f"{self.nonce_age_s:g}"
         try:
             written = api.replace_lease(self.namespace, lease_name(name), body)
         except ApiError:

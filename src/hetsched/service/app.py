@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hetsched.agent.executor import Executor
 from hetsched.model.device import Health
 from hetsched.service import metrics, ui
 from hetsched.service.context import Service
@@ -34,7 +35,7 @@ from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from hetsched.service.store import Principal
 from hetsched.service.submit import submit_batch, submit_one
 
-__all__ = ["MAX_LOG_OFFSET", "Service", "create_app"]
+__all__ = ["MAX_LOG_OFFSET", "LocalLogs", "Service", "create_app"]
 
 _MAX_LOG_CHUNK = 1 << 20
 #: the largest log offset a request may name: 2^53 - 1, exact in every JSON client
@@ -242,8 +243,8 @@ def create_app(service: Service) -> FastAPI:
         """A chunk of a task's output. The path comes from the job record, never from the
         request; pass the returned ``offset`` back to follow."""
         row = visible_job(job_id, who)
-        path = service.executor.log_path(row["id"], task, stream)
-        data, next_offset = _read_log(path, service.executor.home, offset, limit)
+        reader = service.logs or LocalLogs(service.executor)
+        data, next_offset = reader.read(row["id"], task, stream, offset, limit)
         return {
             "id": job_id,
             "task": task,
@@ -389,6 +390,21 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
             for t in task_rows
         ]
     return view
+
+
+class LocalLogs:
+    """Task logs as ``hetsched up`` keeps them: files under the executor's home."""
+
+    def __init__(self, executor: Executor | None) -> None:
+        if executor is None:
+            raise HTTPException(404, "no such log")
+        self.executor = executor
+
+    def read(
+        self, job_id: str, task: int, stream: str, offset: int, limit: int
+    ) -> tuple[bytes, int]:
+        path = self.executor.log_path(job_id, task, stream)
+        return _read_log(path, self.executor.home, offset, limit)
 
 
 def _read_log(path: Path, root: Path, offset: int, limit: int) -> tuple[bytes, int]:

@@ -1,18 +1,59 @@
-"""The service's parts, as the HTTP routes, the submission path and the metrics see them."""
+"""The service's parts, as the HTTP routes, the submission path and the metrics see them.
+
+The routes are shared by ``hetsched up`` and ``hetsched federation up``: each supplies a
+:class:`Loop` (what owns its core: the service's reconcile loop, the federation's) and a
+:class:`LogReader` (the service reads its tasks' files, the federation asks members).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from hetsched.agent.executor import Executor
+from hetsched.model.device import Device
+from hetsched.scheduler.view import SchedulerView
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.fencing import Fencing
-from hetsched.service.loop import ControlLoop
+from hetsched.service.loopmetrics import LoopMetrics
 from hetsched.service.queues import QueuesSpec
-from hetsched.service.schemas import Feasibility
+from hetsched.service.schemas import Feasibility, SubmitSpec
 from hetsched.service.store import Store
 
-__all__ = ["Service"]
+__all__ = ["LogReader", "Loop", "Service"]
+
+
+class Loop(Protocol):
+    """The thread that owns the core, as the routes and metrics see it: they hand it what
+    the API committed and read the views it refreshes (the core only under ``lock``)."""
+
+    lock: threading.Lock
+    nodes_view: list[dict[str, Any]]
+    quota_view: dict[str, dict[str, dict[str, float]]]
+    metrics: LoopMetrics
+
+    @property
+    def view(self) -> SchedulerView: ...
+
+    @property
+    def devices(self) -> Mapping[str, Device]: ...
+
+    def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None: ...
+
+    def cancelled(self, job_id: str, user: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class LogReader(Protocol):
+    def read(
+        self, job_id: str, task: int, stream: str, offset: int, limit: int
+    ) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes of a task's ``stream`` from ``offset``, and the offset to
+        follow from; raises HTTPException (404, 403) for a log it must not serve."""
+        ...
 
 
 @dataclass
@@ -20,8 +61,9 @@ class Service:
     """Everything the routes need, built by the server (or a test)."""
 
     store: Store
-    loop: ControlLoop
-    executor: Executor
+    loop: Loop
+    #: the process executor (``hetsched up``; None for a federation)
+    executor: Executor | None
     queues: QueuesSpec
     feasibility: Feasibility
     auth: Authenticator
@@ -35,3 +77,5 @@ class Service:
     docs_public: bool = False
     #: the leases of federations that send jobs here (service/fencing.py)
     fencing: Fencing | None = None
+    #: where task logs come from (default: the executor's files)
+    logs: LogReader | None = None

@@ -14,6 +14,7 @@ Jobs themselves come through ``POST /v1/jobs`` with ``federation`` set, which is
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Annotated, Any, Protocol
 
@@ -32,6 +33,8 @@ __all__ = ["MAX_WHATIF_JOBS", "LeaseRequest", "MemberService", "add_member_route
 MAX_WHATIF_JOBS = 500
 
 _JobId = Annotated[str, Field(min_length=1, max_length=64)]
+#: task states whose process may still run
+_ACTIVE_TASKS = ("starting", "running", "stopping")
 
 
 class _Loop(Protocol):
@@ -90,7 +93,15 @@ def add_member_routes(
         jobs' states and this service's nodes. A federation's jobs stop when its lease
         lapses, and renewals are refused until they have all ended."""
         leases = fencing()
-        mine = [r for r in service.store.live_jobs() if _federation(r) == body.federation]
+        # a job is live while it has not ended or a task of it may still run (a cancelled
+        # job's tasks get their SIGTERM and grace after its state says cancelled)
+        active = Counter(t["job_id"] for t in service.store.tasks_in(_ACTIVE_TASKS))
+        mine = {r["id"] for r in service.store.live_jobs() if _federation(r) == body.federation}
+        mine |= {
+            r["id"]
+            for r in service.store.jobs_by_ids(sorted(active))
+            if _federation(r) == body.federation
+        }
         try:
             renewal = leases.renew(body.federation, body.lease_s, body.nonce, len(mine))
         except ValueError as exc:
@@ -105,6 +116,7 @@ def add_member_routes(
                 "started_at": row["started_at"],
                 "ended_at": row["ended_at"],
                 "fenced": leases.fenced(body.federation, row["submitted_at"], row["ended_at"]),
+                "active_tasks": active.get(row["id"], 0),
             }
             for row in service.store.jobs_by_ids(body.jobs)
             if _federation(row) == body.federation

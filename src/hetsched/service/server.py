@@ -221,6 +221,8 @@ def serve(options: Options) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     built = build(options)
+    executor = built.service.executor
+    assert executor is not None
     if built.admin_token is not None:
         print(f"admin token written to {built.token_file} (mode 0600)", flush=True)
     else:
@@ -253,7 +255,7 @@ def serve(options: Options) -> None:
         server.run()
     finally:
         built.service.loop.stop()
-        built.service.executor.shutdown()
+        executor.shutdown()
         built.service.store.close()
     print("hetsched up: stopped; running tasks keep running and are adopted on restart")
     sys.stdout.flush()

@@ -65,9 +65,11 @@ def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
         server.should_exit = True
         thread.join(timeout=10)
         built.service.loop.stop()
+        executor = built.service.executor
+        assert executor is not None
         if not keep_tasks:
-            _kill_tasks(built.service.executor)
-        built.service.executor.shutdown()
+            _kill_tasks(executor)
+        executor.shutdown()
         built.service.store.close()
 
 

@@ -1,0 +1,511 @@
+"""The federation's reconcile loop: the one thread that runs its core.
+
+It is the service's loop with members where the service has processes. Each turn:
+
+1. collect: submissions and cancellations from the API (committed already); from the
+   member workers, lease reports (with the states of the jobs sent there), jobs accepted
+   or refused; and the time;
+2. move members between states (``federation/members.py``): their core node joins,
+   is marked unreachable or lapsed (no new jobs), or is removed once its jobs have surely
+   stopped (the core then requeues them);
+3. plan: the service's turn planner runs the core and the shared interpreter
+   (``service/planner.py``); a task of the federation's core is a job run on one member;
+4. commit the plan (``Store.record_turn``: the same rows as ``hetsched up``'s);
+5. only then carry it out: the member's worker sends the job (an idempotency key per run,
+   so a retry never starts a second copy) or asks it to stop.
+
+A job ends for the core when its member reports it ended with nothing of it still running.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hetsched.agent.executor import TaskExit
+from hetsched.drivers import Start, Stop
+from hetsched.federation.dispatch import Dispatch
+from hetsched.federation.explain import by_member
+from hetsched.federation.jobs import as_one_task, member_body
+from hetsched.federation.member import Report, nodes_to_view
+from hetsched.federation.members import (
+    FENCED,
+    LAPSED,
+    UNREACHABLE,
+    MemberState,
+    labels_of,
+    member_node,
+)
+from hetsched.federation.plugins import READY, Book
+from hetsched.federation.recovery import Found
+from hetsched.federation.store import Inventory, record_dispatch, write_inventory
+from hetsched.federation.worker import (
+    Cancel,
+    Gone,
+    Heard,
+    Message,
+    Send,
+    Silent,
+    Submitted,
+    WorkerRefused,
+)
+from hetsched.framework.runtime import Framework
+from hetsched.keys import TaskKey
+from hetsched.model.device import Device
+from hetsched.model.lifecycle import TERMINAL
+from hetsched.scheduler import (
+    Action,
+    Event,
+    JobCancelled,
+    JobSubmitted,
+    NodeAdded,
+    NodeChanged,
+    NodeRemoved,
+    Pending,
+    Scheduler,
+)
+from hetsched.scheduler.view import SchedulerView
+from hetsched.service.loopmetrics import LoopMetrics
+from hetsched.service.planner import TurnPlan, TurnPlanner
+from hetsched.service.schemas import SubmitSpec, from_stored
+from hetsched.service.store import Store
+from hetsched.service.views import node_view, quota_view
+
+__all__ = ["FederationLoop"]
+
+log = logging.getLogger(__name__)
+
+
+class FederationLoop:
+    """Runs turns of the federation (see the module docstring). The API talks to it through
+    :meth:`submitted`, :meth:`cancelled` and the views it refreshes."""
+
+    def __init__(
+        self,
+        federation: str,
+        store: Store,
+        core: Scheduler,
+        members: Mapping[str, MemberState],
+        book: Book,
+        framework: Framework,
+        home: Path,
+        margin_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.federation = federation
+        self.store = store
+        self.planner = TurnPlanner(core, 0.0)
+        self.members = dict(members)
+        self.book = book
+        #: the profile's plugins, for per-member explanations (what-if only)
+        self.framework = framework
+        self.home = home
+        self.margin_s = margin_s
+        self.clock = clock
+        self.tick_s = 0.5
+        self.lock = threading.Lock()
+        self.metrics = LoopMetrics()
+        self.nodes_view: list[dict[str, Any]] = []
+        self.quota_view: dict[str, dict[str, dict[str, float]]] = {}
+        self.members_view: list[dict[str, Any]] = []
+        self.devices: dict[str, Device] = {}
+        self.dispatches: dict[TaskKey, Dispatch] = {}
+        self._by_member_job: dict[tuple[str, str], TaskKey] = {}
+        #: job id -> the submission as accepted (what members receive)
+        self.submissions: dict[str, dict[str, Any]] = {}
+        #: job id -> its resubmission after a restart, held until the job's dispatches being
+        #: stopped have ended (so it never runs twice at once)
+        self._parked: dict[str, JobSubmitted] = {}
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._events: list[Event] = []
+        self._exits: list[TaskExit] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_tick = 0.0
+        self._views_at = 0.0
+        self.turns = 0
+
+    @property
+    def view(self) -> SchedulerView:
+        return self.planner.core.view
+
+    # -- the API and the workers -----------------------------------------------------------
+
+    def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None:
+        self._inbox.put(("submit", (row, spec)))
+        self._wake.set()
+
+    def cancelled(self, job_id: str, user: str) -> None:
+        self._inbox.put(("cancel", (job_id, user)))
+        self._wake.set()
+
+    def told(self, message: Message) -> None:
+        """A member worker's message (called from its thread)."""
+        self._inbox.put(("member", message))
+        self._wake.set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def take(self, found: Found) -> None:
+        """What recovery found: the first turn's events, tasks the core holds again, the
+        dispatches it took back (each sent again where the member's job id is unknown,
+        stopped again where it was being stopped), exits to report, and resubmissions held
+        until the job's dispatches being stopped have ended."""
+        self._events = list(found.events)
+        self._exits = list(found.exits)
+        self.submissions.update(found.submissions)
+        self._parked.update(found.parked)
+        for key, placement in found.adopted:
+            self.planner.adopt(key, placement)
+        for dispatch in found.dispatches:
+            self._track(dispatch)
+            state = self.members[dispatch.member]
+            if dispatch.job_id is None:
+                self._send(state, dispatch)
+            elif dispatch.stopping:
+                state.worker.submit(Cancel(dispatch.job_id, dispatch.incarnation))
+
+    def start(self) -> None:
+        for state in self.members.values():
+            state.worker.start()
+        self._thread = threading.Thread(target=self._run, name="federation-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for state in self.members.values():
+            state.worker.stop()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.turn()
+                self.metrics.turn_done(self.clock())
+            except Exception:
+                # the store is the truth; a failed turn is retried from what it says
+                self.metrics.turn_failed()
+                log.exception("federation turn failed")
+                time.sleep(0.5)
+            self._wake.wait(timeout=0.1)
+            self._wake.clear()
+
+    # -- one turn --------------------------------------------------------------------------
+
+    def turn(self, now: float | None = None) -> list[Action]:
+        now = self.clock() if now is None else now
+        events, exits = self._collect(now)
+        events += self._deadlines(now)
+        if not events and not exits and now - self._last_tick < self.tick_s:
+            self._refresh(now)
+            return []
+        self._last_tick = now
+        plan = self._plan(events, exits, now)
+        self.store.record_turn(exits, plan)
+        self._carry_out(plan, now)
+        self.turns += 1
+        self._refresh(now)
+        return plan.actions
+
+    def _collect(self, now: float) -> tuple[list[Event], list[TaskExit]]:
+        events, self._events = self._events, []
+        exits, self._exits = self._exits, []
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return events, exits
+            if kind == "submit":
+                events.append(self._submit_event(*payload))
+            elif kind == "cancel":
+                job_id, user = payload
+                events.append(JobCancelled(job_id, f"cancelled by {user}"))
+            else:
+                self._message(payload, now, events, exits)
+
+    def _submit_event(self, row: dict[str, Any], spec: SubmitSpec | None) -> Event:
+        spec = spec if spec is not None else from_stored(row["spec"])
+        job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
+        self.book.jobs[job.id] = job
+        self.submissions[job.id] = dict(row["spec"])
+        return JobSubmitted(as_one_task(job))
+
+    def _plan(self, events: list[Event], exits: list[TaskExit], now: float) -> TurnPlan:
+        with self.lock:
+            began = time.perf_counter()
+            plan = self.planner.plan(events, exits, now)
+            self._explain(plan, now)
+            pending, _ = self.view.counts()
+            self.metrics.observe_turn(
+                plan.actions, time.perf_counter() - began, self._queue_of, sum(pending.values())
+            )
+        for change in plan.transitions:
+            if change.target in TERMINAL:
+                self.book.jobs.pop(change.job_id, None)
+                self.submissions.pop(change.job_id, None)
+        return plan
+
+    def _queue_of(self, job_id: str) -> str:
+        job = self.book.jobs.get(job_id)
+        return job.queue if job is not None else ""
+
+    def _explain(self, plan: TurnPlan, now: float) -> None:
+        """Pending explanations name each member and why it was passed over."""
+        for job_id, pending in list(plan.explanations.items()):
+            if pending is None:
+                continue
+            view = self.view.job(job_id)
+            if view is None:
+                continue
+            lines = by_member(self.framework, self.view.cluster, view.job, now)
+            explanation = dataclasses.replace(pending.explanation, rejections=tuple(lines))
+            plan.explanations[job_id] = Pending(job_id, explanation)
+
+    # -- members ---------------------------------------------------------------------------
+
+    def _message(
+        self, message: Message, now: float, events: list[Event], exits: list[TaskExit]
+    ) -> None:
+        state = self.members[message.member]
+        match message:
+            case Heard(_, report, bounds):
+                state.bounds, state.heard = bounds, now
+                self._heard(state, report, now, events, exits)
+            case Silent(_, bounds, why):
+                state.bounds = bounds
+                if state.status == READY:
+                    state.why = f"no answer: {why}"
+            case Submitted(_, key, incarnation, job_id):
+                self._accepted(state, key, incarnation, job_id, now)
+            case WorkerRefused(_, key, incarnation, reason):
+                dispatch = self.dispatches.get(key)
+                if dispatch is not None and dispatch.incarnation == incarnation:
+                    self._end(dispatch)
+                    why = f"member {state.name} refused it: {reason}"
+                    exits.append(TaskExit(key.job, key.task, key.run, None, False, why))
+            case Gone(_, job_id):
+                gone = self._by_member_job.get((state.name, job_id))
+                if gone is not None:
+                    dispatch = self.dispatches[gone]
+                    self._end(dispatch)
+                    exits.append(self._exit(dispatch, None, "the member does not know it"))
+
+    def _heard(
+        self,
+        state: MemberState,
+        report: Report,
+        now: float,
+        events: list[Event],
+        exits: list[TaskExit],
+    ) -> None:
+        lapsed = (
+            report.lapsed
+            or (state.lapses is not None and report.lapses > state.lapses)
+            or any(j.fenced for j in report.jobs.values())
+        )
+        if state.in_core and lapsed and state.status != LAPSED:
+            self._set(state, LAPSED, "its lease lapsed there; its jobs are being stopped", events)
+        self._reported_jobs(state, report, exits)
+        if state.status == LAPSED and report.live_jobs == 0:
+            events += self._fence(state, "its lease lapsed there and its jobs have stopped")
+        state.lapses = report.lapses
+        if report.nodes and (
+            state.inventory is None or nodes_to_view(report.nodes) != nodes_to_view(state.inventory)
+        ):
+            state.inventory = report.nodes
+        if not report.live:
+            return
+        if state.in_core and state.status == UNREACHABLE:
+            self._set(state, READY, "renewed", events)
+        elif not state.in_core and state.inventory:
+            events += self._join(state)
+        if state.in_core:
+            self._save(state)
+
+    def _reported_jobs(self, state: MemberState, report: Report, exits: list[TaskExit]) -> None:
+        """Jobs the member reports ended become exits. While its lease has lapsed there,
+        only successes count: the rest were stopped by the lapse, and the fence requeues
+        them."""
+        for job in report.jobs.values():
+            key = self._by_member_job.get((state.name, job.id))
+            if key is None or not job.ended:
+                continue
+            dispatch = self.dispatches[key]
+            if state.status == LAPSED and job.state != "succeeded":
+                continue
+            self._end(dispatch)
+            if job.state == "succeeded":
+                exits.append(self._exit(dispatch, 0, f"succeeded on member {state.name}"))
+            else:
+                code = job.exit_code if job.state == "failed" else None
+                text = f"{job.state} on member {state.name}" + (
+                    f": {job.reason}" if job.reason else ""
+                )
+                exits.append(self._exit(dispatch, code if code is not None else None, text))
+
+    def _exit(self, dispatch: Dispatch, code: int | None, reason: str) -> TaskExit:
+        key = dispatch.key
+        return TaskExit(key.job, key.task, key.run, code, dispatch.stopping, reason)
+
+    def _deadlines(self, now: float) -> list[Event]:
+        """Members not confirmed live in time are marked unreachable; those whose tasks have
+        surely stopped are fenced."""
+        events: list[Event] = []
+        for state in self.members.values():
+            if not state.in_core:
+                continue
+            bounds = state.bounds
+            if state.status == READY and not bounds.surely_live(now):
+                self._set(state, UNREACHABLE, state.why or "no renewal confirmed in time", events)
+            if state.status in (UNREACHABLE, LAPSED) and now >= bounds.stopped_by:
+                why = f"not confirmed live since its lease ran out (+{bounds.fence_after_s:g}s)"
+                events += self._fence(state, why)
+        return events
+
+    def _set(self, state: MemberState, status: str, why: str, events: list[Event]) -> None:
+        state.status, state.why = status, why
+        events.append(NodeChanged(state.name, labels=labels_of(state)))
+        log.info("member %s: %s (%s)", state.name, status, why)
+
+    def _join(self, state: MemberState) -> list[Event]:
+        state.incarnation += 1
+        state.status, state.why, state.in_core = READY, "joined", True
+        state.worker.incarnation = state.incarnation
+        node = member_node(state)
+        assert state.inventory is not None
+        self.book.inventories[state.name] = state.inventory
+        self.devices.update({d.id: d for d in node.devices})
+        self._save(state)
+        log.info("member %s: joined (incarnation %d)", state.name, state.incarnation)
+        return [NodeAdded(node)]
+
+    def _fence(self, state: MemberState, why: str) -> list[Event]:
+        """The member's tasks have surely stopped: its node leaves the core, which requeues
+        its jobs; operations still queued for it are dropped."""
+        state.status, state.why, state.in_core = FENCED, why, False
+        state.worker.incarnation = state.incarnation + 1
+        self.book.inventories.pop(state.name, None)
+        for dispatch in [d for d in self.dispatches.values() if d.member == state.name]:
+            self._end(dispatch)
+        log.warning("member %s: fenced: %s", state.name, why)
+        return [NodeRemoved(state.name, f"member {state.name} fenced: {why}")]
+
+    def _save(self, state: MemberState) -> None:
+        if state.inventory is None:
+            return
+        inventory = Inventory(
+            state.incarnation,
+            nodes_to_view(state.inventory),
+            state.lapses or 0,
+            state.bounds.fence_after_s,
+        )
+        write_inventory(self.home, state.name, inventory)
+
+    # -- dispatches ------------------------------------------------------------------------
+
+    def _track(self, dispatch: Dispatch) -> None:
+        self.dispatches[dispatch.key] = dispatch
+        if dispatch.job_id is not None:
+            self._by_member_job[(dispatch.member, dispatch.job_id)] = dispatch.key
+
+    def _end(self, dispatch: Dispatch) -> None:
+        self.dispatches.pop(dispatch.key, None)
+        if dispatch.job_id is not None:
+            self._by_member_job.pop((dispatch.member, dispatch.job_id), None)
+        job_id = dispatch.key.job
+        if job_id in self._parked and not any(k.job == job_id for k in self.dispatches):
+            self._events.append(self._parked.pop(job_id))
+            self._wake.set()
+
+    def _accepted(
+        self, state: MemberState, key: TaskKey, incarnation: int, job_id: str, now: float
+    ) -> None:
+        dispatch = self.dispatches.get(key)
+        if dispatch is None or dispatch.incarnation != incarnation:
+            # fenced meanwhile: the member stops it with the lapsed lease; ask it anyway
+            state.worker.submit(Cancel(job_id, state.worker.incarnation))
+            return
+        dispatch.job_id = job_id
+        self._track(dispatch)
+        record_dispatch(self.store, key, job_id, now)
+        if dispatch.stopping:
+            state.worker.submit(Cancel(job_id, incarnation))
+
+    def _send(self, state: MemberState, dispatch: Dispatch) -> None:
+        submission = self.submissions.get(dispatch.key.job)
+        if submission is None:
+            key = dispatch.key
+            self._exits.append(TaskExit(key.job, key.task, key.run, None, False, "no spec"))
+            return
+        body = member_body(submission, self.federation, state.queue)
+        idempotency = f"{self.federation}:{dispatch.key}"
+        state.worker.submit(Send(dispatch.key, dispatch.incarnation, idempotency, body))
+
+    def _carry_out(self, plan: TurnPlan, now: float) -> None:
+        for start in plan.starts:
+            self._start(start)
+        for stop in plan.stops:
+            self._stopping(stop)
+        if self._exits:
+            self._wake.set()
+
+    def _start(self, start: Start) -> None:
+        state = self.members[start.placement.node]
+        dispatch = Dispatch(start.key, state.name, state.incarnation)
+        self._track(dispatch)
+        self._send(state, dispatch)
+
+    def _stopping(self, stop: Stop) -> None:
+        dispatch = self.dispatches.get(stop.key)
+        key = stop.key
+        if stop.released or dispatch is None:
+            # its member was fenced (or it ended): nothing runs; the core freed it already
+            why = stop.reason or "stopped"
+            self._exits.append(TaskExit(key.job, key.task, key.run, None, True, why))
+            return
+        dispatch.stopping = True
+        if dispatch.job_id is not None:
+            worker = self.members[dispatch.member].worker
+            worker.submit(Cancel(dispatch.job_id, dispatch.incarnation))
+
+    # -- views -----------------------------------------------------------------------------
+
+    def _refresh(self, now: float) -> None:
+        for state in self.members.values():
+            state.worker.watch = frozenset(
+                d.job_id
+                for d in self.dispatches.values()
+                if d.member == state.name and d.job_id is not None
+            )
+        if now - self._views_at < 0.5:
+            return
+        self._views_at = now
+        with self.lock:
+            view = self.view
+            nodes = [n for n in node_view(view.cluster, {}) if n["active"]]
+            self.quota_view = quota_view(view)
+            self.metrics.sample(view, now)
+        self.nodes_view = nodes
+        self.members_view = [_member_view(s, now) for s in self.members.values()]
+
+
+def _member_view(state: MemberState, now: float) -> dict[str, Any]:
+    return {
+        "name": state.name,
+        "state": state.status,
+        "why": state.why,
+        "incarnation": state.incarnation,
+        "labels": dict(state.labels),
+        "heard_s_ago": None if state.heard is None else max(0.0, now - state.heard),
+        "lapses": state.lapses,
+        "nodes": len(state.inventory or ()),
+    }

@@ -1,0 +1,199 @@
+"""The federation's own plugins: members as nodes of its core.
+
+- ``member-ready`` (filter): only members whose state is ``ready`` take new jobs; one that
+  does not answer, or whose lease lapsed, keeps its jobs but gets no new one. The reason
+  names the member and its state (``member b: unreachable``).
+- ``member-fits`` (filter): a member takes a job only if one of its own nodes could hold
+  each task (and its nodes together the whole gang) even empty: the federation's core sees
+  a member as one big node, which a job could fit and no node of the member could run.
+- ``member-speed`` (score): the job's rate on the fastest device model the member has free
+  for it (``hetsched.model.speed``), relative to the job's fastest rate anywhere, 0..100;
+  100 everywhere for a job that says nothing of speed.
+
+``member-fits`` reads the members' inventories and the jobs as submitted from a
+:class:`Book` the driver keeps; the classes are made for one book by
+:func:`federation_plugins` (the core never opens a socket: the driver fills the book).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel
+
+from hetsched.cluster.state import ClusterState
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.handle import SchedulerHandle
+from hetsched.framework.interfaces import BoolArray, FloatArray, IntArray, Rejection
+from hetsched.framework.registry import register
+from hetsched.model.device import Node
+from hetsched.model.job import Job
+from hetsched.model.speed import SpeedError, SpeedTable, resolve
+from hetsched.plugins.labels import label_mask
+from hetsched.service.schemas import Feasibility, Unsatisfiable
+
+__all__ = ["READY", "STATE_LABEL", "Book", "federation_plugins"]
+
+#: a member node's state in the federation's core (a label)
+STATE_LABEL = "hetsched.io/member-state"
+READY = "ready"
+
+
+@dataclass(slots=True)
+class Book:
+    """What the member plugins read, kept by the driver: each member node's inventory
+    (its own nodes) and each job as submitted (the core holds it as one task)."""
+
+    #: core node name -> the member's nodes, for the node that is in the core now
+    inventories: dict[str, tuple[Node, ...]] = field(default_factory=dict)
+    #: job id -> the job as submitted (replicas and gang as the member will see them)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    #: the profile's throughput table (``speeds``), once the profile is read
+    table: SpeedTable | None = None
+    #: (member, request, replicas, gang) -> (the inventory it was judged on, the answer)
+    _fits: dict[tuple[str, object], tuple[tuple[Node, ...], str | None]] = field(
+        default_factory=dict
+    )
+
+    def member_problem(self, member: str, inventory: tuple[Node, ...], job: Job) -> str | None:
+        """Why no node of the member could ever hold ``job`` (None: one could)."""
+        key = (member, (job.resources, job.replicas, job.gang_min))
+        known = self._fits.get(key)
+        if known is None or known[0] is not inventory:
+            if len(self._fits) > 100_000:
+                self._fits.clear()
+            # the node selector chose the member (its labels); the member never sees it
+            local = dataclasses.replace(
+                job, resources=dataclasses.replace(job.resources, node_selector={})
+            )
+            try:
+                Feasibility(list(inventory)).check(local)
+                answer = None
+            except Unsatisfiable as exc:
+                answer = str(exc)
+            known = self._fits[key] = (inventory, answer)
+        return known[1]
+
+
+def _states(state: ClusterState) -> list[str]:
+    return state.memo(
+        "member-states", lambda: [n.labels.get(STATE_LABEL, READY) for n in state.nodes]
+    )
+
+
+@register("member-ready")
+class MemberReady:
+    """Only members that are ready take new jobs."""
+
+    name = "member-ready"
+    row_local = True
+
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
+        return candidates & label_mask(ctx.state, STATE_LABEL, READY)
+
+    def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray:
+        return label_mask(ctx.state, STATE_LABEL, READY)[rows]
+
+    def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
+        out: list[Rejection] = []
+        states = _states(ctx.state)
+        for row in np.flatnonzero(candidates):
+            if states[row] != READY:
+                mask = np.zeros(len(ctx.state), np.bool_)
+                mask[row] = True
+                out.append((f"member {ctx.state.nodes[row].name}: {states[row]}", mask))
+        return out
+
+
+def _rates(state: ClusterState, rows: IntArray, job: Job, table: SpeedTable | None) -> FloatArray:
+    """Per row: the job's best rate on a device model the member has free for it."""
+    try:
+        speeds = resolve(job, table)
+    except SpeedError:
+        return np.ones(len(rows))
+    if speeds.uniform or not job.resources.devices:
+        return np.ones(len(rows))
+    usable = np.zeros(state.dev_free.shape, np.bool_)
+    for device in job.resources.devices:
+        for choice in device.choices:
+            usable |= state.device_mask(choice.device_class, choice.selector)
+    usable &= state.dev_free > 0
+    out = np.zeros(len(rows))
+    for index, row in enumerate(rows):
+        kinds = {int(k) for k in state.dev_kind[row][usable[row]]}
+        out[index] = max((speeds.on(state.kinds[k].model) for k in kinds), default=0.0)
+    return out
+
+
+def federation_plugins(book: Book) -> list[type]:
+    """The member plugin classes, bound to ``book`` (its inventories, jobs and table)."""
+
+    @register("member-fits")
+    class MemberFits:
+        """Some node of the member could hold each task of the job."""
+
+        name = "member-fits"
+
+        def __init__(
+            self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+        ) -> None:
+            pass
+
+        def _problems(self, ctx: CycleContext, rows: IntArray) -> Mapping[int, str]:
+            job = book.jobs.get(ctx.job.id, ctx.job)
+            out: dict[int, str] = {}
+            for row in rows:
+                name = ctx.state.nodes[row].name
+                inventory = book.inventories.get(name)
+                if inventory is None:
+                    continue
+                problem = book.member_problem(name, inventory, job)
+                if problem is not None:
+                    out[int(row)] = problem
+            return out
+
+        def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
+            mask = candidates.copy()
+            for row in self._problems(ctx, np.flatnonzero(candidates)):
+                mask[row] = False
+            return mask
+
+        def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
+            out: list[Rejection] = []
+            for row, problem in self._problems(ctx, np.flatnonzero(candidates)).items():
+                mask = np.zeros(len(ctx.state), np.bool_)
+                mask[row] = True
+                out.append((f"member {ctx.state.nodes[row].name}: {problem}", mask))
+            return out
+
+    @register("member-speed")
+    class MemberSpeed:
+        """The job's speed on the best device model the member has free, 0..100."""
+
+        name = "member-speed"
+
+        def __init__(
+            self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+        ) -> None:
+            pass
+
+        def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
+            rates = _rates(ctx.state, rows, ctx.job, book.table)
+            try:
+                speeds = resolve(ctx.job, book.table)
+                best = max([speeds.default, *speeds.rates.values()])
+            except SpeedError:
+                best = 0.0
+            if best <= 0:
+                return np.full(len(rows), 100.0)
+            return np.asarray(100.0 * np.minimum(rates / best, 1.0), np.float64)
+
+    return [MemberReady, MemberFits, MemberSpeed]

@@ -1,0 +1,286 @@
+"""Assembling and running a federation: ``hetsched federation up``.
+
+:func:`build` wires the store, the members, the core (members as nodes), the loop and the
+API together (tests call it directly); :func:`serve` adds uvicorn and signal handling.
+The API is ``hetsched up``'s (``service/app.py``): the same routes, authentication, rate
+limits, idempotent submissions and views, so ``hetsched submit``, ``jobs``, ``why``,
+``cancel`` and ``logs`` work against a federation unchanged. What differs is behind them:
+the loop sends jobs to members, logs are read from the member that runs the job, and a
+job is refused at submission only when no member could ever hold it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import HTTPException
+
+from hetsched.cluster.state import ClusterState
+from hetsched.federation.hetsched_member import HetschedMember
+from hetsched.federation.kube_member import KubernetesMember
+from hetsched.federation.lease import LeaseBounds
+from hetsched.federation.loop import FederationLoop
+from hetsched.federation.member import Member, MemberError
+from hetsched.federation.members import MemberState
+from hetsched.federation.plugins import Book, federation_plugins
+from hetsched.federation.recovery import recover, rejoin
+from hetsched.federation.spec import HetschedMemberSpec, MembersSpec, load_members
+from hetsched.federation.worker import Worker
+from hetsched.framework.profile import ProfileSpec, parse_profile
+from hetsched.framework.registry import Registry, installed
+from hetsched.framework.runtime import Framework
+from hetsched.framework.speeds import load_speed_table
+from hetsched.model.job import Job
+from hetsched.model.specs import load_yaml
+from hetsched.scheduler import Scheduler
+from hetsched.service.app import create_app
+from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.context import Service
+from hetsched.service.queues import load_queues
+from hetsched.service.schemas import Feasibility, Unsatisfiable
+from hetsched.service.server import default_home
+from hetsched.service.store import Store
+
+__all__ = [
+    "Built",
+    "FederationOptions",
+    "MemberFeasibility",
+    "MemberLogs",
+    "build",
+    "close",
+    "default_profile",
+    "serve",
+]
+
+log = logging.getLogger("hetsched.federation")
+
+#: the filters a federation's profile always has first: members that take no new job, and
+#: members none of whose nodes could hold the job
+_REQUIRED_FILTERS = ("member-ready", "member-fits")
+
+
+@dataclass
+class FederationOptions:
+    members: Path
+    home: Path = field(default_factory=lambda: default_home() / "federation")
+    host: str = "127.0.0.1"
+    port: int = 8790
+    db: str | None = None
+    profile: Path | None = None
+    queues: Path | None = None
+    rate_limit: float = 200.0
+    auth_failure_rate: float = 10.0
+    sync: str = "FULL"
+    seed: int = 0
+    metrics_public: bool = False
+    docs_public: bool = False
+    #: seconds between renewals at each member (default: a fifth of the lease)
+    renew_every_s: float | None = None
+
+
+@dataclass
+class Built:
+    service: Service
+    loop: FederationLoop
+    app: Any
+    admin_token: str | None
+    token_file: Path
+    spec: MembersSpec
+
+
+def default_profile() -> dict[str, Any]:
+    """The federation's profile without ``--profile``: the member filters, then the usual
+    ones on each member's total capacity; the fastest model first, then the emptiest
+    member."""
+    return {
+        "name": "federation",
+        "filter": [*_REQUIRED_FILTERS, "fit", "node-selector", "taints"],
+        "score": [{"name": "member-speed", "weight": 10}, {"name": "spread", "weight": 1}],
+    }
+
+
+def _profile(path: Path | None, registry: Registry) -> ProfileSpec:
+    if path is None:
+        return parse_profile(default_profile(), registry=registry)
+    data = load_yaml(path) or {}
+    if isinstance(data, dict):
+        filters = list(data.get("filter", ["fit", "node-selector", "taints"]))
+        names = [f if isinstance(f, str) else dict(f).get("name") for f in filters]
+        missing = [name for name in _REQUIRED_FILTERS if name not in names]
+        data = {**data, "filter": [*missing, *filters]}
+    return parse_profile(data, path.parent, registry=registry)
+
+
+def _member(spec: Any) -> Member:
+    if isinstance(spec, HetschedMemberSpec):
+        return HetschedMember(spec.name, spec.url, spec.token(), spec.timeout)
+    return KubernetesMember.from_spec(spec)
+
+
+class MemberFeasibility(Feasibility):
+    """A job is refused at submission only when every member's nodes are known and none
+    could ever hold it (each member's reason is named)."""
+
+    def __init__(self, members: Mapping[str, MemberState], book: Book) -> None:
+        super().__init__([])
+        self.members = members
+        self.book = book
+
+    def check(self, job: Job) -> None:
+        problems = []
+        for name, state in self.members.items():
+            inventory = state.inventory
+            if inventory is None:
+                return  # not known yet: the member may hold it
+            problem = self.book.member_problem(name, inventory, job)
+            if problem is None:
+                return
+            problems.append(f"member {name}: {problem}")
+        raise Unsatisfiable("no member could ever hold it: " + "; ".join(problems))
+
+
+class MemberLogs:
+    """A task's log read from the member that runs (or ran) the job's latest run."""
+
+    def __init__(self, store: Store, specs: Mapping[str, Any]) -> None:
+        self.store = store
+        self.clients: dict[str, Member] = {name: _member(spec) for name, spec in specs.items()}
+
+    def read(
+        self, job_id: str, task: int, stream: str, offset: int, limit: int
+    ) -> tuple[bytes, int]:
+        rows = [t for t in self.store.job_tasks(job_id) if t["placement"].get("member_job")]
+        if not rows:
+            return b"", offset
+        last = max(rows, key=lambda t: int(t["run"]))
+        client = self.clients.get(str(last["node"]))
+        if client is None:
+            raise HTTPException(404, f"member {last['node']} is no longer a member")
+        try:
+            chunk = client.logs(last["placement"]["member_job"], task, stream, offset, limit)
+        except MemberError as exc:
+            raise HTTPException(503, f"member {last['node']}: {exc}") from None
+        if chunk is None:
+            raise HTTPException(404, f"member {last['node']} serves no logs")
+        data = str(chunk.get("data", "")).encode()
+        return data, int(chunk.get("offset", offset + len(data)))
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def _token(store: Store, home: Path) -> tuple[str | None, Path]:
+    token_file = home / "admin.token"
+    if store.has_admin_token():
+        return None, token_file
+    _token_id, token = store.create_token("admin", admin=True)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token, token_file
+
+
+def build(options: FederationOptions) -> Built:
+    """Open the store, build the core over the members and rebuild it from the store, start
+    the member workers and the loop; returns the app to serve."""
+    spec = load_members(options.members)
+    home = options.home
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(home, 0o700)
+    store = Store(options.db or f"sqlite:///{home / 'federation.db'}", sync=options.sync)
+    store.migrate()
+    book = Book()
+    registry = installed().with_plugins(*federation_plugins(book))
+    profile = _profile(options.profile, registry)
+    book.table = load_speed_table(profile.speeds)
+    core = Scheduler(ClusterState(), profile, seed=options.seed, registry=registry)
+    now = time.time()
+    period = options.renew_every_s or max(0.2, min(spec.lease / 5, 10.0))
+    members: dict[str, MemberState] = {}
+    loop_ref: list[FederationLoop] = []
+    for member_spec in spec.members:
+        bounds = LeaseBounds.starting(spec.lease, spec.margin, now, 30.0)
+        worker = Worker(
+            _member(member_spec), spec.federation, bounds, period, lambda m: loop_ref[0].told(m)
+        )
+        queue = member_spec.queue if isinstance(member_spec, HetschedMemberSpec) else ""
+        members[member_spec.name] = MemberState(
+            member_spec.name, worker, dict(member_spec.labels), queue, bounds=bounds
+        )
+    rejoin(core, members, book, home)
+    framework = Framework(profile, registry=registry)
+    loop = FederationLoop(spec.federation, store, core, members, book, framework, home, spec.margin)
+    loop_ref.append(loop)
+    loop.take(recover(store, core, members, book, now))
+    admin_token, token_file = _token(store, home)
+    service = Service(
+        store=store,
+        loop=loop,
+        executor=None,
+        queues=load_queues(options.queues),
+        feasibility=MemberFeasibility(members, book),
+        auth=Authenticator(store),
+        limiter=RateLimiter(options.rate_limit),
+        auth_failures=RateLimiter(options.auth_failure_rate),
+        metrics_public=options.metrics_public,
+        docs_public=options.docs_public,
+        logs=MemberLogs(store, {m.name: m for m in spec.members}),
+    )
+    loop.start()
+    return Built(service, loop, create_app(service), admin_token, token_file, spec)
+
+
+def close(built: Built) -> None:
+    built.loop.stop()
+    logs = built.service.logs
+    if isinstance(logs, MemberLogs):
+        logs.close()
+    built.service.store.close()
+
+
+def serve(options: FederationOptions) -> None:
+    """Run until SIGINT or SIGTERM. Jobs keep running on the members while the federation is
+    down, for as long as its lease there; a restart within it takes them back."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    built = build(options)
+    where = built.token_file
+    print(
+        f"admin token written to {where} (mode 0600)"
+        if built.admin_token is not None
+        else f"admin token: see {where}",
+        flush=True,
+    )
+    config = uvicorn.Config(
+        built.app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    names = ", ".join(m.name for m in built.spec.members)
+    print(
+        f"hetsched federation {built.spec.federation}: http://{options.host}:{options.port} "
+        f"in front of {names} (lease {built.spec.lease:g}s), home {options.home}",
+        flush=True,
+    )
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _sig, _frame: None)
+    try:
+        server.run()
+    finally:
+        close(built)
+    print("hetsched federation: stopped; jobs keep running on the members for the lease")
+    sys.stdout.flush()

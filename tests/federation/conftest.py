@@ -1,0 +1,1 @@
+"""Fixtures of the federation tests live in fed_fixtures.py."""

@@ -1,0 +1,228 @@
+"""Fixtures: members (real `hetsched up` services, in-process or as processes) and a
+federation in front of them, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from hetsched.federation.server import FederationOptions
+from hetsched.federation.testing import RunningFederation, running_federation
+from hetsched.service.server import Options
+from hetsched.service.testing import Running, running
+
+#: three members, each with its own device model
+MEMBER_DEVICES = {
+    "a": {"model": "A100", "count": 2},
+    "b": {"model": "V100", "count": 4},
+    "c": {"model": "T4", "count": 2},
+}
+
+
+def cluster_yaml(member: str, cpu: str = "16", memory: str = "64Gi") -> str:
+    devices = MEMBER_DEVICES[member]
+    return yaml.safe_dump(
+        {
+            "nodes": [
+                {
+                    "name": f"{member}-node",
+                    "cpu": cpu,
+                    "memory": memory,
+                    "devices": [
+                        {
+                            "class": "gpu",
+                            "vendor": "nvidia",
+                            "model": devices["model"],
+                            "count": devices["count"],
+                            "attributes": {"memory_gib": 40},
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+
+
+def member_options(tmp: Path, member: str, **overrides: Any) -> Options:
+    folder = tmp / f"member-{member}"
+    folder.mkdir(parents=True, exist_ok=True)
+    cluster = folder / "cluster.yaml"
+    cluster.write_text(cluster_yaml(member))
+    values: dict[str, Any] = {
+        "home": folder / "home",
+        "cluster": [cluster],
+        "kill_grace_s": 1.0,
+        "node_name": f"{member}-local",
+        "rate_limit": 0.0,
+    }
+    values.update(overrides)
+    return Options(**values)
+
+
+def members_yaml(
+    tmp: Path,
+    urls: dict[str, str],
+    tokens: dict[str, str],
+    lease: float = 4.0,
+    labels: dict[str, dict[str, str]] | None = None,
+) -> Path:
+    members = []
+    for name, url in urls.items():
+        token_file = tmp / f"{name}.token"
+        token_file.write_text(tokens[name])
+        members.append(
+            {
+                "name": name,
+                "kind": "hetsched",
+                "url": url,
+                "token_file": str(token_file),
+                "timeout": "2s",
+                "labels": (labels or {}).get(name, {"region": f"r-{name}"}),
+            }
+        )
+    path = tmp / "members.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"federation": "fed", "lease": f"{lease}s", "margin": "0.5s", "members": members}
+        )
+    )
+    return path
+
+
+@dataclass
+class Fed:
+    running: RunningFederation
+    client: httpx.Client
+    members: dict[str, Running]
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def states(self) -> dict[str, str]:
+        return {m["name"]: m["state"] for m in self.running.built.loop.members_view}
+
+    def ready(self, timeout: float = 30.0) -> None:
+        names = set(self.members) or set(self.states())
+        self.wait(
+            "members ready",
+            lambda: all(self.states().get(n) == "ready" for n in names),
+            timeout,
+        )
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        answer = self.client.get(f"/v1/jobs/{job_id}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+
+    def until(self, job_id: str, states: set[str], timeout: float = 30.0) -> dict[str, Any]:
+        return self.wait(  # type: ignore[no-any-return]
+            f"job {job_id} in {states}",
+            lambda: (j := self.job(job_id))["state"] in states and j,
+            timeout,
+        )
+
+
+@contextmanager
+def federation(
+    tmp: Path,
+    members: list[str] = ["a", "b", "c"],  # noqa: B006 - read only
+    lease: float = 4.0,
+    profile: Path | None = None,
+    labels: dict[str, dict[str, str]] | None = None,
+    queues: Path | None = None,
+) -> Iterator[Fed]:
+    """In-process members and an in-process federation in front of them."""
+    with ExitStack() as stack:
+        running_members = {
+            name: stack.enter_context(running(member_options(tmp, name))) for name in members
+        }
+        path = members_yaml(
+            tmp,
+            {n: r.url for n, r in running_members.items()},
+            {n: r.admin_token for n, r in running_members.items()},
+            lease,
+            labels,
+        )
+        options = FederationOptions(
+            members=path, home=tmp / "federation", profile=profile, queues=queues, rate_limit=0.0
+        )
+        fed = stack.enter_context(running_federation(options))
+        client = stack.enter_context(
+            httpx.Client(
+                base_url=fed.url,
+                headers={"Authorization": f"Bearer {fed.admin_token}"},
+                timeout=30,
+            )
+        )
+        yield Fed(fed, client, running_members)
+
+
+def task(
+    out: Path, tag: str, seconds: float = 1.0, slots: int = 0, slot_count: int = 0
+) -> list[str]:
+    """A command that checks, with locks the kernel drops when a process dies (even by
+    SIGKILL), that no other run of ``tag`` runs at the same time (else it writes
+    ``DOUBLE``), and, with ``slots``, that it can take that many of ``slot_count`` quota
+    slots (else ``QUOTA``); it writes start and end lines with its node to ``out/events``."""
+    d = str(out)
+    take = ""
+    assert slots <= 5, "one file descriptor per slot, 3 to 7 (sh takes single digits)"
+    for fd in range(3, 3 + slots):
+        take += (
+            f'got=""; for s in $(seq 0 {slot_count - 1}); do exec {fd}>"{d}/slot-$s.lock"; '
+            f"if flock -n {fd}; then got=$s; break; fi; done; "
+            f'[ -n "$got" ] || echo "QUOTA {tag}" >> "{d}/events"; '
+        )
+    script = (
+        f'exec 8>"{d}/job-{tag}.lock"; flock -n 8 || echo "DOUBLE {tag}" >> "{d}/events"; '
+        + take
+        + f'echo "start {tag} $HETSCHED_NODE $(date +%s.%N)" >> "{d}/events"; '
+        + f"sleep {seconds}; "
+        + f'echo "end {tag} $HETSCHED_NODE $(date +%s.%N)" >> "{d}/events"'
+    )
+    return ["sh", "-c", script]
+
+
+@dataclass(frozen=True)
+class Line:
+    kind: str
+    tag: str
+    node: str
+    at: float
+
+
+def events(out: Path) -> list[Line]:
+    """The lines the tasks wrote, in order."""
+    path = out / "events"
+    lines = []
+    for text in path.read_text().splitlines() if path.exists() else []:
+        parts = text.split()
+        if parts[0] in ("start", "end"):
+            lines.append(Line(parts[0], parts[1], parts[2], float(parts[3])))
+        else:
+            lines.append(Line(parts[0], parts[1], "", 0.0))
+    return lines
+
+
+def job_body(name: str = "job", **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": name,
+        "command": ["true"],
+        "resources": {"cpu": "1", "memory": "1Gi"},
+    }
+    body.update(overrides)
+    return body
