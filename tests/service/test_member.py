@@ -169,7 +169,8 @@ def test_a_lapsed_lease_cancels_its_jobs_and_they_never_start_again(tmp_path: Pa
         report = fed.renew([job_id])
         assert report["lapses"] == 1
         assert [(j["state"], j["fenced"]) for j in report["jobs"]] == [("cancelled", True)]
-        assert fed.renew()["renewed"]  # nothing of the old lease is live: renewed again
+        # once nothing of the old lease runs (its task recorded stopped), renewed again
+        _wait("a renewal", lambda: fed.renew()["renewed"])
         api.close()
     # a restart does not start it again
     with running(options) as svc:
