@@ -43,7 +43,7 @@ from hetsched.federation.members import (
     member_node,
 )
 from hetsched.federation.plugins import READY, Book
-from hetsched.federation.recovery import Found
+from hetsched.federation.recovery import Found, recover
 from hetsched.federation.store import Inventory, record_dispatch, write_inventory
 from hetsched.federation.worker import (
     Cancel,
@@ -71,6 +71,7 @@ from hetsched.scheduler import (
     Scheduler,
 )
 from hetsched.scheduler.view import SchedulerView
+from hetsched.service.faults import TurnFaults
 from hetsched.service.loopmetrics import LoopMetrics
 from hetsched.service.planner import TurnPlan, TurnPlanner
 from hetsched.service.schemas import SubmitSpec, from_stored
@@ -111,6 +112,11 @@ class FederationLoop:
         self.tick_s = 0.5
         self.lock = threading.Lock()
         self.metrics = LoopMetrics()
+        #: failed turns and their alerts (``GET /v1/alerts``); a federation holds no job back
+        self.faults = TurnFaults()
+        self.metrics.watch_faults(self.faults)
+        #: builds a fresh core (no nodes) for rebuilding after a failed turn
+        self.make_core: Callable[[], Scheduler] | None = None
         self.nodes_view: list[dict[str, Any]] = []
         self.quota_view: dict[str, dict[str, dict[str, float]]] = {}
         self.members_view: list[dict[str, Any]] = []
@@ -135,6 +141,16 @@ class FederationLoop:
     @property
     def view(self) -> SchedulerView:
         return self.planner.core.view
+
+    @property
+    def guard(self) -> None:
+        """A federation runs no task itself: no overcommit guard."""
+        return None
+
+    @property
+    def watcher(self) -> None:
+        """... and watches no device."""
+        return None
 
     # -- the API and the workers -----------------------------------------------------------
 
@@ -190,14 +206,45 @@ class FederationLoop:
         while not self._stop.is_set():
             try:
                 self.turn()
-                self.metrics.turn_done(self.clock())
-            except Exception:
-                # the store is the truth; a failed turn is retried from what it says
+            except Exception as exc:
+                # the core may now disagree with the store, which is the truth: rebuild it
                 self.metrics.turn_failed()
-                log.exception("federation turn failed")
-                time.sleep(0.5)
+                log.exception("federation turn failed; rebuilding the core from the store")
+                self.faults.failed(f"{type(exc).__name__}: {exc}", set(), self.clock())
+                self._rebuild()
+            else:
+                self.metrics.turn_done(self.clock())
+                self.faults.succeeded()
+            if self._stop.wait(self.faults.delay()):
+                return
             self._wake.wait(timeout=0.1)
             self._wake.clear()
+
+    def _rebuild(self) -> None:
+        """A fresh core from the store, as a restart builds it, with the members as they
+        are now; what the workers still carry out is matched again by its keys."""
+        if self.make_core is None:
+            return
+        try:
+            now = self.clock()
+            core = self.make_core()
+            nodes = [NodeAdded(member_node(s)) for s in self.members.values() if s.in_core]
+            core.handle(nodes, now)
+            while True:
+                try:
+                    self._inbox.get_nowait()  # the store has the API's; members report again
+                except queue.Empty:
+                    break
+            with self.lock:
+                self.planner = TurnPlanner(core, 0.0)
+            self.dispatches.clear()
+            self._by_member_job.clear()
+            self._parked.clear()
+            self.take(recover(self.store, core, self.members, self.book, now))
+            self.faults.rebuilt(now)
+        except Exception as exc:
+            log.exception("rebuilding the federation's core failed; retrying")
+            self.faults.wedge(f"{type(exc).__name__}: {exc}", self.clock())
 
     # -- one turn --------------------------------------------------------------------------
 

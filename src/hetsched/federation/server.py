@@ -220,6 +220,11 @@ def build(options: FederationOptions) -> Built:
     framework = Framework(profile, registry=registry)
     loop = FederationLoop(spec.federation, store, core, members, book, framework, home, spec.margin)
     loop_ref.append(loop)
+
+    def make_core() -> Scheduler:
+        return Scheduler(ClusterState(), profile, seed=options.seed, registry=registry)
+
+    loop.make_core = make_core
     loop.take(recover(store, core, members, book, now))
     admin_token, token_file = _token(store, home)
     service = Service(

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hetsched.agent.executor import Executor
+from hetsched.agent.guard import Guard
+from hetsched.agent.watcher import DeviceWatcher
 from hetsched.model.device import Device
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.faults import TurnFaults
 from hetsched.service.fencing import Fencing
 from hetsched.service.loopmetrics import LoopMetrics
 from hetsched.service.queues import QueuesSpec
@@ -33,6 +36,18 @@ class Loop(Protocol):
     nodes_view: list[dict[str, Any]]
     quota_view: dict[str, dict[str, dict[str, float]]]
     metrics: LoopMetrics
+    #: failed turns: alerts, jobs held back, the wedge (service/faults.py)
+    faults: TurnFaults
+
+    @property
+    def guard(self) -> Guard | None:
+        """The overcommit guard of the machine's tasks, if one runs."""
+        ...
+
+    @property
+    def watcher(self) -> DeviceWatcher | None:
+        """The machine's device watcher, if one runs."""
+        ...
 
     @property
     def view(self) -> SchedulerView: ...
