@@ -18,13 +18,14 @@ CPU time of the process over it (steadier than wall time on a shared machine), e
 second, the largest and the mean backlog (jobs waiting after a step), and the ratio of
 each run's time to the run with half as many jobs (wall time; CPU time with ``--cpu-ratio``).
 With ``--repeats N`` each replay runs N times and the medians are reported.
-``--standing N`` submits the first N jobs of each workload at t=0, so a backlog of about N
-stands from the start; ``--until`` stops the replay at that virtual time (the jobs still
-waiting count as pending). With ``--buckets``, the cost of one ``handle`` call (median and
-99th percentile, microseconds) per backlog size at that call: below 1,000 pending, 1,000 to
-10,000, 10,000 to 100,000, and above. ``--reference`` replays with the full-sort cycle the
-incremental queue is checked against (when this version of the core has one), to compare
-both side by side in one run.
+``--standing N`` submits the first N jobs of each workload at t=0 and moves the later
+arrivals earlier by as much (they keep their spacing), so a backlog of N stands from the
+start and grows at a load above 1; ``--until`` stops the replay at that virtual time (the
+jobs still waiting count as pending). With ``--buckets``, the cost of one ``handle`` call
+(median and 99th percentile, microseconds) per backlog size at that call: below 1,000
+pending, 1,000 to 10,000, 10,000 to 100,000, and above. ``--reference`` replays with the
+full-sort cycle the incremental queue is checked against (when this version of the core has
+one), to compare both side by side in one run.
 
 Another version of the code (the commit before the incremental queue, say) is measured
 with the same script by putting its ``src`` first on ``PYTHONPATH``; the script uses only
@@ -58,7 +59,7 @@ BUCKETS = ((0, 1_000), (1_000, 10_000), (10_000, 100_000), (100_000, 10**12))
 
 def workload_for(nodes: list[Any], jobs: int, args: argparse.Namespace) -> Workload:
     """The workload ``hetsched sim synth`` writes for these parameters (with the first
-    ``args.standing`` jobs moved to t=0)."""
+    ``args.standing`` jobs moved to t=0, the rest as much earlier)."""
     spec = SyntheticSpec(
         jobs=jobs,
         users=args.users,
@@ -72,11 +73,18 @@ def workload_for(nodes: list[Any], jobs: int, args: argparse.Namespace) -> Workl
     workload = generate(spec)
     if not args.standing:
         return workload
+    # the first N wait at t=0; the arrivals after them keep their spacing, from t=0 on, so
+    # the backlog starts at N and grows from there (at a load above 1)
+    items = workload.jobs
+    shift = items[args.standing].job.submit_time if args.standing < len(items) else 0.0
     moved = [
-        dataclasses.replace(item, job=dataclasses.replace(item.job, submit_time=0.0))
-        if i < args.standing
-        else item
-        for i, item in enumerate(workload.jobs)
+        dataclasses.replace(
+            item,
+            job=dataclasses.replace(
+                item.job, submit_time=0.0 if i < args.standing else item.job.submit_time - shift
+            ),
+        )
+        for i, item in enumerate(items)
     ]
     return Workload(tuple(moved), workload.source)
 

@@ -413,10 +413,8 @@ class ClusterState:
                 cpu, mem = cpu - slack[0], mem - slack[1]
         self.cpu_free[row] -= cpu
         self.mem_free[row] -= mem
-        for d in placement.devices:
-            self.dev_free[self.device_index[d.device_id]] -= d.share
         if placement.devices:
-            self._total(row)
+            self._shares(row, placement, -1)
         self.allocations[key] = placement
         self._touched(row)
 
@@ -431,10 +429,8 @@ class ClusterState:
         self.mem_slack[row] += slack[1]
         self.cpu_free[row] += placement.cpu_milli - slack[0]
         self.mem_free[row] += placement.memory_mib - slack[1]
-        for d in placement.devices:
-            self.dev_free[self.device_index[d.device_id]] += d.share
         if placement.devices:
-            self._total(row)
+            self._shares(row, placement, 1)
         self._grown.append(row)
         self._touched(row)
         return placement
@@ -470,6 +466,25 @@ class ClusterState:
         if mark < self._grown_base:
             return list(range(len(self.nodes)))
         return self._grown[mark - self._grown_base :]
+
+    def _shares(self, row: int, placement: Placement, sign: int) -> None:
+        """Take (``sign`` -1) or give back (+1) a placement's device shares, keeping the
+        row's healthy free total and whole-free count in step device by device (the same
+        values :meth:`_total` computes from the row)."""
+        dev_free, healthy = self.dev_free, self.dev_healthy
+        total, whole = 0, 0
+        for d in placement.devices:
+            where = self.device_index[d.device_id]
+            before = int(dev_free[where])
+            after = before + sign * d.share
+            dev_free[where] = after
+            if healthy[where]:
+                total += after - before
+                whole += (after >= SHARE_UNITS) - (before >= SHARE_UNITS)
+        if total:
+            self.dev_free_total[row] += total
+        if whole:
+            self.dev_whole_free[row] += whole
 
     def _total(self, row: int) -> None:
         healthy = self.dev_healthy[row]
