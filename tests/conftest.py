@@ -13,6 +13,14 @@ from leaks import kill_leftovers, wait_for_none
 __all__ = ["EXAMPLES", "TRACES"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # the CEL library raises the recursion limit when its parser is first built, and
+    # hypothesis fails the test in which that happens: build it before any test runs
+    from hetsched.model.selector import warm
+
+    warm()
+
+
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
