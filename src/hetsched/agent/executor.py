@@ -208,53 +208,20 @@ class Executor:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         exit_file = self.exit_file(job_id, task, run)
         exit_file.unlink(missing_ok=True)
-        out_path = self.log_path(job_id, task, "stdout")
-        err_path = self.log_path(job_id, task, "stderr")
-        header = f"--- hetsched: run {run} of task {task} on {placement.node} ---\n".encode()
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
-        full_env.update(env)
-        full_env.update(device_env(devices))
         key = task_key(job_id, task, run)
-        full_env.update(
-            {
-                "HETSCHED_JOB_ID": job_id,
-                "HETSCHED_TASK_INDEX": str(task),
-                "HETSCHED_RUN": str(run),
-                "HETSCHED_NODE": placement.node,
-                "HETSCHED_TASK_KEY": key,
-                "HETSCHED_INSTANCE": self.instance,
-            }
+        full_env = self._task_env(job_id, task, run, placement.node, key, devices, env)
+        cwd = workdir or str(directory)
+        if run_as is not None and workdir is None:
+            # the home is private to the service: start in the account's own home
+            cwd = _home_of(run_as.uid)
+        wrapper = ["/bin/sh", "-c", _WRAPPER, "hetsched-task"]
+        if fence is not None:
+            fenced = [str(fence), str(self.fence_backstop_s)]
+            wrapper = ["/bin/sh", "-c", _FENCED_WRAPPER, "hetsched-task", *fenced]
+        header = f"--- hetsched: run {run} of task {task} on {placement.node} ---\n".encode()
+        popen = self._spawn(
+            job_id, task, exit_file, header, [*wrapper, *command], cwd, full_env, run_as
         )
-        out_fd = _open_log(out_path)
-        err_fd = _open_log(err_path)
-        exit_fd = os.open(exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(out_fd, header)
-            cwd = workdir or str(directory)
-            if run_as is not None and workdir is None:
-                # the home is private to the service: start in the account's own home
-                cwd = _home_of(run_as.uid)
-            wrapper = ["/bin/sh", "-c", _WRAPPER, "hetsched-task"]
-            if fence is not None:
-                fenced = [str(fence), str(self.fence_backstop_s)]
-                wrapper = ["/bin/sh", "-c", _FENCED_WRAPPER, "hetsched-task", *fenced]
-            popen = subprocess.Popen(
-                [*wrapper, *command],
-                cwd=cwd,
-                env=full_env,
-                stdin=exit_fd,
-                stdout=out_fd,
-                stderr=err_fd,
-                start_new_session=True,
-                close_fds=True,
-                user=run_as.uid if run_as else None,
-                group=run_as.gid if run_as else None,
-                extra_groups=[] if run_as else None,
-            )
-        finally:
-            os.close(out_fd)
-            os.close(err_fd)
-            os.close(exit_fd)
         try:
             started = psutil.Process(popen.pid).create_time()
         except psutil.Error:
@@ -272,6 +239,69 @@ class Executor:
         )
         self.handles[key] = handle
         return handle
+
+    def _task_env(
+        self,
+        job_id: str,
+        task: int,
+        run: int,
+        node: str,
+        key: str,
+        devices: Sequence[tuple[Device, int, int]],
+        env: Mapping[str, str],
+    ) -> dict[str, str]:
+        """The task's environment: the service's own, less its ``HETSCHED_*`` variables (the
+        token), then the job's, its devices', and the task's identity."""
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
+        full_env.update(env)
+        full_env.update(device_env(devices))
+        full_env.update(
+            {
+                "HETSCHED_JOB_ID": job_id,
+                "HETSCHED_TASK_INDEX": str(task),
+                "HETSCHED_RUN": str(run),
+                "HETSCHED_NODE": node,
+                "HETSCHED_TASK_KEY": key,
+                "HETSCHED_INSTANCE": self.instance,
+            }
+        )
+        return full_env
+
+    def _spawn(
+        self,
+        job_id: str,
+        task: int,
+        exit_file: Path,
+        header: bytes,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        run_as: RunAs | None,
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in a session of its own, its output appended to the task's logs
+        (after ``header``) and the exit file as the wrapper's stdin."""
+        out_fd = _open_log(self.log_path(job_id, task, "stdout"))
+        err_fd = _open_log(self.log_path(job_id, task, "stderr"))
+        exit_fd = os.open(exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(out_fd, header)
+            return subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=exit_fd,
+                stdout=out_fd,
+                stderr=err_fd,
+                start_new_session=True,
+                close_fds=True,
+                user=run_as.uid if run_as else None,
+                group=run_as.gid if run_as else None,
+                extra_groups=[] if run_as else None,
+            )
+        finally:
+            os.close(out_fd)
+            os.close(err_fd)
+            os.close(exit_fd)
 
     # -- adopt after a restart -----------------------------------------------------------
 

@@ -125,6 +125,44 @@ def create_app(service: Service) -> FastAPI:
         ]
         return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
 
+    caller = _caller(service)
+
+    def admin_only(who: Annotated[Principal, Depends(caller)]) -> Principal:
+        if not who.admin:
+            raise HTTPException(403, "admin only")
+        return who
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    registry = metrics.install(service)
+
+    @app.get("/metrics", tags=["service"], response_class=Response)
+    def prometheus(request: Request) -> Response:
+        """Prometheus metrics (docs/observability.md); any valid token, or none with
+        ``--metrics-public``."""
+        if not service.metrics_public:
+            caller(request)
+        return Response(metrics.render(registry), media_type=metrics.CONTENT_TYPE)
+
+    ui.add_routes(app)
+    _add_doc_routes(app, None if service.docs_public else caller)
+    _add_submit_routes(app, service, caller)
+    _add_job_routes(app, service, caller)
+    _add_cluster_routes(app, service, caller)
+    _add_token_routes(app, service, admin_only)
+    add_member_routes(app, service, caller, admin_only)
+    app.add_middleware(
+        _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
+    )
+    return app
+
+
+def _caller(service: Service) -> Callable[[Request], Principal]:
+    """The dependency that authenticates a request: its bearer token, rate limited per
+    token, failures rate limited per client address."""
+
     def caller(request: Request) -> Principal:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -144,39 +182,14 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(429, "rate limit exceeded", {"Retry-After": f"{max(wait, 1):.0f}"})
         return principal
 
+    return caller
+
+
+def _add_submit_routes(
+    app: FastAPI, service: Service, caller: Callable[[Request], Principal]
+) -> None:
+    """Submit one job, or a batch (all or nothing); both commit before they answer."""
     Caller = Annotated[Principal, Depends(caller)]
-
-    def admin_only(who: Caller) -> Principal:
-        if not who.admin:
-            raise HTTPException(403, "admin only")
-        return who
-
-    Admin = Annotated[Principal, Depends(admin_only)]
-
-    def visible_job(job_id: str, who: Principal) -> dict[str, Any]:
-        row = service.store.job(job_id) if len(job_id) <= 32 else None
-        if row is None or (not who.admin and row["owner"] != who.user):
-            raise HTTPException(404, f"no job {job_id!r}")
-        return row
-
-    @app.get("/healthz", tags=["service"])
-    def healthz() -> dict[str, Any]:
-        return {"ok": True}
-
-    registry = metrics.install(service)
-
-    @app.get("/metrics", tags=["service"], response_class=Response)
-    def prometheus(request: Request) -> Response:
-        """Prometheus metrics (docs/observability.md); any valid token, or none with
-        ``--metrics-public``."""
-        if not service.metrics_public:
-            caller(request)
-        return Response(metrics.render(registry), media_type=metrics.CONTENT_TYPE)
-
-    ui.add_routes(app)
-    _add_doc_routes(app, None if service.docs_public else caller)
-
-    # -- jobs ----------------------------------------------------------------------------
 
     @app.post("/v1/jobs", status_code=201, tags=["jobs"])
     async def submit(request: Request, who: Caller) -> JSONResponse:
@@ -197,6 +210,18 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse(
             {"jobs": [_job_view(r) for r in rows]}, status_code=201 if created else 200
         )
+
+
+def _add_job_routes(app: FastAPI, service: Service, caller: Callable[[Request], Principal]) -> None:
+    """List, read, explain, follow the logs of and cancel jobs. A user sees only their own
+    jobs (others' answer 404, as unknown ids do); an admin sees all."""
+    Caller = Annotated[Principal, Depends(caller)]
+
+    def visible_job(job_id: str, who: Principal) -> dict[str, Any]:
+        row = service.store.job(job_id) if len(job_id) <= 32 else None
+        if row is None or (not who.admin and row["owner"] != who.user):
+            raise HTTPException(404, f"no job {job_id!r}")
+        return row
 
     @app.get("/v1/jobs", tags=["jobs"])
     def list_jobs(
@@ -262,7 +287,12 @@ def create_app(service: Service) -> FastAPI:
         service.loop.cancelled(job_id, who.user)
         return {"id": job_id, "cancel_requested": True}
 
-    # -- cluster -------------------------------------------------------------------------
+
+def _add_cluster_routes(
+    app: FastAPI, service: Service, caller: Callable[[Request], Principal]
+) -> None:
+    """Nodes, queues and the dashboard's history, for any valid token."""
+    Caller = Annotated[Principal, Depends(caller)]
 
     @app.get("/v1/nodes", tags=["cluster"])
     def nodes(who: Caller) -> list[dict[str, Any]]:
@@ -288,7 +318,10 @@ def create_app(service: Service) -> FastAPI:
         present and healthy, with the watcher's reason."""
         return _alerts_view(service, who, since)
 
-    # -- tokens (admin) ------------------------------------------------------------------
+
+def _add_token_routes(app: FastAPI, service: Service, admin_only: Callable[..., Principal]) -> None:
+    """Create, list and revoke tokens: admins only."""
+    Admin = Annotated[Principal, Depends(admin_only)]
 
     @app.post("/v1/tokens", status_code=201, tags=["tokens"])
     def create_token(body: TokenRequest, who: Admin) -> dict[str, Any]:
@@ -305,12 +338,6 @@ def create_app(service: Service) -> FastAPI:
             raise HTTPException(404, f"no live token {token_id!r}")
         service.auth.forget()
         return {"id": token_id, "revoked": True}
-
-    add_member_routes(app, service, caller, admin_only)
-    app.add_middleware(
-        _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
-    )
-    return app
 
 
 async def _json_body(request: Request) -> tuple[bytes, str | None]:

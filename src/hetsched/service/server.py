@@ -22,7 +22,7 @@ from hetsched.agent.executor import Executor, RunAs
 from hetsched.agent.guard import Guard
 from hetsched.agent.watcher import DeviceWatcher
 from hetsched.cluster.state import ClusterState
-from hetsched.framework.profile import load_profile
+from hetsched.framework.profile import ProfileSpec, load_profile
 from hetsched.model.device import Node
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.model.specs import load_cluster
@@ -124,25 +124,8 @@ def build(options: Options) -> Built:
     """Open the store, rebuild the core from it, and start the reconcile loop."""
     options = options.resolved()
     home = options.home
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(home, 0o700)
-    url = options.db or f"sqlite:///{home / 'hetsched.db'}"
-    store = Store(url, sync=options.sync)
-    store.migrate()
-    instance_file = home / "instance"
-    if not instance_file.exists():
-        instance_file.write_text(secrets.token_hex(8))
-    instance = instance_file.read_text().strip()
-    backends = options.device_backends or (
-        ["cpu", "fake"] if options.fake_devices is not None else ["cpu"]
-    )
-    watcher = DeviceWatcher.create(
-        options.node_name or socket.gethostname() or "local",
-        backends,
-        options.sysfs_root,
-        options.fake_devices,
-        options.watch_interval_s,
-    )
+    store, instance = _open_home(options)
+    watcher = _watcher(options)
     local = watcher.initial()
     nodes: list[Node] = [local]
     for path in options.cluster:
@@ -154,13 +137,6 @@ def build(options: Options) -> Built:
         # the local node as the watcher sees it now: a rebuilt core keeps hot-plug changes
         core.handle([NodeAdded(watcher.current(local)), *map(NodeAdded, nodes[1:])], now=0.0)
         return core
-
-    nvidia = next((b for b in watcher.backends if b.name == "nvidia"), None)
-    guard = (
-        Guard(profile.guard, local.name, getattr(nvidia, "process_memory", None))
-        if profile.guard.enabled
-        else None
-    )
 
     # a fenced task's own watchdog waits for the service's SIGTERM and grace first
     backstop = math.ceil(options.kill_grace_s) + 2
@@ -177,7 +153,7 @@ def build(options: Options) -> Built:
         run_as=run_as,
         make_core=make_core,
         watcher=watcher,
-        guard=guard,
+        guard=_guard(profile, watcher, local.name),
         fencing=fencing,
     )
     # the selector parser is built on first use; build it now, so the first submission
@@ -189,12 +165,7 @@ def build(options: Options) -> Built:
         store.close()
         raise
     token_file = home / "admin.token"
-    admin_token = None
-    if not store.has_admin_token():
-        _token_id, admin_token = store.create_token("admin", admin=True)
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(admin_token + "\n")
+    admin_token = _admin_token(store, token_file)
     service = Service(
         store=store,
         loop=loop,
@@ -212,6 +183,53 @@ def build(options: Options) -> Built:
     loop.start()
     watcher.start()
     return Built(service, create_app(service), admin_token, token_file)
+
+
+def _open_home(options: Options) -> tuple[Store, str]:
+    """The home folder (private), its store (migrated) and this instance's id."""
+    home = options.home
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(home, 0o700)
+    url = options.db or f"sqlite:///{home / 'hetsched.db'}"
+    store = Store(url, sync=options.sync)
+    store.migrate()
+    instance_file = home / "instance"
+    if not instance_file.exists():
+        instance_file.write_text(secrets.token_hex(8))
+    return store, instance_file.read_text().strip()
+
+
+def _watcher(options: Options) -> DeviceWatcher:
+    """The local node's device watcher, with the discovery backends asked for."""
+    backends = options.device_backends or (
+        ["cpu", "fake"] if options.fake_devices is not None else ["cpu"]
+    )
+    return DeviceWatcher.create(
+        options.node_name or socket.gethostname() or "local",
+        backends,
+        options.sysfs_root,
+        options.fake_devices,
+        options.watch_interval_s,
+    )
+
+
+def _guard(profile: ProfileSpec, watcher: DeviceWatcher, node: str) -> Guard | None:
+    """The profile's overcommit guard, reading GPU memory through NVML when it runs."""
+    if not profile.guard.enabled:
+        return None
+    nvidia = next((b for b in watcher.backends if b.name == "nvidia"), None)
+    return Guard(profile.guard, node, getattr(nvidia, "process_memory", None))
+
+
+def _admin_token(store: Store, token_file: Path) -> str | None:
+    """On the first start, an admin token, written to ``token_file`` (mode 0600)."""
+    if store.has_admin_token():
+        return None
+    _token_id, token = store.create_token("admin", admin=True)
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
 
 
 def serve(options: Options) -> None:
