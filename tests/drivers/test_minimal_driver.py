@@ -50,7 +50,7 @@ def test_the_example_driver_carries_out_a_preemption() -> None:
     interpreter.carry_out(core.handle([JobSubmitted(high)], 1.0), 1.0)
     assert clock.log[-2:] == [
         "1 high pending: submitted",
-        "1 low pending: preempted by high (priority)",
+        "1 low pending: preempted by high (priority); it loses 1s of work",
     ]
     # the victim's task is stopped within its grace (30 s by default), then high starts
     due, exit_ = clock.due[0]
