@@ -21,17 +21,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from hetsched.drivers import Exit, Start, Stop
-from hetsched.k8s.api import ApiError
+from hetsched.drivers import Exit, Interpreter, Start, Stop
+from hetsched.k8s.api import ApiError, ClusterAPI
 from hetsched.k8s.binding import Binder, BindJob, Member, Outcome
+from hetsched.k8s.listwatch import ListWatch
+from hetsched.k8s.nominate import Nominations
+from hetsched.k8s.podevents import PodEvents
+from hetsched.k8s.recreate import Vacancies
 from hetsched.k8s.translate import assignment_annotations, pod_info
 from hetsched.keys import TaskKey
-from hetsched.scheduler import JobCancelled, StartFailed
+from hetsched.scheduler import Event, JobCancelled, StartFailed
 
-if TYPE_CHECKING:
-    from hetsched.k8s.scheduler import PodScheduler
+
+class PodScheduler(Protocol):
+    """What the executor reads and keeps of the Kubernetes scheduler it works for
+    (:class:`hetsched.k8s.scheduler.PodScheduler`)."""
+
+    api: ClusterAPI
+    name: str
+    events: PodEvents
+    nominations: Nominations
+    watch: ListWatch
+    vacant: Vacancies
+    interpreter: Interpreter
+    pods: dict[str, dict[str, Any]]
+    owner: dict[str, tuple[str, int]]
+    members: dict[str, list[str]]
+    followups: list[Event]
+    rechecks: list[str]
+
+    def started_run(self, job_id: str, run: int) -> None: ...
+
+    def running_run(self, job_id: str) -> int | None: ...
+
 
 __all__ = ["BIND_BACKOFF_S", "BIND_MAX_BACKOFF_S", "PodExecutor"]
 
