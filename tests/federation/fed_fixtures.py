@@ -72,25 +72,26 @@ def members_yaml(
     tokens: dict[str, str],
     lease: float = 4.0,
     labels: dict[str, dict[str, str]] | None = None,
+    name: str = "fed",
 ) -> Path:
     members = []
-    for name, url in urls.items():
-        token_file = tmp / f"{name}.token"
-        token_file.write_text(tokens[name])
+    for member, url in urls.items():
+        token_file = tmp / f"{member}.token"
+        token_file.write_text(tokens[member])
         members.append(
             {
-                "name": name,
+                "name": member,
                 "kind": "hetsched",
                 "url": url,
                 "token_file": str(token_file),
                 "timeout": "2s",
-                "labels": (labels or {}).get(name, {"region": f"r-{name}"}),
+                "labels": (labels or {}).get(member, {"region": f"r-{member}"}),
             }
         )
-    path = tmp / "members.yaml"
+    path = tmp / f"members-{name}.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"federation": "fed", "lease": f"{lease}s", "margin": "0.5s", "members": members}
+            {"federation": name, "lease": f"{lease}s", "margin": "0.5s", "members": members}
         )
     )
     return path
@@ -172,12 +173,19 @@ def federation(
 
 
 def task(
-    out: Path, tag: str, seconds: float = 1.0, slots: int = 0, slot_count: int = 0
+    out: Path,
+    tag: str,
+    seconds: float = 1.0,
+    slots: int = 0,
+    slot_count: int = 0,
+    gate: Path | None = None,
 ) -> list[str]:
     """A command that checks, with locks the kernel drops when a process dies (even by
-    SIGKILL), that no other run of ``tag`` runs at the same time (else it writes
-    ``DOUBLE``), and, with ``slots``, that it can take that many of ``slot_count`` quota
-    slots (else ``QUOTA``); it writes start and end lines with its node to ``out/events``."""
+    SIGKILL), that no other run of the same task of ``tag`` runs at the same time (else it
+    writes ``DOUBLE``), and, with ``slots``, that it can take that many of ``slot_count``
+    quota slots (else ``QUOTA``); it writes start and end lines, tagged ``tag.<task>``,
+    with its node to ``out/events``. With ``gate``, it runs until that file exists (at most
+    two minutes), then ``seconds`` more."""
     d = str(out)
     take = ""
     assert slots <= 5, "one file descriptor per slot, 3 to 7 (sh takes single digits)"
@@ -187,12 +195,18 @@ def task(
             f"if flock -n {fd}; then got=$s; break; fi; done; "
             f'[ -n "$got" ] || echo "QUOTA {tag}" >> "{d}/events"; '
         )
+    me = f"{tag}.$HETSCHED_TASK_INDEX"
     script = (
-        f'exec 8>"{d}/job-{tag}.lock"; flock -n 8 || echo "DOUBLE {tag}" >> "{d}/events"; '
+        f'exec 8>"{d}/job-{me}.lock"; flock -n 8 || echo "DOUBLE {me}" >> "{d}/events"; '
         + take
-        + f'echo "start {tag} $HETSCHED_NODE $(date +%s.%N)" >> "{d}/events"; '
+        + f'echo "start {me} $HETSCHED_NODE $(date +%s.%N)" >> "{d}/events"; '
+        + (
+            f'n=0; while [ ! -e "{gate}" ] && [ $n -lt 600 ]; do sleep 0.2; n=$((n+1)); done; '
+            if gate is not None
+            else ""
+        )
         + f"sleep {seconds}; "
-        + f'echo "end {tag} $HETSCHED_NODE $(date +%s.%N)" >> "{d}/events"'
+        + f'echo "end {me} $HETSCHED_NODE $(date +%s.%N)" >> "{d}/events"'
     )
     return ["sh", "-c", script]
 

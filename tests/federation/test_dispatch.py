@@ -91,7 +91,7 @@ def test_dispatch_by_speed_goes_where_the_model_is_fastest_while_it_has_room(
         for job_id in ids:
             assert fed.until(job_id, {"succeeded", "failed"})["state"] == "succeeded"
     started = {e.tag: _member(e.node) for e in events(out) if e.kind == "start"}
-    assert started["fast0"] == started["fast1"] == "a"
+    assert started["fast0.0"] == started["fast1.0"] == "a"
 
 
 def test_labels_pins_and_members_that_could_never_hold_a_job(tmp_path: Path) -> None:

@@ -49,10 +49,17 @@ class LeaseBounds:
 
     @classmethod
     def starting(
-        cls, lease_s: float, margin_s: float, now: float, fence_after_s: float
+        cls,
+        lease_s: float,
+        margin_s: float,
+        now: float,
+        fence_after_s: float,
+        longest_s: float | None = None,
     ) -> LeaseBounds:
-        """The bounds of a federation that starts at ``now`` (knowing no nonce)."""
-        return cls(lease_s, margin_s, now + lease_s, fence_after_s=fence_after_s)
+        """The bounds of a federation that starts at ``now`` knowing no nonce; a member may
+        hold an expiry from the ``longest_s`` lease the federation ever renewed with."""
+        upper = now + max(lease_s, longest_s or 0.0)
+        return cls(lease_s, margin_s, upper, fence_after_s=fence_after_s)
 
     def sending(self, now: float) -> str | None:
         """A renewal leaves now: the nonce it names (and the upper bound it may extend)."""

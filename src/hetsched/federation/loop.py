@@ -187,6 +187,7 @@ class FederationLoop:
                 self._send(state, dispatch)
             elif dispatch.stopping:
                 state.worker.submit(Cancel(dispatch.job_id, dispatch.incarnation))
+        self._watch()
 
     def start(self) -> None:
         for state in self.members.values():
@@ -362,14 +363,21 @@ class FederationLoop:
         if state.in_core and lapsed and state.status != LAPSED:
             self._set(state, LAPSED, "its lease lapsed there; its jobs are being stopped", events)
         self._reported_jobs(state, report, exits)
-        if state.status == LAPSED and report.live_jobs == 0:
+        # fenced at once only when the report covered every job sent there (a success
+        # among them counts, and has just been taken)
+        covered = all(
+            d.job_id in report.jobs
+            for d in self.dispatches.values()
+            if d.member == state.name and d.job_id is not None
+        )
+        if state.status == LAPSED and report.live_jobs == 0 and covered:
             events += self._fence(state, "its lease lapsed there and its jobs have stopped")
         state.lapses = report.lapses
         if report.nodes and (
             state.inventory is None or nodes_to_view(report.nodes) != nodes_to_view(state.inventory)
         ):
             state.inventory = report.nodes
-        if not report.live:
+        if not (report.live and state.bounds.surely_live(now)):
             return
         if state.in_core and state.status == UNREACHABLE:
             self._set(state, READY, "renewed", events)
@@ -526,13 +534,17 @@ class FederationLoop:
 
     # -- views -----------------------------------------------------------------------------
 
-    def _refresh(self, now: float) -> None:
+    def _watch(self) -> None:
+        """Tell each worker which of its member's jobs to ask about."""
         for state in self.members.values():
             state.worker.watch = frozenset(
                 d.job_id
                 for d in self.dispatches.values()
                 if d.member == state.name and d.job_id is not None
             )
+
+    def _refresh(self, now: float) -> None:
+        self._watch()
         if now - self._views_at < 0.5:
             return
         self._views_at = now

@@ -178,6 +178,23 @@ class MemberLogs:
             client.close()
 
 
+def _longest_lease(home: Path, lease_s: float) -> float:
+    """The longest lease this federation ever renewed with (kept in ``<home>/lease``): a
+    member may still hold an expiry that long from before a restart, whatever the lease is
+    now, so the bounds start from it."""
+    path = home / "lease"
+    try:
+        before = float(path.read_text().strip())
+    except (OSError, ValueError):
+        before = 0.0
+    longest = max(before, lease_s)
+    if longest != before:
+        temporary = path.with_name("lease.tmp")
+        temporary.write_text(f"{longest}\n")
+        os.replace(temporary, path)
+    return longest
+
+
 def _token(store: Store, home: Path) -> tuple[str | None, Path]:
     token_file = home / "admin.token"
     if store.has_admin_token():
@@ -207,8 +224,9 @@ def build(options: FederationOptions) -> Built:
     period = options.renew_every_s or max(0.2, min(spec.lease / 5, 10.0))
     members: dict[str, MemberState] = {}
     loop_ref: list[FederationLoop] = []
+    longest = _longest_lease(home, spec.lease)
     for member_spec in spec.members:
-        bounds = LeaseBounds.starting(spec.lease, spec.margin, now, 30.0)
+        bounds = LeaseBounds.starting(spec.lease, spec.margin, now, 30.0, longest)
         worker = Worker(
             _member(member_spec), spec.federation, bounds, period, lambda m: loop_ref[0].told(m)
         )
