@@ -63,6 +63,19 @@ def test_dispatch_by_capacity_fills_every_member_and_no_more(tmp_path: Path) -> 
         assert sorted(lines) == sorted(
             f"member {m}: insufficient free gpu (want 1x gpu)" for m in "abc"
         ), lines
+        # each member's own what-if: it would fit there once a running job ends
+        said = fed.wait(
+            "the members' own answers",
+            lambda: [
+                r
+                for r in fed.client.get(f"/v1/jobs/{waiting[0]}/why").json()["explanation"][
+                    "reasons"
+                ]
+                if r.startswith("member ")
+            ],
+            20,
+        )
+        assert all(" says: would fit in " in r for r in said), said
         for job_id in ids:
             assert fed.until(job_id, {"succeeded", "failed"}, timeout=40)["state"] == "succeeded"
     assert not [e for e in events(out) if e.kind == "DOUBLE"]

@@ -42,10 +42,12 @@ from hetsched.federation.members import (
     labels_of,
     member_node,
 )
-from hetsched.federation.plugins import READY, Book
+from hetsched.federation.plugins import READY, Book, shape
 from hetsched.federation.recovery import Found, recover
 from hetsched.federation.store import Inventory, record_dispatch, write_inventory
 from hetsched.federation.worker import (
+    Answered,
+    Ask,
     Cancel,
     Gone,
     Heard,
@@ -136,6 +138,11 @@ class FederationLoop:
         self._thread: threading.Thread | None = None
         self._last_tick = 0.0
         self._views_at = 0.0
+        #: how often the members' own what-if is asked for the jobs that wait
+        self.whatif_every_s = 2.0
+        self._asked_at = 0.0
+        #: members answered something new: waiting jobs' explanations are written again
+        self._reexplain = False
         self.turns = 0
 
     @property
@@ -253,6 +260,7 @@ class FederationLoop:
         now = self.clock() if now is None else now
         events, exits = self._collect(now)
         events += self._deadlines(now)
+        self._ask(now)
         if not events and not exits and now - self._last_tick < self.tick_s:
             self._refresh(now)
             return []
@@ -291,6 +299,12 @@ class FederationLoop:
         with self.lock:
             began = time.perf_counter()
             plan = self.planner.plan(events, exits, now)
+            if self._reexplain:
+                self._reexplain = False
+                for job in self.view.jobs()[:500]:
+                    waiting = job.state is not None and job.state.value == "pending"
+                    if waiting and job.explanation is not None and job.id not in plan.explanations:
+                        plan.explanations[job.id] = Pending(job.id, job.explanation)
             self._explain(plan, now)
             pending, _ = self.view.counts()
             self.metrics.observe_turn(
@@ -307,7 +321,8 @@ class FederationLoop:
         return job.queue if job is not None else ""
 
     def _explain(self, plan: TurnPlan, now: float) -> None:
-        """Pending explanations name each member and why it was passed over."""
+        """Pending explanations name each member and why it was passed over, and say what
+        each member itself answered (its own what-if)."""
         for job_id, pending in list(plan.explanations.items()):
             if pending is None:
                 continue
@@ -315,8 +330,50 @@ class FederationLoop:
             if view is None:
                 continue
             lines = by_member(self.framework, self.view.cluster, view.job, now)
-            explanation = dataclasses.replace(pending.explanation, rejections=tuple(lines))
+            said = self._said(job_id)
+            explanation = dataclasses.replace(
+                pending.explanation,
+                rejections=tuple(lines),
+                reasons=(*pending.explanation.reasons, *said),
+            )
             plan.explanations[job_id] = Pending(job_id, explanation)
+
+    def _said(self, job_id: str) -> list[str]:
+        job = self.book.jobs.get(job_id)
+        if job is None:
+            return []
+        key = shape(job)
+        out = []
+        for name in sorted(self.book.whatif):
+            answer = self.book.whatif[name].get(key)
+            if answer is not None:
+                out.append(f"member {name} says: {answer.get('reason', '?')}")
+        return out
+
+    def _ask(self, now: float) -> None:
+        """Now and then, ask each ready member's own what-if for the jobs that wait (one
+        question per distinct shape, at most 100)."""
+        if now - self._asked_at < self.whatif_every_s:
+            return
+        self._asked_at = now
+        bodies: dict[str, dict[str, Any]] = {}
+        with self.lock:
+            waiting = [
+                j.id for j in self.view.jobs() if j.state is not None and j.state.value == "pending"
+            ]
+        for job_id in waiting:
+            job, submission = self.book.jobs.get(job_id), self.submissions.get(job_id)
+            if job is None or submission is None or len(bodies) >= 100:
+                continue
+            bodies.setdefault(shape(job), submission)
+        if not bodies:
+            return
+        for state in self.members.values():
+            if state.status == READY:
+                body = {k: member_body(v, self.federation, state.queue) for k, v in bodies.items()}
+                for item in body.values():
+                    item.pop("federation", None)  # a question, not a job: no lease needed
+                state.worker.submit(Ask(body, state.incarnation))
 
     # -- members ---------------------------------------------------------------------------
 
@@ -340,6 +397,10 @@ class FederationLoop:
                     self._end(dispatch)
                     why = f"member {state.name} refused it: {reason}"
                     exits.append(TaskExit(key.job, key.task, key.run, None, False, why))
+            case Answered(_, answers):
+                if self.book.whatif.get(state.name) != answers:
+                    self.book.whatif[state.name] = dict(answers)
+                    self._reexplain = True
             case Gone(_, job_id):
                 gone = self._by_member_job.get((state.name, job_id))
                 if gone is not None:

@@ -9,6 +9,9 @@
 - ``member-speed`` (score): the job's rate on the fastest device model the member has free
   for it (``hetsched.model.speed``), relative to the job's fastest rate anywhere, 0..100;
   100 everywhere for a job that says nothing of speed.
+- ``member-start`` (score): how soon the member itself says it could start the job (its own
+  what-if, ``POST /v1/whatif``, asked by the driver for the jobs that wait): 100 now,
+  less the longer it would wait (0 at ``horizon_s`` or never), 50 where it has not said.
 
 ``member-fits`` reads the members' inventories and the jobs as submitted from a
 :class:`Book` the driver keeps; the classes are made for one book by
@@ -22,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
@@ -35,7 +38,15 @@ from hetsched.model.speed import SpeedError, SpeedTable, resolve
 from hetsched.plugins.labels import label_mask
 from hetsched.service.schemas import Feasibility, Unsatisfiable
 
-__all__ = ["READY", "STATE_LABEL", "Book", "federation_plugins"]
+__all__ = [
+    "READY",
+    "STATE_LABEL",
+    "Book",
+    "MemberStartArgs",
+    "federation_plugins",
+    "shape",
+    "start_score",
+]
 
 #: a member node's state in the federation's core (a label)
 STATE_LABEL = "hetsched.io/member-state"
@@ -53,6 +64,8 @@ class Book:
     jobs: dict[str, Job] = field(default_factory=dict)
     #: the profile's throughput table (``speeds``), once the profile is read
     table: SpeedTable | None = None
+    #: member -> job shape (:func:`shape`) -> the member's own what-if answer
+    whatif: dict[str, dict[str, Mapping[str, object]]] = field(default_factory=dict)
     #: (member, request, replicas, gang) -> (the inventory it was judged on, the answer)
     _fits: dict[tuple[str, object], tuple[tuple[Node, ...], str | None]] = field(
         default_factory=dict
@@ -76,6 +89,31 @@ class Book:
                 answer = str(exc)
             known = self._fits[key] = (inventory, answer)
         return known[1]
+
+
+def shape(job: Job) -> str:
+    """What a member's what-if answer depends on: the job's request, replicas and gang."""
+    return repr((job.resources, job.replicas, job.gang_min))
+
+
+def start_score(answer: Mapping[str, object] | None, horizon_s: float) -> float:
+    """100 when the member can start it now, falling to 0 at ``horizon_s`` of waiting (or
+    never); 50 without an answer."""
+    if answer is None:
+        return 50.0
+    if answer.get("fits_now"):
+        return 100.0
+    wait = answer.get("start_in_s")
+    if not isinstance(wait, int | float):
+        return 0.0
+    return 100.0 * max(0.0, 1.0 - float(wait) / horizon_s)
+
+
+class MemberStartArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    #: the wait at which a member's answer scores 0
+    horizon_s: float = Field(default=600.0, gt=0)
 
 
 def _states(state: ClusterState) -> list[str]:
@@ -196,4 +234,24 @@ def federation_plugins(book: Book) -> list[type]:
                 return np.full(len(rows), 100.0)
             return np.asarray(100.0 * np.minimum(rates / best, 1.0), np.float64)
 
-    return [MemberReady, MemberFits, MemberSpeed]
+    @register("member-start", args=MemberStartArgs)
+    class MemberStart:
+        """How soon the member itself says it could start the job."""
+
+        name = "member-start"
+
+        def __init__(
+            self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+        ) -> None:
+            assert isinstance(args, MemberStartArgs)
+            self.horizon_s = args.horizon_s
+
+        def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
+            key = shape(book.jobs.get(ctx.job.id, ctx.job))
+            names = [ctx.state.nodes[row].name for row in rows]
+            return np.array(
+                [start_score(book.whatif.get(n, {}).get(key), self.horizon_s) for n in names],
+                np.float64,
+            )
+
+    return [MemberReady, MemberFits, MemberSpeed, MemberStart]

@@ -98,12 +98,16 @@ class Built:
 
 def default_profile() -> dict[str, Any]:
     """The federation's profile without ``--profile``: the member filters, then the usual
-    ones on each member's total capacity; the fastest model first, then the emptiest
-    member."""
+    ones on each member's total capacity; the fastest model first, then the member that
+    says it can start the job soonest, then the emptiest member."""
     return {
         "name": "federation",
         "filter": [*_REQUIRED_FILTERS, "fit", "node-selector", "taints"],
-        "score": [{"name": "member-speed", "weight": 10}, {"name": "spread", "weight": 1}],
+        "score": [
+            {"name": "member-speed", "weight": 10},
+            {"name": "member-start", "weight": 3},
+            {"name": "spread", "weight": 1},
+        ],
     }
 
 

@@ -25,6 +25,8 @@ from hetsched.federation.member import Member, MemberError, Refused, Report, Unr
 from hetsched.keys import TaskKey
 
 __all__ = [
+    "Answered",
+    "Ask",
     "Cancel",
     "Gone",
     "Heard",
@@ -54,6 +56,14 @@ class Cancel:
     """Stop the member's job ``job_id``."""
 
     job_id: str
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Ask the member's own what-if for these jobs (shape -> submission body)."""
+
+    bodies: Mapping[str, Mapping[str, Any]]
     incarnation: int
 
 
@@ -95,6 +105,14 @@ class WorkerRefused:
 
 
 @dataclass(frozen=True, slots=True)
+class Answered:
+    """The member's what-if answers, by job shape."""
+
+    member: str
+    answers: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class Gone:
     """The member does not know a job it was asked to stop: nothing of it runs there."""
 
@@ -102,7 +120,7 @@ class Gone:
     job_id: str
 
 
-Message = Heard | Silent | Submitted | WorkerRefused | Gone
+Message = Heard | Silent | Submitted | WorkerRefused | Gone | Answered
 
 
 class Worker:
@@ -127,12 +145,12 @@ class Worker:
         self.watch: frozenset[str] = frozenset()
         #: operations of incarnations before this one are dropped
         self.incarnation = 0
-        self._ops: queue.SimpleQueue[Send | Cancel] = queue.SimpleQueue()
+        self._ops: queue.SimpleQueue[Send | Cancel | Ask] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def submit(self, op: Send | Cancel) -> None:
+    def submit(self, op: Send | Cancel | Ask) -> None:
         self._ops.put(op)
         self._wake.set()
 
@@ -159,6 +177,17 @@ class Worker:
             self._wake.wait(timeout=max(0.0, min(renew_at - self.clock(), self.period_s)))
             self._wake.clear()
 
+    def _ask(self, op: Ask) -> None:
+        """A what-if is advice: an error or no answer is dropped, never retried."""
+        keys = list(op.bodies)
+        try:
+            answers = self.member.what_if([op.bodies[k] for k in keys])
+        except Exception as exc:
+            log.info("member %s: no what-if answer: %s", self.member.name, exc)
+            return
+        if answers is not None and len(answers) == len(keys):
+            self.tell(Answered(self.member.name, dict(zip(keys, answers, strict=True))))
+
     def _renew(self) -> None:
         nonce = self.bounds.sending(self.clock())
         try:
@@ -178,7 +207,7 @@ class Worker:
     def _operate(self) -> None:
         """Carry out the queued operations in order; on the first one that gets no answer,
         keep it and the rest for the next round."""
-        later: list[Send | Cancel] = []
+        later: list[Send | Cancel | Ask] = []
         while True:
             try:
                 op = self._ops.get_nowait()
@@ -193,9 +222,12 @@ class Worker:
         for op in later:
             self._ops.put(op)
 
-    def _one(self, op: Send | Cancel) -> bool:
+    def _one(self, op: Send | Cancel | Ask) -> bool:
         """True when done (or refused for good), False to try again later."""
         name = self.member.name
+        if isinstance(op, Ask):
+            self._ask(op)
+            return True
         try:
             if isinstance(op, Send):
                 job_id = self.member.submit(op.idempotency, op.body)
