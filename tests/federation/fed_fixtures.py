@@ -145,6 +145,7 @@ def federation(
     profile: Path | None = None,
     labels: dict[str, dict[str, str]] | None = None,
     queues: Path | None = None,
+    db: str | None = None,
 ) -> Iterator[Fed]:
     """In-process members and an in-process federation in front of them."""
     with ExitStack() as stack:
@@ -159,7 +160,12 @@ def federation(
             labels,
         )
         options = FederationOptions(
-            members=path, home=tmp / "federation", profile=profile, queues=queues, rate_limit=0.0
+            members=path,
+            home=tmp / "federation",
+            profile=profile,
+            queues=queues,
+            rate_limit=0.0,
+            db=db,
         )
         fed = stack.enter_context(running_federation(options))
         client = stack.enter_context(

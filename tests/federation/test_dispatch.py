@@ -6,6 +6,7 @@ Where each task ran is read from the tasks' own output (their node: ``<member>-n
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -188,3 +189,71 @@ def test_a_quota_holds_across_the_whole_federation(tmp_path: Path) -> None:
     lines = events(out)
     assert not [e for e in lines if e.kind in ("QUOTA", "DOUBLE")], lines
     assert _most_at_once(lines, "q") == 2
+
+
+def test_the_cli_works_against_a_federation_unchanged(tmp_path: Path) -> None:
+    """submit, jobs, job, why, logs, cancel, nodes: the commands `hetsched up` users know."""
+    from typer.testing import CliRunner
+
+    from hetsched.cli.main import app
+
+    with federation(tmp_path) as fed:
+        fed.ready()
+        env = {"HETSCHED_URL": fed.running.url, "HETSCHED_TOKEN": fed.running.admin_token}
+        runner = CliRunner()
+
+        def cli(*args: str) -> str:
+            result = runner.invoke(app, list(args), env=env)
+            assert result.exit_code == 0, result.output
+            return result.output
+
+        out = cli(
+            "submit", "-o", "json", "--gpu", "1", "--", "sh", "-c", "echo from $HETSCHED_NODE"
+        )
+        job_id = json.loads(out)[0]["id"]
+        fed.until(job_id, {"succeeded"})
+        assert job_id in cli("jobs", "--all")
+        assert "succeeded" in cli("why", job_id)
+        assert "from " in cli("logs", job_id)
+        assert "Tasks" in cli("job", job_id)
+        nodes = cli("nodes")
+        assert all(f"{m} (ready)" in nodes for m in "abc"), nodes
+        member = json.loads(cli("nodes", "-o", "json"))[0]["member"]
+        assert member["state"] == "ready" and member["incarnation"] == 1
+        long = json.loads(cli("submit", "-o", "json", "--", "sleep", "30"))[0]["id"]
+        fed.until(long, {"running"})
+        cli("cancel", long)
+        assert fed.until(long, {"cancelled"})["state"] == "cancelled"
+
+
+def test_the_federations_store_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
+    """The same store as `hetsched up`'s, on PostgreSQL (a database of its own): a job
+    runs, and the store holds it, its history and its dispatch to a member."""
+    import uuid
+
+    from sqlalchemy import text
+
+    from hetsched.service.store import Store
+
+    database = f"f{uuid.uuid4().hex[:10]}"
+    admin = Store(postgres_url)
+    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text(f"CREATE DATABASE {database}"))
+    admin.close()
+    url = postgres_url.rsplit("/", 1)[0] + "/" + database
+    with federation(tmp_path, db=url) as fed:
+        fed.ready()
+        job_id = fed.client.post("/v1/jobs", json=job_body(resources=GPU)).json()["id"]
+        assert fed.until(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    store = Store(url)
+    try:
+        assert store.job(job_id)["state"] == "succeeded"  # type: ignore[index]
+        [dispatch] = store.job_tasks(job_id)
+        assert dispatch["node"] in {"a", "b", "c"} and dispatch["placement"]["member_job"]
+        assert [t["target"] for t in store.job_transitions(job_id)] == [
+            "pending",
+            "running",
+            "succeeded",
+        ]
+    finally:
+        store.close()

@@ -11,7 +11,7 @@ import httpx
 
 from hetsched.cli.output import fail
 
-__all__ = ["Client", "default_url"]
+__all__ = ["Client", "call", "default_url", "get"]
 
 
 def default_url() -> str:
@@ -86,3 +86,15 @@ def _error_text(response: httpx.Response) -> str:
     if errors:
         return "\n".join([str(detail), *map(str, errors)])
     return f"{detail} (HTTP {response.status_code})"
+
+
+def get(path: str, **params: Any) -> Any:
+    """One GET with a client opened and closed for it (``Client.get``)."""
+    with Client() as client:
+        return client.get(path, **params)
+
+
+def call(method: str, path: str, retries: int = 0, **kwargs: Any) -> Any:
+    """One request with a client opened and closed for it (``Client.request``)."""
+    with Client() as client:
+        return client.request(method, path, retries=retries, **kwargs)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from hetsched.cli.client import Client
+from hetsched.cli.client import get
 from hetsched.cli.output import OutputFormat, console, print_json
 from hetsched.model.quantity import format_cpu, format_memory
 
@@ -29,7 +29,7 @@ def _devices(devices: list[dict[str, Any]]) -> str:
 
 def nodes(output: Output = OutputFormat.table) -> None:
     """Nodes with their free and total CPU, memory and devices."""
-    rows = Client().get("/v1/nodes")
+    rows = get("/v1/nodes")
     if output is OutputFormat.json:
         print_json(rows)
         return
@@ -37,8 +37,10 @@ def nodes(output: Output = OutputFormat.table) -> None:
     for column in ("node", "cpu free/total", "memory free/total", "devices"):
         table.add_column(column)
     for n in rows:
+        member = n.get("member")  # a federation's member: its state says more
+        state = member["state"] if member else ("" if n["active"] else "inactive")
         table.add_row(
-            n["name"] + ("" if n["active"] else " (inactive)"),
+            n["name"] + (f" ({state})" if state else ""),
             f"{format_cpu(n['cpu_free_milli'])}/{format_cpu(n['cpu_milli'])}",
             f"{format_memory(n['memory_free_mib'])}/{format_memory(n['memory_mib'])}",
             _devices(n["devices"]),
@@ -58,7 +60,7 @@ def _amount(key: str, value: float | None) -> str:
 
 def queues(output: Output = OutputFormat.table) -> None:
     """Queues: who may submit, jobs by state, and quota used, borrowed and free."""
-    rows = Client().get("/v1/queues")
+    rows = get("/v1/queues")
     if output is OutputFormat.json:
         print_json(rows)
         return

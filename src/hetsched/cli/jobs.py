@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from hetsched.cli.client import Client
+from hetsched.cli.client import Client, call, get
 from hetsched.cli.output import console, err_console, fail, print_json
 from hetsched.model.yamlio import YAMLError, safe_load
 
@@ -216,7 +216,7 @@ def jobs(
     output: Output = ListFormat.table,
 ) -> None:
     """List your jobs (an admin: everyone's)."""
-    rows = Client().get("/v1/jobs", all=str(all).lower(), queue=queue)
+    rows = get("/v1/jobs", all=str(all).lower(), queue=queue)
     if output is ListFormat.json:
         print_json(rows)
         return
@@ -254,7 +254,7 @@ def job(
     output: Output = ListFormat.table,
 ) -> None:
     """Show one job with its tasks."""
-    data = Client().get(f"/v1/jobs/{job_id}")
+    data = get(f"/v1/jobs/{job_id}")
     if output is ListFormat.json:
         print_json(data)
         return
@@ -289,25 +289,25 @@ def logs(
     stderr: Annotated[bool, typer.Option("--stderr", help="Standard error.")] = False,
 ) -> None:
     """Print a task's output (``-f`` follows it until the job ends)."""
-    client = Client()
     offset = 0
     stream = "stderr" if stderr else "stdout"
-    while True:
-        chunk = client.get(
-            f"/v1/jobs/{job_id}/logs", task=task, stream=stream, offset=offset, limit=1 << 20
-        )
-        sys.stdout.write(chunk["data"])
-        sys.stdout.flush()
-        offset = chunk["offset"]
-        if not follow or (chunk["state"] in _TERMINAL and not chunk["data"]):
-            return
-        if not chunk["data"]:
-            time.sleep(0.5)
+    with Client() as client:
+        while True:
+            chunk = client.get(
+                f"/v1/jobs/{job_id}/logs", task=task, stream=stream, offset=offset, limit=1 << 20
+            )
+            sys.stdout.write(chunk["data"])
+            sys.stdout.flush()
+            offset = chunk["offset"]
+            if not follow or (chunk["state"] in _TERMINAL and not chunk["data"]):
+                return
+            if not chunk["data"]:
+                time.sleep(0.5)
 
 
 def cancel(job_id: Annotated[str, typer.Argument(help="Job id.")]) -> None:
     """Cancel a job: its tasks get SIGTERM, then SIGKILL after the grace period."""
-    Client().request("POST", f"/v1/jobs/{job_id}/cancel", retries=2)
+    call("POST", f"/v1/jobs/{job_id}/cancel", retries=2)
     console.print(f"cancel requested for {job_id}", highlight=False)
 
 
@@ -316,7 +316,7 @@ def why(
     output: Output = ListFormat.table,
 ) -> None:
     """Why a job is where it is: its pending explanation and its transition history."""
-    data = Client().get(f"/v1/jobs/{job_id}/why")
+    data = get(f"/v1/jobs/{job_id}/why")
     if output is ListFormat.json:
         print_json(data)
         return

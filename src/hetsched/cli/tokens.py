@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from hetsched.cli.client import Client
+from hetsched.cli.client import call, get
 from hetsched.cli.output import OutputFormat, console, print_json
 
 __all__ = ["token_app"]
@@ -21,7 +21,7 @@ def create(
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = OutputFormat.table,
 ) -> None:
     """Create a token; it is shown once and only its hash is stored."""
-    data = Client().request("POST", "/v1/tokens", json={"user": user, "admin": admin})
+    data = call("POST", "/v1/tokens", json={"user": user, "admin": admin})
     if output is OutputFormat.json:
         print_json(data)
         return
@@ -32,7 +32,7 @@ def create(
 @token_app.command("revoke")
 def revoke(token_id: Annotated[str, typer.Argument(help="Token id (from `token list`).")]) -> None:
     """Revoke a token at once."""
-    Client().request("DELETE", f"/v1/tokens/{token_id}")
+    call("DELETE", f"/v1/tokens/{token_id}")
     console.print(f"revoked {token_id}")
 
 
@@ -41,7 +41,7 @@ def list_tokens(
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = OutputFormat.table,
 ) -> None:
     """Tokens (ids, users, roles; never the secrets)."""
-    rows = Client().get("/v1/tokens")
+    rows = get("/v1/tokens")
     if output is OutputFormat.json:
         print_json(rows)
         return

@@ -19,7 +19,6 @@ A job ends for the core when its member reports it ended with nothing of it stil
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -30,8 +29,8 @@ from typing import Any
 
 from hetsched.agent.executor import TaskExit
 from hetsched.drivers import Start, Stop
+from hetsched.federation.advice import explained, questions
 from hetsched.federation.dispatch import Dispatch
-from hetsched.federation.explain import by_member
 from hetsched.federation.jobs import as_one_task, member_body
 from hetsched.federation.member import Report, nodes_to_view
 from hetsched.federation.members import (
@@ -41,8 +40,9 @@ from hetsched.federation.members import (
     MemberState,
     labels_of,
     member_node,
+    member_view,
 )
-from hetsched.federation.plugins import READY, Book, shape
+from hetsched.federation.plugins import READY, Book
 from hetsched.federation.recovery import Found, recover
 from hetsched.federation.store import Inventory, record_dispatch, write_inventory
 from hetsched.federation.worker import (
@@ -60,7 +60,7 @@ from hetsched.federation.worker import (
 from hetsched.framework.runtime import Framework
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
-from hetsched.model.lifecycle import TERMINAL
+from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import (
     Action,
     Event,
@@ -302,7 +302,7 @@ class FederationLoop:
             if self._reexplain:
                 self._reexplain = False
                 for job in self.view.jobs()[:500]:
-                    waiting = job.state is not None and job.state.value == "pending"
+                    waiting = job.state is JobState.PENDING and job.explanation is not None
                     if waiting and job.explanation is not None and job.id not in plan.explanations:
                         plan.explanations[job.id] = Pending(job.id, job.explanation)
             self._explain(plan, now)
@@ -321,59 +321,30 @@ class FederationLoop:
         return job.queue if job is not None else ""
 
     def _explain(self, plan: TurnPlan, now: float) -> None:
-        """Pending explanations name each member and why it was passed over, and say what
-        each member itself answered (its own what-if)."""
+        """Waiting jobs' explanations name each member (``federation/advice.py``)."""
         for job_id, pending in list(plan.explanations.items()):
-            if pending is None:
+            view = self.view.job(job_id) if pending is not None else None
+            if pending is None or view is None:
                 continue
-            view = self.view.job(job_id)
-            if view is None:
-                continue
-            lines = by_member(self.framework, self.view.cluster, view.job, now)
-            said = self._said(job_id)
-            explanation = dataclasses.replace(
-                pending.explanation,
-                rejections=tuple(lines),
-                reasons=(*pending.explanation.reasons, *said),
+            explanation = explained(
+                self.framework, self.view.cluster, view.job, pending.explanation, self.book, now
             )
             plan.explanations[job_id] = Pending(job_id, explanation)
 
-    def _said(self, job_id: str) -> list[str]:
-        job = self.book.jobs.get(job_id)
-        if job is None:
-            return []
-        key = shape(job)
-        out = []
-        for name in sorted(self.book.whatif):
-            answer = self.book.whatif[name].get(key)
-            if answer is not None:
-                out.append(f"member {name} says: {answer.get('reason', '?')}")
-        return out
-
     def _ask(self, now: float) -> None:
-        """Now and then, ask each ready member's own what-if for the jobs that wait (one
-        question per distinct shape, at most 100)."""
+        """Now and then, ask each ready member's own what-if for the jobs that wait."""
         if now - self._asked_at < self.whatif_every_s:
             return
         self._asked_at = now
-        bodies: dict[str, dict[str, Any]] = {}
         with self.lock:
-            waiting = [
-                j.id for j in self.view.jobs() if j.state is not None and j.state.value == "pending"
-            ]
-        for job_id in waiting:
-            job, submission = self.book.jobs.get(job_id), self.submissions.get(job_id)
-            if job is None or submission is None or len(bodies) >= 100:
-                continue
-            bodies.setdefault(shape(job), submission)
-        if not bodies:
-            return
+            waiting = [j.id for j in self.view.jobs() if j.state is JobState.PENDING]
+        bodies = questions(self.book, self.submissions, waiting)
         for state in self.members.values():
-            if state.status == READY:
-                body = {k: member_body(v, self.federation, state.queue) for k, v in bodies.items()}
-                for item in body.values():
-                    item.pop("federation", None)  # a question, not a job: no lease needed
-                state.worker.submit(Ask(body, state.incarnation))
+            if bodies and state.status == READY:
+                asked = {k: member_body(v, "", state.queue) for k, v in bodies.items()}
+                for body in asked.values():
+                    body.pop("federation", None)  # a question, not a job: no lease needed
+                state.worker.submit(Ask(asked, state.incarnation))
 
     # -- members ---------------------------------------------------------------------------
 
@@ -434,6 +405,7 @@ class FederationLoop:
         if state.status == LAPSED and report.live_jobs == 0 and covered:
             events += self._fence(state, "its lease lapsed there and its jobs have stopped")
         state.lapses = report.lapses
+        state.live_jobs = report.live_jobs
         if report.nodes and (
             state.inventory is None or nodes_to_view(report.nodes) != nodes_to_view(state.inventory)
         ):
@@ -614,18 +586,26 @@ class FederationLoop:
             nodes = [n for n in node_view(view.cluster, {}) if n["active"]]
             self.quota_view = quota_view(view)
             self.metrics.sample(view, now)
+        members = [member_view(s, now) for s in self.members.values()]
+        by_name = {m["name"]: m for m in members}
+        for node in nodes:
+            node["member"] = by_name.get(node["name"])
+        # members out of the core (fenced, not joined yet) are listed too, inactive
+        listed = {n["name"] for n in nodes}
+        nodes += [
+            {
+                "name": m["name"],
+                "active": False,
+                "cpu_milli": 0,
+                "cpu_free_milli": 0,
+                "memory_mib": 0,
+                "memory_free_mib": 0,
+                "labels": m["labels"],
+                "devices": [],
+                "member": m,
+            }
+            for m in members
+            if m["name"] not in listed
+        ]
         self.nodes_view = nodes
-        self.members_view = [_member_view(s, now) for s in self.members.values()]
-
-
-def _member_view(state: MemberState, now: float) -> dict[str, Any]:
-    return {
-        "name": state.name,
-        "state": state.status,
-        "why": state.why,
-        "incarnation": state.incarnation,
-        "labels": dict(state.labels),
-        "heard_s_ago": None if state.heard is None else max(0.0, now - state.heard),
-        "lapses": state.lapses,
-        "nodes": len(state.inventory or ()),
-    }
+        self.members_view = members

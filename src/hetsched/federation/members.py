@@ -33,6 +33,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from hetsched.federation.jobs import MEMBER_LABEL
 from hetsched.federation.lease import LeaseBounds
@@ -40,7 +41,16 @@ from hetsched.federation.plugins import READY, STATE_LABEL
 from hetsched.federation.worker import Worker
 from hetsched.model.device import Device, Node
 
-__all__ = ["FENCED", "JOINING", "LAPSED", "UNREACHABLE", "MemberState", "member_node"]
+__all__ = [
+    "FENCED",
+    "JOINING",
+    "LAPSED",
+    "UNREACHABLE",
+    "MemberState",
+    "labels_of",
+    "member_node",
+    "member_view",
+]
 
 JOINING = "joining"
 UNREACHABLE = "unreachable"
@@ -70,6 +80,8 @@ class MemberState:
     in_core: bool = False
     #: when it was last heard from (federation clock)
     heard: float | None = None
+    #: the federation's jobs live there, as it last said (its queue and what runs)
+    live_jobs: int = 0
 
     @property
     def node_name(self) -> str:
@@ -92,6 +104,21 @@ def member_node(state: MemberState) -> Node:
         devices,
         labels_of(state),
     )
+
+
+def member_view(state: MemberState, now: float) -> dict[str, Any]:
+    """The member as the API shows it (``GET /v1/nodes``: each member node's ``member``)."""
+    return {
+        "name": state.name,
+        "state": state.status,
+        "why": state.why,
+        "incarnation": state.incarnation,
+        "labels": dict(state.labels),
+        "heard_s_ago": None if state.heard is None else max(0.0, now - state.heard),
+        "lapses": state.lapses,
+        "live_jobs": state.live_jobs,
+        "nodes": len(state.inventory or ()),
+    }
 
 
 def labels_of(state: MemberState) -> Mapping[str, str]:

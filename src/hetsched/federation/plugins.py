@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,7 +32,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import BoolArray, FloatArray, IntArray, Rejection
-from hetsched.framework.registry import register
+from hetsched.framework.registry import register, spec_of
 from hetsched.model.device import Node
 from hetsched.model.job import Job
 from hetsched.model.speed import SpeedError, SpeedTable, resolve
@@ -171,87 +172,100 @@ def _rates(state: ClusterState, rows: IntArray, job: Job, table: SpeedTable | No
     return out
 
 
+class _Bound:
+    """A plugin that reads the driver's :class:`Book`: :func:`federation_plugins` makes a
+    subclass bound to one book (the class itself has none)."""
+
+    book: ClassVar[Book] = Book()
+
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
+        pass
+
+
+@register("member-fits")
+class MemberFits(_Bound):
+    """Some node of the member could hold each task of the job."""
+
+    name = "member-fits"
+
+    def _problems(self, ctx: CycleContext, rows: IntArray) -> Mapping[int, str]:
+        book = self.book
+        job = book.jobs.get(ctx.job.id, ctx.job)
+        out: dict[int, str] = {}
+        for row in rows:
+            name = ctx.state.nodes[row].name
+            inventory = book.inventories.get(name)
+            if inventory is None:
+                continue
+            problem = book.member_problem(name, inventory, job)
+            if problem is not None:
+                out[int(row)] = problem
+        return out
+
+    def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
+        mask = candidates.copy()
+        for row in self._problems(ctx, np.flatnonzero(candidates)):
+            mask[row] = False
+        return mask
+
+    def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
+        out: list[Rejection] = []
+        for row, problem in self._problems(ctx, np.flatnonzero(candidates)).items():
+            mask = np.zeros(len(ctx.state), np.bool_)
+            mask[row] = True
+            out.append((f"member {ctx.state.nodes[row].name}: {problem}", mask))
+        return out
+
+
+@register("member-speed")
+class MemberSpeed(_Bound):
+    """The job's speed on the best device model the member has free, 0..100."""
+
+    name = "member-speed"
+
+    def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
+        table = self.book.table
+        rates = _rates(ctx.state, rows, ctx.job, table)
+        try:
+            speeds = resolve(ctx.job, table)
+            best = max([speeds.default, *speeds.rates.values()])
+        except SpeedError:
+            best = 0.0
+        if best <= 0:
+            return np.full(len(rows), 100.0)
+        return np.asarray(100.0 * np.minimum(rates / best, 1.0), np.float64)
+
+
+@register("member-start", args=MemberStartArgs)
+class MemberStart(_Bound):
+    """How soon the member itself says it could start the job."""
+
+    name = "member-start"
+
+    def __init__(
+        self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
+    ) -> None:
+        assert isinstance(args, MemberStartArgs)
+        self.horizon_s = args.horizon_s
+
+    def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
+        book = self.book
+        key = shape(book.jobs.get(ctx.job.id, ctx.job))
+        names = [ctx.state.nodes[row].name for row in rows]
+        return np.array(
+            [start_score(book.whatif.get(n, {}).get(key), self.horizon_s) for n in names],
+            np.float64,
+        )
+
+
 def federation_plugins(book: Book) -> list[type]:
-    """The member plugin classes, bound to ``book`` (its inventories, jobs and table)."""
+    """The member plugin classes, those that read a book bound to ``book``."""
 
-    @register("member-fits")
-    class MemberFits:
-        """Some node of the member could hold each task of the job."""
+    def bound(cls: type[_Bound]) -> type:
+        spec = spec_of(cls)
+        sub = type(cls.__name__, (cls,), {"book": book, "__doc__": cls.__doc__})
+        return register(spec.name, spec.args_model)(sub)
 
-        name = "member-fits"
-
-        def __init__(
-            self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
-        ) -> None:
-            pass
-
-        def _problems(self, ctx: CycleContext, rows: IntArray) -> Mapping[int, str]:
-            job = book.jobs.get(ctx.job.id, ctx.job)
-            out: dict[int, str] = {}
-            for row in rows:
-                name = ctx.state.nodes[row].name
-                inventory = book.inventories.get(name)
-                if inventory is None:
-                    continue
-                problem = book.member_problem(name, inventory, job)
-                if problem is not None:
-                    out[int(row)] = problem
-            return out
-
-        def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
-            mask = candidates.copy()
-            for row in self._problems(ctx, np.flatnonzero(candidates)):
-                mask[row] = False
-            return mask
-
-        def diagnose(self, ctx: CycleContext, candidates: BoolArray) -> list[Rejection]:
-            out: list[Rejection] = []
-            for row, problem in self._problems(ctx, np.flatnonzero(candidates)).items():
-                mask = np.zeros(len(ctx.state), np.bool_)
-                mask[row] = True
-                out.append((f"member {ctx.state.nodes[row].name}: {problem}", mask))
-            return out
-
-    @register("member-speed")
-    class MemberSpeed:
-        """The job's speed on the best device model the member has free, 0..100."""
-
-        name = "member-speed"
-
-        def __init__(
-            self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
-        ) -> None:
-            pass
-
-        def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
-            rates = _rates(ctx.state, rows, ctx.job, book.table)
-            try:
-                speeds = resolve(ctx.job, book.table)
-                best = max([speeds.default, *speeds.rates.values()])
-            except SpeedError:
-                best = 0.0
-            if best <= 0:
-                return np.full(len(rows), 100.0)
-            return np.asarray(100.0 * np.minimum(rates / best, 1.0), np.float64)
-
-    @register("member-start", args=MemberStartArgs)
-    class MemberStart:
-        """How soon the member itself says it could start the job."""
-
-        name = "member-start"
-
-        def __init__(
-            self, args: BaseModel | None = None, handle: SchedulerHandle | None = None
-        ) -> None:
-            assert isinstance(args, MemberStartArgs)
-            self.horizon_s = args.horizon_s
-
-        def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
-            key = shape(book.jobs.get(ctx.job.id, ctx.job))
-            names = [ctx.state.nodes[row].name for row in rows]
-            return np.array(
-                [start_score(book.whatif.get(n, {}).get(key), self.horizon_s) for n in names],
-                np.float64,
-            )
-
-    return [MemberReady, MemberFits, MemberSpeed, MemberStart]
+    return [MemberReady, bound(MemberFits), bound(MemberSpeed), bound(MemberStart)]
