@@ -37,7 +37,6 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -47,8 +46,18 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import LanedQueueSort
 from hetsched.framework.runtime import Framework
 from hetsched.framework.status import PluginError
-from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
+from hetsched.queueing.lanes import (
+    ACTIVE,
+    Entry,
+    Lane,
+    Shape,
+    ShapeState,
+    Source,
+    count_ahead,
+    merge,
+    rank_of,
+)
 
 if TYPE_CHECKING:
     from hetsched.scheduler.records import JobRecord
@@ -87,7 +96,6 @@ class QueueOwner(Protocol):
 #: lower-priority jobs that started since are new candidates
 PREEMPTION_RETRY_S = 1.0
 
-ACTIVE = "active"
 ROOM = "room"
 EPOCH = "epoch"
 TOPOLOGY = "topology"
@@ -99,9 +107,6 @@ _BACKOFF = ("backoff",)
 _ACTIVE = (ACTIVE,)
 #: blocked_by values that make a parked job the backfill head when it comes first
 _HEADISH = ("capacity", "gang")
-
-#: (request, best effort, tasks needed at once)
-Shape = tuple[Hashable, bool, int]
 
 
 def needed(record: JobRecord) -> int:
@@ -137,63 +142,6 @@ def preemption_may_help(sched: QueueOwner, record: JobRecord, now: float) -> boo
     )
 
 
-@dataclass(slots=True, eq=False)
-class _ShapeState:
-    """The jobs of one shape that wait for room."""
-
-    key: Shape
-    #: a job of the shape, for the feasibility check's context
-    sample: Job
-    #: growth mark at the last failure (or no-room check): only rows grown since may help
-    mark: int = -1
-    #: capacity epoch of that failure or check; a shape is closed while it is current
-    epoch: int = -1
-    #: room appeared at the start of this cycle and no job of the shape failed since
-    open: bool = False
-    members: int = 0
-
-
-@dataclass(slots=True, eq=False)
-class _Source:
-    key: tuple[Hashable, ...]
-    lane: _Lane
-    items: list[_Entry] = field(default_factory=list)
-    cursor: int = 0
-
-
-@dataclass(slots=True, eq=False)
-class _Lane:
-    key: Hashable
-    queue: str
-    running: bool
-    number: int
-    sources: dict[tuple[Hashable, ...], _Source] = field(default_factory=dict)
-    #: per cycle: (rank, source number, source) of each relevant source's next job
-    heap: list[tuple[tuple[Hashable, ...], int, _Source]] = field(default_factory=list)
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    record: JobRecord
-    kind: str = ACTIVE
-    shape: _ShapeState | None = None
-    #: EPOCH: the capacity epoch of the failure; TOPOLOGY: the cluster version
-    epoch: int = -1
-    version: int = -1
-    #: where it is filed now (None until the next flush files it)
-    source: _Source | None = None
-    rank: tuple[Hashable, ...] = ()
-    #: re-entered the queue during the running cycle: not tried again in it
-    fresh: bool = False
-    removed: bool = False
-    #: strict queues: the head the job was told blocks its queue (its explanation says so)
-    told: str | None = None
-
-
-def _rank_of(entry: _Entry) -> tuple[Hashable, ...]:
-    return entry.rank
-
-
 class WaitingQueue:
     """The waiting jobs of one core. See the module docstring."""
 
@@ -201,11 +149,11 @@ class WaitingQueue:
         self._sched = sched
         plugin = sched.framework.queue_sort
         self._laned: LanedQueueSort | None = plugin if isinstance(plugin, LanedQueueSort) else None
-        self._entries: dict[str, _Entry] = {}
-        self._lanes: dict[tuple[Hashable, str, bool], _Lane] = {}
-        self._lanes_of_queue: dict[str, list[_Lane]] = {}
-        self._shapes: dict[Shape, _ShapeState] = {}
-        self._dirty: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
+        self._lanes: dict[tuple[Hashable, str, bool], Lane] = {}
+        self._lanes_of_queue: dict[str, list[Lane]] = {}
+        self._shapes: dict[Shape, ShapeState] = {}
+        self._dirty: dict[str, Entry] = {}
         #: (time, order, job id): backoff ends and preemption retries, to re-file jobs then
         self._timed: list[tuple[float, int, str]] = []
         self._order = 0
@@ -245,7 +193,7 @@ class WaitingQueue:
         entry = self._entries.get(record.id)
         if entry is None:
             # removed since the last flush: the same entry comes back (it may still be filed)
-            entry = self._dirty.get(record.id) or _Entry(record)
+            entry = self._dirty.get(record.id) or Entry(record)
             self._entries[record.id] = entry
         if self._in_cycle:
             entry.fresh = True
@@ -307,14 +255,14 @@ class WaitingQueue:
             entry.epoch = sched.capacity_epoch
         self._dirty[record.id] = entry
 
-    def _shape(self, record: JobRecord) -> _ShapeState:
+    def _shape(self, record: JobRecord) -> ShapeState:
         key = shape_of(record)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = _ShapeState(key, record.job)
+            shape = self._shapes[key] = ShapeState(key, record.job)
         return shape
 
-    def _set_kind(self, entry: _Entry, kind: str, shape: _ShapeState | None = None) -> None:
+    def _set_kind(self, entry: Entry, kind: str, shape: ShapeState | None = None) -> None:
         if shape is not None:
             shape.members += 1
         old = entry.shape
@@ -375,7 +323,7 @@ class WaitingQueue:
             shape.open = False
         self.flush()
 
-    def _room(self, shape: _ShapeState, now: float) -> bool:
+    def _room(self, shape: ShapeState, now: float) -> bool:
         """Can a node whose free capacity grew since the shape's mark hold one task now?
         Every other node has at most the room it had when a job of the shape failed."""
         state = self._sched.state
@@ -394,64 +342,14 @@ class WaitingQueue:
             return True  # the jobs of the shape are tried, and their attempts say what failed
 
     def order(self, relevant: Callable[[tuple[Hashable, ...]], bool]) -> Iterator[JobRecord]:
-        """The waiting jobs a cycle must visit, in queue order (merge of lanes).
-
-        ``relevant(source key)`` says whether jobs filed under a source can matter to the
-        cycle now; it is asked again as the cycle goes, and a source that stops mattering
-        never matters again within the cycle. Jobs are yielded one at a time and the merge
-        reads keys again after each visit, so keys that grew (a share after a bind) count.
-        """
+        """The waiting jobs a cycle must visit, in queue order: the lanes merged (see
+        :func:`~hetsched.queueing.lanes.merge`), without the jobs that re-entered the queue
+        during the cycle."""
         assert self._laned is not None
-        framework = self._sched.framework
-        now = self._now
-        heap: list[tuple[tuple[Hashable, ...], int, _Lane]] = []
-        for lane in self._lanes.values():
-            lane.heap = []
-            for number, source in enumerate(lane.sources.values()):
-                source.cursor = 0
-                if source.items and relevant(source.key):
-                    lane.heap.append((source.items[0].rank, number, source))
-            heapq.heapify(lane.heap)
-            head = self._head(lane, relevant)
-            if head is not None:
-                heap.append((framework.sort_key(head.record, now), lane.number, lane))
-        heapq.heapify(heap)
-        while heap:
-            key, number, lane = heap[0]
-            head = self._head(lane, relevant)
-            if head is None:
-                heapq.heappop(heap)
-                continue
-            fresh = framework.sort_key(head.record, now)
-            if fresh != key:
-                heapq.heapreplace(heap, (fresh, number, lane))
-                continue
-            self._advance(lane)
-            if not (head.fresh or head.removed):
-                yield head.record
-            following = self._head(lane, relevant)
-            if following is None:
-                heapq.heappop(heap)
-            else:
-                heapq.heapreplace(heap, (framework.sort_key(following.record, now), number, lane))
-
-    @staticmethod
-    def _head(lane: _Lane, relevant: Callable[[tuple[Hashable, ...]], bool]) -> _Entry | None:
-        while lane.heap:
-            source = lane.heap[0][2]
-            if relevant(source.key):
-                return source.items[source.cursor]
-            heapq.heappop(lane.heap)
-        return None
-
-    @staticmethod
-    def _advance(lane: _Lane) -> None:
-        _, number, source = lane.heap[0]
-        source.cursor += 1
-        if source.cursor < len(source.items):
-            heapq.heapreplace(lane.heap, (source.items[source.cursor].rank, number, source))
-        else:
-            heapq.heappop(lane.heap)
+        framework, now = self._sched.framework, self._now
+        for entry in merge(self._lanes.values(), lambda r: framework.sort_key(r, now), relevant):
+            if not (entry.fresh or entry.removed):
+                yield entry.record
 
     # -- filing --------------------------------------------------------------------------
 
@@ -463,7 +361,7 @@ class WaitingQueue:
         for entry in dirty.values():
             self._file(entry)
 
-    def _file(self, entry: _Entry) -> None:
+    def _file(self, entry: Entry) -> None:
         record = entry.record
         old = entry.source
         if entry.removed:
@@ -482,17 +380,17 @@ class WaitingQueue:
             self._unfile(entry, old)
         source = lane.sources.get(key)
         if source is None:
-            source = lane.sources[key] = _Source(key, lane)
+            source = lane.sources[key] = Source(key, lane)
         entry.rank = rank
-        insort(source.items, entry, key=_rank_of)
+        insort(source.items, entry, key=rank_of)
         entry.source = source
         if pending:
             self._pending[record.job.queue] = self._pending.get(record.job.queue, 0) + 1
         self._schedule(entry, key)
 
-    def _unfile(self, entry: _Entry, source: _Source) -> None:
+    def _unfile(self, entry: Entry, source: Source) -> None:
         items = source.items
-        index = bisect_left(items, entry.rank, key=_rank_of)
+        index = bisect_left(items, entry.rank, key=rank_of)
         while items[index] is not entry:
             index += 1
         del items[index]
@@ -503,14 +401,14 @@ class WaitingQueue:
             self._pending[queue] -= 1
         entry.source = None
 
-    def _lane(self, key: tuple[Hashable, str, bool]) -> _Lane:
+    def _lane(self, key: tuple[Hashable, str, bool]) -> Lane:
         lane = self._lanes.get(key)
         if lane is None:
-            lane = self._lanes[key] = _Lane(key[0], key[1], key[2], len(self._lanes))
+            lane = self._lanes[key] = Lane(key[0], key[1], key[2], len(self._lanes))
             self._lanes_of_queue.setdefault(key[1], []).append(lane)
         return lane
 
-    def _source_key(self, entry: _Entry) -> tuple[Hashable, ...]:
+    def _source_key(self, entry: Entry) -> tuple[Hashable, ...]:
         """Where a job is filed; the same precedence as the cycle's checks."""
         record = entry.record
         now = self._sched.now
@@ -530,7 +428,7 @@ class WaitingQueue:
             return (EPOCH, entry.epoch, record.blocked_by in _HEADISH)
         return (TOPOLOGY, entry.version)
 
-    def _schedule(self, entry: _Entry, key: tuple[Hashable, ...]) -> None:
+    def _schedule(self, entry: Entry, key: tuple[Hashable, ...]) -> None:
         """Come back to the job when time alone changes its filing."""
         record = entry.record
         at: float | None = None
@@ -572,7 +470,7 @@ class WaitingQueue:
                 return True
             if kind == ROOM:
                 shape = key[1]
-                assert isinstance(shape, _ShapeState)
+                assert isinstance(shape, ShapeState)
                 return shape.open or need_head()
             if kind == EPOCH:
                 return key[1] != epoch or (bool(key[2]) and need_head())
@@ -605,22 +503,8 @@ class WaitingQueue:
                 and framework.sort_key(e.record, now) < mine
             )
             return (queue, ahead + 1)
-        mine = framework.sort_key(record, now)
-
-        def key(e: _Entry) -> Any:
-            return framework.sort_key(e.record, now)
-
-        ahead = 0
-        for lane in self._lanes_of_queue.get(queue, []):
-            if lane.running:
-                continue
-            for source in lane.sources.values():
-                items = source.items
-                # keys grow along a source: most lanes are wholly ahead or wholly behind
-                if key(items[-1]) < mine:
-                    ahead += len(items)
-                elif key(items[0]) < mine:
-                    ahead += bisect_left(items, mine, 1, len(items) - 1, key=key)
+        lanes = [lane for lane in self._lanes_of_queue.get(queue, []) if not lane.running]
+        ahead = count_ahead(lanes, lambda r: framework.sort_key(r, now), record)
         return (queue, ahead + 1)
 
     def next_backoff_end(self, after: float) -> float | None:
