@@ -10,6 +10,7 @@ partly used nodes.
     .venv/bin/python bench/placement.py                    # 1,000 / 5,000 / 10,000 nodes
     .venv/bin/python bench/placement.py --nodes 10000 --tasks 20000 --repeats 5 -o json
     .venv/bin/python bench/placement.py --score bestfit,stranding   # the default profile's scores
+    .venv/bin/python bench/placement.py --distinct 20    # 20 distinct requests, repeated
 
 Reported per size (medians over repeats): placements/s through the framework (filter,
 score, device choice, allocate, and the steady-state release), filter+score time per job,
@@ -162,6 +163,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     parser.add_argument(
+        "--distinct",
+        type=int,
+        default=0,
+        help="draw the tasks from only this many distinct requests (0: as drawn, ~830 in 10,000)",
+    )
+    parser.add_argument(
         "--score", default="bestfit", help="score plugins of the framework part, comma-separated"
     )
     args = parser.parse_args()
@@ -170,6 +177,8 @@ def main() -> None:
     for size in args.nodes:
         nodes = synthetic_cluster(size)
         requests = synthetic_requests(args.tasks)
+        if args.distinct:
+            requests = [requests[i % args.distinct] for i in range(args.tasks)]
         live = size * 2  # about half of the GPU capacity in use at steady state
         runs = [bench_framework(nodes, requests, live, scores) for _ in range(args.repeats)]
         core = [bench_core(nodes, requests[: args.tasks // 2], live) for _ in range(args.repeats)]
@@ -188,6 +197,7 @@ def main() -> None:
         "tasks": args.tasks,
         "repeats": args.repeats,
         "score": scores,
+        "distinct": args.distinct,
     }
     if args.output == "json":
         print(json.dumps({"meta": meta, "results": [r.__dict__ for r in results]}, indent=2))
