@@ -33,41 +33,52 @@ k8s_app = typer.Typer(
 _PLUGIN_BACKENDS = ("nvidia", "pci", "fake")
 
 
+#: the options of ``device-plugin``
+_DevicePluginResource = Annotated[
+    str, typer.Option(help="The extended resource of whole devices, e.g. hetsched.io/gpu.")
+]
+_DevicePluginBackend = Annotated[
+    str,
+    typer.Option(help="Discovery backends, comma-separated: nvidia, pci, fake."),
+]
+_DevicePluginConfig = Annotated[
+    Path | None, typer.Option("--config", help="The plugin's YAML configuration.")
+]
+_DevicePluginPluginDir = Annotated[
+    Path | None,
+    typer.Option(help="The kubelet's device-plugins directory (default from --config)."),
+]
+_DevicePluginNodeName = Annotated[
+    str | None, typer.Option(help="This node's name (default: $NODE_NAME, hostname).")
+]
+_DevicePluginFake = Annotated[
+    Path | None, typer.Option("--fake", help="The fake backend's device file.")
+]
+_DevicePluginSharedSlots = Annotated[
+    int | None,
+    typer.Option(
+        min=0, help="Slots per device of the shared resource <resource>-shared (0: none)."
+    ),
+]
+_DevicePluginKubeApi = Annotated[
+    bool | None,
+    typer.Option(
+        "--kube-api/--no-kube-api",
+        help="Annotate the Node and read pods' assignments (default: on).",
+    ),
+]
+
+
 @k8s_app.command("device-plugin")
 def device_plugin(
-    resource: Annotated[
-        str, typer.Option(help="The extended resource of whole devices, e.g. hetsched.io/gpu.")
-    ],
-    backend: Annotated[
-        str,
-        typer.Option(help="Discovery backends, comma-separated: nvidia, pci, fake."),
-    ] = "nvidia",
-    config: Annotated[
-        Path | None, typer.Option("--config", help="The plugin's YAML configuration.")
-    ] = None,
-    plugin_dir: Annotated[
-        Path | None,
-        typer.Option(help="The kubelet's device-plugins directory (default from --config)."),
-    ] = None,
-    node_name: Annotated[
-        str | None, typer.Option(help="This node's name (default: $NODE_NAME, hostname).")
-    ] = None,
-    fake: Annotated[
-        Path | None, typer.Option("--fake", help="The fake backend's device file.")
-    ] = None,
-    shared_slots: Annotated[
-        int | None,
-        typer.Option(
-            min=0, help="Slots per device of the shared resource <resource>-shared (0: none)."
-        ),
-    ] = None,
-    kube_api: Annotated[
-        bool | None,
-        typer.Option(
-            "--kube-api/--no-kube-api",
-            help="Annotate the Node and read pods' assignments (default: on).",
-        ),
-    ] = None,
+    resource: _DevicePluginResource,
+    backend: _DevicePluginBackend = "nvidia",
+    config: _DevicePluginConfig = None,
+    plugin_dir: _DevicePluginPluginDir = None,
+    node_name: _DevicePluginNodeName = None,
+    fake: _DevicePluginFake = None,
+    shared_slots: _DevicePluginSharedSlots = None,
+    kube_api: _DevicePluginKubeApi = None,
 ) -> None:
     """Serve the kubelet device plugin API v1beta1 for one resource of this node's devices."""
     from hetsched.agent.watcher import DeviceWatcher

@@ -57,44 +57,53 @@ def _check_policies(policies: list[str]) -> None:
         fail(f"unknown policy {', '.join(unknown)} (known: {', '.join(ALL_POLICIES)})", 2)
 
 
+#: the options of ``openb``
+_OpenbTraceDir = Annotated[
+    Path, typer.Option(help="Folder with the openb node and pod lists (CSV).")
+]
+_OpenbTrace = Annotated[str, typer.Option(help="Pod list of one run: default, cpu050, ...")]
+_OpenbPolicy = Annotated[str, typer.Option(help=f"Policy of one run: {', '.join(ALL_POLICIES)}.")]
+_OpenbSeed = Annotated[int, typer.Option(help="Seed of one run.")]
+_OpenbTraces = Annotated[str | None, typer.Option(help="Grid: comma-separated pod lists.")]
+_OpenbPolicies = Annotated[
+    str | None,
+    typer.Option(help="Grid: comma-separated policies (default: the study's six and best)."),
+]
+_OpenbSeeds = Annotated[str | None, typer.Option(help="Grid: seeds, e.g. 42-51.")]
+_OpenbOut = Annotated[
+    Path | None, typer.Option(help="Grid: folder for results.csv, report.md and plots.")
+]
+_OpenbWorkers = Annotated[
+    int | None, typer.Option(help="Grid: worker processes (default: all cores).")
+]
+_OpenbLimit = Annotated[
+    int | None, typer.Option(help="Replay only the first N pods (quick checks).", min=1)
+]
+_OpenbBound = Annotated[
+    bool,
+    typer.Option(
+        "--bound",
+        help="Also the limit of each (trace, seed): the offline packing and the lower "
+        "bound on unallocated GPU % (an LP solved by HiGHS), at 100 and 130 % arrived for "
+        "one run, at 100 % in a grid.",
+    ),
+]
+_OpenbOutput = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+
+
 def openb(
-    trace_dir: Annotated[
-        Path, typer.Option(help="Folder with the openb node and pod lists (CSV).")
-    ],
-    trace: Annotated[str, typer.Option(help="Pod list of one run: default, cpu050, ...")] = (
-        "default"
-    ),
-    policy: Annotated[
-        str, typer.Option(help=f"Policy of one run: {', '.join(ALL_POLICIES)}.")
-    ] = "fgd",
-    seed: Annotated[int, typer.Option(help="Seed of one run.")] = 42,
-    traces: Annotated[str | None, typer.Option(help="Grid: comma-separated pod lists.")] = None,
-    policies: Annotated[
-        str | None,
-        typer.Option(help="Grid: comma-separated policies (default: the study's six and best)."),
-    ] = None,
-    seeds: Annotated[str | None, typer.Option(help="Grid: seeds, e.g. 42-51.")] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Grid: folder for results.csv, report.md and plots.")
-    ] = None,
-    workers: Annotated[
-        int | None, typer.Option(help="Grid: worker processes (default: all cores).")
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option(help="Replay only the first N pods (quick checks).", min=1)
-    ] = None,
-    bound: Annotated[
-        bool,
-        typer.Option(
-            "--bound",
-            help="Also the limit of each (trace, seed): the offline packing and the lower "
-            "bound on unallocated GPU % (an LP solved by HiGHS), at 100 and 130 % arrived for "
-            "one run, at 100 % in a grid.",
-        ),
-    ] = False,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
-        OutputFormat.table
-    ),
+    trace_dir: _OpenbTraceDir,
+    trace: _OpenbTrace = "default",
+    policy: _OpenbPolicy = "fgd",
+    seed: _OpenbSeed = 42,
+    traces: _OpenbTraces = None,
+    policies: _OpenbPolicies = None,
+    seeds: _OpenbSeeds = None,
+    out: _OpenbOut = None,
+    workers: _OpenbWorkers = None,
+    limit: _OpenbLimit = None,
+    bound: _OpenbBound = False,
+    output: _OpenbOutput = OutputFormat.table,
 ) -> None:
     """Replay the openb trace without departures and measure GPU fragmentation.
 

@@ -135,56 +135,67 @@ def _progress_bar(
         yield start
 
 
-def replay(
-    cluster: Annotated[Path, typer.Option(help="Cluster YAML: nodes and their devices.")],
-    workload: Annotated[
-        Path,
-        typer.Option(
-            help="Workload: a neutral-format CSV, or Gavel .trace files or folders "
-            "(comma-separated)."
-        ),
-    ],
-    profile: Annotated[
-        Path | None, typer.Option(help="Profile YAML to replay under (default: fifo).")
-    ] = None,
-    policies: Annotated[
-        str | None,
-        typer.Option(
-            help="Built-in policies to compare, comma-separated (fifo, priority, drf, "
-            "fairshare: those registered now), or 'all'."
-        ),
-    ] = None,
-    compare_profiles: Annotated[
-        str | None, typer.Option(help="Profile YAML files to compare, comma-separated.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for the core's random choices.")] = 0,
-    tick: Annotated[
-        str,
-        typer.Option(
-            help="Virtual time between ticks while jobs wait (60, 5m); 0: only the ticks "
-            "the core asks for."
-        ),
-    ] = "60",
-    until: Annotated[str | None, typer.Option(help="Stop at this virtual time (e.g. 30d).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Replay only the first N jobs.")] = None,
-    fmt: Annotated[
-        str, typer.Option("--format", help="Workload format: auto, csv or gavel.")
-    ] = "auto",
-    gavel_throughputs: Annotated[
-        Path | None, typer.Option(help="Gavel simulation_throughputs.json (default: found).")
-    ] = None,
-    gavel_reference: Annotated[
-        str, typer.Option(help="Gavel worker type whose throughput sets durations.")
-    ] = "v100",
-    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
-        OutputFormat.table
+#: the options of ``replay``
+_ReplayCluster = Annotated[Path, typer.Option(help="Cluster YAML: nodes and their devices.")]
+_ReplayWorkload = Annotated[
+    Path,
+    typer.Option(
+        help="Workload: a neutral-format CSV, or Gavel .trace files or folders (comma-separated)."
     ),
-    jobs: Annotated[
-        bool, typer.Option("--jobs/--no-jobs", help="Per-job records in -o json.")
-    ] = True,
-    out: Annotated[
-        Path | None, typer.Option(help="Write report.md, summary.json, jobs.csv and plots here.")
-    ] = None,
+]
+_ReplayProfile = Annotated[
+    Path | None, typer.Option(help="Profile YAML to replay under (default: fifo).")
+]
+_ReplayPolicies = Annotated[
+    str | None,
+    typer.Option(
+        help="Built-in policies to compare, comma-separated (fifo, priority, drf, "
+        "fairshare: those registered now), or 'all'."
+    ),
+]
+_ReplayCompareProfiles = Annotated[
+    str | None, typer.Option(help="Profile YAML files to compare, comma-separated.")
+]
+_ReplaySeed = Annotated[int, typer.Option(help="Seed for the core's random choices.")]
+_ReplayTick = Annotated[
+    str,
+    typer.Option(
+        help="Virtual time between ticks while jobs wait (60, 5m); 0: only the ticks "
+        "the core asks for."
+    ),
+]
+_ReplayUntil = Annotated[str | None, typer.Option(help="Stop at this virtual time (e.g. 30d).")]
+_ReplayLimit = Annotated[int | None, typer.Option(help="Replay only the first N jobs.")]
+_ReplayFmt = Annotated[str, typer.Option("--format", help="Workload format: auto, csv or gavel.")]
+_ReplayGavelThroughputs = Annotated[
+    Path | None, typer.Option(help="Gavel simulation_throughputs.json (default: found).")
+]
+_ReplayGavelReference = Annotated[
+    str, typer.Option(help="Gavel worker type whose throughput sets durations.")
+]
+_ReplayOutput = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+_ReplayJobs = Annotated[bool, typer.Option("--jobs/--no-jobs", help="Per-job records in -o json.")]
+_ReplayOut = Annotated[
+    Path | None, typer.Option(help="Write report.md, summary.json, jobs.csv and plots here.")
+]
+
+
+def replay(
+    cluster: _ReplayCluster,
+    workload: _ReplayWorkload,
+    profile: _ReplayProfile = None,
+    policies: _ReplayPolicies = None,
+    compare_profiles: _ReplayCompareProfiles = None,
+    seed: _ReplaySeed = 0,
+    tick: _ReplayTick = "60",
+    until: _ReplayUntil = None,
+    limit: _ReplayLimit = None,
+    fmt: _ReplayFmt = "auto",
+    gavel_throughputs: _ReplayGavelThroughputs = None,
+    gavel_reference: _ReplayGavelReference = "v100",
+    output: _ReplayOutput = OutputFormat.table,
+    jobs: _ReplayJobs = True,
+    out: _ReplayOut = None,
 ) -> None:
     """Replay a workload on a cluster with departures, and report how the policies did.
 
@@ -250,68 +261,85 @@ def _mix(text: str, option: str, key: Callable[[str], Any]) -> dict[Any, float]:
     return out
 
 
+#: the options of ``synth``
+_SynthOutputFile = Annotated[Path, typer.Option("--out", "-O", help="CSV file to write.")]
+_SynthJobs = Annotated[int, typer.Option(help="Number of jobs.")]
+_SynthRatePerH = Annotated[
+    float | None, typer.Option(help="Mean arrivals per hour (or use --load).")
+]
+_SynthLoad = Annotated[
+    float | None, typer.Option(help="Offered GPU load (0..1) of --cluster; sets the rate.")
+]
+_SynthCluster = Annotated[
+    Path | None, typer.Option(help="Cluster YAML (for --load and model checks).")
+]
+_SynthGpuMix = Annotated[
+    str, typer.Option(help="GPUs per job: weights, e.g. 1:0.7,2:0.1,4:0.15,8:0.05.")
+]
+_SynthModelMix = Annotated[
+    str, typer.Option(help="GPU models pinned by selector, e.g. V100:1,any:3 (any: none).")
+]
+_SynthPriorities = Annotated[
+    str, typer.Option(help="Priority levels: weights, e.g. 0:0.8,100:0.2.")
+]
+_SynthUsers = Annotated[
+    int | None,
+    typer.Option(
+        help="Users (Zipf-like weights; default 8). With --gavel: round-robin, "
+        "default: each job its own user."
+    ),
+]
+_SynthQueues = Annotated[int, typer.Option(help="Queues (user i submits to q<i mod queues>).")]
+_SynthMaxGpusPerTask = Annotated[
+    int | None,
+    typer.Option(help="Largest task; bigger jobs become gangs (default: from --cluster, else 8)."),
+]
+_SynthRuntimes = Annotated[
+    Path | None,
+    typer.Option(help="Philly runtime CSV to draw durations from (default: its quantiles)."),
+]
+_SynthMaxDuration = Annotated[str | None, typer.Option(help="Cap on a job's duration (e.g. 7d).")]
+_SynthSeed = Annotated[int, typer.Option(help="Random seed.")]
+_SynthGavel = Annotated[
+    bool,
+    typer.Option(
+        help="Gavel's continuous workload instead: its 26 job types, durations and "
+        "scale factors, the same jobs as its simulator for the same --seed (default "
+        "rate 4 jobs/h). Only --jobs, --rate-per-h, --seed, --users, --cluster and "
+        "--max-gpus-per-task apply."
+    ),
+]
+_SynthMultiGpu = Annotated[
+    bool, typer.Option(help="With --gavel: multi-GPU jobs (1/2/4/8 GPUs: 70/10/15/5%).")
+]
+_SynthMultiPriority = Annotated[
+    bool, typer.Option(help="With --gavel: 20% of the jobs get priority weight 5.")
+]
+_SynthGavelThroughputs = Annotated[
+    Path | None,
+    typer.Option(help="With --gavel: Gavel's simulation_throughputs.json (default: bundled)."),
+]
+
+
 def synth(
-    output_file: Annotated[Path, typer.Option("--out", "-O", help="CSV file to write.")],
-    jobs: Annotated[int, typer.Option(help="Number of jobs.")] = 1000,
-    rate_per_h: Annotated[
-        float | None, typer.Option(help="Mean arrivals per hour (or use --load).")
-    ] = None,
-    load: Annotated[
-        float | None, typer.Option(help="Offered GPU load (0..1) of --cluster; sets the rate.")
-    ] = None,
-    cluster: Annotated[
-        Path | None, typer.Option(help="Cluster YAML (for --load and model checks).")
-    ] = None,
-    gpu_mix: Annotated[
-        str, typer.Option(help="GPUs per job: weights, e.g. 1:0.7,2:0.1,4:0.15,8:0.05.")
-    ] = "1:0.7,2:0.1,4:0.15,8:0.05",
-    model_mix: Annotated[
-        str, typer.Option(help="GPU models pinned by selector, e.g. V100:1,any:3 (any: none).")
-    ] = "any:1",
-    priorities: Annotated[
-        str, typer.Option(help="Priority levels: weights, e.g. 0:0.8,100:0.2.")
-    ] = "0:0.8,1:0.2",
-    users: Annotated[
-        int | None,
-        typer.Option(
-            help="Users (Zipf-like weights; default 8). With --gavel: round-robin, "
-            "default: each job its own user."
-        ),
-    ] = None,
-    queues: Annotated[int, typer.Option(help="Queues (user i submits to q<i mod queues>).")] = 2,
-    max_gpus_per_task: Annotated[
-        int | None,
-        typer.Option(
-            help="Largest task; bigger jobs become gangs (default: from --cluster, else 8)."
-        ),
-    ] = None,
-    runtimes: Annotated[
-        Path | None,
-        typer.Option(help="Philly runtime CSV to draw durations from (default: its quantiles)."),
-    ] = None,
-    max_duration: Annotated[
-        str | None, typer.Option(help="Cap on a job's duration (e.g. 7d).")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    gavel: Annotated[
-        bool,
-        typer.Option(
-            help="Gavel's continuous workload instead: its 26 job types, durations and "
-            "scale factors, the same jobs as its simulator for the same --seed (default "
-            "rate 4 jobs/h). Only --jobs, --rate-per-h, --seed, --users, --cluster and "
-            "--max-gpus-per-task apply."
-        ),
-    ] = False,
-    multi_gpu: Annotated[
-        bool, typer.Option(help="With --gavel: multi-GPU jobs (1/2/4/8 GPUs: 70/10/15/5%).")
-    ] = False,
-    multi_priority: Annotated[
-        bool, typer.Option(help="With --gavel: 20% of the jobs get priority weight 5.")
-    ] = False,
-    gavel_throughputs: Annotated[
-        Path | None,
-        typer.Option(help="With --gavel: Gavel's simulation_throughputs.json (default: bundled)."),
-    ] = None,
+    output_file: _SynthOutputFile,
+    jobs: _SynthJobs = 1000,
+    rate_per_h: _SynthRatePerH = None,
+    load: _SynthLoad = None,
+    cluster: _SynthCluster = None,
+    gpu_mix: _SynthGpuMix = "1:0.7,2:0.1,4:0.15,8:0.05",
+    model_mix: _SynthModelMix = "any:1",
+    priorities: _SynthPriorities = "0:0.8,1:0.2",
+    users: _SynthUsers = None,
+    queues: _SynthQueues = 2,
+    max_gpus_per_task: _SynthMaxGpusPerTask = None,
+    runtimes: _SynthRuntimes = None,
+    max_duration: _SynthMaxDuration = None,
+    seed: _SynthSeed = 0,
+    gavel: _SynthGavel = False,
+    multi_gpu: _SynthMultiGpu = False,
+    multi_priority: _SynthMultiPriority = False,
+    gavel_throughputs: _SynthGavelThroughputs = None,
 ) -> None:
     """Generate a synthetic workload in the neutral CSV format.
 

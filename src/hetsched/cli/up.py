@@ -14,60 +14,80 @@ from hetsched.model.specs import SpecError
 __all__ = ["up"]
 
 
+#: the options of ``up``
+_UpHome = Annotated[Path | None, typer.Option(help="State directory.")]
+_UpHost = Annotated[str, typer.Option(help="Address to listen on.")]
+_UpPort = Annotated[int, typer.Option(help="Port to listen on.")]
+_UpDb = Annotated[
+    str | None, typer.Option(help="Store URL, e.g. postgresql+psycopg://u:p@host/db.")
+]
+_UpProfile = Annotated[Path | None, typer.Option(help="Scheduling profile YAML.")]
+_UpQueues = Annotated[Path | None, typer.Option(help="Queues YAML (users, quotas).")]
+_UpCluster = Annotated[
+    list[Path] | None, typer.Option(help="Add simulated nodes from a cluster YAML.")
+]
+_UpFakeDevices = Annotated[
+    Path | None, typer.Option(help="Devices of this node from a YAML (fake backend).")
+]
+_UpNodeName = Annotated[str | None, typer.Option(help="Name of this node.")]
+_UpBackend = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        help="Discovery backends for this node, comma-separated: cpu, nvidia, pci, fake "
+        "(default: cpu, plus fake with --fake-devices).",
+    ),
+]
+_UpSysfsRoot = Annotated[Path, typer.Option(help="Where sysfs is.")]
+_UpWatchInterval = Annotated[
+    float, typer.Option(help="Seconds between looks for hot-plug and health changes.")
+]
+_UpDemo = Annotated[
+    bool, typer.Option("--demo", help="Add the demo's simulated heterogeneous nodes.")
+]
+_UpRunAs = Annotated[
+    list[str] | None,
+    typer.Option(help="USER=OSUSER: run USER's jobs as OSUSER (service as root only)."),
+]
+_UpRateLimit = Annotated[float, typer.Option(help="Requests per second per token (0: no limit).")]
+_UpKillGrace = Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")]
+_UpSync = Annotated[str, typer.Option(help="SQLite synchronous mode: FULL or NORMAL.")]
+_UpMetricsPublic = Annotated[
+    bool,
+    typer.Option(
+        "--metrics-public", help="Serve /metrics without a token (it needs one by default)."
+    ),
+]
+_UpPublicDocs = Annotated[
+    bool,
+    typer.Option(
+        "--public-docs",
+        help="Serve the API description (/openapi.json, /docs, /redoc) without a token "
+        "(it needs one by default).",
+    ),
+]
+
+
 def up(
-    home: Annotated[Path | None, typer.Option(help="State directory.")] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8780,
-    db: Annotated[
-        str | None, typer.Option(help="Store URL, e.g. postgresql+psycopg://u:p@host/db.")
-    ] = None,
-    profile: Annotated[Path | None, typer.Option(help="Scheduling profile YAML.")] = None,
-    queues: Annotated[Path | None, typer.Option(help="Queues YAML (users, quotas).")] = None,
-    cluster: Annotated[
-        list[Path] | None, typer.Option(help="Add simulated nodes from a cluster YAML.")
-    ] = None,
-    fake_devices: Annotated[
-        Path | None, typer.Option(help="Devices of this node from a YAML (fake backend).")
-    ] = None,
-    node_name: Annotated[str | None, typer.Option(help="Name of this node.")] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="Discovery backends for this node, comma-separated: cpu, nvidia, pci, fake "
-            "(default: cpu, plus fake with --fake-devices).",
-        ),
-    ] = None,
-    sysfs_root: Annotated[Path, typer.Option(help="Where sysfs is.")] = Path("/sys"),
-    watch_interval: Annotated[
-        float, typer.Option(help="Seconds between looks for hot-plug and health changes.")
-    ] = 2.0,
-    demo: Annotated[
-        bool, typer.Option("--demo", help="Add the demo's simulated heterogeneous nodes.")
-    ] = False,
-    run_as: Annotated[
-        list[str] | None,
-        typer.Option(help="USER=OSUSER: run USER's jobs as OSUSER (service as root only)."),
-    ] = None,
-    rate_limit: Annotated[
-        float, typer.Option(help="Requests per second per token (0: no limit).")
-    ] = 200.0,
-    kill_grace: Annotated[float, typer.Option(help="Seconds between SIGTERM and SIGKILL.")] = 5.0,
-    sync: Annotated[str, typer.Option(help="SQLite synchronous mode: FULL or NORMAL.")] = "FULL",
-    metrics_public: Annotated[
-        bool,
-        typer.Option(
-            "--metrics-public", help="Serve /metrics without a token (it needs one by default)."
-        ),
-    ] = False,
-    public_docs: Annotated[
-        bool,
-        typer.Option(
-            "--public-docs",
-            help="Serve the API description (/openapi.json, /docs, /redoc) without a token "
-            "(it needs one by default).",
-        ),
-    ] = False,
+    home: _UpHome = None,
+    host: _UpHost = "127.0.0.1",
+    port: _UpPort = 8780,
+    db: _UpDb = None,
+    profile: _UpProfile = None,
+    queues: _UpQueues = None,
+    cluster: _UpCluster = None,
+    fake_devices: _UpFakeDevices = None,
+    node_name: _UpNodeName = None,
+    backend: _UpBackend = None,
+    sysfs_root: _UpSysfsRoot = Path("/sys"),
+    watch_interval: _UpWatchInterval = 2.0,
+    demo: _UpDemo = False,
+    run_as: _UpRunAs = None,
+    rate_limit: _UpRateLimit = 200.0,
+    kill_grace: _UpKillGrace = 5.0,
+    sync: _UpSync = "FULL",
+    metrics_public: _UpMetricsPublic = False,
+    public_docs: _UpPublicDocs = False,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and a local agent."""
     # imported here so the other commands start without the server's dependencies
