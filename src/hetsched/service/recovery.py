@@ -116,7 +116,7 @@ def recover(
                 found.events.append(JobCancelled(item.job.id, "cancelled"))
         # before the releases above commit: kill what no live task accounts for
         executor.sweep(found.processes)
-        held = {key for key, _share in core.state.allocated_devices() if isinstance(key, TaskKey)}
+        held = {key for key, _share in core.cluster.allocated_devices() if isinstance(key, TaskKey)}
         for row in store.release_unheld(conn, held, now):
             log.warning(
                 "recovery: released allocation of %s on %s that no live task held",
@@ -181,7 +181,7 @@ def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
         store_keys[TaskKey(row["job_id"], int(row["task"]), int(row["run"]))].add(row["device_id"])
     core_by_device: dict[str, int] = defaultdict(int)
     core_keys: dict[TaskKey, set[str]] = defaultdict(set)
-    for key, share in core.state.allocated_devices():
+    for key, share in core.cluster.allocated_devices():
         core_by_device[share.device_id] += share.share
         if isinstance(key, TaskKey):
             core_keys[key].add(share.device_id)
