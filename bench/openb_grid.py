@@ -68,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
 
     traces = list(REFERENCE_AT_100) if args.traces == "all" else args.traces.split(",")
-    policies = args.policies.split(",")
+    policies = [p for p in args.policies.split(",") if p]
     low, _, high = args.seeds.partition("-")
     seeds = list(range(int(low), int(high or low) + 1))
     print(f"python {platform.python_version()}, {os.cpu_count()} cores, {platform.machine()}")

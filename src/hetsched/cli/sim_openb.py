@@ -132,13 +132,25 @@ def openb(
             bound,
         )
         return
+    _single(trace_dir, trace, policy, seed, limit, bound, output)
+
+
+def _single(
+    trace_dir: Path,
+    trace: str,
+    policy: str,
+    seed: int,
+    limit: int | None,
+    bound: bool,
+    output: OutputFormat,
+) -> None:
     _check_policies([policy])
+    if bound and limit is not None:
+        fail("--bound needs the whole run (no --limit)", 2)
     try:
         loaded = load_trace(trace_dir, trace)
     except TraceError as exc:
         fail(str(exc), 2)
-    if bound and limit is not None:
-        fail("--bound needs the whole run (no --limit)", 2)
     result = run_openb(loaded, policy, seed, limit=limit)
     summary = result.summary()
     limits = run_limit(loaded, seed) if bound else None

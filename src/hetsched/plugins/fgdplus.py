@@ -244,11 +244,13 @@ class FGDPlus:
 
     def _gap_delta(self, state: ClusterState, share: int, rows: IntArray) -> FloatArray:
         """V(g - d) - V(g) per (row, slot); slots without room give nonsense (masked later)."""
-        table = self._value_table(state)
-        free = state.dev_free[rows]
-        kinds = state.dev_kind[rows]
-        after = np.clip(free - share, 0, SHARE_UNITS)
-        return np.asarray(table[kinds, after] - table[kinds, free], np.float64)
+        flat = self._value_table(state).ravel()
+        # row kind, column gap of the (kinds + 1) x 1001 table, flattened; kind -1 (absent
+        # slots) wraps to the last row, which is zeros
+        at = state.dev_kind[rows].astype(np.int64) % (len(state.kinds) + 1) * (SHARE_UNITS + 1)
+        at += state.dev_free[rows]
+        after = at - np.minimum(state.dev_free[rows], share)
+        return np.asarray(flat.take(after) - flat.take(at), np.float64)
 
     def _value_table(self, state: ClusterState) -> FloatArray:
         """V per device kind (rows; the last row, for absent slots, is zeros), per gap."""
@@ -271,13 +273,13 @@ class FGDPlus:
         """Share taken times the pressure on its kind above the least the task could face;
         (rows, slots) for a shared task, (rows, 1) else."""
         count, share, selector = ask
-        if count == 0:
-            return np.zeros((rows.size, 1), np.float64)
         key = (id(state), state.version, len(state.kinds))
         if self._pressure_key != key:
             self._pressure = kind_pressure(state, self._target, self._class)
             self._pressure_key = key
             self._floors = {}
+        if count == 0 or not self._pressure.any():
+            return np.zeros((rows.size, 1), np.float64)
         allowed = state.device_mask(self._class, selector)
         floor = self._floors.get(selector)
         if floor is None:

@@ -8,18 +8,23 @@ shuffle and resampling); at X % arrived workload the same pods have arrived
   leaves fewer GPUs unallocated (:mod:`hetsched.sim.openb_bound`);
 - **the offline packing**: what a packer that sees all those pods at once achieves. It
   may reorder the pods; like a policy, it places each pod that fits somewhere at its turn
-  and drops the rest. Two heuristics run and the better one counts:
+  and drops the rest. Four orders run and the best counts:
 
   - ``ffd``: first-fit decreasing. Largest GPU request first, then largest CPU, then
     memory, non-GPU pods last; each pod takes the first node in list order that hosts it
     (the ``fit`` filter), a shared pod the fullest GPU of that node with room;
-  - ``best-ordered``: the ``best`` policy's placement, fed the pods hardest-to-place
-    first: multi-GPU pods (most GPUs first), then pods limited to some GPU models, then
-    whole-GPU and large shares (above half a GPU) in arrival order, then small shares
-    from the largest down, non-GPU pods last.
+  - ``hardest-first``: the ``best`` policy's placement, fed multi-GPU pods first (most
+    GPUs first), then pods limited to some GPU models, then whole-GPU and large shares
+    (above half a GPU) in arrival order, then small shares from the largest down,
+    non-GPU pods last;
+  - ``lp-guided``: the ``best`` policy's placement, fed the pods the bound's optimum keeps
+    (arrival order), then those it leaves out (of each shape, the latest arrivals), then
+    non-GPU pods: the packer gets to choose, as the LP does, which pods not to fit;
+  - ``arrival-order``: the ``best`` policy in arrival order, i.e. the online run itself,
+    so the offline packing is never worse than ``best`` online.
 
-  Both are real packings, so the best possible lies between the bound and the better of
-  them. Neither is optimal: an online policy may beat them.
+  All are real packings, so the best possible lies between the bound and the best of
+  them. None is optimal.
 """
 
 from __future__ import annotations
@@ -44,7 +49,13 @@ from hetsched.sim.openb import (
     target_classes,
     tune_workload,
 )
-from hetsched.sim.openb_bound import Shape, allocation_bound, arrived_prefix, shape_of
+from hetsched.sim.openb_bound import (
+    Bound,
+    Shape,
+    allocation_bound,
+    arrived_prefix,
+    shape_of,
+)
 
 __all__ = ["HEURISTICS", "LIMIT_POINTS", "LimitResult", "offline_pack", "run_limit"]
 
@@ -52,13 +63,13 @@ __all__ = ["HEURISTICS", "LIMIT_POINTS", "LimitResult", "offline_pack", "run_lim
 LIMIT_POINTS = (100, 130)
 
 
-def _ffd_order(pods: Sequence[TracePod]) -> list[TracePod]:
+def _ffd_order(pods: Sequence[TracePod], bound: Bound) -> list[TracePod]:
     return sorted(
         pods, key=lambda p: (p.num_gpu == 0, -p.gpu_total_milli, -p.cpu_milli, -p.memory_mib)
     )
 
 
-def _hard_first_order(pods: Sequence[TracePod]) -> list[TracePod]:
+def _hardest_first_order(pods: Sequence[TracePod], bound: Bound) -> list[TracePod]:
     def key(item: tuple[int, TracePod]) -> tuple[int, int, int]:
         index, pod = item
         if pod.num_gpu == 0:
@@ -72,6 +83,28 @@ def _hard_first_order(pods: Sequence[TracePod]) -> list[TracePod]:
         return (3, -pod.gpu_milli, index)
 
     return [pod for _, pod in sorted(enumerate(pods), key=key)]
+
+
+def _lp_guided_order(pods: Sequence[TracePod], bound: Bound) -> list[TracePod]:
+    """The pods the bound's optimum keeps, in arrival order, then the ones it leaves out
+    (of each shape, the latest arrivals), then non-GPU pods."""
+    leave = {shape: round(count) for shape, count in bound.dropped.items()}
+    left_out: list[TracePod] = []
+    kept: list[TracePod] = []
+    for pod in reversed(pods):
+        shape = shape_of(pod)
+        if leave.get(shape, 0) > 0:
+            leave[shape] -= 1
+            left_out.append(pod)
+        else:
+            kept.append(pod)
+    kept.reverse()
+    left_out.reverse()
+    return [p for p in kept if p.num_gpu] + left_out + [p for p in kept if not p.num_gpu]
+
+
+def _arrival_order(pods: Sequence[TracePod], bound: Bound) -> list[TracePod]:
+    return list(pods)
 
 
 def _firstfit_profile(trace: OpenbTrace, seed: int) -> ProfileSpec:
@@ -90,16 +123,19 @@ def _best_profile(trace: OpenbTrace, seed: int) -> ProfileSpec:
     return policy_profile("best", seed, target_classes(trace.pods))
 
 
-#: name -> (the order pods are offered in, the profile that places them)
+#: name -> (the order the pods are offered in, given the bound's optimum; the profile that
+#: places them)
 HEURISTICS: dict[
     str,
     tuple[
-        Callable[[Sequence[TracePod]], list[TracePod]],
+        Callable[[Sequence[TracePod], Bound], list[TracePod]],
         Callable[[OpenbTrace, int], ProfileSpec],
     ],
 ] = {
     "ffd": (_ffd_order, _firstfit_profile),
-    "best-ordered": (_hard_first_order, _best_profile),
+    "hardest-first": (_hardest_first_order, _best_profile),
+    "lp-guided": (_lp_guided_order, _best_profile),
+    "arrival-order": (_arrival_order, _best_profile),
 }
 
 
@@ -174,11 +210,11 @@ def run_limit(
     bound: dict[int, float] = {}
     for point in points:
         pods = workload[: arrived_prefix(workload, capacity, point)]
-        upper = allocation_bound(trace.nodes, pods).upper_milli
-        bound[point] = max(0.0, 100.0 - 100.0 * upper / capacity)
+        optimum = allocation_bound(trace.nodes, pods)
+        bound[point] = max(0.0, 100.0 - 100.0 * optimum.upper_milli / capacity)
         per: dict[str, float] = {}
         for name, (order, profile) in HEURISTICS.items():
-            allocated = offline_pack(trace.nodes, order(pods), profile(trace, seed), seed)
+            allocated = offline_pack(trace.nodes, order(pods, optimum), profile(trace, seed), seed)
             per[name] = 100.0 - 100.0 * allocated / capacity
         heuristics[point] = per
         offline_by[point] = min(per, key=lambda name: per[name])
