@@ -147,6 +147,11 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
     return mean, statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def _traces(grid: GridResult) -> list[str]:
+    """The grid's traces in run order: those of the policy runs, then any only limited."""
+    return list(dict.fromkeys([*(r.trace for r in grid.results), *(r.trace for r in grid.limits)]))
+
+
 def _groups(grid: GridResult) -> dict[tuple[str, str], list[OpenbResult]]:
     groups: dict[tuple[str, str], list[OpenbResult]] = {}
     for r in grid.results:
@@ -242,15 +247,17 @@ def _limit_rows(grid: GridResult, trace: str) -> list[str]:
 
 def write_report(grid: GridResult, path: Path, command: str = "") -> None:
     groups = _groups(grid)
-    traces = list(dict.fromkeys(r.trace for r in grid.results))
+    traces = _traces(grid)
     policies = list(dict.fromkeys(r.policy for r in grid.results))
-    seeds = sorted({r.seed for r in grid.results})
+    seeds = sorted({r.seed for r in grid.results} | {r.seed for r in grid.limits})
     lines = [
         "# openb fragmentation experiment",
         "",
-        f"Traces: {', '.join(traces)}. Policies: {', '.join(policies)}. "
+        f"Traces: {', '.join(traces)}. Policies: {', '.join(policies) or 'none'}. "
         f"Seeds: {seeds[0]}..{seeds[-1]} ({len(seeds)}). "
-        f"{len(grid.results)} runs on {grid.workers} processes in {grid.wall_s:.1f} s.",
+        * bool(seeds)
+        + f"{len(grid.results)} runs, {len(grid.limits)} limits on {grid.workers} processes "
+        f"in {grid.wall_s:.1f} s.",
     ]
     if command:
         lines += ["", f"Command: `{command}`"]
@@ -261,7 +268,7 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
     ]
     if grid.limits:
         lines += [
-            "The offline packing (the better of its heuristics; how often each won) and the",
+            "The offline packing (the best of its heuristics; how often each won) and the",
             "lower bound are computed for the same arrival sequences (hetsched.sim.openb_limit):",
             "no placement of the arrived pods leaves fewer GPUs unallocated than the bound.",
         ]
@@ -292,7 +299,8 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
             )
         lines += _limit_rows(grid, trace)
         empty = [r.frag_ratio_pct[0] for (t, _), rs in groups.items() if t == trace for r in rs]
-        lines += ["", f"Empty-cluster fragmentation ratio: {statistics.fmean(empty):.2f} %."]
+        if empty:
+            lines += ["", f"Empty-cluster fragmentation ratio: {statistics.fmean(empty):.2f} %."]
         lines += ["", f"![unallocated GPU, {trace}](unallocated_{trace}.png)"]
     lines += ["", "![unallocated GPU at 100 % arrival](unallocated_at_100.png)", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
@@ -373,8 +381,7 @@ def write_plots(grid: GridResult, folder: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    traces = list(dict.fromkeys(r.trace for r in grid.results))
-    traces += [t for t in dict.fromkeys(r.trace for r in grid.limits) if t not in traces]
+    traces = _traces(grid)
     policies = list(dict.fromkeys(r.policy for r in grid.results))
     written: list[Path] = []
     for trace in traces:
