@@ -259,6 +259,24 @@ def test_every_packing_stays_under_the_bound(nodes: list[Node], pods: list[Trace
         assert offline_pack(nodes, pods, policy_profile(policy, 1, target), 1) <= upper + 1e-6
 
 
+def test_lp_guided_order_leaves_what_the_bound_leaves_out_for_last() -> None:
+    # one GPU: the optimum keeps an 810 and the 160 (970) and leaves one 810 out; the
+    # latest 810 goes last, the CPU-only pod after it
+    pods = [
+        TracePod("a", 1000, 0, 1, 810),
+        TracePod("b", 1000, 0, 1, 810),
+        TracePod("c", 1000, 0, 0, 0),
+        TracePod("d", 1000, 0, 1, 160),
+    ]
+    nodes = [node("n", 1)]
+    bound = allocation_bound(nodes, pods)
+    assert bound.upper_milli == pytest.approx(970)
+    order, _ = HEURISTICS["lp-guided"]
+    assert [p.name for p in order(pods, bound)] == ["a", "d", "b", "c"]
+    first_fit, _ = HEURISTICS["ffd"]
+    assert [p.name for p in first_fit(pods, bound)] == ["a", "b", "d", "c"]
+
+
 # -- the limit of a run ----------------------------------------------------------------------
 
 
@@ -272,10 +290,11 @@ def test_run_limit_on_the_mini_trace(tmp_path: Path) -> None:
         assert limit.offline_pct[point] == min(per.values()) == per[limit.offline_by[point]]
         assert 0.0 <= limit.bound_pct[point] <= limit.offline_pct[point] + 1e-9
         for policy in ALL_POLICIES:  # no online run beats the bound either
-            assert (
-                run_openb(trace, policy, 3).unallocated_gpu_pct[point]
-                >= limit.bound_pct[point] - 1e-9
-            )
+            online = run_openb(trace, policy, 3).unallocated_gpu_pct[point]
+            assert online >= limit.bound_pct[point] - 1e-9
+            if policy == "best":  # the arrival order is one of the offline orders
+                assert limit.heuristics_pct[point]["arrival-order"] == pytest.approx(online)
+                assert limit.offline_pct[point] <= online + 1e-9
     doc = limit.summary()
     assert list(doc) == [
         "lower_bound_unallocated_gpu_pct",
