@@ -273,12 +273,14 @@ class FGDPlus:
         """Share taken times the pressure on its kind above the least the task could face;
         (rows, slots) for a shared task, (rows, 1) else."""
         count, share, selector = ask
+        if count == 0:
+            return np.zeros((rows.size, 1), np.float64)
         key = (id(state), state.version, len(state.kinds))
         if self._pressure_key != key:
             self._pressure = kind_pressure(state, self._target, self._class)
             self._pressure_key = key
             self._floors = {}
-        if count == 0 or not self._pressure.any():
+        if not self._pressure.any():
             return np.zeros((rows.size, 1), np.float64)
         allowed = state.device_mask(self._class, selector)
         floor = self._floors.get(selector)

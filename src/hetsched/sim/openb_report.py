@@ -250,13 +250,12 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
     traces = _traces(grid)
     policies = list(dict.fromkeys(r.policy for r in grid.results))
     seeds = sorted({r.seed for r in grid.results} | {r.seed for r in grid.limits})
+    seen = f"Seeds: {seeds[0]}..{seeds[-1]} ({len(seeds)}). " if seeds else ""
     lines = [
         "# openb fragmentation experiment",
         "",
-        f"Traces: {', '.join(traces)}. Policies: {', '.join(policies) or 'none'}. "
-        f"Seeds: {seeds[0]}..{seeds[-1]} ({len(seeds)}). "
-        * bool(seeds)
-        + f"{len(grid.results)} runs, {len(grid.limits)} limits on {grid.workers} processes "
+        f"Traces: {', '.join(traces)}. Policies: {', '.join(policies) or 'none'}. {seen}"
+        f"{len(grid.results)} runs, {len(grid.limits)} limits on {grid.workers} processes "
         f"in {grid.wall_s:.1f} s.",
     ]
     if command:
