@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -42,7 +43,9 @@ def _start(executor: Executor, command: list[str], **kwargs: object) -> int:
 
 @pytest.fixture
 def executor(tmp_path: Path) -> Executor:
-    return Executor(tmp_path, "test-instance", kill_grace_s=0.5)
+    # an instance of its own: a sweep kills every process of its instance, so tests in
+    # parallel workers sharing one name would kill each other's processes
+    return Executor(tmp_path, f"test-{uuid.uuid4().hex}", kill_grace_s=0.5)
 
 
 def test_exit_codes_and_logs(executor: Executor) -> None:
@@ -118,7 +121,7 @@ def test_maximum_runtime(executor: Executor) -> None:
 def test_adopt_needs_the_same_pid_and_start_time(executor: Executor, tmp_path: Path) -> None:
     pid = _start(executor, ["sh", "-c", "sleep 0.5; exit 3"])
     handle = executor.handles.pop("job1/0#1")
-    other = Executor(tmp_path, "test-instance")
+    other = Executor(tmp_path, executor.instance)
     assert other.adopt("job1", 0, 1, pid, handle.pid_started + 5, None) is None
     adopted = other.adopt("job1", 0, 1, pid, handle.pid_started, None)
     assert adopted is not None and adopted.popen is None

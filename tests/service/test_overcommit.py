@@ -61,8 +61,11 @@ def test_a_best_effort_hog_is_alerted_and_killed_by_policy(tmp_path: Path, kill:
         try:
             guard = svc.built.service.loop.guard
             assert guard is not None
+            # a request well above an interpreter's own footprint (about 10-40 MiB while it
+            # starts): the alert can only come from the 300 MiB it allocates, however late
+            # in its growth the guard's round happens to measure it
             hog = job_body(
-                name="hog", command=HOG, best_effort=True, resources={"cpu": "1", "memory": "32Mi"}
+                name="hog", command=HOG, best_effort=True, resources={"cpu": "1", "memory": "128Mi"}
             )
             calm = job_body(
                 name="calm", command=["sleep", "60"], resources={"cpu": "1", "memory": "256Mi"}
@@ -78,7 +81,7 @@ def test_a_best_effort_hog_is_alerted_and_killed_by_policy(tmp_path: Path, kill:
                 time.sleep(0.05)
             (alert,) = guard.recent()
             assert (alert.kind, alert.job_id, alert.task) == ("task_memory", hog_id, 0)
-            assert alert.measured > 64 and alert.limit == 32  # caught while it still grows
+            assert alert.measured > alert.limit == 128
             assert alert.to_dict()["node"] == "local"
 
             if kill:

@@ -25,12 +25,13 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from hetsched.agent.exits import ExitWatcher
 from hetsched.cluster.placement import Placement
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
@@ -176,6 +177,39 @@ class Executor:
     handles: dict[str, TaskHandle] = field(default_factory=dict)
     #: seconds after a fenced task's lease expiry at which its own watchdog kills it
     fence_backstop_s: int = 7
+    #: called (from another thread) as soon as a started or adopted process ends, so the
+    #: driver can :meth:`poll` at once instead of on a timer (see agent/exits.py)
+    on_exit: Callable[[], None] | None = None
+    _exits: ExitWatcher | None = field(default=None, repr=False)
+
+    @property
+    def exits_reported(self) -> bool:
+        """Whether ``on_exit`` is called for every process that ends (pidfds work here);
+        if not, the driver must poll while tasks run."""
+        return self.on_exit is not None and self._watcher() is not None
+
+    def _watcher(self) -> ExitWatcher | None:
+        if self.on_exit is None:
+            return None
+        if self._exits is None:
+            self._exits = ExitWatcher(self.on_exit)
+        return self._exits if self._exits.supported else None
+
+    def _watch(self, pid: int) -> None:
+        watcher = self._watcher()
+        if watcher is not None:
+            watcher.watch(pid)
+
+    def next_due(self) -> float | None:
+        """The earliest time :meth:`poll` has something to do besides reporting exits: a
+        SIGKILL after a grace period, a maximum runtime reached; None if nothing is due."""
+        times = [h.kill_at for h in self.handles.values() if h.kill_at is not None]
+        times += [
+            h.deadline
+            for h in self.handles.values()
+            if h.deadline is not None and not (h.stopping or h.timed_out)
+        ]
+        return min(times) if times else None
 
     def job_dir(self, job_id: str) -> Path:
         return self.home / "jobs" / job_id
@@ -238,6 +272,7 @@ class Executor:
             deadline=now + max_runtime_s if max_runtime_s else None,
         )
         self.handles[key] = handle
+        self._watch(popen.pid)
         return handle
 
     def _task_env(
@@ -320,6 +355,7 @@ class Executor:
         handle = TaskHandle(job_id, task, run, pid, pid_started, self.exit_file(job_id, task, run))
         handle.deadline = deadline
         self.handles[handle.key] = handle
+        self._watch(pid)
         return handle
 
     def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
@@ -397,6 +433,8 @@ class Executor:
             if code is None:
                 if handle.kill_at is not None and now >= handle.kill_at:
                     _signal_group(handle.pid, signal.SIGKILL)
+                    # again in a second while the group lingers, not at every poll
+                    handle.kill_at = now + 1.0
                 elif (
                     handle.deadline is not None
                     and now >= handle.deadline
@@ -436,6 +474,9 @@ class Executor:
 
     def shutdown(self) -> None:
         """Forget the processes without stopping them: a restart adopts them again."""
+        if self._exits is not None:
+            self._exits.close()
+            self._exits = None
         for handle in self.handles.values():
             if handle.popen is not None:
                 # Popen would otherwise warn that the child is still running

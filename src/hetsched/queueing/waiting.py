@@ -507,6 +507,19 @@ class WaitingQueue:
         ahead = count_ahead(lanes, lambda r: framework.sort_key(r, now), record)
         return (queue, ahead + 1)
 
+    def next_refiling(self, after: float) -> float | None:
+        """The earliest time after ``after`` at which time alone re-files a job (a backoff
+        ends, a preemption retry is due). May name a job that no longer waits (its entry
+        is dropped when it comes due): a wakeup then changes nothing."""
+        timed = self._timed
+        if not timed:
+            return None
+        top = timed[0][0]
+        if top > after:
+            return top
+        # entries due by ``after`` are re-filed by the next cycle; look past them
+        return min((at for at, _order, _job in timed if at > after), default=None)
+
     def next_backoff_end(self, after: float) -> float | None:
         """The earliest end of a backoff after ``after`` among waiting pending jobs."""
         self.flush()

@@ -157,11 +157,16 @@ class Scheduler(JobBook):
 
     def next_wakeup(self) -> float | None:
         """The earliest time after the last ``handle`` call at which a time-based rule acts
-        (gang hold timeout, end of a backoff, maximum runtime, maximum pending time), or
-        None. Drivers that do not tick at a fixed step call ``handle([Tick()], t)`` then;
-        aging needs no wakeup. Read from heaps and indexes: no scan of the jobs."""
+        (gang hold timeout, end of a backoff, maximum runtime, maximum pending time, the
+        next try of a waiting job that preemption or defragmentation may help), or None.
+        Drivers that do not tick at a fixed step call ``handle([Tick()], t)`` then; aging
+        needs no wakeup. Read from heaps and indexes: no scan of the jobs."""
         now = self.now
-        times = [self.deadlines.next_after(now), self.queue.next_backoff_end(now)]
+        times = [
+            self.deadlines.next_after(now),
+            self.queue.next_backoff_end(now),
+            self.queue.next_refiling(now),
+        ]
         if self.holder is not None:
             hold_since = self.jobs[self.holder].hold_since
             if hold_since is not None:

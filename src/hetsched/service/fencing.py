@@ -218,6 +218,18 @@ class Fencing:
                     out[name] = lease.lease_s
             return out
 
+    def next_lapse_s(self) -> float | None:
+        """Seconds until the earliest live lease expires (the loop wakes then to cancel its
+        jobs), or None when no lease is live."""
+        with self._lock:
+            now = self.clock()
+            left = [
+                lease.expires - now
+                for lease in self._leases.values()
+                if not lease.lapsed and lease.expires > 0.0
+            ]
+            return max(0.0, min(left)) if left else None
+
     def fenced(self, federation: str, submitted_at: float, ended_at: float | None) -> bool:
         """Whether a job of ``federation`` submitted at ``submitted_at`` (wall clock) and
         ended at ``ended_at`` (None: live) lived across a lapse of its lease."""

@@ -168,6 +168,14 @@ class Launcher:
             out.append(exit_)
         return out
 
+    def next_due(self) -> float | None:
+        """When the executor next escalates a stop or ends a task past its maximum runtime,
+        or the guard's next round is due, whichever is first (None: neither)."""
+        times = [self.executor.next_due()]
+        if self.guard is not None:
+            times.append(self._guard_at + self.guard.spec.interval_s)
+        return min((t for t in times if t is not None), default=None)
+
     # -- the overcommit guard --------------------------------------------------------------
 
     def guard_round(self, now: float, running: Mapping[TaskKey, Placement]) -> list[Alert]:

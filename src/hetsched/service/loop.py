@@ -13,11 +13,21 @@ A crash between 3 and 5 leaves tasks ``starting`` without a pid: recovery treats
 lost and sweeps away any process that carries their key. A crash before 3 loses only
 decisions, which the rebuilt core takes again. Tasks that could not start, and stops of
 tasks with no process, are reported as exits in the next turn.
+
+When turns run: at once when the API commits a submission or a cancel, when a task's
+process ends (the executor's exit watcher, agent/exits.py), when the device watcher reports
+a change; otherwise the loop sleeps until the first of the core's ``next_wakeup()``, a
+SIGKILL due after a grace or a maximum runtime (the executor's ``next_due()``), the guard's
+next round, a federation lease's expiry, the views' refresh and the dashboard's next history
+sample. There is no fixed tick: a turn with nothing to report and no rule of the core due
+does not call the core. Under load (events arrived during a turn) the loop pauses as long as
+the turn took before the next one, which batches a burst into one turn and one commit.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -45,6 +55,11 @@ __all__ = ["ControlLoop"]
 
 log = logging.getLogger(__name__)
 
+#: the API's node and quota views lag the core by at most this after a change (seconds)
+_REFRESH_S = 0.5
+#: how often exits are polled while tasks run where the executor cannot report them
+_EXIT_POLL_S = 0.1
+
 
 class ControlLoop:
     """Runs turns; the API talks to it only through :meth:`submitted`, :meth:`cancelled`
@@ -57,7 +72,7 @@ class ControlLoop:
         executor: Executor,
         nodes: Iterable[Node],
         run_as: dict[str, RunAs] | None = None,
-        tick_s: float = 0.5,
+        tick_s: float = math.inf,
         make_core: Callable[[], Scheduler] | None = None,
         watcher: DeviceWatcher | None = None,
         guard: Guard | None = None,
@@ -73,8 +88,8 @@ class ControlLoop:
         self._fence_cancelled: set[str] = set()
         #: builds a fresh core with the nodes added, for rebuilding after a failed turn
         self.make_core = make_core
+        #: a fixed tick on top of the core's wakeups (none by default; tests set it)
         self.tick_s = tick_s
-        self.min_turn_s = 0.01
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -89,6 +104,8 @@ class ControlLoop:
         #: the core's quota tree with usage, refreshed by the loop (empty without one)
         self.quota_view: dict[str, dict[str, dict[str, float]]] = {}
         self._nodes_at = 0.0
+        #: the core changed since the views were last refreshed
+        self._dirty = True
         self.turns = 0
         #: the local node's device watcher (hot-plug and health); its events come in
         #: through :meth:`device_events`
@@ -102,6 +119,8 @@ class ControlLoop:
         self.metrics.watch_faults(self.faults)
         #: the jobs the turn in progress concerns (held back if it fails)
         self._concerns: set[str] = set()
+        # a task's process that ends wakes the loop at once (where pidfds work)
+        executor.on_exit = self._wake.set
 
     @property
     def view(self) -> SchedulerView:
@@ -190,12 +209,34 @@ class ControlLoop:
                     self._release_held()
             if self._stop.wait(self.faults.delay()):
                 return
-            # a pause as long as the turn itself (at least min_turn_s) batches a burst of
-            # submissions into one turn (one cycle, one commit) and keeps the loop from
-            # taking more than half of the interpreter from the API under load
-            time.sleep(max(self.min_turn_s, min(0.2, time.perf_counter() - began)))
-            self._wake.wait(timeout=0.05)
-            self._wake.clear()
+            self._sleep(time.perf_counter() - began)
+
+    def _sleep(self, turn_s: float) -> None:
+        """Until something happens or is due (see the module docstring)."""
+        if self._wake.is_set():
+            # events came during the turn: the loop is busy. A pause as long as the turn
+            # batches the next burst into one turn (one cycle, one commit) and leaves the
+            # API at least half of the interpreter
+            time.sleep(min(0.2, turn_s))
+        else:
+            self._wake.wait(self._until_due(time.time()))
+        self._wake.clear()
+
+    def _until_due(self, now: float) -> float:
+        """Seconds until the loop has something to do without being woken."""
+        due = [now + self.metrics.history.interval_s, self.metrics.history.next_due()]
+        due.append(self.planner.core.next_wakeup())
+        due.append(self.launcher.next_due())
+        if self._dirty:
+            due.append(self._nodes_at + _REFRESH_S)
+        lapse = self.fencing.next_lapse_s() if self.fencing is not None else None
+        if lapse is not None:
+            due.append(now + lapse)
+        if self.executor.handles and not self.executor.exits_reported:
+            due.append(now + _EXIT_POLL_S)  # no pidfds here: poll while tasks run
+        if self.tick_s != math.inf:
+            due.append(self._last_tick + self.tick_s)
+        return max(0.0, min(t for t in due if t is not None) - now)
 
     def _failed(self, exc: Exception) -> None:
         """A turn raised: alert, hold the jobs it concerned, rebuild from the store."""
@@ -269,10 +310,13 @@ class ControlLoop:
         if any(a.killed for a in alerts):
             self._wake.set()
         exits, self._exits = [*self._exits, *self.launcher.poll(now)], []
-        if not events and not exits and now - self._last_tick < self.tick_s:
+        wakeup = self.planner.core.next_wakeup()
+        core_due = wakeup is not None and wakeup <= now
+        if not events and not exits and not core_due and now - self._last_tick < self.tick_s:
             self._refresh(now)
             return []
         self._last_tick = now
+        self._dirty = True
         plan = self._plan(events, exits, now)
         starting = {start.key.job for start in plan.starts}
         self._concerns = starting or self._concerns | {t.job_id for t in plan.transitions}
@@ -354,17 +398,23 @@ class ControlLoop:
     # -- views ---------------------------------------------------------------------------
 
     def _refresh(self, now: float) -> None:
-        if now - self._nodes_at < 0.5:
+        """The views the API serves (at most every ``_REFRESH_S`` after a change) and the
+        dashboard's history sample (when one is due)."""
+        views_due = self._dirty and now - self._nodes_at >= _REFRESH_S
+        if not views_due and not self.metrics.history.due(now):
             return
-        self._nodes_at = now
-        # why the watcher last saw a device change ("removed", "unhealthy: XID 79")
-        reasons = {d.id: d.reason for d in self.watcher.view()} if self.watcher else {}
         with self.lock:
             view = self.view
-            nodes = node_view(view.cluster, reasons)
-            self.quota_view = quota_view(view)
+            if views_due:
+                # why the watcher last saw a device change ("removed", "unhealthy: XID 79")
+                reasons = {d.id: d.reason for d in self.watcher.view()} if self.watcher else {}
+                nodes = node_view(view.cluster, reasons)
+                self.quota_view = quota_view(view)
             self.metrics.sample(view, now)
-        self.nodes_view = nodes
+        if views_due:
+            self._nodes_at = now
+            self._dirty = False
+            self.nodes_view = nodes
 
 
 def _jobs_named(events: Iterable[Event]) -> set[str]:

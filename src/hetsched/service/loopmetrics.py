@@ -65,6 +65,11 @@ class History:
         with self._guard:
             return not self._samples or now - self._samples[-1].time >= self.interval_s
 
+    def next_due(self) -> float | None:
+        """When the next sample is due (None: at once, there is none yet)."""
+        with self._guard:
+            return self._samples[-1].time + self.interval_s if self._samples else None
+
     def add(self, sample: Sample) -> None:
         with self._guard:
             self._samples.append(sample)
