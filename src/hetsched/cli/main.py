@@ -13,6 +13,7 @@ from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
 from hetsched.cli.k8s import k8s_app
 from hetsched.cli.place import place
 from hetsched.cli.ray import ray_app
+from hetsched.cli.sim_gavel import gavel
 from hetsched.cli.sim_openb import openb
 from hetsched.cli.sim_replay import replay, synth
 from hetsched.cli.tokens import token_app
@@ -52,6 +53,7 @@ app.add_typer(sim_app, name="sim")
 sim_app.command("replay")(replay)
 sim_app.command("synth")(synth)
 sim_app.command("openb")(openb)
+sim_app.command("gavel")(gavel)
 
 
 @app.command()

@@ -7,6 +7,10 @@ command loads only what it uses. ``alibaba``: the Alibaba GPU trace v2023 (openb
 Replays with departures: ``engine`` (the discrete-event driver), ``workload`` (the neutral
 CSV format), ``gavel``, ``philly`` and ``synthetic`` (workload sources), ``metrics``,
 ``replay`` and ``replay_report``. Their main names are exported here.
+
+Rounds (Gavel's method): ``rounds_engine`` (allocation per round from
+:mod:`hetsched.rounds`, work at each job's speed on the model it got) and ``gavel_rounds``
+(one point of Gavel's continuous experiment: ``hetsched sim gavel``).
 """
 
 from hetsched.sim.engine import ClusterChange, EngineConfig, JobOutcome, SimResult, Simulator

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
@@ -33,7 +34,7 @@ from hetsched.sim.gavel import Throughputs, job_rates
 from hetsched.sim.synthetic import split_gang
 from hetsched.sim.workload import Workload, WorkloadJob
 
-__all__ = ["TEMPLATES", "GavelWorkloadSpec", "Template", "generate_gavel"]
+__all__ = ["TEMPLATES", "GavelWorkloadSpec", "Template", "generate_gavel", "iter_gavel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +136,22 @@ def _check_table(throughputs: Throughputs, reference: str, multi_gpu: bool) -> N
         )
 
 
-def generate_gavel(spec: GavelWorkloadSpec, throughputs: Throughputs) -> Workload:
-    """Draw ``spec.jobs`` jobs of Gavel's continuous workload; the same spec and table give
-    the same workload. Raises ValueError when the table lacks a job type it needs."""
+def iter_gavel(
+    spec: GavelWorkloadSpec, throughputs: Throughputs, jobs: int | None = None
+) -> Iterator[WorkloadJob]:
+    """Gavel's job stream for ``spec``, lazily, in arrival order: ``jobs`` jobs (default
+    ``spec.jobs``). The first N jobs are the same whatever the count asked for, so a driver
+    may ask for many and draw only until it has enough. Raises ValueError when the table
+    lacks a job type it needs."""
     _check_table(throughputs, spec.reference, spec.multi_gpu)
+    count = spec.jobs if jobs is None else jobs
     jobs_rng = random.Random(spec.seed + 2)
     gaps_rng = random.Random(spec.seed + 3)
     rate_per_s = spec.rate_per_h / 3600.0
     reference = throughputs[spec.reference]
     requests: dict[int, tuple[int, TaskRequest]] = {}
-    out: list[WorkloadJob] = []
     arrival = 0.0
-    for index in range(spec.jobs):
+    for index in range(count):
         gpus = _scale_factor(jobs_rng)
         duration = _duration_s(jobs_rng)
         if not spec.multi_gpu:
@@ -181,8 +186,14 @@ def generate_gavel(spec: GavelWorkloadSpec, throughputs: Throughputs) -> Workloa
                 job_rates(throughputs, template.job_type, gpus), template.job_type, steps
             ),
         )
-        out.append(WorkloadJob(job, duration))
+        yield WorkloadJob(job, duration)
         arrival += -math.log(1.0 - gaps_rng.random()) / rate_per_s
+
+
+def generate_gavel(spec: GavelWorkloadSpec, throughputs: Throughputs) -> Workload:
+    """Draw ``spec.jobs`` jobs of Gavel's continuous workload; the same spec and table give
+    the same workload. Raises ValueError when the table lacks a job type it needs."""
+    out = tuple(iter_gavel(spec, throughputs))
     kind = "multi-GPU" if spec.multi_gpu else "single-GPU"
     source = f"gavel(seed={spec.seed}, {spec.rate_per_h:g} jobs/h, {kind}, jobs={spec.jobs})"
-    return Workload(tuple(out), source)
+    return Workload(out, source)

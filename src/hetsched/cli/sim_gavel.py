@@ -1,0 +1,144 @@
+"""``hetsched sim gavel``: one point of Gavel's continuous experiment, run in rounds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hetsched.cli.output import OutputFormat, console, err_console, fail, print_json
+from hetsched.rounds import policy_names
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
+from hetsched.sim.gavel_rounds import GavelPoint, parse_cluster, parse_window, point_document
+
+__all__ = ["gavel"]
+
+_Policy = Annotated[
+    str,
+    typer.Option(
+        help="Round policy: las, ftf, max-throughput, min-makespan, fifo, fair-throughput, "
+        "or an agnostic- twin (agnostic-las: Gavel's heterogeneity-agnostic LAS)."
+    ),
+]
+_Rate = Annotated[float, typer.Option(help="Input job rate in jobs per hour (Poisson).")]
+_Multi = Annotated[
+    bool,
+    typer.Option(
+        "--multi-gpu/--single-gpu", help="Gavel's multi-GPU jobs (1/2/4/8 GPUs) or 1-GPU only."
+    ),
+]
+_Seed = Annotated[int, typer.Option(help="Workload seed (Gavel's --seeds).")]
+_Window = Annotated[
+    str, typer.Option(help="Jobs measured, START:END indices in arrival order (Gavel: -s/-e).")
+]
+_Cluster = Annotated[str, typer.Option(help="GPUs of each type, V100:P100:K80.")]
+_Round = Annotated[float, typer.Option("--round", help="Round length in seconds.")]
+_Alpha = Annotated[
+    float, typer.Option(help="fair-throughput's knob: 0 max-min fairness .. 1 throughput.")
+]
+_Until = Annotated[
+    float | None,
+    typer.Option("--until", help="Stop after this many virtual hours (saturated rates)."),
+]
+_Throughputs = Annotated[
+    Path | None,
+    typer.Option(help="Gavel simulation_throughputs.json (default: the bundled copy)."),
+]
+_Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+
+
+@contextmanager
+def _bar(enabled: bool, total: int) -> Iterator[Callable[[int, int, float], None] | None]:
+    if not enabled:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("measured jobs done"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("t={task.fields[vt]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    with bar:
+        task = bar.add_task("gavel", total=total, vt="0h")
+
+        def update(done: int, _total: int, now: float) -> None:
+            bar.update(task, completed=done, vt=f"{now / 3600:.0f}h")
+
+        yield update
+
+
+def gavel(
+    policy: _Policy = "las",
+    rate: _Rate = 4.0,
+    multi_gpu: _Multi = False,
+    seed: _Seed = 0,
+    window: _Window = "4000:5000",
+    cluster: _Cluster = "36:36:36",
+    round_s: _Round = 360.0,
+    alpha: _Alpha = 0.5,
+    until_h: _Until = None,
+    throughputs: _Throughputs = None,
+    output: _Output = OutputFormat.table,
+) -> None:
+    """Run one point of Gavel's continuous experiment (OSDI'20, Figs. 8-10).
+
+    Draws Gavel's job stream for the rate and seed, runs it in rounds under the policy on
+    a V100/P100/K80 cluster and reports, over the window's jobs: mean JCT (hours),
+    utilization, Jain's index over users of isolated/actual JCT, and the worst finish-time
+    fairness. The run ends when every measured job finished (or at --until: the point is
+    then marked incomplete).
+    """
+    problems = []
+    if policy not in policy_names():
+        problems.append(f"--policy: unknown {policy!r} (known: {', '.join(policy_names())})")
+    if not round_s > 0:
+        problems.append(f"--round: expected seconds > 0, got {round_s}")
+    if not 0.0 <= alpha <= 1.0:
+        problems.append(f"--alpha: expected 0..1, got {alpha}")
+    if not rate > 0:
+        problems.append(f"--rate: expected jobs/hour > 0, got {rate}")
+    if until_h is not None and not until_h > 0:
+        problems.append(f"--until: expected hours > 0, got {until_h}")
+    try:
+        span = parse_window(window)
+    except ValueError as exc:
+        problems.append(f"--{exc}")
+        span = (0, 1)
+    try:
+        counts = parse_cluster(cluster)
+    except ValueError as exc:
+        problems.append(f"--{exc}")
+        counts = (1, 1, 1)
+    if problems:
+        fail("\n".join(problems), 2)
+    until_s = None if until_h is None else until_h * 3600.0
+    try:
+        point = GavelPoint(policy, rate, seed, multi_gpu, span, counts, round_s, alpha, until_s)
+        table = load_throughputs(throughputs or BUNDLED_THROUGHPUTS)
+    except (ValueError, OSError) as exc:
+        fail(str(exc), 2)
+    started = time.perf_counter()
+    with _bar(output is OutputFormat.table, span[1] - span[0]) as progress:
+        try:
+            result = point.run(table, progress)
+        except ValueError as exc:
+            fail(str(exc), 2)
+    document = point_document(point, result, time.perf_counter() - started)
+    if output is OutputFormat.json:
+        print_json(document)
+        return
+    grid = Table(title=f"Gavel point: {policy} at {rate:g} jobs/h, seed {seed}")
+    grid.add_column("measure")
+    grid.add_column("value", justify="right")
+    for key, value in document.items():
+        grid.add_row(key, str(value))
+    console.print(grid)

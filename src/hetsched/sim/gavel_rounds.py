@@ -1,0 +1,141 @@
+"""One point of Gavel's continuous experiment: its job stream through the round engine.
+
+``run_gavel_point`` draws Gavel's workload (:mod:`hetsched.sim.gavel_synth`) lazily for a
+rate and seed, runs it under a round policy on a ``v100:p100:k80`` cluster
+(:mod:`hetsched.sim.rounds_engine`) and measures the jobs of a window (Gavel's sweeps:
+jobs 4000-4999), as ``hetsched sim gavel`` and ``bench/gavel_grid.py`` report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hetsched.sim.gavel import Throughputs
+from hetsched.sim.gavel_synth import GavelWorkloadSpec, iter_gavel
+from hetsched.sim.rounds_engine import (
+    Progress,
+    RoundConfig,
+    RoundJob,
+    RoundResult,
+    RoundSimulator,
+)
+
+__all__ = ["GavelPoint", "gavel_round_jobs", "parse_cluster", "parse_window", "point_document"]
+
+#: Gavel's worker types, in the order of its ``-c V:P:K`` cluster spec
+GAVEL_MODELS = ("v100", "p100", "k80")
+
+
+@dataclass(frozen=True, slots=True)
+class GavelPoint:
+    """One sweep point: ``rate`` jobs/h, ``seed``, single- or multi-GPU jobs, the
+    measured window of job indices and the devices per model."""
+
+    policy: str = "las"
+    rate: float = 4.0
+    seed: int = 0
+    multi_gpu: bool = False
+    window: tuple[int, int] = (4000, 5000)
+    cluster: tuple[int, ...] = (36, 36, 36)
+    round_s: float = 360.0
+    alpha: float = 0.5
+    until_s: float | None = None
+
+    def run(self, throughputs: Throughputs, progress: Progress | None = None) -> RoundResult:
+        """Run the point (ValueError for bad input, naming the field)."""
+        if len(self.cluster) != len(GAVEL_MODELS):
+            raise ValueError(f"cluster: expected {len(GAVEL_MODELS)} counts (v100:p100:k80)")
+        spec = GavelWorkloadSpec(
+            jobs=self.window[1] * 20, rate_per_h=self.rate, seed=self.seed, multi_gpu=self.multi_gpu
+        )
+        config = RoundConfig(
+            self.policy,
+            round_s=self.round_s,
+            alpha=self.alpha,
+            seed=self.seed,
+            window=self.window,
+            until=self.until_s,
+        )
+        jobs = gavel_round_jobs(spec, throughputs, GAVEL_MODELS)
+        return RoundSimulator(GAVEL_MODELS, self.cluster, jobs, config, progress).run()
+
+
+def gavel_round_jobs(
+    spec: GavelWorkloadSpec, throughputs: Throughputs, models: Sequence[str]
+) -> Iterator[RoundJob]:
+    """Gavel's job stream as round-engine jobs: whole-job rates per model, GPUs, steps."""
+    for item in iter_gavel(spec, throughputs):
+        job = item.job
+        rates = job.speed.rates
+        gpus = job.replicas * job.resources.devices[0].primary.count
+        yield RoundJob(
+            job.id,
+            job.submit_time,
+            tuple(float(rates.get(m, 0.0)) for m in models),
+            gpus,
+            float(job.speed.work or 0.0),
+            float(job.priority),
+            job.user,
+        )
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """``4000:5000`` -> (4000, 5000): job indices [start, end) in arrival order."""
+    parts = text.split(":")
+    try:
+        start, end = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"window: expected START:END job indices, got {text!r}") from None
+    if not 0 <= start < end:
+        raise ValueError(f"window: expected 0 <= START < END, got {text!r}")
+    return start, end
+
+
+def parse_cluster(text: str) -> tuple[int, ...]:
+    """``36:36:36`` -> GPUs of each of v100, p100, k80."""
+    parts = text.split(":")
+    try:
+        counts = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"cluster: expected V100:P100:K80 GPU counts, got {text!r}") from None
+    if len(counts) != len(GAVEL_MODELS) or any(c < 0 for c in counts) or sum(counts) == 0:
+        raise ValueError(f"cluster: expected three counts >= 0, not all 0, got {text!r}")
+    return counts
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def point_document(point: GavelPoint, result: RoundResult, wall_s: float) -> dict[str, Any]:
+    """The JSON of one point (``hetsched sim gavel -o json``, ``bench/gavel_grid.py``)."""
+    finished = result.finished()
+    return {
+        "policy": point.policy,
+        "rate": point.rate,
+        "seed": point.seed,
+        "multi_gpu": point.multi_gpu,
+        "window": list(point.window),
+        "cluster": dict(zip(GAVEL_MODELS, point.cluster, strict=True)),
+        "round_s": point.round_s,
+        "alpha": point.alpha if point.policy.endswith("fair-throughput") else None,
+        "mean_jct_h": _round(result.mean_jct_h()),
+        "utilization": _round(result.utilization()),
+        "utilization_by_model": {k: round(v, 4) for k, v in result.utilization_by_model().items()},
+        "jain": _round(result.jain()),
+        "worst_ftf": _round(result.worst_ftf()),
+        "finished": len(finished),
+        "measured": len(result.measured),
+        "complete": result.complete,
+        "jobs_arrived": len(result.jobs),
+        "rounds": result.rounds,
+        "solves": result.solves,
+        "lps": result.lps,
+        "solve_s": round(result.solve_wall_s, 3),
+        "preemptions": result.preemptions,
+        "migrations": result.migrations,
+        "sim_end_h": round(result.end_time / 3600.0, 2),
+        "wall_s": round(wall_s, 2),
+    }

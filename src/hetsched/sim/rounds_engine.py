@@ -1,0 +1,442 @@
+"""Round-based simulation: Gavel's rounds, run with the policies of :mod:`hetsched.rounds`.
+
+Time moves in rounds (360 s by default), as in Gavel's simulator:
+
+- at a round boundary, jobs that arrived since the last one join (a job waits for the next
+  boundary), and finished jobs leave; whenever the set of active jobs changed, the policy
+  computes a new allocation ``X`` (``rounds.solve``);
+- the mechanism (``rounds.choose_round``) picks the model each job runs on for the round
+  from ``X`` and the time each job received since the last reset of the shares; the shares
+  are reset (``rounds.reset_ledger``) when the allocation changed and at least ``reset_s``
+  (Gavel's 1,920 s) passed since the last reset;
+- a job that runs does ``min(remaining, rate x round_s)`` work at its rate on the model it
+  got, and ends within the round when that was all it had left; the round ends when the
+  last job of the round does (a full round unless all of them finished early); with no job
+  active the clock jumps to the next arrival.
+
+Devices are counted per model (Gavel's 1-GPU servers: which devices of a model a job gets
+does not change its speed), so a job runs whenever its model has ``scale`` devices free.
+Every round counts as a preemption each job that ran the round before and waits now, and
+as a migration each job that runs on another model than the round before; a checkpoint
+every round is assumed (Gavel's jobs save at each round's end), so no work is lost.
+
+Measured (over the jobs of ``window``, Gavel's steady-state window, or all jobs): each
+job's completion time; its isolated completion time, its work at the rate of a 1/n share
+of every model, n being the active jobs just after it arrived (Themis' and Gavel's
+baseline); utilization of the devices between the window's first arrival and its last
+completion. The job stream is read lazily and the run ends as soon as every measured job
+finished, so a window of jobs 4000-4999 needs only the jobs that arrive before then.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsched.rounds import (
+    Ledger,
+    PolicyOptions,
+    RoundInput,
+    choose_round,
+    policy_names,
+    record_round,
+    reset_ledger,
+    shuffled,
+    solve,
+)
+from hetsched.rounds.problem import FloatArray, IntArray
+
+__all__ = ["RoundConfig", "RoundJob", "RoundOutcome", "RoundResult", "RoundSimulator"]
+
+#: callback ``(measured jobs finished, measured jobs, virtual time)`` for progress bars
+Progress = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundJob:
+    """One job: its whole-job rate on each model (in the simulator's model order, 0 where
+    it cannot run), the devices it holds while it runs, its work (in units of the rates x
+    seconds), its priority weight and user."""
+
+    id: str
+    arrival: float
+    rates: tuple[float, ...]
+    scale: int
+    work: float
+    weight: float = 1.0
+    user: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundConfig:
+    """``policy``: a round policy (``hetsched.rounds.policy_names()``). ``window``: job
+    indices ``[start, end)`` in arrival order to measure (None: every job). ``until``:
+    stop at this virtual time even if measured jobs are left."""
+
+    policy: str = "las"
+    round_s: float = 360.0
+    reset_s: float = 1920.0
+    alpha: float = 0.5
+    seed: int = 0
+    window: tuple[int, int] | None = None
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.policy not in policy_names():
+            problems.append(f"policy: unknown {self.policy!r} (known: {', '.join(policy_names())})")
+        if not self.round_s > 0 or math.isinf(self.round_s):
+            problems.append(f"round_s: must be > 0, got {self.round_s}")
+        if self.reset_s < 0:
+            problems.append(f"reset_s: must be >= 0, got {self.reset_s}")
+        if not 0.0 <= self.alpha <= 1.0:
+            problems.append(f"alpha: must be in 0..1, got {self.alpha}")
+        if self.window is not None and not 0 <= self.window[0] < self.window[1]:
+            problems.append(f"window: expected 0 <= start < end, got {self.window}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass(slots=True)
+class RoundOutcome:
+    """What happened to one job (times in virtual seconds; ``end`` None: not finished)."""
+
+    job_id: str
+    user: str
+    arrival: float
+    work: float
+    isolated_s: float
+    end: float | None = None
+    preemptions: int = 0
+    migrations: int = 0
+    rounds: int = 0
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end is None else self.end - self.arrival
+
+    @property
+    def ftf(self) -> float | None:
+        """Finish-time fairness: completion time / isolated completion time."""
+        jct = self.jct_s
+        return None if jct is None or self.isolated_s <= 0 else jct / self.isolated_s
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    policy: str
+    models: tuple[str, ...]
+    capacity: tuple[int, ...]
+    #: every job that arrived, and the ones measured (the window's)
+    jobs: tuple[RoundOutcome, ...]
+    measured: tuple[RoundOutcome, ...]
+    end_time: float
+    rounds: int
+    solves: int
+    lps: int
+    solve_wall_s: float
+    #: busy device-seconds per model inside the measured span, and that span
+    busy: tuple[float, ...]
+    span: tuple[float, float]
+    preemptions: int
+    migrations: int
+    complete: bool
+
+    def finished(self) -> list[RoundOutcome]:
+        return [o for o in self.measured if o.end is not None]
+
+    def mean_jct_h(self) -> float | None:
+        done = [o.jct_s for o in self.finished() if o.jct_s is not None]
+        return None if not done else float(np.mean(done)) / 3600.0
+
+    def utilization(self) -> float:
+        length = self.span[1] - self.span[0]
+        total = sum(self.capacity) * length
+        return 0.0 if total <= 0 else sum(self.busy) / total
+
+    def utilization_by_model(self) -> dict[str, float]:
+        length = self.span[1] - self.span[0]
+        return {
+            m: (b / (c * length) if c and length > 0 else 0.0)
+            for m, c, b in zip(self.models, self.capacity, self.busy, strict=True)
+        }
+
+    def jain(self) -> float | None:
+        """Jain's index over users of each user's mean isolated / actual completion time
+        (1: every user got the same fraction of its fair share)."""
+        per_user: dict[str, list[float]] = {}
+        for o in self.finished():
+            ftf = o.ftf
+            if ftf:
+                per_user.setdefault(o.user, []).append(1.0 / ftf)
+        values = np.array([np.mean(v) for v in per_user.values()])
+        if values.size == 0:
+            return None
+        return float(values.sum() ** 2 / (values.size * (values**2).sum()))
+
+    def worst_ftf(self) -> float | None:
+        ratios = [o.ftf for o in self.finished() if o.ftf is not None]
+        return None if not ratios else float(max(ratios))
+
+
+@dataclass(slots=True)
+class _Active:
+    """The active jobs, columnar (rows in arrival order); rebuilt when the set changes."""
+
+    ids: list[str] = field(default_factory=list)
+    jobs: list[RoundJob] = field(default_factory=list)
+    remaining: FloatArray = field(default_factory=lambda: np.zeros(0))
+    isolated: FloatArray = field(default_factory=lambda: np.zeros(0))
+    last: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+class RoundSimulator:
+    """One round-based run of ``jobs`` (in arrival order) on ``capacity[j]`` devices of
+    each of ``models``. Call :meth:`run` once."""
+
+    def __init__(
+        self,
+        models: Sequence[str],
+        capacity: Sequence[int],
+        jobs: Iterable[RoundJob],
+        config: RoundConfig | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        if len(models) != len(capacity) or not models:
+            raise ValueError("models and capacity: one count per model, at least one model")
+        if any(c < 0 for c in capacity):
+            raise ValueError(f"capacity: counts must be >= 0, got {list(capacity)}")
+        self.models = tuple(models)
+        self.capacity = np.asarray(capacity, np.int64)
+        self.config = config or RoundConfig()
+        self._stream: Iterator[RoundJob] = iter(jobs)
+        self._progress = progress
+        self._options = PolicyOptions(alpha=self.config.alpha, seed=self.config.seed)
+        self._agnostic = self.config.policy.startswith("agnostic-")
+        self._outcomes: dict[str, RoundOutcome] = {}
+        self._measured: list[RoundOutcome] = []
+        self._arrived = 0
+        self._next: RoundJob | None = None
+        self._active = _Active()
+        self._problem: RoundInput | None = None
+        self._x: FloatArray = np.zeros((0, len(models)))
+        self._ledger = Ledger.start([], self.models, 0.0, prior_s=self.config.round_s / 2)
+        self._changed_since_reset = False
+        self._busy = np.zeros(len(models))
+        self.rounds = self.solves = self.lps = 0
+        self.solve_wall_s = 0.0
+        self.preemptions = self.migrations = 0
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> RoundResult:
+        now, span_start = 0.0, None
+        self._next = next(self._stream, None)
+        until = self.config.until
+        while True:
+            changed = self._admit(now)
+            if span_start is None and self._measured:
+                span_start = self._measured[0].arrival
+            if self._measured_done() or (until is not None and now >= until):
+                break
+            if not self._active.ids:
+                if self._next is None:
+                    break
+                now = max(now, self._next.arrival)
+                continue
+            if changed or self._problem is None:
+                self._resolve(now)
+            length = self._round(now, span_start)
+            if length is None:  # nothing can run: only new arrivals can change that
+                if self._next is None:
+                    break
+                now = max(now, self._next.arrival)
+                continue
+            now += length
+            self._report(now)
+        return self._result(now, span_start)
+
+    def _measured_done(self) -> bool:
+        window = self.config.window
+        if window is None:
+            return (
+                self._next is None and not self._active.ids and self._arrived == len(self._outcomes)
+            )
+        if self._arrived < window[1] and self._next is not None:
+            return False
+        return all(o.end is not None for o in self._measured)
+
+    def _admit(self, now: float) -> bool:
+        """Jobs that arrived by ``now`` join; True if any did."""
+        new: list[RoundJob] = []
+        while self._next is not None and self._next.arrival <= now:
+            job = self._next
+            if len(job.rates) != len(self.models):
+                raise ValueError(f"job {job.id}: {len(job.rates)} rates for {len(self.models)}")
+            new.append(job)
+            self._next = next(self._stream, None)
+        if not new:
+            return False
+        active = self._active
+        n = len(active.ids) + len(new)
+        for job in new:
+            outcome = RoundOutcome(job.id, job.user or job.id, job.arrival, job.work, 0.0)
+            outcome.isolated_s = job.work / max(self._isolated_rate(job, n), 1e-300)
+            if job.id in self._outcomes:
+                raise ValueError(f"duplicate job id {job.id!r}")
+            self._outcomes[job.id] = outcome
+            window = self.config.window
+            if window is None or window[0] <= self._arrived < window[1]:
+                self._measured.append(outcome)
+            self._arrived += 1
+        active.ids += [job.id for job in new]
+        active.jobs += new
+        active.remaining = np.concatenate([active.remaining, [job.work for job in new]])
+        active.isolated = np.concatenate([active.isolated, np.zeros(len(new))])
+        active.last = np.concatenate([active.last, np.full(len(new), -1, np.int64)])
+        return True
+
+    def _isolated_rate(self, job: RoundJob, n: int) -> float:
+        rates = np.asarray(job.rates)
+        fits = (rates > 0) & (job.scale <= self.capacity)
+        share = np.where(fits, self.capacity / max(n, 1) / job.scale, 0.0)
+        share = share / max(float(share.sum()), 1.0)
+        return float((rates * share).sum())
+
+    def _resolve(self, now: float) -> None:
+        """A new allocation for the active jobs (the set changed)."""
+        active = self._active
+        jobs = active.jobs
+        self._problem = problem = RoundInput.of(
+            active.ids,
+            self.models,
+            np.array([job.rates for job in jobs], np.float64).reshape(len(jobs), len(self.models)),
+            [job.scale for job in jobs],
+            self.capacity,
+            weight=[job.weight for job in jobs],
+            remaining=np.maximum(active.remaining, 0.0),
+            elapsed=[max(now - job.arrival, 0.0) for job in jobs],
+            isolated_time=active.isolated.copy(),
+            current=active.last.copy(),
+        )
+        started = time.perf_counter()
+        allocation = solve(self.config.policy, problem, self._options)
+        self.solve_wall_s += time.perf_counter() - started
+        self.solves += 1
+        self.lps += allocation.solves
+        self._x = allocation.x
+        self._ledger = self._ledger.follow(active.ids)
+        self._changed_since_reset = True
+
+    def _order(self) -> list[int]:
+        """The order models are filled: shuffled per round for the agnostic policies,
+        fastest first (by the active jobs' mean rate) for the aware ones."""
+        if self._agnostic:
+            return shuffled(len(self.models), self.config.seed * 1_000_003 + self.rounds)
+        assert self._problem is not None
+        return [int(j) for j in np.argsort(-self._problem.throughput.mean(axis=0), kind="stable")]
+
+    def _round(self, now: float, span_start: float | None) -> float | None:
+        """Run one round from ``now``; its length, or None when no job could run."""
+        problem = self._problem
+        assert problem is not None
+        ledger = self._ledger
+        if self._changed_since_reset and now - ledger.since >= self.config.reset_s:
+            ledger = reset_ledger(ledger, self._x, now)
+            self._changed_since_reset = False
+        fifo = self.config.policy.endswith("fifo")
+        assignment = choose_round(self._x, ledger, problem, self._order(), not fifo)
+        rows = np.flatnonzero(assignment >= 0)
+        if rows.size == 0:
+            self._ledger = ledger
+            return None
+        active = self._active
+        rates = problem.throughput[rows, assignment[rows]]
+        work = np.minimum(active.remaining[rows], rates * self.config.round_s)
+        ran = np.zeros(len(active.ids))
+        ran[rows] = work / rates
+        self._ledger = record_round(ledger, assignment, ran)
+        active.remaining[rows] -= work
+        iso = problem.isolated_rates()[rows]
+        active.isolated[rows] += np.where(iso > 0, work / np.where(iso > 0, iso, 1.0), 0.0)
+        self._count_moves(assignment)
+        if span_start is not None and now >= span_start:
+            np.add.at(self._busy, assignment[rows], ran[rows] * problem.scale[rows])
+        length = float(ran.max())
+        self._finish(now, ran, rows)
+        self.rounds += 1
+        return length
+
+    def _count_moves(self, assignment: IntArray) -> None:
+        active = self._active
+        before = active.last
+        stopped = (before >= 0) & (assignment < 0)
+        moved = (before >= 0) & (assignment >= 0) & (assignment != before)
+        for i in np.flatnonzero(stopped | moved):
+            outcome = self._outcomes[active.ids[i]]
+            if stopped[i]:
+                outcome.preemptions += 1
+            else:
+                outcome.migrations += 1
+        self.preemptions += int(stopped.sum())
+        self.migrations += int(moved.sum())
+        for i in np.flatnonzero(assignment >= 0):
+            self._outcomes[active.ids[i]].rounds += 1
+        active.last = assignment.astype(np.int64)
+
+    def _finish(self, now: float, ran: FloatArray, rows: IntArray) -> None:
+        """Jobs whose work is done leave, ending when their last piece of work did."""
+        active = self._active
+        done = rows[active.remaining[rows] <= 1e-9 * np.maximum(1.0, ran[rows])]
+        if done.size == 0:
+            return
+        for i in done:
+            self._outcomes[active.ids[i]].end = now + float(ran[i])
+        keep = np.ones(len(active.ids), bool)
+        keep[done] = False
+        active.ids = [job for job, k in zip(active.ids, keep, strict=True) if k]
+        active.jobs = [job for job, k in zip(active.jobs, keep, strict=True) if k]
+        active.remaining = active.remaining[keep]
+        active.isolated = active.isolated[keep]
+        active.last = active.last[keep]
+        self._problem = None  # the set changed: a new allocation next round
+
+    def _report(self, now: float) -> None:
+        if self._progress is not None and self.rounds % 50 == 0:
+            done = sum(1 for o in self._measured if o.end is not None)
+            self._progress(done, self._total_measured(), now)
+
+    def _total_measured(self) -> int:
+        window = self.config.window
+        return len(self._measured) if window is None else window[1] - window[0]
+
+    def _result(self, now: float, span_start: float | None) -> RoundResult:
+        measured = tuple(self._measured)
+        complete = bool(measured) and all(o.end is not None for o in measured)
+        if self.config.window is not None and len(measured) < self._total_measured():
+            complete = False
+        ends = [o.end for o in measured if o.end is not None]
+        span_end = max(ends) if ends else now
+        if self._progress is not None:
+            self._progress(len(ends), self._total_measured(), now)
+        return RoundResult(
+            self.config.policy,
+            self.models,
+            tuple(int(c) for c in self.capacity),
+            tuple(self._outcomes.values()),
+            measured,
+            now,
+            self.rounds,
+            self.solves,
+            self.lps,
+            self.solve_wall_s,
+            tuple(float(b) for b in self._busy),
+            (span_start if span_start is not None else 0.0, span_end),
+            self.preemptions,
+            self.migrations,
+            complete,
+        )

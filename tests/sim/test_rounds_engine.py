@@ -1,0 +1,155 @@
+"""The round engine: Gavel's rounds over the round policies (hetsched.sim.rounds_engine)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from hetsched.cli.main import app
+from hetsched.rounds import policy_names
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
+from hetsched.sim.gavel_rounds import GavelPoint, parse_cluster, parse_window
+from hetsched.sim.rounds_engine import RoundConfig, RoundJob, RoundResult, RoundSimulator
+
+
+def _run(jobs: list[RoundJob], capacity: list[int], policy: str = "las", **kw: Any) -> RoundResult:
+    models = [f"m{j}" for j in range(len(capacity))]
+    config = RoundConfig(policy, **kw)
+    return RoundSimulator(models, capacity, jobs, config).run()
+
+
+# (jobs, capacity, policy, expected end time of each job)
+CASES = [
+    # one job alone: work / rate, inside its third round
+    ([RoundJob("a", 0.0, (2.0,), 1, 2000.0)], [1], "las", {"a": 1000.0}),
+    # the fast model is used when it is free
+    ([RoundJob("a", 0.0, (1.0, 4.0), 1, 4000.0)], [1, 1], "las", {"a": 1000.0}),
+    # an arrival waits for the next round boundary (the job before runs a full round)
+    (
+        [RoundJob("a", 0.0, (1.0,), 1, 720.0), RoundJob("b", 10.0, (1.0,), 1, 100.0)],
+        [1],
+        "fifo",
+        {"a": 720.0, "b": 820.0},
+    ),
+    # two jobs, one device: LAS alternates rounds, both get half
+    (
+        [RoundJob("a", 0.0, (1.0,), 1, 720.0), RoundJob("b", 0.0, (1.0,), 1, 720.0)],
+        [1],
+        "las",
+        {"a": 1080.0, "b": 1440.0},
+    ),
+    # a 2-device job cannot run on a model with one device
+    ([RoundJob("a", 0.0, (5.0, 1.0), 2, 720.0)], [1, 2], "las", {"a": 720.0}),
+]
+
+
+@pytest.mark.parametrize(("jobs", "capacity", "policy", "ends"), CASES)
+def test_literal_cases(
+    jobs: list[RoundJob], capacity: list[int], policy: str, ends: dict[str, float]
+) -> None:
+    result = _run(jobs, capacity, policy)
+    assert {o.job_id: o.end for o in result.jobs} == pytest.approx(ends)
+    assert result.complete
+
+
+def test_agnostic_las_loses_to_las_on_heterogeneous_devices() -> None:
+    # two job types, each 4x faster on "its" model: LAS puts each where it runs best
+    jobs = [
+        RoundJob(f"j{i}", 0.0, (4.0, 1.0) if i % 2 else (1.0, 4.0), 1, 4.0 * 3600) for i in range(8)
+    ]
+    aware = _run(jobs, [4, 4], "las")
+    agnostic = _run(jobs, [4, 4], "agnostic-las")
+    assert aware.mean_jct_h() == pytest.approx(1.0)
+    slow = agnostic.mean_jct_h()
+    assert slow is not None and slow > 1.2 * 1.0
+
+
+def test_window_measures_only_its_jobs_and_stops_when_they_finish() -> None:
+    jobs = [RoundJob(f"j{i}", 100.0 * i, (1.0,), 1, 150.0) for i in range(50)]
+    result = _run(jobs, [2], "las", window=(5, 10))
+    assert [o.job_id for o in result.measured] == [f"j{i}" for i in range(5, 10)]
+    assert result.complete
+    assert len(result.jobs) < 50  # later jobs were never drawn
+
+
+def test_bad_input_names_the_field() -> None:
+    with pytest.raises(ValueError, match="policy: unknown 'nope'"):
+        RoundConfig("nope")
+    with pytest.raises(ValueError, match="round_s"):
+        RoundConfig(round_s=0)
+    with pytest.raises(ValueError, match="window"):
+        RoundConfig(window=(5, 5))
+    with pytest.raises(ValueError, match="job a: 1 rates for 2"):
+        _run([RoundJob("a", 0.0, (1.0,), 1, 1.0)], [1, 1])
+    with pytest.raises(ValueError, match="window: expected START:END"):
+        parse_window("4000-5000")
+    with pytest.raises(ValueError, match="cluster: expected three counts"):
+        parse_cluster("36:36")
+
+
+_job = st.builds(
+    lambda i, t, r, s, w: RoundJob(f"j{i}", t, r, s, w),
+    st.integers(0, 10**6),
+    st.floats(0, 20_000),
+    st.tuples(st.sampled_from([0.0, 0.5, 1.0, 3.0]), st.sampled_from([0.5, 1.0, 2.0])),
+    st.sampled_from([1, 2]),
+    st.floats(1.0, 20_000),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    jobs=st.lists(_job, min_size=1, max_size=12, unique_by=lambda j: j.id),
+    policy=st.sampled_from(policy_names()),
+    capacity=st.tuples(st.integers(0, 3), st.integers(2, 3)),
+)
+def test_every_job_finishes_no_faster_than_alone_and_devices_are_not_overused(
+    jobs: list[RoundJob], policy: str, capacity: tuple[int, int]
+) -> None:
+    jobs = sorted(jobs, key=lambda j: j.arrival)
+    result = _run(jobs, list(capacity), policy)
+    assert result.complete
+    assert len(result.jobs) == len(jobs)
+    for job, outcome in zip(jobs, result.jobs, strict=True):
+        fits = [r for r, c in zip(job.rates, capacity, strict=True) if c >= job.scale]
+        alone = job.work / max(fits)
+        assert outcome.jct_s is not None and outcome.jct_s >= alone * (1 - 1e-9)
+    length = result.span[1] - result.span[0]
+    for busy, count in zip(result.busy, result.capacity, strict=True):
+        assert busy <= count * length * (1 + 1e-9) + 1e-6
+    again = _run(jobs, list(capacity), policy)
+    assert [o.end for o in again.jobs] == [o.end for o in result.jobs]
+
+
+def test_gavel_point_runs_gavels_stream() -> None:
+    table = load_throughputs(BUNDLED_THROUGHPUTS)
+    point = GavelPoint("las", 4.0, 0, False, (0, 40))
+    result = point.run(table)
+    assert result.complete and len(result.measured) == 40
+    # isolated on a 1/n share is never faster than alone on a V100
+    assert all(o.isolated_s > 0 for o in result.measured)
+    jct = result.mean_jct_h()
+    assert jct is not None and jct > 0
+    assert 0 < result.utilization() <= 1
+    jain = result.jain()
+    assert jain is not None and 0 < jain <= 1
+
+
+def test_cli_sim_gavel_json() -> None:
+    args = ["sim", "gavel", "--policy", "agnostic-las", "--rate", "2", "--window", "0:20"]
+    result = CliRunner().invoke(app, [*args, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["policy"] == "agnostic-las" and doc["rate"] == 2.0 and doc["seed"] == 0
+    assert doc["complete"] and doc["measured"] == doc["finished"] == 20
+    for key in ("mean_jct_h", "utilization", "jain", "worst_ftf"):
+        assert isinstance(doc[key], float) and np.isfinite(doc[key])
+    bad = CliRunner().invoke(app, ["sim", "gavel", "--window", "9:3", "--rate", "0"])
+    assert bad.exit_code == 2
+    assert "--window" in bad.output and "--rate" in bad.output
