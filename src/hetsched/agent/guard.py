@@ -204,7 +204,8 @@ class Guard:
                             f"task {task.task} of {task.job_id} uses {rss + gpu_mib:.0f}Mi of "
                             f"memory, over its request of {task.memory_mib}Mi"
                             + (" (best-effort: killed)" if kill else ""),
-                            round(rss + gpu_mib, 1),
+                            # unrounded: a rounded figure could read as the limit itself
+                            rss + gpu_mib,
                             limit,
                             task.job_id,
                             task.task,
