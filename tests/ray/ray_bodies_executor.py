@@ -94,6 +94,13 @@ def _wait(executor: RayExecutor, count: int = 1, timeout_s: float = 60) -> list[
     raise AssertionError(f"{len(exits)} of {count} exits in {timeout_s} s: {exits}")
 
 
+def _close(executor: RayExecutor) -> None:
+    """The exits in hand are recorded (a driver commits them before polling again): one
+    more poll retires their actors, then the executor shuts down."""
+    assert executor.poll() == []
+    executor.shutdown()
+
+
 def _exit(e: TaskExit) -> list[Any]:
     return [e.job_id, e.task, e.run, e.exit_code, e.stopped, e.reason]
 
@@ -121,7 +128,7 @@ def placement(cluster: ClusterInfo) -> dict[str, Any]:
     seen = {
         job: json.loads(_log(executor, job).splitlines()[-1]) for job in ("job-a", "job-t", "job-c")
     }
-    executor.shutdown()
+    _close(executor)
     return {
         "exits": sorted(_exit(e) for e in exits),
         "seen": seen,
@@ -152,7 +159,7 @@ def gang(cluster: ClusterInfo) -> dict[str, Any]:
     _start(executor, nodes["a100-0"], command, "gang", 0, shares={0: 1000, 1: 1000})
     _start(executor, nodes["t4-0"], command, "gang", 1, shares={0: 1000})
     exits = _wait(executor, 2, 90)
-    executor.shutdown()
+    _close(executor)
     return {
         "exits": sorted(_exit(e) for e in exits),
         "lines": [_log(executor, "gang", t).splitlines()[-1] for t in (0, 1)],
@@ -173,7 +180,7 @@ def exits_and_logs(cluster: ClusterInfo) -> dict[str, Any]:
         unknown = ""
     except RayStartError as exc:
         unknown = str(exc)
-    executor.shutdown()
+    _close(executor)
     return {
         "exits": exits,
         "out": _log(executor, "codes"),
@@ -216,7 +223,7 @@ def stops(cluster: ClusterInfo) -> dict[str, Any]:
     exits = {e.job_id: _exit(e) for e in _wait(executor, 3, 90)}
     time.sleep(0.5)
     left = {key: [pid for pid in pids if psutil.pid_exists(pid)] for key, pids in family.items()}
-    executor.shutdown()
+    _close(executor)
     return {
         "exits": exits,
         "family": family,
@@ -281,7 +288,7 @@ def adopt_after_crash(cluster: ClusterInfo, state: str) -> dict[str, Any]:
         time.sleep(0.05)
     time.sleep(1.5)
     names_left = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
-    executor.shutdown()
+    _close(executor)
     return {
         "keys": keys,
         "pids_before": before["pids"],
@@ -299,7 +306,8 @@ def adopt_after_crash(cluster: ClusterInfo, state: str) -> dict[str, Any]:
 def node_dies(cluster: ClusterInfo) -> dict[str, Any]:
     """A raylet killed under a running task: the task is lost, with its node named, and its
     process does not outlive its actor; tasks elsewhere run on."""
-    inventory, executor, nodes = _setup(cluster, "node-dies")
+    # no driver here stops the lost task: its exit comes after the (short) wait
+    inventory, executor, nodes = _setup(cluster, "node-dies", node_loss_wait_s=0.5)
     extra = LocalCluster([LocalNodeSpec("h100-0", "H100", 1)], join=cluster.address)
     extra.start()
     try:
@@ -322,7 +330,7 @@ def node_dies(cluster: ClusterInfo) -> dict[str, Any]:
         still = sorted(executor.handles)
         executor.stop(safe)
         stopped = _wait(executor, 1, 60)
-        executor.shutdown()
+        _close(executor)
         return {
             "lost": [_exit(e) for e in lost],
             "task_alive_after": alive_after,

@@ -50,6 +50,12 @@ def _poll_until(inventory: RayInventory, kind: str, timeout_s: float) -> tuple[l
     raise AssertionError(f"no {kind} event in {timeout_s} s; saw {seen}")
 
 
+def _replace(path: Path, text: str) -> None:
+    partial = path.with_suffix(".tmp")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def initial_nodes(cluster: ClusterInfo) -> dict[str, Any]:
     _api.connect(cluster.address)
     inventory = RayInventory()
@@ -72,12 +78,13 @@ def changes(cluster: ClusterInfo) -> dict[str, Any]:
     original = devices.read_text()
     groups = json.loads(original)["devices"]
     groups = [{**groups[0], "count": 1}, {**groups[0], "count": 1, "health": "unhealthy"}]
-    devices.write_text(json.dumps({"devices": groups}))
+    # replaced in one rename: a probe that read a half-written file would see no device
+    _replace(devices, json.dumps({"devices": groups}))
     try:
         out["health"], _ = _poll_until(inventory, "health", 60)
     finally:
         # the cluster is shared with other tests
-        devices.write_text(original)
+        _replace(devices, original)
     extra = LocalCluster([LocalNodeSpec("h100-0", "H100", 1)], join=cluster.address)
     extra.start()
     try:

@@ -130,3 +130,51 @@ def test_a_task_spawned_but_never_recorded_is_found_by_its_key(tmp_path: Path) -
         assert job["state"] == "succeeded" and job["run"] == 1
         assert [t["pid"] for t in job["tasks"]] == [task["pid"]]
         api.close()
+
+
+def test_a_running_task_recorded_without_a_pid_is_found_by_its_key(tmp_path: Path) -> None:
+    """An executor that learns pids after starting (the Ray executor) records a running task
+    with pid 0: a restart finds it by its key and adopts it (run 1, the same process)."""
+    options = service_options(tmp_path)
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        job_id = api.alice.post("/v1/jobs", json=job_body(command=["sleep", "2"])).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        api.close()
+    db = sqlite3.connect(options.home / "hetsched.db")
+    with db:
+        db.execute("UPDATE tasks SET pid = 0, pid_started = 0")
+    db.close()
+    with running(options) as svc:
+        api = Api(svc)
+        job = api.wait(api.admin, job_id, {"succeeded", "failed"})
+        assert job["state"] == "succeeded" and job["run"] == 1
+        # adopted, not lost (a lost task fails the job: its policy restarts nothing)
+        assert [(t["state"], t["exit_code"]) for t in job["tasks"]] == [("exited", 0)]
+        assert job["tasks"][0]["started_at"] == task["started_at"]
+        api.close()
+
+
+def test_a_stopping_task_recorded_without_a_pid_is_killed_by_its_key(tmp_path: Path) -> None:
+    """A task being stopped when the service died, with no pid recorded, is found by its key
+    and killed for good at the restart; its job is not left running."""
+    options = service_options(tmp_path)
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        body = job_body(command=["sleep", "60"])
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        api.close()
+    db = sqlite3.connect(options.home / "hetsched.db")
+    with db:
+        db.execute("UPDATE tasks SET state = 'stopping', pid = 0, pid_started = 0")
+    db.close()
+    process = psutil.Process(task["pid"])
+    with running(options) as svc:
+        api = Api(svc)
+        process.wait(timeout=20)
+        job = api.wait(api.admin, job_id, {"running", "pending"}, timeout=30)
+        stopped = [t for t in job["tasks"] if t["run"] == 1]
+        assert [t["state"] for t in stopped] == ["stopped"]
+        assert stopped[0]["reason"] == "stopped during a restart: it was being stopped"
+        api.close()

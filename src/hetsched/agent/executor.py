@@ -418,6 +418,15 @@ class Executor:
         else:
             handle.kill_at = min(handle.kill_at, now + grace)
 
+    def kill(self, key: str) -> bool:
+        """SIGKILL the task's group now; its exit comes from a later :meth:`poll`. False
+        when no such task is watched."""
+        handle = self.handles.get(key)
+        if handle is None:
+            return False
+        _signal_group(handle.pid, signal.SIGKILL)
+        return True
+
     def kill_now(self, pid: int) -> None:
         _signal_group(pid, signal.SIGKILL)
 

@@ -7,12 +7,16 @@ The meaning is the local executor's (its module says it in full): ``start`` spaw
 its own process group with its devices in its environment and raises ``OSError`` when it
 cannot; ``stop`` sends SIGTERM to the group now and SIGKILL after the grace; ``poll`` returns
 each ended task once, enforces maximum runtimes and escalates kills; ``shutdown`` forgets the
-tasks without stopping them; after a control-plane crash ``find_leaders``, ``adopt`` and
-``recorded_exit`` find tasks again and ``sweep`` kills those no live task accounts for.
+tasks without stopping them; ``kill`` sends SIGKILL to a task's group at once, by its key;
+after a control-plane crash ``find_leaders``, ``adopt`` and ``recorded_exit`` find tasks
+again and ``sweep`` kills those no live task accounts for.
 
-Where they differ (not part of this surface): the local executor kills a process group at
-once by pid (``kill_now``), the Ray executor by task key (``kill``), since a pid means nothing
-off its node; the Ray executor learns a task's pid after ``start`` returns (0 until then).
+Where they differ (not part of this surface): the local executor can also kill a process
+group by pid (``kill_now``, for the overcommit guard, which measures local processes); a pid
+means nothing off its node, so the Ray executor has no such call. The Ray executor learns a
+task's pid after ``start`` returns (0 until then), so a driver must find its tasks again by
+key (``find_leaders``, ``adopt``) when no pid was recorded. Only the local executor runs a
+task under a federation's lease (``fence``); the Ray executor refuses one.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class TaskView(Protocol):
 
 
 class ProcessExecutor(Protocol):
+    #: seconds between SIGTERM and SIGKILL when a task is stopped without its own grace
+    kill_grace_s: float
+
     @property
     def home(self) -> Path: ...
     @property
@@ -69,6 +76,7 @@ class ProcessExecutor(Protocol):
         workdir: str | None,
         max_runtime_s: float | None,
         run_as: RunAs | None = None,
+        fence: Path | None = None,
     ) -> TaskView: ...
 
     def adopt(
@@ -88,6 +96,8 @@ class ProcessExecutor(Protocol):
     def sweep(self, live_keys: Iterable[str]) -> Sequence[int | str]: ...
 
     def stop(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool: ...
+
+    def kill(self, key: str) -> bool: ...
 
     def poll(self, now: float | None = None) -> list[TaskExit]: ...
 

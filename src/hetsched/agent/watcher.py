@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hetsched.agent.backends import (
     Backend,
@@ -37,7 +37,7 @@ from hetsched.agent.discovery import node_from
 from hetsched.model.device import Device, Health, Node
 from hetsched.scheduler.events import DeviceAdded, DeviceHealthChanged, Event
 
-__all__ = ["DeviceState", "DeviceWatcher"]
+__all__ = ["DeviceState", "DeviceWatcher", "NodeWatcher"]
 
 log = logging.getLogger("hetsched.agent.watcher")
 
@@ -66,6 +66,21 @@ class DeviceState:
             "health": self.health.value,
             "reason": self.reason,
         }
+
+
+class NodeWatcher(Protocol):
+    """What reports node and device changes to a driver: this machine's
+    :class:`DeviceWatcher`, or a Ray cluster's node inventory
+    (:class:`hetsched.ray.service.RayNodes`). It calls ``sink`` (set by the driver) from its
+    own thread with core events (NodeAdded, NodeRemoved, DeviceAdded, DeviceHealthChanged)."""
+
+    sink: Callable[[list[Event]], None] | None
+
+    def stop(self) -> None: ...
+
+    def view(self) -> Sequence[DeviceState]:
+        """Every device seen, present or not (safe from any thread)."""
+        ...
 
 
 def _why_unhealthy(device: FoundDevice) -> str:

@@ -24,7 +24,11 @@ Contracts (those of the local executor, and where they differ):
   the end ``force_after_s`` later (a hung worker, an unreachable node), ``ray.kill`` of the
   actor, whose supervisor then kills the group. Maximum runtimes are enforced the same way.
 - A task whose actor dies without an exit status (its node died, its worker crashed) is
-  reported with ``exit_code`` None and a reason that says which node died: a lost task.
+  reported with ``exit_code`` None and a reason that says which node died: a lost task. One
+  lost with its node is reported only once the driver has asked it to stop (the core's
+  answer to the node's removal, which the inventory reports) or ``node_loss_wait_s`` after
+  Ray called the node dead, whichever comes first: a task exit reported before the node's
+  removal would read as the task's own failure, and the job would not be requeued.
 - Exactly once: an exit is reported by one :meth:`poll`; its actor is retired (its node files
   removed, then ``ray.kill``) by the next one, so the driver must record what a poll returned
   before it polls again. A control plane that crashes in between finds the actor again
@@ -44,7 +48,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +97,9 @@ class RayTaskHandle:
     #: the outstanding long poll (an ObjectRef) and when to issue the next one
     call: Any = None
     next_call: float = 0.0
+    #: lost with its node: when that was seen, and the exit waiting to be reported
+    lost_at: float | None = None
+    lost_exit: TaskExit | None = None
 
     @property
     def key(self) -> str:
@@ -115,6 +122,8 @@ class RayExecutor:
     sync_wait_s: float = 1.0
     #: the most bytes per stream one answer carries
     chunk_bytes: int = 1 << 20
+    #: how long a task lost with its node waits for the driver's stop before it is reported
+    node_loss_wait_s: float = 10.0
     handles: dict[str, RayTaskHandle] = field(default_factory=dict)
     #: actors whose exit the last poll reported: retired by the next
     _reported: list[Any] = field(default_factory=list)
@@ -150,10 +159,14 @@ class RayExecutor:
         workdir: str | None,
         max_runtime_s: float | None,
         run_as: Any = None,
+        fence: Path | None = None,
     ) -> RayTaskHandle:
         """Create the task's actor on its node; raises RayStartError if Ray will not.
         ``run_as`` (an object with ``uid`` and ``gid``) needs the node's Ray worker to run as
-        root."""
+        root. A federation's lease (``fence``) is a file on the control plane's machine that
+        no Ray node can read: such a task is refused."""
+        if fence is not None:
+            raise RayStartError("a task fenced by a federation's lease needs the local executor")
         node_id = self.node_id_of(placement.node)
         if node_id is None:
             raise RayStartError(f"node {placement.node} is not in the Ray cluster")
@@ -410,7 +423,8 @@ class RayExecutor:
             exit_ = self._answer(handle, reply)
             if exit_ is not None:
                 exits.append(exit_)
-        exits += self._lost(lost)
+        exits += self._lost(lost, now)
+        exits += self._node_losses(now)
         ended = {task_key(e.job_id, e.task, e.run) for e in exits}
         for handle in self.handles.values():
             if handle.key not in ended:
@@ -452,14 +466,15 @@ class RayExecutor:
             reason = f"exit code {code}"
         return TaskExit(handle.job_id, handle.task, handle.run, code, handle.stopping, reason)
 
-    def _lost(self, lost: list[tuple[RayTaskHandle, BaseException]]) -> list[TaskExit]:
+    def _lost(self, lost: list[tuple[RayTaskHandle, BaseException]], now: float) -> list[TaskExit]:
         """Exits for tasks whose actor died with no word: killed through Ray after the grace,
-        lost with their node, or never started."""
+        lost with their node (held back: :meth:`_node_losses`), or never started."""
         if not lost:
             return []
         table = {str(n["NodeID"]): n for n in _api.nodes()}
         exits = []
         for handle, exc in lost:
+            node_dead = False
             entry = table.get(handle.node_id)
             if handle.killed_by_ray:
                 code: int | None = -signal.SIGKILL
@@ -470,6 +485,7 @@ class RayExecutor:
                 code = None
                 message = str((entry or {}).get("DeathReasonMessage") or "")
                 reason = f"lost: node {handle.node} died" + (f" ({message})" if message else "")
+                node_dead = True
             elif handle.pid == 0:
                 code = None
                 reason = f"cannot start on node {handle.node}: {_short(exc)}"
@@ -477,12 +493,27 @@ class RayExecutor:
                 code = None
                 reason = f"lost: its Ray actor on node {handle.node} died: {_short(exc)}"
             log.warning("task %s: %s", handle.key, reason)
-            exits.append(
-                TaskExit(handle.job_id, handle.task, handle.run, code, handle.stopping, reason)
-            )
+            exit_ = TaskExit(handle.job_id, handle.task, handle.run, code, handle.stopping, reason)
+            if node_dead:
+                handle.lost_at, handle.lost_exit = now, exit_
+            else:
+                exits.append(exit_)
+        return exits
+
+    def _node_losses(self, now: float) -> list[TaskExit]:
+        """The exits of tasks lost with their node that the driver has since asked to stop,
+        or that have waited ``node_loss_wait_s``."""
+        exits = []
+        for handle in self.handles.values():
+            if handle.lost_at is None or handle.lost_exit is None:
+                continue
+            if handle.stopping or now - handle.lost_at >= self.node_loss_wait_s:
+                exits.append(replace(handle.lost_exit, stopped=handle.stopping))
         return exits
 
     def _watch(self, handle: RayTaskHandle, now: float) -> None:
+        if handle.lost_at is not None:
+            return  # its actor is gone with its node: nothing to ask or signal
         if handle.call is None and now >= handle.next_call:
             self._call(handle)
         if handle.force_at is not None and now >= handle.force_at and not handle.killed_by_ray:
@@ -524,12 +555,13 @@ class RayExecutor:
                 del self._retiring[ref]
 
     def shutdown(self) -> None:
-        """Forget the tasks without stopping them: a restart adopts them again. The actors of
-        exits already reported are retired (the driver has recorded those exits)."""
+        """Forget the tasks without stopping them: a restart adopts them again. The actors
+        whose exits an earlier poll reported and the next poll retired are finished off; those
+        of the last poll's exits are left as they are, since the driver may not have recorded
+        those exits (a turn that failed before its commit): the next control plane learns them
+        again (:meth:`adopt`) or sweeps them (:meth:`sweep`)."""
         import ray
 
-        for actor in self._reported:
-            self._retiring[actor.retire.remote()] = (actor, 0.0)
         self._reported = []
         if self._retiring:
             ray.wait(list(self._retiring), num_returns=len(self._retiring), timeout=5)

@@ -26,7 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hetsched.agent.executor import Executor
+from hetsched.agent.protocol import ProcessExecutor
 from hetsched.model.device import Health
 from hetsched.service import metrics, ui
 from hetsched.service.context import Service
@@ -420,9 +420,10 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
 
 
 class LocalLogs:
-    """Task logs as ``hetsched up`` keeps them: files under the executor's home."""
+    """Task logs as ``hetsched up`` keeps them: files under the executor's home (the Ray
+    executor streams its tasks' output into the same files)."""
 
-    def __init__(self, executor: Executor | None) -> None:
+    def __init__(self, executor: ProcessExecutor | None) -> None:
         if executor is None:
             raise HTTPException(404, "no such log")
         self.executor = executor

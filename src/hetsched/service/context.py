@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
-from hetsched.agent.watcher import DeviceWatcher
+from hetsched.agent.protocol import ProcessExecutor
+from hetsched.agent.watcher import NodeWatcher
 from hetsched.model.device import Device
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.auth import Authenticator, RateLimiter
@@ -45,8 +45,9 @@ class Loop(Protocol):
         ...
 
     @property
-    def watcher(self) -> DeviceWatcher | None:
-        """The machine's device watcher, if one runs."""
+    def watcher(self) -> NodeWatcher | None:
+        """What watches the nodes' devices (this machine's, or a Ray cluster's), if one
+        runs."""
         ...
 
     @property
@@ -77,8 +78,8 @@ class Service:
 
     store: Store
     loop: Loop
-    #: the process executor (``hetsched up``; None for a federation)
-    executor: Executor | None
+    #: the process executor (``hetsched up``: local or Ray; None for a federation)
+    executor: ProcessExecutor | None
     queues: QueuesSpec
     feasibility: Feasibility
     auth: Authenticator

@@ -4,6 +4,11 @@ It starts and signals tasks as a committed :class:`~hetsched.service.planner.Tur
 says, reports their exits, and runs the overcommit guard over them. It knows each job's
 spec (command, environment, working directory) and its owner's OS account; it never reads
 the scheduling core.
+
+It drives any :class:`~hetsched.agent.protocol.ProcessExecutor`: the local process executor,
+or the Ray executor (``hetsched up --executor ray``). It kills by task key, never by pid, so
+that it means the same on both; the guard, which measures local processes by pid, runs only
+with the local one.
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hetsched.agent.executor import Executor, RunAs, TaskExit, local_indices, task_key
+from hetsched.agent.executor import RunAs, TaskExit, local_indices, task_key
 from hetsched.agent.guard import Alert, Guard, Watched
+from hetsched.agent.protocol import ProcessExecutor
 from hetsched.cluster.placement import Placement
 from hetsched.drivers import Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
-from hetsched.scheduler import DeviceAdded, Event
+from hetsched.scheduler import DeviceAdded, Event, NodeAdded
 from hetsched.service.fencing import Fencing
 from hetsched.service.schemas import SubmitSpec
 
@@ -42,7 +48,7 @@ class Launcher:
 
     def __init__(
         self,
-        executor: Executor,
+        executor: ProcessExecutor,
         nodes: Sequence[Node],
         run_as: dict[str, RunAs] | None = None,
         guard: Guard | None = None,
@@ -53,10 +59,9 @@ class Launcher:
         self.fencing = fencing
         self.run_as = run_as
         self.guard = guard
-        self.devices: dict[str, Device] = {d.id: d for n in nodes for d in n.devices}
+        self.devices: dict[str, Device] = {}
         self.device_indices: dict[str, int] = {}
-        for node in nodes:
-            self.device_indices.update(local_indices(node.devices))
+        self.add_nodes(nodes)
         #: job id -> its job and spec, while it may run
         self.jobs: dict[str, tuple[Job, SubmitSpec]] = {}
         #: executor key -> why the guard killed that task, until its exit is reported
@@ -70,10 +75,24 @@ class Launcher:
     def forget(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
 
+    def add_nodes(self, nodes: Sequence[Node]) -> None:
+        """Know the devices of nodes that joined (a node's devices keep their ids and indices:
+        a node that comes back is known already)."""
+        for node in nodes:
+            fresh = [d for d in node.devices if d.id not in self.devices]
+            if not fresh:
+                continue
+            indices = local_indices(node.devices)
+            for device in fresh:
+                self.devices[device.id] = device
+                self.device_indices[device.id] = indices[device.id]
+
     def device_event(self, event: Event) -> Event:
-        """Note a hot-plugged device (its id, its index among the node's devices of its
-        class and vendor) before the core sees it."""
-        if isinstance(event, DeviceAdded) and event.device.id not in self.devices:
+        """Note a joining node's devices, or a hot-plugged device (its id, its index among the
+        node's devices of its class and vendor), before the core sees it."""
+        if isinstance(event, NodeAdded):
+            self.add_nodes([event.node])
+        elif isinstance(event, DeviceAdded) and event.device.id not in self.devices:
             device = event.device
             prefix = f"{event.node_name}/"
             self.device_indices[device.id] = sum(
@@ -208,8 +227,6 @@ class Launcher:
             )
         alerts = guard.check(watched, now)
         for alert in alerts:
-            victim = self.executor.handles.get(alert.killed) if alert.killed else None
-            if victim is not None:
+            if alert.killed and self.executor.kill(alert.killed):
                 self._guard_kills[alert.killed] = alert.message
-                self.executor.kill_now(victim.pid)
         return alerts

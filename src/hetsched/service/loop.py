@@ -34,12 +34,21 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hetsched.agent.executor import Executor, RunAs, TaskExit
+from hetsched.agent.executor import RunAs, TaskExit
 from hetsched.agent.guard import Guard
-from hetsched.agent.watcher import DeviceWatcher
+from hetsched.agent.protocol import ProcessExecutor
+from hetsched.agent.watcher import NodeWatcher
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
-from hetsched.scheduler import Action, Event, JobCancelled, JobSubmitted, Scheduler
+from hetsched.scheduler import (
+    Action,
+    Event,
+    JobCancelled,
+    JobSubmitted,
+    NodeAdded,
+    NodeRemoved,
+    Scheduler,
+)
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.faults import TurnFaults
 from hetsched.service.fencing import Fencing
@@ -69,12 +78,12 @@ class ControlLoop:
         self,
         store: Store,
         scheduler: Scheduler,
-        executor: Executor,
+        executor: ProcessExecutor,
         nodes: Iterable[Node],
         run_as: dict[str, RunAs] | None = None,
         tick_s: float = math.inf,
         make_core: Callable[[], Scheduler] | None = None,
-        watcher: DeviceWatcher | None = None,
+        watcher: NodeWatcher | None = None,
         guard: Guard | None = None,
         fencing: Fencing | None = None,
     ) -> None:
@@ -107,8 +116,8 @@ class ControlLoop:
         #: the core changed since the views were last refreshed
         self._dirty = True
         self.turns = 0
-        #: the local node's device watcher (hot-plug and health); its events come in
-        #: through :meth:`device_events`
+        #: the nodes' watcher (this machine's hot-plug and health, or a Ray cluster's
+        #: nodes); its events come in through :meth:`device_events`
         self.watcher = watcher
         if watcher is not None:
             watcher.sink = self.device_events
@@ -148,7 +157,8 @@ class ControlLoop:
         self._wake.set()
 
     def device_events(self, events: list[Event]) -> None:
-        """Hot-plug and health changes from the device watcher (called from its thread)."""
+        """Nodes joining and leaving, hot-plug and health changes, from the watcher (called
+        from its thread)."""
         self._inbox.put(("devices", events))
         self._wake.set()
 
@@ -260,15 +270,21 @@ class ControlLoop:
             return
         try:
             self.executor.shutdown()
+            # API submissions already queued are in the store: recovery replays them. Node
+            # and device changes are in the fresh core (make_core reads the watcher's
+            # present); the launcher learns their devices. Drained before the core is made,
+            # so a change that comes in between reaches it as an event.
+            while True:
+                try:
+                    kind, payload = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if kind == "devices":
+                    for event in payload:
+                        self.launcher.device_event(event)
             with self.lock:
                 self.planner = TurnPlanner(self.make_core(), self.executor.kill_grace_s)
             self.launcher.jobs.clear()
-            # API submissions already queued are in the store: recovery replays them
-            while True:
-                try:
-                    self._inbox.get_nowait()
-                except queue.Empty:
-                    break
             for job_id in give_up:
                 alert = self.faults.gave_up(job_id, now)
                 self.store.end_waiting_job(job_id, "failed", alert.message, now)
@@ -337,6 +353,8 @@ class ControlLoop:
 
     def _collect(self) -> list[Event]:
         events, self._events = self._events, []
+        #: node name -> in the cluster, after the node changes collected so far
+        nodes: dict[str, bool] = {}
         while True:
             try:
                 kind, payload = self._inbox.get_nowait()
@@ -345,12 +363,32 @@ class ControlLoop:
             if kind == "submit":
                 events.append(self._submit_event(*payload))
             elif kind == "devices":
-                events.extend(self.launcher.device_event(e) for e in payload)
+                events.extend(
+                    self.launcher.device_event(e) for e in payload if self._news(e, nodes)
+                )
             else:
                 job_id, user = payload
                 cancel = JobCancelled(job_id, f"cancelled by {user}")
                 if not self._hold(cancel):
                     events.append(cancel)
+
+    def _news(self, event: Event, nodes: dict[str, bool]) -> bool:
+        """False for a node change the core has already, or will have from an event earlier
+        in this batch (``nodes``, updated here): a node that joined while the core was being
+        rebuilt is in it and may come as an event too."""
+        if not isinstance(event, NodeAdded | NodeRemoved):
+            return True
+        added = isinstance(event, NodeAdded)
+        name = event.node.name if isinstance(event, NodeAdded) else event.name
+        known = nodes.get(name)
+        if known is None:
+            state = self.planner.core.state
+            row = state.node_index.get(name)
+            known = row is not None and bool(state.active[row])
+        if known == added:
+            return False
+        nodes[name] = added
+        return True
 
     def _fenced_cancels(self) -> list[Event]:
         """Cancel every live job of a federation whose lease has lapsed (once per job; the

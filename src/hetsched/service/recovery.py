@@ -7,10 +7,12 @@ The store is the truth; the core is a cache. On start (and after a failed loop t
    those that must not run on (they were being stopped, their job has ended, they belong
    to an earlier run, their state is one this code does not know) are killed for good and
    recorded ended, and what they held is released (once: only live rows are released);
-2. tasks of running jobs are checked against the machine: a process with the recorded
-   pid *and* start time is adopted; one that ended leaves its exit code in the wrapper's
-   exit file; one with neither is lost (reported to the core as a failure, so the job's
-   restart policy decides);
+2. tasks of running jobs are checked against the executor: a process with the recorded
+   pid *and* start time is adopted, and so is one found by its task key when no pid was
+   recorded (a crash between the two commits of a turn, or an executor that learns pids
+   later: the Ray executor); one that ended leaves its exit code with the executor (the
+   wrapper's exit file, the Ray task's actor); one with neither is lost (reported to the
+   core as a failure, so the job's restart policy decides);
 3. running jobs get their recorded placements back in the core (no new scheduling
    decision); pending jobs are submitted again, in arrival order, continuing their runs
    and restart counts;
@@ -34,7 +36,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from hetsched.agent.executor import Executor, TaskExit, task_key
+from hetsched.agent.executor import TaskExit, task_key
+from hetsched.agent.protocol import ProcessExecutor
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.keys import TaskKey
@@ -85,7 +88,7 @@ class _Job:
 
 
 def recover(
-    store: Store, core: Scheduler, executor: Executor, now: float | None = None
+    store: Store, core: Scheduler, executor: ProcessExecutor, now: float | None = None
 ) -> Recovered:
     """Rebuild ``core`` from ``store``, with ``executor`` finding the tasks' processes;
     RecoveryError if the two disagree afterwards on what is allocated."""
@@ -102,7 +105,7 @@ def recover(
             if why is None:
                 live_tasks[t["job_id"]].append(t)
             else:
-                _end_task(store, conn, executor, t, now, why)
+                _end_task(store, conn, executor, leaders, t, now, why)
         for row in live_rows:
             spec = from_stored(row["spec"])
             item = _Job(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
@@ -110,7 +113,7 @@ def recover(
             found.jobs.append((item.job, spec))
             rows = live_tasks.get(item.job.id, [])
             _check_tasks(store, conn, executor, leaders, item, rows, found, now)
-            if not _restore(store, conn, core, executor, item, rows, found, now):
+            if not _restore(store, conn, core, executor, leaders, item, rows, found, now):
                 resubmit.append((item.job, item.run, int(row["restarts"])))
             if row["cancel_requested"]:
                 found.events.append(JobCancelled(item.job.id, "cancelled"))
@@ -156,7 +159,8 @@ def _must_end(t: dict[str, Any], job_run: int | None) -> str | None:
 def _end_task(
     store: Store,
     conn: Connection,
-    executor: Executor,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
     t: dict[str, Any],
     now: float,
     why: str,
@@ -168,7 +172,7 @@ def _end_task(
     reason = f"stopped during a restart: {why}"
     if code is not None:
         reason += f" (exit code {code})"
-    _finish_task(store, conn, executor, t, state, now, reason, code)
+    _finish_task(store, conn, executor, leaders, t, state, now, reason, code)
 
 
 def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
@@ -203,7 +207,7 @@ def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
 def _check_tasks(
     store: Store,
     conn: Connection,
-    executor: Executor,
+    executor: ProcessExecutor,
     leaders: dict[str, tuple[int, float]],
     item: _Job,
     rows: list[dict[str, Any]],
@@ -230,14 +234,16 @@ def _check_tasks(
 def _adopt(
     store: Store,
     conn: Connection,
-    executor: Executor,
+    executor: ProcessExecutor,
     leaders: dict[str, tuple[int, float]],
     job: Job,
     t: dict[str, Any],
 ) -> str | None:
-    """Adopt a task's process: by its recorded pid and start time, or (bound and perhaps
-    spawned, but the pid never recorded: a crash between the two commits) by the key it
-    carries. Returns the executor's key, or None if no process runs for it."""
+    """Adopt a task's process: by its recorded pid and start time, or by the key it carries
+    when no pid was recorded (bound and perhaps spawned, but the pid never recorded: a crash
+    between the two commits; or recorded as running by an executor that learns pids later,
+    such as the Ray executor). Returns the executor's key, or None if no process runs for
+    it."""
     run, task = int(t["run"]), int(t["task"])
     deadline = None
     if job.max_runtime_s and t["started_at"]:
@@ -245,18 +251,19 @@ def _adopt(
     if t["state"] == "running" and t["pid"]:
         handle = executor.adopt(job.id, task, run, t["pid"], t["pid_started"], deadline)
         return None if handle is None else handle.key
-    if t["state"] != "starting":
+    if t["state"] not in _LIVE_STATES:
         return None
     leader = leaders.get(task_key(job.id, task, run))
     if leader is None:
         return None
     pid, pid_started = leader
-    if job.max_runtime_s:
+    if job.max_runtime_s and deadline is None and pid_started:
         deadline = pid_started + job.max_runtime_s
     handle = executor.adopt(job.id, task, run, pid, pid_started, deadline)
     if handle is None:
         return None
-    store.record_adopted(conn, t, pid, pid_started)
+    if t["state"] == "starting":
+        store.record_adopted(conn, t, pid, pid_started)
     return handle.key
 
 
@@ -264,7 +271,8 @@ def _restore(
     store: Store,
     conn: Connection,
     core: Scheduler,
-    executor: Executor,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
     item: _Job,
     rows: list[dict[str, Any]],
     found: Recovered,
@@ -287,31 +295,37 @@ def _restore(
         except AllocationError as exc:
             log.warning("job %s: cannot restore its placements: %s", job.id, exc)
             for t in rows:
-                _finish_task(store, conn, executor, t, "lost", now, f"not restorable: {exc}")
+                reason = f"not restorable: {exc}"
+                _finish_task(store, conn, executor, leaders, t, "lost", now, reason)
             return False
         found.adopted += [(TaskKey(job.id, t, run), p) for t, p in item.placements.items()]
         found.exits += item.exits
         return True
     for t in rows:
-        _finish_task(store, conn, executor, t, "lost", now, "lost in a restart")
+        _finish_task(store, conn, executor, leaders, t, "lost", now, "lost in a restart")
     return False
 
 
 def _finish_task(
     store: Store,
     conn: Connection,
-    executor: Executor,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
     t: dict[str, Any],
     state: str,
     now: float,
     reason: str,
     exit_code: int | None = None,
 ) -> None:
-    """Make sure the task's process is gone, then record that it ended and free what it
-    held."""
-    if t["pid"] and t["pid_started"] is not None:
-        handle = executor.adopt(t["job_id"], t["task"], t["run"], t["pid"], t["pid_started"], None)
+    """Make sure the task's process is gone (found by its recorded pid, else by its key),
+    then record that it ended and free what it held. Its exit, if the executor reports one
+    later, is stale: the task's row has ended already."""
+    pid, started = t["pid"], t["pid_started"]
+    leader = leaders.get(task_key(t["job_id"], int(t["task"]), int(t["run"])))
+    if not (pid and started is not None) and leader is not None:
+        pid, started = leader
+    if (pid and started is not None) or leader is not None:
+        handle = executor.adopt(t["job_id"], t["task"], t["run"], pid or 0, started or 0.0, None)
         if handle is not None:
-            executor.kill_now(handle.pid)
-            del executor.handles[handle.key]
+            executor.kill(handle.key)
     store.record_task_end(conn, t, state, now, reason, exit_code)

@@ -19,6 +19,7 @@ import httpx
 import uvicorn
 
 from hetsched.agent.executor import Executor
+from hetsched.agent.protocol import ProcessExecutor
 from hetsched.service.server import Built, Options, build
 
 __all__ = ["Running", "ServerProcess", "free_port", "running"]
@@ -73,9 +74,11 @@ def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
         built.service.store.close()
 
 
-def _kill_tasks(executor: Executor) -> None:
-    """SIGKILL every process group of the executor's instance and reap the ones it started."""
+def _kill_tasks(executor: ProcessExecutor) -> None:
+    """SIGKILL every task of the executor's instance and reap the processes it started."""
     executor.sweep(live_keys=())
+    if not isinstance(executor, Executor):
+        return
     for handle in list(executor.handles.values()):
         if handle.popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):

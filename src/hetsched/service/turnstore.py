@@ -187,13 +187,17 @@ def release_allocations(conn: Connection, job_id: str, task: int, run: int, now:
 
 
 def _record_exit(conn: Connection, exit_: TaskExit, now: float) -> None:
+    """Record a task's end. A stale exit (its task ended already: one recovery killed, an
+    earlier report) changes nothing, not even its job's exit code."""
     state = "stopped" if exit_.stopped else ("exited" if exit_.exit_code is not None else "lost")
     key = (tasks.c.job_id == exit_.job_id, tasks.c.task == exit_.task, tasks.c.run == exit_.run)
-    conn.execute(
+    ended = conn.execute(
         update(tasks)
         .where(*key, tasks.c.ended_at.is_(None))
         .values(state=state, ended_at=now, exit_code=exit_.exit_code, reason=exit_.reason)
     )
+    if ended.rowcount == 0:
+        return
     release_allocations(conn, exit_.job_id, exit_.task, exit_.run, now)
     if not exit_.stopped and exit_.exit_code is not None:
         conn.execute(
