@@ -1,9 +1,10 @@
-"""``hetsched up``: the control plane and a local agent, in one process."""
+"""``hetsched up``: the control plane and its executor (local agent or Ray), in one process."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,7 +12,17 @@ from hetsched.cli.output import fail
 from hetsched.framework.profile import ProfileError
 from hetsched.model.specs import SpecError
 
-__all__ = ["up"]
+if TYPE_CHECKING:
+    from hetsched.service.options import Options
+
+__all__ = ["ExecutorKind", "up"]
+
+
+class ExecutorKind(StrEnum):
+    """Where tasks run."""
+
+    local = "local"
+    ray = "ray"
 
 
 #: the options of ``up``
@@ -67,6 +78,29 @@ _UpPublicDocs = Annotated[
     ),
 ]
 
+_UpExecutor = Annotated[
+    ExecutorKind,
+    typer.Option(
+        help="Where tasks run: local (processes on this machine, with its devices) or ray "
+        "(the nodes of the Ray cluster at --ray-address; see docs/ray.md).",
+    ),
+]
+_UpRayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="HOST:PORT of the Ray head's GCS (what `ray start --head` and "
+        "`hetsched ray local` print), with --executor ray.",
+    ),
+]
+_UpRayTimeout = Annotated[
+    float,
+    typer.Option(
+        min=0,
+        help="Seconds to wait at start for each Ray node's first device discovery "
+        "(nodes that answer later join as they do).",
+    ),
+]
+
 
 def up(
     home: _UpHome = None,
@@ -88,27 +122,20 @@ def up(
     sync: _UpSync = "FULL",
     metrics_public: _UpMetricsPublic = False,
     public_docs: _UpPublicDocs = False,
+    executor: _UpExecutor = ExecutorKind.local,
+    ray_address: _UpRayAddress = None,
+    ray_timeout: _UpRayTimeout = 60.0,
 ) -> None:
-    """Start the control plane (API, store, reconcile loop) and a local agent."""
+    """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
+    or on a Ray cluster with --executor ray."""
     # imported here so the other commands start without the server's dependencies
     from hetsched.service.recovery import RecoveryError
     from hetsched.service.server import Options, default_home, serve
 
-    mapping: dict[str, str] = {}
-    for item in run_as or []:
-        user, sep, account = item.partition("=")
-        if not sep or not user or not account:
-            fail(f"--run-as expects USER=OSUSER, got {item!r}")
-        mapping[user] = account
+    mapping = _run_as(run_as)
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")
-    backends = [b.strip() for b in backend.split(",") if b.strip()] if backend else None
-    if backends is not None:
-        from hetsched.agent.backends import backend_names
-
-        unknown = [b for b in backends if b not in backend_names()]
-        if unknown:
-            fail(f"--backend: unknown {unknown[0]!r} (known: {', '.join(backend_names())})")
+    backends = _backends(backend)
     options = Options(
         home=home or default_home(),
         host=host,
@@ -129,10 +156,57 @@ def up(
         sync=sync.upper(),
         metrics_public=metrics_public,
         docs_public=public_docs,
+        executor=executor.value,
+        ray_address=ray_address,
+        ray_timeout_s=ray_timeout,
     )
+    _check_executor(options)
     try:
         serve(options)
     except (SpecError, ProfileError) as exc:
         fail(str(exc), 2)
     except RecoveryError as exc:
         fail(f"hetsched up: {exc}", 1)
+    except SystemExit as exc:
+        # what the service refuses to start with says why in its message
+        if isinstance(exc.code, str):
+            fail(exc.code, 2)
+        raise
+
+
+def _run_as(run_as: list[str] | None) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for item in run_as or []:
+        user, sep, account = item.partition("=")
+        if not sep or not user or not account:
+            fail(f"--run-as expects USER=OSUSER, got {item!r}")
+        mapping[user] = account
+    return mapping
+
+
+def _backends(backend: str | None) -> list[str] | None:
+    backends = [b.strip() for b in backend.split(",") if b.strip()] if backend else None
+    if backends is not None:
+        from hetsched.agent.backends import backend_names
+
+        unknown = [b for b in backends if b not in backend_names()]
+        if unknown:
+            fail(f"--backend: unknown {unknown[0]!r} (known: {', '.join(backend_names())})")
+    return backends
+
+
+def _check_executor(options: Options) -> None:
+    """Refuse, before anything starts, an executor the other options do not fit."""
+    from hetsched.service.engines import check_executor
+
+    try:
+        check_executor(options)
+    except SystemExit as exc:
+        fail(str(exc), 2)
+    if options.ray_address is not None:
+        from hetsched.ray.service import parse_address
+
+        try:
+            parse_address(options.ray_address)
+        except ValueError as exc:
+            fail(str(exc), 2)

@@ -27,8 +27,8 @@ CPU and memory are Ray's ``CPU`` and ``memory`` resources (what the operator gav
 ``ray start``), else what the probe measured.
 
 Thread safety: :meth:`poll` runs in one thread at a time (the inventory's own, after
-:meth:`start`); the lookups (:meth:`node_id`, :meth:`name_of`, :meth:`nodes`) may be called
-from any thread.
+:meth:`start`); the lookups (:meth:`node_id`, :meth:`name_of`, :meth:`nodes`, :meth:`view`)
+may be called from any thread.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetsched.agent.backends import FoundDevice
-from hetsched.agent.watcher import DeviceWatcher
+from hetsched.agent.watcher import DeviceState, DeviceWatcher
 from hetsched.model.device import Node
 from hetsched.ray import _api, labels
 from hetsched.ray.probe import found_from_dict, parse_backends, probe
@@ -138,6 +138,13 @@ class RayInventory:
                 for t in self._tracked.values()
                 if t.base is not None and t.watcher is not None
             ]
+
+    def view(self) -> list[DeviceState]:
+        """What discovery last said of every device of the nodes added and not removed (for
+        the API's node view: why a device is unhealthy or gone)."""
+        with self._lock:
+            watchers = [t.watcher for t in self._tracked.values() if t.watcher is not None]
+        return [state for watcher in watchers for state in watcher.view()]
 
     # -- one round -------------------------------------------------------------------------
 

@@ -219,8 +219,19 @@ class Feasibility:
     """
 
     def __init__(self, nodes: list[Node]) -> None:
+        self._nodes = {node.name: node for node in nodes}
         self.state = ClusterState(nodes)
         self.framework = Framework(ProfileSpec())
+
+    def extend(self, nodes: list[Node]) -> None:
+        """Nodes that joined (a Ray cluster's): jobs that fit them are no longer refused.
+        Nodes that left are kept, since they may come back. Called from one thread; the
+        state is swapped whole, so a check running meanwhile reads one or the other."""
+        fresh = [node for node in nodes if node.name not in self._nodes]
+        if not fresh:
+            return
+        self._nodes.update((node.name, node) for node in fresh)
+        self.state = ClusterState(list(self._nodes.values()))
 
     def check(self, job: Job) -> None:
         ctx = CycleContext(self.state, job, job.resources, 0.0, what_if=True)

@@ -7,31 +7,26 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import pwd
 import secrets
 import signal
-import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsched.agent.executor import Executor, RunAs
-from hetsched.agent.guard import Guard
-from hetsched.agent.watcher import DeviceWatcher
+from hetsched.agent.executor import RunAs
 from hetsched.cluster.state import ClusterState
-from hetsched.framework.profile import ProfileSpec, load_profile
-from hetsched.model.device import Node
+from hetsched.framework.profile import load_profile
 from hetsched.model.selector import warm as warm_selectors
-from hetsched.model.specs import load_cluster
 from hetsched.scheduler import NodeAdded, Scheduler
 from hetsched.service.app import create_app
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.context import Service
-from hetsched.service.fencing import Fencing
+from hetsched.service.engines import check_executor, local_engine, ray_engine
 from hetsched.service.loop import ControlLoop
+from hetsched.service.options import Options, default_home, examples_dir
 from hetsched.service.queues import load_queues
 from hetsched.service.schemas import Feasibility
 from hetsched.service.store import Store
@@ -39,63 +34,6 @@ from hetsched.service.store import Store
 __all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
 
 log = logging.getLogger("hetsched.service")
-
-
-def default_home() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
-    return Path(base) / "hetsched"
-
-
-def examples_dir() -> Path:
-    """The repository's examples (the demo's cluster, queues, profile and workload)."""
-    return Path(__file__).resolve().parents[3] / "examples"
-
-
-@dataclass
-class Options:
-    home: Path = field(default_factory=default_home)
-    host: str = "127.0.0.1"
-    port: int = 8780
-    db: str | None = None
-    profile: Path | None = None
-    queues: Path | None = None
-    cluster: list[Path] = field(default_factory=list)
-    fake_devices: Path | None = None
-    node_name: str | None = None
-    #: discovery backends for this machine (default: cpu, plus fake with fake_devices)
-    device_backends: list[str] | None = None
-    sysfs_root: Path = Path("/sys")
-    #: how often the device watcher looks for hot-plug and health changes
-    watch_interval_s: float = 2.0
-    demo: bool = False
-    run_as: dict[str, str] = field(default_factory=dict)
-    rate_limit: float = 200.0
-    #: failed authentications per second per client address before 429
-    auth_failure_rate: float = 10.0
-    kill_grace_s: float = 5.0
-    sync: str = "FULL"
-    seed: int = 0
-    #: serve /metrics without a token (for a Prometheus that cannot send one)
-    metrics_public: bool = False
-    #: serve /docs, /redoc and /openapi.json without a token
-    docs_public: bool = False
-
-    def resolved(self) -> Options:
-        """Fill in what ``demo`` implies."""
-        if not self.demo:
-            return self
-        ex = examples_dir()
-        return Options(
-            **{
-                **self.__dict__,
-                "cluster": [*self.cluster, ex / "clusters" / "demo.yaml"],
-                "queues": self.queues or ex / "queues" / "demo.yaml",
-                "profile": self.profile or ex / "profiles" / "demo.yaml",
-                "demo": False,
-            }
-        )
 
 
 @dataclass
@@ -122,39 +60,35 @@ def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
 
 def build(options: Options) -> Built:
     """Open the store, rebuild the core from it, and start the reconcile loop."""
+    check_executor(options)
     options = options.resolved()
     home = options.home
     store, instance = _open_home(options)
-    watcher = _watcher(options)
-    local = watcher.initial()
-    nodes: list[Node] = [local]
-    for path in options.cluster:
-        nodes += load_cluster(path)
     profile = load_profile(options.profile)
+    make_engine = ray_engine if options.executor == "ray" else local_engine
+    try:
+        engine = make_engine(options, home, instance, profile)
+    except BaseException:
+        store.close()
+        raise
+    nodes = engine.nodes
 
     def make_core() -> Scheduler:
         core = Scheduler(ClusterState(), profile, seed=options.seed)
-        # the local node as the watcher sees it now: a rebuilt core keeps hot-plug changes
-        core.handle([NodeAdded(watcher.current(local)), *map(NodeAdded, nodes[1:])], now=0.0)
+        core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
         return core
 
-    # a fenced task's own watchdog waits for the service's SIGTERM and grace first
-    backstop = math.ceil(options.kill_grace_s) + 2
-    executor = Executor(
-        home, instance, kill_grace_s=options.kill_grace_s, fence_backstop_s=backstop
-    )
-    fencing = Fencing(home, backstop)
     run_as = _run_as_map(options.run_as)
     loop = ControlLoop(
         store,
         make_core(),
-        executor,
+        engine.executor,
         nodes,
         run_as=run_as,
         make_core=make_core,
-        watcher=watcher,
-        guard=_guard(profile, watcher, local.name),
-        fencing=fencing,
+        watcher=engine.watcher,
+        guard=engine.guard,
+        fencing=engine.fencing,
     )
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
@@ -169,7 +103,7 @@ def build(options: Options) -> Built:
     service = Service(
         store=store,
         loop=loop,
-        executor=executor,
+        executor=engine.executor,
         queues=load_queues(options.queues),
         feasibility=Feasibility(nodes),
         auth=Authenticator(store),
@@ -178,10 +112,12 @@ def build(options: Options) -> Built:
         mapped_users=frozenset(run_as) if run_as is not None else None,
         metrics_public=options.metrics_public,
         docs_public=options.docs_public,
-        fencing=fencing,
+        fencing=engine.fencing,
     )
+    if engine.on_joined is not None:
+        engine.on_joined(service.feasibility.extend)
     loop.start()
-    watcher.start()
+    engine.start()
     return Built(service, create_app(service), admin_token, token_file)
 
 
@@ -197,28 +133,6 @@ def _open_home(options: Options) -> tuple[Store, str]:
     if not instance_file.exists():
         instance_file.write_text(secrets.token_hex(8))
     return store, instance_file.read_text().strip()
-
-
-def _watcher(options: Options) -> DeviceWatcher:
-    """The local node's device watcher, with the discovery backends asked for."""
-    backends = options.device_backends or (
-        ["cpu", "fake"] if options.fake_devices is not None else ["cpu"]
-    )
-    return DeviceWatcher.create(
-        options.node_name or socket.gethostname() or "local",
-        backends,
-        options.sysfs_root,
-        options.fake_devices,
-        options.watch_interval_s,
-    )
-
-
-def _guard(profile: ProfileSpec, watcher: DeviceWatcher, node: str) -> Guard | None:
-    """The profile's overcommit guard, reading GPU memory through NVML when it runs."""
-    if not profile.guard.enabled:
-        return None
-    nvidia = next((b for b in watcher.backends if b.name == "nvidia"), None)
-    return Guard(profile.guard, node, getattr(nvidia, "process_memory", None))
 
 
 def _admin_token(store: Store, token_file: Path) -> str | None:
@@ -259,6 +173,11 @@ def serve(options: Options) -> None:
         loop="auto",
     )
     server = uvicorn.Server(config)
+    if options.executor == "ray":
+        loop = built.service.loop
+        with loop.lock:
+            names = ", ".join(sorted(node.name for node in loop.view.cluster.nodes)) or "none yet"
+        print(f"tasks run on the Ray cluster at {options.ray_address}; nodes: {names}", flush=True)
     docs = "/docs" if options.docs_public else "/openapi.json with a token"
     print(
         f"hetsched up: http://{options.host}:{options.port} (API description at {docs}, "

@@ -1,0 +1,76 @@
+"""What ``hetsched up`` is started with (:class:`Options`: its command-line options), apart
+from the server that runs it, so that what reads them (the executor's choice, the CLI) need
+not import the server."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Options", "default_home", "examples_dir"]
+
+
+def default_home() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "hetsched"
+
+
+def examples_dir() -> Path:
+    """The repository's examples (the demo's cluster, queues, profile and workload)."""
+    return Path(__file__).resolve().parents[3] / "examples"
+
+
+@dataclass
+class Options:
+    """The options of ``hetsched up`` (docs/service.md, docs/ray.md), as the CLI parsed them."""
+
+    home: Path = field(default_factory=default_home)
+    host: str = "127.0.0.1"
+    port: int = 8780
+    db: str | None = None
+    profile: Path | None = None
+    queues: Path | None = None
+    cluster: list[Path] = field(default_factory=list)
+    fake_devices: Path | None = None
+    node_name: str | None = None
+    #: discovery backends for this machine (default: cpu, plus fake with fake_devices)
+    device_backends: list[str] | None = None
+    sysfs_root: Path = Path("/sys")
+    #: how often the device watcher looks for hot-plug and health changes
+    watch_interval_s: float = 2.0
+    demo: bool = False
+    run_as: dict[str, str] = field(default_factory=dict)
+    rate_limit: float = 200.0
+    #: failed authentications per second per client address before 429
+    auth_failure_rate: float = 10.0
+    kill_grace_s: float = 5.0
+    sync: str = "FULL"
+    seed: int = 0
+    #: serve /metrics without a token (for a Prometheus that cannot send one)
+    metrics_public: bool = False
+    #: serve /docs, /redoc and /openapi.json without a token
+    docs_public: bool = False
+    #: where tasks run: "local" (processes on this machine) or "ray" (a Ray cluster)
+    executor: str = "local"
+    #: the Ray head's GCS address (HOST:PORT), with executor "ray"
+    ray_address: str | None = None
+    #: seconds to wait for the Ray nodes' first discovery at start
+    ray_timeout_s: float = 60.0
+
+    def resolved(self) -> Options:
+        """Fill in what ``demo`` implies."""
+        if not self.demo:
+            return self
+        ex = examples_dir()
+        return Options(
+            **{
+                **self.__dict__,
+                "cluster": [*self.cluster, ex / "clusters" / "demo.yaml"],
+                "queues": self.queues or ex / "queues" / "demo.yaml",
+                "profile": self.profile or ex / "profiles" / "demo.yaml",
+                "demo": False,
+            }
+        )
