@@ -11,6 +11,11 @@ tasks without stopping them; ``kill`` sends SIGKILL to a task's group at once, b
 after a control-plane crash ``find_leaders``, ``adopt`` and ``recorded_exit`` find tasks
 again and ``sweep`` kills those no live task accounts for.
 
+A driver need not poll on a timer: ``on_exit`` is called when a task ends where the executor
+can tell at once (``exits_reported``: the local executor, through a pidfd per process), and
+``next_due`` says when ``poll`` has work of its own. The Ray executor learns of exits only by
+polling, so a driver polls it while tasks run.
+
 Where they differ (not part of this surface): the local executor can also kill a process
 group by pid (``kill_now``, for the overcommit guard, which measures local processes); a pid
 means nothing off its node, so the Ray executor has no such call. The Ray executor learns a
@@ -21,7 +26,7 @@ task under a federation's lease (``fence``); the Ray executor refuses one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,6 +59,20 @@ class TaskView(Protocol):
 class ProcessExecutor(Protocol):
     #: seconds between SIGTERM and SIGKILL when a task is stopped without its own grace
     kill_grace_s: float
+    #: called (perhaps from another thread) when a task ends, where the executor can tell
+    #: at once; the driver then polls without waiting for a timer
+    on_exit: Callable[[], None] | None
+
+    @property
+    def exits_reported(self) -> bool:
+        """Whether ``on_exit`` is called for every task that ends; if not, the driver must
+        poll while tasks run."""
+        ...
+
+    def next_due(self) -> float | None:
+        """The earliest time :meth:`poll` has work besides reporting exits (a SIGKILL after a
+        grace, a maximum runtime, a retirement); None if nothing is due."""
+        ...
 
     @property
     def home(self) -> Path: ...

@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 #: seconds to wait for an actor's answer when adopting or looking for tasks
 _LOOKUP_TIMEOUT_S = 10.0
+#: how often the actors being retired are looked at while nothing else is due
+_RETIRE_CHECK_S = 0.5
 #: threads per runner actor: a long poll, a signal, a status and retire at once
 _RUNNER_THREADS = 4
 
@@ -125,6 +127,8 @@ class RayExecutor:
     #: how long a task lost with its node waits for the driver's stop before it is reported
     node_loss_wait_s: float = 10.0
     handles: dict[str, RayTaskHandle] = field(default_factory=dict)
+    #: the driver's wake-up; never called: exits are learnt by polling (exits_reported)
+    on_exit: Callable[[], None] | None = None
     #: actors whose exit the last poll reported: retired by the next
     _reported: list[Any] = field(default_factory=list)
     #: retire call -> (actor, when it was asked)
@@ -393,6 +397,29 @@ class RayExecutor:
             handle.force_at = now + self.force_after_s
 
     # -- watch ----------------------------------------------------------------------------
+
+    @property
+    def exits_reported(self) -> bool:
+        """False: a task's end is learnt from its actor's answer to a poll, so the driver
+        polls while tasks run."""
+        return False
+
+    def next_due(self) -> float | None:
+        """The earliest time :meth:`poll` has work besides reporting exits: a SIGKILL after a
+        grace, ``ray.kill`` of an actor that did not confirm, a maximum runtime, a task lost
+        with its node to report, or the actors of reported exits to retire (at once)."""
+        times: list[float] = []
+        if self._reported:
+            times.append(time.time())
+        elif self._retiring:
+            times.append(time.time() + _RETIRE_CHECK_S)  # asked; its answer comes soon
+        for h in self.handles.values():
+            times += [t for t in (h.kill_at, h.force_at) if t is not None]
+            if h.deadline is not None and not (h.stopping or h.timed_out):
+                times.append(h.deadline)
+            if h.lost_at is not None:
+                times.append(h.lost_at + self.node_loss_wait_s)
+        return min(times, default=None)
 
     def poll(self, now: float | None = None) -> list[TaskExit]:
         """Tasks that ended since the last poll (their output all in the log files); appends
