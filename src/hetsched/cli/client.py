@@ -46,6 +46,16 @@ class Client:
         """The decoded JSON answer; any error ends the command with one clear line.
 
         ``retries`` retries connection failures (safe only for idempotent requests)."""
+        return self._send(method, path, retries, **kwargs).json()
+
+    def page(self, path: str, **params: Any) -> tuple[Any, str | None]:
+        """One page of a listing and the cursor of the next (``X-Next-Cursor``; None on
+        the last page)."""
+        clean = {k: v for k, v in params.items() if v is not None}
+        response = self._send("GET", path, 2, params=clean)
+        return response.json(), response.headers.get("X-Next-Cursor")
+
+    def _send(self, method: str, path: str, retries: int, **kwargs: Any) -> httpx.Response:
         for attempt in range(retries + 1):
             try:
                 response = self.http.request(method, path, **kwargs)
@@ -57,7 +67,7 @@ class Client:
                 fail(f"cannot reach hetsched at {self.url} ({exc}); is `hetsched up` running?")
         if response.status_code >= 400:
             fail(_error_text(response))
-        return response.json()
+        return response
 
     def close(self) -> None:
         self.http.close()

@@ -213,13 +213,61 @@ def _resources(r: dict[str, Any]) -> str:
 def jobs(
     all: Annotated[bool, typer.Option("--all", help="Include finished jobs.")] = False,
     queue: Annotated[str | None, typer.Option(help="Only this queue.")] = None,
+    state: Annotated[
+        str | None,
+        typer.Option(help="Only jobs in these states (comma-separated: pending,running,...)."),
+    ] = None,
+    newest: Annotated[bool, typer.Option("--newest", help="Latest jobs first.")] = False,
+    limit: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Jobs per page (the service pages).")
+    ] = 100,
+    cursor: Annotated[
+        str | None, typer.Option(help="Start after this cursor (printed under a full page).")
+    ] = None,
+    all_pages: Annotated[
+        bool, typer.Option("--all-pages", help="Follow the cursors: every matching job.")
+    ] = False,
     output: Output = ListFormat.table,
 ) -> None:
-    """List your jobs (an admin: everyone's)."""
-    rows = get("/v1/jobs", all=str(all).lower(), queue=queue)
+    """List your jobs (an admin: everyone's), oldest first, one page of ``--limit`` jobs.
+
+    When more follow, the command says so on standard error with the cursor to pass back
+    (``--cursor``); ``--all-pages`` fetches them all. ``-o json`` prints the page's jobs as
+    a list."""
+    rows, after = _pages(
+        all=str(all).lower(),
+        queue=queue,
+        state=state,
+        order="newest" if newest else "oldest",
+        limit=limit,
+        cursor=cursor,
+        every=all_pages,
+    )
     if output is ListFormat.json:
         print_json(rows)
-        return
+    else:
+        _print_jobs(rows, output)
+    if after is not None:
+        err_console.print(
+            f"more jobs follow: next cursor {after} (--cursor {after}, or --all-pages)",
+            highlight=False,
+        )
+
+
+def _pages(every: bool, **params: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """The first page (``every``: all pages, in order) and the cursor after the last one
+    fetched (None when nothing follows)."""
+    rows: list[dict[str, Any]] = []
+    with Client() as client:
+        while True:
+            page, after = client.page("/v1/jobs", **params)
+            rows += page
+            if not every or after is None:
+                return rows, after
+            params["cursor"] = after
+
+
+def _print_jobs(rows: list[dict[str, Any]], output: ListFormat) -> None:
     now = time.time()
     table = Table(title=f"Jobs ({len(rows)})", title_justify="left")
     columns = ["id", "name", "user", "queue", "prio", "state", "age"]

@@ -212,6 +212,12 @@ def _add_submit_routes(
         )
 
 
+#: the most jobs one page of ``GET /v1/jobs`` returns
+MAX_PAGE = 10_000
+_STATE = "(pending|running|succeeded|failed|cancelled|rejected)"
+_STATES_PATTERN = f"^{_STATE}(,{_STATE})*$"
+
+
 def _add_job_routes(app: FastAPI, service: Service, caller: Callable[[Request], Principal]) -> None:
     """List, read, explain, follow the logs of and cancel jobs. A user sees only their own
     jobs (others' answer 404, as unknown ids do); an admin sees all."""
@@ -226,14 +232,32 @@ def _add_job_routes(app: FastAPI, service: Service, caller: Callable[[Request], 
     @app.get("/v1/jobs", tags=["jobs"])
     def list_jobs(
         who: Caller,
+        response: Response,
         all: bool = False,
         queue: str | None = None,
         user: str | None = None,
-        limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+        state: Annotated[str | None, Query(pattern=_STATES_PATTERN)] = None,
+        order: Annotated[str, Query(pattern="^(oldest|newest)$")] = "oldest",
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+        cursor: Annotated[str | None, Query(pattern="^[0-9]{1,18}$")] = None,
     ) -> list[dict[str, Any]]:
-        """Your jobs (an admin: everyone's, or ``user``'s); finished ones with ``all``."""
+        """One page of your jobs (an admin: everyone's, or ``user``'s), oldest first (``order
+        =newest``: latest first); finished ones with ``all``, or only those in ``state``
+        (comma-separated). At most ``limit`` rows (1 to 10,000); when more follow, the
+        ``X-Next-Cursor`` header holds the ``cursor`` that asks for the next page."""
         owner = who.user if not who.admin else user
-        rows = service.store.list_jobs(owner, queue, include_terminal=all, limit=limit)
+        rows = service.store.list_jobs(
+            owner,
+            queue,
+            include_terminal=all,
+            limit=limit + 1,
+            states=state.split(",") if state else (),
+            after=None if cursor is None else int(cursor),
+            newest=order == "newest",
+        )
+        if len(rows) > limit:
+            rows = rows[:limit]
+            response.headers["X-Next-Cursor"] = str(rows[-1]["seq"])
         return [_job_view(r) for r in rows]
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])

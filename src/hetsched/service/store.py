@@ -459,14 +459,28 @@ class Store(TurnRecords):
         queue: str | None = None,
         include_terminal: bool = False,
         limit: int = 1000,
+        *,
+        states: Sequence[str] = (),
+        after: int | None = None,
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
-        query = select(jobs).order_by(jobs.c.seq).limit(limit)
+        """At most ``limit`` jobs in arrival order (``newest``: the latest first). A page
+        starts past the job with arrival number ``after`` (its ``seq``; the ``seq`` of a
+        page's last row is the next page's ``after``), so paging costs an index range
+        read whatever the number of jobs. ``states`` keeps only jobs in those states
+        (terminal ones included when named)."""
+        order = jobs.c.seq.desc() if newest else jobs.c.seq
+        query = select(jobs).order_by(order).limit(limit)
         if owner is not None:
             query = query.where(jobs.c.owner == owner)
         if queue is not None:
             query = query.where(jobs.c.queue == queue)
-        if not include_terminal:
+        if states:
+            query = query.where(jobs.c.state.in_(list(states)))
+        elif not include_terminal:
             query = query.where(jobs.c.state.not_in(TERMINAL_STATES))
+        if after is not None:
+            query = query.where(jobs.c.seq < after if newest else jobs.c.seq > after)
         with self.read() as conn:
             return [dict(r._mapping) for r in conn.execute(query).all()]
 

@@ -152,16 +152,17 @@ async function refresh() {
     const [nodes, queues, jobs, history] = await Promise.all([
       api("/v1/nodes"),
       api("/v1/queues"),
-      api(`/v1/jobs?all=true&limit=${MAX_JOBS * 5}`),
+      firstPages(),
       api("/v1/history"),
     ]);
     const explained = await explain(jobs);
+    const counts = jobCounts(queues);
     showMain();
-    renderSummary(nodes, jobs);
+    renderSummary(nodes, counts);
     renderCharts(history);
     renderNodes(nodes);
     renderQueues(queues);
-    renderJobs(jobs, explained);
+    renderJobs(jobs, explained, counts);
     setLive(`live · ${clock(Date.now() / 1000)}`, "on");
   } catch (err) {
     if (err instanceof AuthError) {
@@ -172,6 +173,23 @@ async function refresh() {
     setLive(`disconnected · retrying`, "err");
   }
   timer = setTimeout(refresh, REFRESH_MS);
+}
+
+// the first page of each kind of job shown, never the whole backlog: the service pages
+// (limit and cursor) and the counts come from /v1/queues
+async function firstPages() {
+  const pages = [
+    api(`/v1/jobs?state=running&limit=${MAX_JOBS}`),
+    api(`/v1/jobs?state=pending&limit=${MAX_JOBS}`),
+  ];
+  if (filter === "all") pages.push(api(`/v1/jobs?state=succeeded,failed,cancelled,rejected&order=newest&limit=${MAX_JOBS}`));
+  return (await Promise.all(pages)).flat();
+}
+
+function jobCounts(queues) {
+  const out = {};
+  for (const q of queues) for (const [state, n] of Object.entries(q.jobs || {})) out[state] = (out[state] || 0) + n;
+  return out;
 }
 
 async function explain(jobs) {
@@ -189,11 +207,11 @@ async function explain(jobs) {
 
 // -- summary --------------------------------------------------------------------------------
 
-function renderSummary(nodes, jobs) {
+function renderSummary(nodes, counts) {
   const active = nodes.filter((n) => n.active);
   const devices = active.flatMap((n) => n.devices);
   const healthy = devices.filter((d) => d.healthy).length;
-  const count = (state) => jobs.filter((j) => j.state === state).length;
+  const count = (state) => counts[state] || 0;
   const stat = (value, label, cls) =>
     h("div", { class: `stat ${cls || ""}` }, h("strong", {}, value), h("span", {}, label));
   $("summary").replaceChildren(
@@ -443,7 +461,7 @@ function newest(a, b) {
   return at(b) - at(a);
 }
 
-function renderJobs(jobs, explained) {
+function renderJobs(jobs, explained, counts) {
   const now = Date.now() / 1000;
   const shown = jobs
     .filter((j) => filter === "all" || j.state === "pending" || j.state === "running")
@@ -471,6 +489,8 @@ function renderJobs(jobs, explained) {
       h("td", { class: "detail" }, detail),
     );
   });
+  const live = (counts.pending || 0) + (counts.running || 0);
+  const more = filter === "live" && shown.length >= MAX_JOBS && live > shown.length ? h("p", { class: "muted more" }, `The first ${shown.length} of ${live} pending or running jobs (hetsched jobs --all-pages lists them all).`) : null;
   $("jobs").replaceChildren(
     h(
       "table",
@@ -478,6 +498,7 @@ function renderJobs(jobs, explained) {
       h("thead", {}, h("tr", {}, ["State", "Job", "User", "Queue", "Asks for", "For", "Why"].map((x) => h("th", {}, x)))),
       h("tbody", {}, rows),
     ),
+    ...(more ? [more] : []),
   );
 }
 
