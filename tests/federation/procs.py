@@ -185,17 +185,26 @@ class Proxy:
         self.dropping = False
 
     def close(self) -> None:
-        self._closed = True
-        with contextlib.suppress(OSError):
-            self.listener.close()
         with self._lock:
+            self._closed = True
             for sock in self._sockets:
                 with contextlib.suppress(OSError):
                     sock.close()
+        with contextlib.suppress(OSError):
+            # wakes the accepting thread: closing alone leaves accept() blocked on Linux
+            self.listener.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.listener.close()
 
     def _keep(self, sock: socket.socket) -> None:
+        """Keep ``sock`` to close with the proxy; one accepted or opened while the proxy
+        was closing is closed at once (else nothing would ever close it)."""
         with self._lock:
-            self._sockets.append(sock)
+            if not self._closed:
+                self._sockets.append(sock)
+                return
+        with contextlib.suppress(OSError):
+            sock.close()
 
     def _accept(self) -> None:
         while not self._closed:

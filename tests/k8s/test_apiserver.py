@@ -30,8 +30,10 @@ def server() -> Iterator[ApiServer]:
 
 
 @pytest.fixture
-def api(server: ApiServer) -> KubeClusterAPI:
-    return for_host(server.url)
+def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
+    client = for_host(server.url)
+    yield client
+    client.close()
 
 
 def _pods(api: KubeClusterAPI, count: int) -> None:

@@ -123,6 +123,7 @@ def test_the_command_serves_survives_a_kill_and_stops_on_sigterm(short_dir: Path
             process.kill()
             process.communicate(timeout=WAIT_S)
         kubelet.stop()
+        api.close()
         server.stop()
 
 

@@ -136,6 +136,7 @@ def rig(short_dir: Path) -> Iterator[Rig]:
     finally:
         kubelet.stop()
         rig.driver.stop()
+        api.close()
         server.stop()
 
 

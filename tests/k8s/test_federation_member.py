@@ -41,9 +41,11 @@ def server() -> Iterator[ApiServer]:
 
 
 @pytest.fixture
-def api(server: ApiServer) -> KubeClusterAPI:
-    create_node(for_host(server.url), node_json("n1", devices=gpus("n1", 2)))
-    return for_host(server.url)
+def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
+    client = for_host(server.url)
+    create_node(client, node_json("n1", devices=gpus("n1", 2)))
+    yield client
+    client.close()
 
 
 def scheduler(api: KubeClusterAPI, clock: Clock) -> PodScheduler:

@@ -166,6 +166,11 @@ class KubeClusterAPI:
             "deviceclasses": self.resource.list_device_class,
         }
 
+    def close(self) -> None:
+        """Close the client's kept-alive connections now, rather than whenever the garbage
+        collector gets to them (a client that outlives its API server holds sockets)."""
+        self.api_client.close()
+
     # -- reading -------------------------------------------------------------------------
 
     @staticmethod
