@@ -257,3 +257,31 @@ def test_the_knob_trades_fairness_for_throughput(p: RoundInput) -> None:
     top = levels[0]
     for alpha, level in zip((0.0, 0.25, 0.5, 0.75, 1.0), levels, strict=True):
         assert level >= (1 - alpha) * top * (1 - 1e-5) - 1e-9
+
+
+@pytest.mark.parametrize(
+    ("alpha", "expected"),
+    [
+        # alpha 0: the max-min share (las): half the device each
+        (0.0, [[0.5], [0.5]]),
+        # alpha 1: all of it to the job closest to its end
+        (1.0, [[0.0], [1.0]]),
+        # in between: the long job keeps half its las share, the short one takes the rest
+        (0.5, [[0.25], [0.75]]),
+    ],
+)
+def test_fair_srtf_gives_what_the_floor_leaves_to_the_shortest(
+    alpha: float, expected: list[list[float]]
+) -> None:
+    p = problem([[1.0], [1.0]], [1, 1], [1], remaining=[1000.0, 10.0])
+    a = solve("fair-srtf", p, PolicyOptions(alpha=alpha))
+    assert a.x == pytest.approx(np.array(expected), abs=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems(), st.sampled_from([0.0, 0.3, 0.7, 1.0]))
+def test_fair_srtf_keeps_every_job_at_its_floor(p: RoundInput, alpha: float) -> None:
+    top = _las_level(p, solve("las", p))
+    a = solve("fair-srtf", p, PolicyOptions(alpha=alpha))
+    assert a.check(p) == []
+    assert _las_level(p, a) >= (1 - alpha) * top * (1 - 1e-5) - 1e-9

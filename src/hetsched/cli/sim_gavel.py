@@ -23,7 +23,7 @@ _Policy = Annotated[
     str,
     typer.Option(
         help="Round policy: las, ftf, max-throughput, min-makespan, fifo, fair-throughput, "
-        "or an agnostic- twin (agnostic-las: Gavel's heterogeneity-agnostic LAS)."
+        "fair-srtf, or an agnostic- twin (agnostic-las: Gavel's heterogeneity-agnostic LAS)."
     ),
 ]
 _Rate = Annotated[float, typer.Option(help="Input job rate in jobs per hour (Poisson).")]
@@ -40,7 +40,11 @@ _Window = Annotated[
 _Cluster = Annotated[str, typer.Option(help="GPUs of each type, V100:P100:K80.")]
 _Round = Annotated[float, typer.Option("--round", help="Round length in seconds.")]
 _Alpha = Annotated[
-    float, typer.Option(help="fair-throughput's knob: 0 max-min fairness .. 1 throughput.")
+    float,
+    typer.Option(
+        help="fair-throughput's and fair-srtf's knob: 0 max-min fairness (las) .. 1 pure "
+        "throughput (fair-srtf: shortest remaining time)."
+    ),
 ]
 _Until = Annotated[
     float | None,
@@ -49,6 +53,14 @@ _Until = Annotated[
 _Throughputs = Annotated[
     Path | None,
     typer.Option(help="Gavel simulation_throughputs.json (default: the bundled copy)."),
+]
+_OnChange = Annotated[
+    bool,
+    typer.Option(
+        "--solve-on-change/--solve-every-reset",
+        help="Solve whenever jobs arrive or finish, instead of Gavel's rule (at most once "
+        "per 1,920 s of shares).",
+    ),
 ]
 _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 
@@ -87,6 +99,7 @@ def gavel(
     alpha: _Alpha = 0.5,
     until_h: _Until = None,
     throughputs: _Throughputs = None,
+    solve_on_change: _OnChange = False,
     output: _Output = OutputFormat.table,
 ) -> None:
     """Run one point of Gavel's continuous experiment (OSDI'20, Figs. 8-10).
@@ -122,7 +135,9 @@ def gavel(
         fail("\n".join(problems), 2)
     until_s = None if until_h is None else until_h * 3600.0
     try:
-        point = GavelPoint(policy, rate, seed, multi_gpu, span, counts, round_s, alpha, until_s)
+        point = GavelPoint(
+            policy, rate, seed, multi_gpu, span, counts, round_s, alpha, until_s, solve_on_change
+        )
         table = load_throughputs(throughputs or BUNDLED_THROUGHPUTS)
     except (ValueError, OSError) as exc:
         fail(str(exc), 2)

@@ -13,7 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.sim_rounds import replay_rounds
 from hetsched.framework.profile import ProfileError
+from hetsched.framework.speeds import load_speed_table
 from hetsched.model.device import Node
 from hetsched.model.specs import SpecError, load_cluster, parse_duration
 from hetsched.sim.engine import EngineConfig
@@ -176,8 +178,27 @@ _ReplayGavelReference = Annotated[
 _ReplayOutput = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 _ReplayJobs = Annotated[bool, typer.Option("--jobs/--no-jobs", help="Per-job records in -o json.")]
 _ReplayOut = Annotated[
-    Path | None, typer.Option(help="Write report.md, summary.json, jobs.csv and plots here.")
+    Path | None,
+    typer.Option(
+        help="Write report.md, summary.json, jobs.csv and plots here (with --rounds: "
+        "rounds.json, and frontier.png over several --alphas)."
+    ),
 ]
+_ReplayRounds = Annotated[
+    str | None,
+    typer.Option(
+        help="Replay in rounds under these round policies instead (comma-separated: las, "
+        "ftf, max-throughput, min-makespan, fifo, fair-throughput, fair-srtf, agnostic-*)."
+    ),
+]
+_ReplayAlphas = Annotated[
+    str,
+    typer.Option(
+        help="With --rounds: knob values of fair-throughput and fair-srtf, comma-separated "
+        "(0 max-min fairness .. 1 throughput); several draw the frontier with --out."
+    ),
+]
+_ReplayRoundS = Annotated[float, typer.Option("--round", help="With --rounds: round seconds.")]
 
 
 def replay(
@@ -196,13 +217,17 @@ def replay(
     output: _ReplayOutput = OutputFormat.table,
     jobs: _ReplayJobs = True,
     out: _ReplayOut = None,
+    rounds: _ReplayRounds = None,
+    alphas: _ReplayAlphas = "0.5",
+    round_s: _ReplayRoundS = 360.0,
 ) -> None:
     """Replay a workload on a cluster with departures, and report how the policies did.
 
     Reports wait and job completion time (mean, p50, p99), makespan, CPU and per-model
     device utilization, fairness (Jain's index over users, finish-time fairness),
     preemptions and per-job records. With several policies the same workload is replayed
-    under each and the results are shown side by side.
+    under each and the results are shown side by side. With --rounds, the workload runs
+    in rounds (Gavel's method) under round-based allocation policies instead.
     """
     if fmt not in ("auto", "csv", "gavel"):
         fail(f"--format: expected auto, csv or gavel, got {fmt!r}", 2)
@@ -222,6 +247,15 @@ def replay(
     problems = check_against_cluster(loaded, nodes)
     if problems:
         fail("\n".join(problems), 2)
+    if rounds is not None:
+        if not round_s > 0:
+            fail(f"--round: expected seconds > 0, got {round_s}", 2)
+        try:
+            table = load_speed_table(chosen[0].profile.speeds, profile.parent) if profile else None
+        except (ProfileError, ValueError, OSError) as exc:
+            fail(str(exc), 2)
+        replay_rounds(nodes, loaded, table, rounds, alphas, round_s, seed, output, out)
+        return
     config = EngineConfig(tick_s=tick_s, until=until_s)
     meta: dict[str, Any] = {
         "workload": str(workload),

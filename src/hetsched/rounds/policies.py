@@ -32,6 +32,12 @@ as Gavel's baselines do. Each is a function ``(problem, options) -> Allocation``
 ``fair-throughput``
     The knob: ``alpha`` = 0 is ``las``, 1 is ``max-throughput``; in between, the
     throughput objective under the floor ``(1 - alpha) x`` the max-min level.
+``fair-srtf``
+    Beyond Gavel: every job keeps ``(1 - alpha) x`` the max-min level (its LAS share), and
+    what is left goes to the jobs closest to the end first: the second LP maximizes
+    effective throughput weighted by ``1 / (remaining / best rate)``, the time each job
+    still needs on its fastest model (shortest remaining time first, heterogeneity-aware).
+    It needs ``remaining`` (the jobs' declared work, as ``ftf`` and ``min-makespan`` do).
 
 After the policy's own optimum is found, a second LP spends what is left: it maximizes the
 effective throughput while keeping every job at least at its optimal level (max-min
@@ -128,6 +134,27 @@ def _fair_throughput(name: str, problem: RoundInput, alpha: float) -> Allocation
     floor = np.full(problem.n, max(level * (1.0 - alpha) * (1.0 - _SLACK), 0.0))
     x, more = _fill(problem, jobs, coef, floor)
     return Allocation(name, problem.job_ids, problem.models, x, level, solves + more)
+
+
+def fair_srtf(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    jobs = np.flatnonzero(problem.runnable().any(axis=1))
+    if jobs.size == 0:
+        return _empty("fair-srtf", problem)
+    coef = _las_coef(problem)
+    lp = LinearProgram(problem, extras=1)
+    lp.objective[lp.size] = 1.0
+    lp.at_least(jobs, coef, extra=0)
+    level = float(lp.solve().extras[0])
+    best = _best(problem)
+    left = problem.remaining / np.where(best > 0, best, 1.0)  # seconds on its best model
+    urgency = 1.0 / np.maximum(left, 1.0)
+    urgency = urgency / max(float(urgency[jobs].max()), 1e-300)
+    fill = LinearProgram(problem)
+    fill.objective[: fill.size] = (_efficiency(problem) * urgency[:, None]).reshape(-1)
+    floor = np.full(problem.n, max(level * (1.0 - options.alpha) * (1.0 - _SLACK), 0.0))
+    fill.at_least(jobs, coef, floor)
+    x = fill.solve().x
+    return Allocation("fair-srtf", problem.job_ids, problem.models, x, level, 2)
 
 
 def las(problem: RoundInput, options: PolicyOptions) -> Allocation:
@@ -260,6 +287,7 @@ _AWARE: dict[str, Callable[[RoundInput, PolicyOptions], Allocation]] = {
     "min-makespan": min_makespan,
     "fifo": fifo,
     "fair-throughput": fair_throughput,
+    "fair-srtf": fair_srtf,
 }
 
 #: policy name -> ``(problem, options) -> Allocation``

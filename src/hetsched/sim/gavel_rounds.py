@@ -22,7 +22,14 @@ from hetsched.sim.rounds_engine import (
     RoundSimulator,
 )
 
-__all__ = ["GavelPoint", "gavel_round_jobs", "parse_cluster", "parse_window", "point_document"]
+__all__ = [
+    "GavelPoint",
+    "gavel_round_jobs",
+    "parse_cluster",
+    "parse_window",
+    "point_document",
+    "uses_alpha",
+]
 
 #: Gavel's worker types, in the order of its ``-c V:P:K`` cluster spec
 GAVEL_MODELS = ("v100", "p100", "k80")
@@ -42,6 +49,7 @@ class GavelPoint:
     round_s: float = 360.0
     alpha: float = 0.5
     until_s: float | None = None
+    solve_on_change: bool = False
 
     def run(self, throughputs: Throughputs, progress: Progress | None = None) -> RoundResult:
         """Run the point (ValueError for bad input, naming the field)."""
@@ -57,6 +65,7 @@ class GavelPoint:
             seed=self.seed,
             window=self.window,
             until=self.until_s,
+            solve_on_change=self.solve_on_change,
         )
         jobs = gavel_round_jobs(spec, throughputs, GAVEL_MODELS)
         return RoundSimulator(GAVEL_MODELS, self.cluster, jobs, config, progress).run()
@@ -79,6 +88,11 @@ def gavel_round_jobs(
             float(job.priority),
             job.user,
         )
+
+
+def uses_alpha(policy: str) -> bool:
+    """Whether a round policy reads the fairness knob ``alpha``."""
+    return policy.removeprefix("agnostic-") in ("fair-throughput", "fair-srtf")
 
 
 def parse_window(text: str) -> tuple[int, int]:
@@ -120,10 +134,12 @@ def point_document(point: GavelPoint, result: RoundResult, wall_s: float) -> dic
         "window": list(point.window),
         "cluster": dict(zip(GAVEL_MODELS, point.cluster, strict=True)),
         "round_s": point.round_s,
-        "alpha": point.alpha if point.policy.endswith("fair-throughput") else None,
+        "solve_on_change": point.solve_on_change,
+        "alpha": point.alpha if uses_alpha(point.policy) else None,
         "mean_jct_h": _round(result.mean_jct_h()),
         "utilization": _round(result.utilization()),
         "utilization_by_model": {k: round(v, 4) for k, v in result.utilization_by_model().items()},
+        "effective_throughput": _round(result.effective_throughput()),
         "jain": _round(result.jain()),
         "worst_ftf": _round(result.worst_ftf()),
         "finished": len(finished),

@@ -3,12 +3,14 @@
 Time moves in rounds (360 s by default), as in Gavel's simulator:
 
 - at a round boundary, jobs that arrived since the last one join (a job waits for the next
-  boundary), and finished jobs leave; whenever the set of active jobs changed, the policy
-  computes a new allocation ``X`` (``rounds.solve``);
+  boundary), and finished jobs leave; when the set of active jobs changed and at least
+  ``reset_s`` (Gavel's 1,920 s) passed since the last solve, the shares are reset
+  (``rounds.reset_ledger``: what the old allocation promised minus what each job got goes
+  into its deficit) and the policy computes a new allocation ``X`` (``rounds.solve``), as
+  Gavel's simulator does; in between, new jobs have no share of ``X`` and run on what the
+  others leave;
 - the mechanism (``rounds.choose_round``) picks the model each job runs on for the round
-  from ``X`` and the time each job received since the last reset of the shares; the shares
-  are reset (``rounds.reset_ledger``) when the allocation changed and at least ``reset_s``
-  (Gavel's 1,920 s) passed since the last reset;
+  from ``X`` and the time each job received since the last reset of the shares;
 - a job that runs does ``min(remaining, rate x round_s)`` work at its rate on the model it
   got, and ends within the round when that was all it had left; the round ends when the
   last job of the round does (a full round unless all of them finished early); with no job
@@ -75,7 +77,9 @@ class RoundJob:
 class RoundConfig:
     """``policy``: a round policy (``hetsched.rounds.policy_names()``). ``window``: job
     indices ``[start, end)`` in arrival order to measure (None: every job). ``until``:
-    stop at this virtual time even if measured jobs are left."""
+    stop at this virtual time even if measured jobs are left. ``reset_s``: the least time
+    between two solves (Gavel's 1,920 s); ``solve_on_change`` solves whenever the active
+    set changed instead (the shares are still reset only every ``reset_s``)."""
 
     policy: str = "las"
     round_s: float = 360.0
@@ -84,6 +88,7 @@ class RoundConfig:
     seed: int = 0
     window: tuple[int, int] | None = None
     until: float | None = None
+    solve_on_change: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -145,6 +150,8 @@ class RoundResult:
     preemptions: int
     migrations: int
     complete: bool
+    #: device-seconds inside the span weighted by each job's rate there / its best rate
+    effective: float = 0.0
 
     def finished(self) -> list[RoundOutcome]:
         return [o for o in self.measured if o.end is not None]
@@ -157,6 +164,13 @@ class RoundResult:
         length = self.span[1] - self.span[0]
         total = sum(self.capacity) * length
         return 0.0 if total <= 0 else sum(self.busy) / total
+
+    def effective_throughput(self) -> float:
+        """Devices' worth of work at each job's fastest rate, on average over the span
+        (the measure ``max-throughput`` maximizes): 108 busy V100-equivalents at most on
+        36:36:36."""
+        length = self.span[1] - self.span[0]
+        return 0.0 if length <= 0 else self.effective / length
 
     def utilization_by_model(self) -> dict[str, float]:
         length = self.span[1] - self.span[0]
@@ -225,8 +239,10 @@ class RoundSimulator:
         self._problem: RoundInput | None = None
         self._x: FloatArray = np.zeros((0, len(models)))
         self._ledger = Ledger.start([], self.models, 0.0, prior_s=self.config.round_s / 2)
-        self._changed_since_reset = False
+        self._x_ids: list[str] = []
+        self._stale = False
         self._busy = np.zeros(len(models))
+        self._effective = 0.0
         self.rounds = self.solves = self.lps = 0
         self.solve_wall_s = 0.0
         self.preemptions = self.migrations = 0
@@ -249,12 +265,16 @@ class RoundSimulator:
                 now = max(now, self._next.arrival)
                 continue
             if changed or self._problem is None:
-                self._resolve(now)
+                self._follow(now)
+            self._maybe_solve(now)
             length = self._round(now, span_start)
-            if length is None:  # nothing can run: only new arrivals can change that
-                if self._next is None:
+            if length is None:  # nothing can run: wait for an arrival or the next solve
+                wake = [self._next.arrival] if self._next is not None else []
+                if self._stale:
+                    wake.append(self._ledger.since + self.config.reset_s)
+                if not wake:
                     break
-                now = max(now, self._next.arrival)
+                now = max(now, min(wake))
                 continue
             now += length
             self._report(now)
@@ -307,11 +327,18 @@ class RoundSimulator:
         share = share / max(float(share.sum()), 1.0)
         return float((rates * share).sum())
 
-    def _resolve(self, now: float) -> None:
-        """A new allocation for the active jobs (the set changed)."""
+    def _follow(self, now: float) -> None:
+        """The round input for the active jobs (the set changed): the allocation keeps the
+        rows of jobs still active, new jobs have none until the next solve."""
         active = self._active
         jobs = active.jobs
-        self._problem = problem = RoundInput.of(
+        old = {job: i for i, job in enumerate(self._x_ids)}
+        x = np.zeros((len(jobs), len(self.models)))
+        for row, job in enumerate(active.ids):
+            if job in old:
+                x[row] = self._x[old[job]]
+        self._x, self._x_ids = x, list(active.ids)
+        self._problem = RoundInput.of(
             active.ids,
             self.models,
             np.array([job.rates for job in jobs], np.float64).reshape(len(jobs), len(self.models)),
@@ -323,14 +350,30 @@ class RoundSimulator:
             isolated_time=active.isolated.copy(),
             current=active.last.copy(),
         )
+        self._ledger = self._ledger.follow(active.ids)
+        self._stale = True
+
+    def _maybe_solve(self, now: float) -> None:
+        """Gavel's rule: when the active set changed and ``reset_s`` passed since the last
+        reset (or nothing was solved yet), fold the old allocation's promises into the
+        deficits, reset the shares and solve anew; with ``solve_on_change``, solve at
+        every change and reset when ``reset_s`` passed."""
+        if not self._stale:
+            return
+        due = self.solves == 0 or now - self._ledger.since >= self.config.reset_s
+        if due:
+            self._ledger = reset_ledger(self._ledger, self._x, now)
+        elif not self.config.solve_on_change:
+            return
+        problem = self._problem
+        assert problem is not None
         started = time.perf_counter()
         allocation = solve(self.config.policy, problem, self._options)
         self.solve_wall_s += time.perf_counter() - started
         self.solves += 1
         self.lps += allocation.solves
         self._x = allocation.x
-        self._ledger = self._ledger.follow(active.ids)
-        self._changed_since_reset = True
+        self._stale = False
 
     def _order(self) -> list[int]:
         """The order models are filled: shuffled per round for the agnostic policies,
@@ -345,9 +388,6 @@ class RoundSimulator:
         problem = self._problem
         assert problem is not None
         ledger = self._ledger
-        if self._changed_since_reset and now - ledger.since >= self.config.reset_s:
-            ledger = reset_ledger(ledger, self._x, now)
-            self._changed_since_reset = False
         fifo = self.config.policy.endswith("fifo")
         assignment = choose_round(self._x, ledger, problem, self._order(), not fifo)
         rows = np.flatnonzero(assignment >= 0)
@@ -366,6 +406,8 @@ class RoundSimulator:
         self._count_moves(assignment)
         if span_start is not None and now >= span_start:
             np.add.at(self._busy, assignment[rows], ran[rows] * problem.scale[rows])
+            best = problem.best_rates()[rows]
+            self._effective += float((ran[rows] * problem.scale[rows] * rates / best).sum())
         length = float(ran.max())
         self._finish(now, ran, rows)
         self.rounds += 1
@@ -439,4 +481,5 @@ class RoundSimulator:
             self.preemptions,
             self.migrations,
             complete,
+            self._effective,
         )

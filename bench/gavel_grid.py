@@ -1,0 +1,300 @@
+"""Gavel's continuous experiment, swept: policies x input rates x seeds through the round engine.
+
+Each point is ``hetsched sim gavel`` (Gavel's job stream for the rate and seed, its
+36:36:36 cluster, rounds of 360 s, the mean JCT of jobs 4000-4999). Points run in
+``--workers`` processes; every finished point is appended to ``--out``/points.jsonl, so
+an interrupted sweep resumes where it stopped. At the end the table (with Gavel's own
+published mean JCTs side by side, where the authors printed one) is written to
+``--out``/grid.md and the curves to ``--out``/jct.png.
+
+    .venv/bin/python bench/gavel_grid.py --policies las,agnostic-las --rates 4.0,5.6
+    .venv/bin/python bench/gavel_grid.py --multi-gpu --policies las,agnostic-las --rates 2.6
+    .venv/bin/python bench/gavel_grid.py --rates 0.4,2,4 --window 400:500   # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
+from hetsched.sim.gavel_rounds import (
+    GavelPoint,
+    parse_cluster,
+    parse_window,
+    point_document,
+    uses_alpha,
+)
+
+#: the authors' printed mean JCT [h] (seed 0, jobs 4000-4999, 36:36:36, 360 s rounds):
+#: Gavel's continuous_jobs{,_multigpu}.ipynb; (multi_gpu, policy, rate) -> hours
+PUBLISHED: dict[tuple[bool, str, float], float] = {
+    (False, "agnostic-las", 0.4): 23.26,
+    (False, "agnostic-las", 2.0): 23.47,
+    (False, "agnostic-las", 4.0): 23.49,
+    (False, "agnostic-las", 5.6): 95.99,
+    (False, "las", 0.4): 17.58,
+    (False, "las", 2.0): 16.95,
+    (False, "las", 4.0): 16.82,
+    (False, "las", 5.6): 28.96,
+    (False, "las", 6.0): 41.23,
+    (False, "agnostic-fifo", 0.4): 17.58,
+    (False, "agnostic-fifo", 2.0): 18.32,
+    (False, "agnostic-fifo", 4.0): 25.38,
+    (False, "fifo", 0.4): 15.31,
+    (False, "fifo", 2.0): 15.45,
+    (False, "fifo", 4.0): 17.08,
+    (False, "fifo", 5.6): 104.12,
+    (False, "fifo", 6.0): 150.04,
+    (False, "agnostic-ftf", 0.4): 23.26,
+    (False, "agnostic-ftf", 2.0): 23.47,
+    (False, "agnostic-ftf", 4.0): 23.43,
+    (False, "agnostic-ftf", 5.6): 85.54,
+    (False, "agnostic-ftf", 6.0): 109.14,
+    (False, "ftf", 0.4): 17.58,
+    (False, "ftf", 2.0): 17.07,
+    (False, "ftf", 4.0): 17.57,
+    (False, "ftf", 5.6): 30.47,
+    (False, "ftf", 6.0): 43.05,
+    (True, "agnostic-las", 0.2): 25.93,
+    (True, "agnostic-las", 1.0): 26.10,
+    (True, "agnostic-las", 2.0): 28.91,
+    (True, "agnostic-las", 2.6): 70.54,
+    (True, "agnostic-las", 2.8): 169.93,
+    (True, "las", 0.2): 18.55,
+    (True, "las", 1.0): 18.54,
+    (True, "las", 2.0): 21.90,
+    (True, "las", 2.6): 36.44,
+    (True, "las", 2.8): 55.78,
+    (True, "agnostic-fifo", 0.2): 18.56,
+    (True, "agnostic-fifo", 1.0): 19.92,
+    (True, "agnostic-fifo", 2.0): 37.56,
+    (True, "agnostic-fifo", 2.6): 304.76,
+    (True, "fifo", 0.2): 16.91,
+    (True, "fifo", 1.0): 17.34,
+    (True, "fifo", 2.0): 27.68,
+    (True, "fifo", 2.6): 93.60,
+    (True, "agnostic-ftf", 0.2): 25.93,
+    (True, "agnostic-ftf", 1.0): 26.12,
+    (True, "agnostic-ftf", 2.0): 28.87,
+    (True, "agnostic-ftf", 2.6): 64.38,
+    (True, "ftf", 0.2): 18.55,
+    (True, "ftf", 1.0): 18.51,
+    (True, "ftf", 2.0): 21.80,
+    (True, "ftf", 2.6): 33.90,
+    (True, "ftf", 2.8): 41.56,
+}
+
+
+def _run_point(point: GavelPoint) -> dict[str, Any]:
+    table = load_throughputs(BUNDLED_THROUGHPUTS)
+    started = time.perf_counter()
+    result = point.run(table)
+    return point_document(point, result, time.perf_counter() - started)
+
+
+def _key(doc: dict[str, Any]) -> tuple[bool, str, float, int, float | None, bool]:
+    return (
+        doc["multi_gpu"],
+        doc["policy"],
+        float(doc["rate"]),
+        doc["seed"],
+        doc.get("alpha"),
+        bool(doc.get("solve_on_change")),
+    )
+
+
+def _published(doc: dict[str, Any]) -> float | None:
+    if tuple(doc["window"]) != (4000, 5000) or doc["cluster"] != {
+        "v100": 36,
+        "p100": 36,
+        "k80": 36,
+    }:
+        return None
+    return PUBLISHED.get((doc["multi_gpu"], doc["policy"], float(doc["rate"])))
+
+
+def _table(docs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| trace | policy | jobs/h | seed | mean JCT [h] | Gavel [h] | ratio | util "
+        "| eff. tput | Jain | worst FTF | wall [s] |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for doc in sorted(docs, key=lambda d: _key(d)[:4]):
+        jct = doc["mean_jct_h"]
+        ref = _published(doc) if doc["seed"] == 0 else None
+        ratio = f"{jct / ref:.2f}" if jct is not None and ref else "-"
+        trace = "multi" if doc["multi_gpu"] else "single"
+        name = doc["policy"] + (f" a={doc['alpha']}" if doc.get("alpha") is not None else "")
+        name += " (solve on change)" if doc.get("solve_on_change") else ""
+        shown = "-" if jct is None else f"{jct:.2f}" + ("" if doc["complete"] else " (cut)")
+        lines.append(
+            f"| {trace} | {name} | {doc['rate']:g} | {doc['seed']} | {shown} "
+            f"| {ref if ref else '-'} | {ratio} | {doc['utilization']:.3f} "
+            f"| {doc.get('effective_throughput', '-')} | {doc['jain']} "
+            f"| {doc['worst_ftf']} | {doc['wall_s']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _plot(docs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = sorted({d["multi_gpu"] for d in docs})
+    fig, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 4.2), squeeze=False)
+    for ax, multi in zip(axes[0], traces, strict=True):
+        mine = [d for d in docs if d["multi_gpu"] == multi and d["seed"] == 0]
+        for index, policy in enumerate(sorted({d["policy"] for d in mine})):
+            color = f"C{index}"
+            points = sorted((d["rate"], d["mean_jct_h"]) for d in mine if d["policy"] == policy)
+            points = [p for p in points if p[1] is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), "o-", color=color, label=f"{policy} (hetsched)")
+            ref = sorted((r, v) for (m, p, r), v in PUBLISHED.items() if m == multi and p == policy)
+            if ref:
+                ax.plot(
+                    *zip(*ref, strict=True),
+                    "x--",
+                    color=color,
+                    alpha=0.6,
+                    label=f"{policy} (Gavel)",
+                )
+        ax.set_title(("multi" if multi else "single") + "-GPU trace, 36:36:36, seed 0")
+        ax.set_xlabel("input rate [jobs/h]")
+        ax.set_ylabel("mean JCT of jobs 4000-4999 [h]")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _frontier(docs: list[dict[str, Any]], path: Path) -> None:
+    """The knob's measured frontier: per (trace, rate, policy) with several alphas, mean
+    JCT against Jain's index and effective throughput against the worst FTF."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    groups: dict[tuple[bool, float, str], list[dict[str, Any]]] = {}
+    for doc in docs:
+        if doc["seed"] == 0 and doc["mean_jct_h"] is not None:
+            groups.setdefault((doc["multi_gpu"], doc["rate"], doc["policy"]), []).append(doc)
+    for index, ((multi, rate, policy), group) in enumerate(sorted(groups.items())):
+        group.sort(key=lambda d: d["alpha"] if d.get("alpha") is not None else -1)
+        label = f"{policy} {rate:g}/h {'multi' if multi else 'single'}"
+        style = "o-" if len(group) > 1 else "s"
+        jain = [d["jain"] for d in group]
+        left.plot(jain, [d["mean_jct_h"] for d in group], style, color=f"C{index}", label=label)
+        right.plot(
+            [d["worst_ftf"] for d in group],
+            [d["effective_throughput"] for d in group],
+            style,
+            color=f"C{index}",
+            label=label,
+        )
+        for d in group:
+            if d.get("alpha") is not None:
+                left.annotate(f"{d['alpha']:g}", (d["jain"], d["mean_jct_h"]), fontsize=7)
+    left.set_xlabel("Jain's index over users (isolated / actual JCT)")
+    left.set_ylabel("mean JCT [h]")
+    right.set_xlabel("worst finish-time fairness (JCT / isolated JCT)")
+    right.set_ylabel("effective throughput [best-GPU equivalents]")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--policies", default="las,agnostic-las")
+    parser.add_argument("--rates", default="4.0,5.6", help="jobs/hour, comma-separated")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--multi-gpu", action="store_true")
+    parser.add_argument("--window", default="4000:5000")
+    parser.add_argument("--cluster", default="36:36:36")
+    parser.add_argument(
+        "--alphas",
+        default="0.5",
+        help="knob values for fair-throughput/fair-srtf (comma-separated)",
+    )
+    parser.add_argument("--until-h", type=float, default=None, help="give up on a point here")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--solve-on-change", action="store_true", help="solve at every change (not Gavel's rule)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("gavel-grid"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "points.jsonl"
+    done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    seen = {_key(d) for d in done}
+    points = [
+        GavelPoint(
+            policy,
+            float(rate),
+            int(seed),
+            args.multi_gpu,
+            parse_window(args.window),
+            parse_cluster(args.cluster),
+            alpha=float(alpha),
+            until_s=None if args.until_h is None else args.until_h * 3600,
+            solve_on_change=args.solve_on_change,
+        )
+        for policy in args.policies.split(",")
+        for rate in args.rates.split(",")
+        for seed in args.seeds.split(",")
+        for alpha in (args.alphas.split(",") if uses_alpha(policy) else ["0.5"])
+    ]
+    todo = [
+        p
+        for p in points
+        if (
+            p.multi_gpu,
+            p.policy,
+            p.rate,
+            p.seed,
+            p.alpha if uses_alpha(p.policy) else None,
+            p.solve_on_change,
+        )
+        not in seen
+    ]
+    print(f"{len(points)} points, {len(todo)} to run; {os.cpu_count()} CPUs, {platform.node()}")
+    with ProcessPoolExecutor(max_workers=max(args.workers, 1)) as pool:
+        futures = [pool.submit(_run_point, p) for p in todo]
+        for future in as_completed(futures):
+            doc = future.result()
+            done.append(doc)
+            with log.open("a") as handle:
+                handle.write(json.dumps(doc) + "\n")
+            print(
+                f"{doc['policy']:>16} {doc['rate']:>4g} seed {doc['seed']}: "
+                f"{doc['mean_jct_h']} h ({doc['wall_s']:.0f} s)",
+                flush=True,
+            )
+    (args.out / "grid.md").write_text(_table(done))
+    _plot(done, args.out / "jct.png")
+    if len({d["alpha"] for d in done if d.get("alpha") is not None}) > 1:
+        _frontier(done, args.out / "frontier.png")
+    print(_table(done))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""``hetsched sim replay --rounds``: replay a workload with round-based allocation policies.
+
+The workload and cluster go through :func:`hetsched.sim.rounds_workload.round_inputs`
+(devices per model, each job's rates from its speed model) and the round engine, once per
+policy and knob value; the results are shown side by side, and ``--out`` writes
+``rounds.json`` and, with several knob values, ``frontier.png`` (mean JCT and effective
+throughput against Jain's index and the worst finish-time fairness).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.model.device import Node
+from hetsched.model.speed import SpeedTable
+from hetsched.rounds import policy_names
+from hetsched.sim.gavel_rounds import uses_alpha
+from hetsched.sim.rounds_engine import RoundConfig, RoundResult, RoundSimulator
+from hetsched.sim.rounds_workload import round_inputs
+from hetsched.sim.workload import Workload
+
+__all__ = ["parse_alphas", "replay_rounds"]
+
+
+def parse_alphas(text: str) -> list[float]:
+    """``0,0.5,1`` -> knob values (ValueError naming --alphas)."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--alphas: expected numbers in 0..1, got {text!r}") from None
+    if not values or any(not 0.0 <= v <= 1.0 for v in values):
+        raise ValueError(f"--alphas: expected numbers in 0..1, got {text!r}")
+    return values
+
+
+def _row(result: RoundResult, alpha: float | None) -> dict[str, Any]:
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+
+    return {
+        "policy": result.policy,
+        "alpha": alpha,
+        "jobs": len(result.measured),
+        "finished": len(result.finished()),
+        "mean_jct_h": rounded(result.mean_jct_h()),
+        "utilization": rounded(result.utilization()),
+        "effective_throughput": rounded(result.effective_throughput()),
+        "jain": rounded(result.jain()),
+        "worst_ftf": rounded(result.worst_ftf()),
+        "preemptions": result.preemptions,
+        "migrations": result.migrations,
+        "rounds": result.rounds,
+        "makespan_h": round(result.end_time / 3600.0, 3),
+    }
+
+
+def replay_rounds(
+    nodes: Sequence[Node],
+    workload: Workload,
+    table: SpeedTable | None,
+    policies: str,
+    alphas: str,
+    round_s: float,
+    seed: int,
+    output: OutputFormat,
+    out: Path | None,
+) -> None:
+    """Run and report (see the module); exits with a clear error on bad input."""
+    names = [n.strip() for n in policies.split(",") if n.strip()]
+    unknown = [n for n in names if n not in policy_names()]
+    if not names or unknown:
+        fail(f"--rounds: unknown {unknown or policies!r} (known: {', '.join(policy_names())})", 2)
+    try:
+        knobs = parse_alphas(alphas)
+        inputs = round_inputs(workload, nodes, table)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        for alpha in knobs if uses_alpha(name) else [None]:
+            config = RoundConfig(
+                name, round_s=round_s, alpha=alpha or 0.0, seed=seed, solve_on_change=True
+            )
+            result = RoundSimulator(inputs.models, inputs.capacity, inputs.jobs, config).run()
+            rows.append(_row(result, alpha))
+    document = {
+        "models": dict(zip(inputs.models, inputs.capacity, strict=True)),
+        "skipped": list(inputs.skipped),
+        "round_s": round_s,
+        "results": rows,
+    }
+    if output is OutputFormat.json:
+        print_json(document)
+    else:
+        _render(document)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "rounds.json").write_text(json.dumps(document, indent=2) + "\n")
+        if len([r for r in rows if r["alpha"] is not None]) > 1:
+            _frontier(rows, out / "frontier.png")
+
+
+#: the table's columns: key in the JSON -> header
+_COLUMNS = {
+    "policy": "policy",
+    "alpha": "alpha",
+    "finished": "done",
+    "mean_jct_h": "JCT [h]",
+    "utilization": "util",
+    "effective_throughput": "eff. tput",
+    "jain": "Jain",
+    "worst_ftf": "worst FTF",
+    "preemptions": "preempt",
+    "migrations": "moves",
+}
+
+
+def _render(document: dict[str, Any]) -> None:
+    models = ", ".join(f"{m} x{c}" for m, c in document["models"].items())
+    table = Table(title=f"rounds of {document['round_s']:g} s on {models}")
+    for key, label in _COLUMNS.items():
+        table.add_column(label, justify="left" if key == "policy" else "right")
+    keys = list(_COLUMNS)
+    for row in document["results"]:
+        table.add_row(*("-" if row[k] is None else str(row[k]) for k in keys))
+    console.print(table)
+    if document["skipped"]:
+        console.print(f"{len(document['skipped'])} job(s) without devices left out")
+
+
+def _frontier(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for index, policy in enumerate(sorted({r["policy"] for r in rows})):
+        mine = sorted(
+            (r for r in rows if r["policy"] == policy and r["mean_jct_h"] is not None),
+            key=lambda r: -1.0 if r["alpha"] is None else r["alpha"],
+        )
+        style = "o-" if len(mine) > 1 else "s"
+        left.plot(
+            [r["jain"] for r in mine],
+            [r["mean_jct_h"] for r in mine],
+            style,
+            color=f"C{index}",
+            label=policy,
+        )
+        right.plot(
+            [r["worst_ftf"] for r in mine],
+            [r["effective_throughput"] for r in mine],
+            style,
+            color=f"C{index}",
+            label=policy,
+        )
+        for r in mine:
+            if r["alpha"] is not None:
+                left.annotate(f"{r['alpha']:g}", (r["jain"], r["mean_jct_h"]), fontsize=7)
+    left.set_xlabel("Jain's index over users (isolated / actual JCT)")
+    left.set_ylabel("mean JCT [h]")
+    right.set_xlabel("worst finish-time fairness (JCT / isolated JCT)")
+    right.set_ylabel("effective throughput [best-device equivalents]")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
