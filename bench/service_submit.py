@@ -131,11 +131,7 @@ def throughput(jobs: int, clients: int, threads: int, sync: str) -> dict[str, fl
             p.join()
         sent = sum(r[0] for r in results)
         errors = sum(r[1] for r in results)
-        stored = len(
-            httpx.get(
-                f"{url}/v1/jobs", params={"all": True, "limit": 100000}, headers=headers, timeout=60
-            ).json()
-        )
+        stored = count_jobs(url, headers)
         _cancel_and_wait(url, headers, hog_id)
         return {
             "sent": sent,
@@ -149,6 +145,22 @@ def throughput(jobs: int, clients: int, threads: int, sync: str) -> dict[str, fl
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def count_jobs(url: str, headers: dict[str, str]) -> int:
+    """Every job the service holds, counted through the pages of ``GET /v1/jobs``."""
+    count, cursor = 0, None
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        while True:
+            params: dict[str, Any] = {"all": True, "limit": 10_000}
+            if cursor is not None:
+                params["cursor"] = cursor
+            answer = client.get("/v1/jobs", params=params)
+            answer.raise_for_status()
+            count += len(answer.json())
+            cursor = answer.headers.get("X-Next-Cursor")
+            if cursor is None:
+                return count
 
 
 def _cancel_and_wait(url: str, headers: dict[str, str], job_id: str) -> None:
@@ -206,11 +218,7 @@ def batch_throughput(jobs: int, batch_size: int, sync: str) -> dict[str, float]:
                 accepted += batch_size
                 busy += took
                 rates.append(batch_size / took)
-        stored = len(
-            httpx.get(
-                f"{url}/v1/jobs", params={"all": True, "limit": 100000}, headers=headers, timeout=60
-            ).json()
-        )
+        stored = count_jobs(url, headers)
         _cancel_and_wait(url, headers, hog_id)
         return {
             "accepted": accepted,

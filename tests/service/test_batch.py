@@ -27,7 +27,7 @@ def module_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 
 def _count(api: Api) -> int:
-    return len(api.admin.get("/v1/jobs", params={"all": True, "limit": 100_000}).json())
+    return len(api.admin.get("/v1/jobs", params={"all": True, "limit": 10_000}).json())
 
 
 GOOD = job_body(name="good")
