@@ -19,7 +19,10 @@ node's pool, which the real API server must accept; a DeviceClass of that driver
 ResourceClaim with a CEL selector are created, and a pod using the claim makes
 kube-scheduler allocate it from those slices; the driver's prepare step (the one the
 kubelet calls over gRPC) then prepares the claim the real scheduler allocated, writing its
-CDI spec in a temporary folder. Everything is removed at the end.
+CDI spec in a temporary folder. The hetsched scheduler allocates a claim of its own pod from
+the same slices (status.allocation, reservedFor, its finalizer, then the Binding, all
+accepted by the real API server) and gives it back when the pod is deleted. Everything is
+removed at the end.
 """
 
 from __future__ import annotations
@@ -314,3 +317,53 @@ def test_kube_scheduler_allocates_a_claim_from_our_slices_and_the_driver_prepare
         assert outcome.error == ""
         assert [d.device for d in outcome.devices] == [result["device"]]
         assert (Path(folder) / f"k8s.hetsched.io-claim_{uid}.json").exists()
+
+
+def test_the_hetsched_scheduler_allocates_a_claim_and_gives_it_back(
+    api: KubeClusterAPI, sched: PodScheduler, namespace: str, slices: Any, device_class: str
+) -> None:
+    from hetsched.k8s.claims.writes import FINALIZER
+
+    _, devices = slices
+    node = devices[0].id.split("/")[0]
+    selector = f'device.attributes["{DRIVER}"].model == "A100"'
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "ours", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": device_class,
+                            "selectors": [{"cel": {"expression": selector}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    api.resource.create_namespaced_resource_claim(namespace, claim)
+    body = pod("dra-ours", namespace, {})
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "ours"}]
+    body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    api.core.create_namespaced_pod(namespace, body)
+    wait_bound(api, sched, namespace, ["dra-ours"])
+    allocated = api.get_resource_claim(namespace, "ours")
+    assert allocated is not None
+    (result,) = allocated["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"], result["request"]) == (DRIVER, node, "gpu")
+    assert [r["name"] for r in allocated["status"]["reservedFor"]] == ["dra-ours"]
+    assert FINALIZER in allocated["metadata"]["finalizers"]
+    assert api.core.read_namespaced_pod("dra-ours", namespace).spec.node_name == node
+    # the pod goes: the claim is given back (reservation, allocation, finalizer)
+    api.core.delete_namespaced_pod("dra-ours", namespace, grace_period_seconds=0)
+    for _ in range(300):
+        after = api.get_resource_claim(namespace, "ours")
+        if after is not None and "allocation" not in (after.get("status") or {}):
+            break
+        sched.step(0.1)
+    assert after is not None and "allocation" not in (after.get("status") or {})
+    assert FINALIZER not in (after["metadata"].get("finalizers") or [])

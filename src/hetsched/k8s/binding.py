@@ -12,7 +12,9 @@ binding's outcome; only a failure comes back, and is settled on the scheduling t
   run on ``workers`` threads at once, over the API client's pool of kept-alive connections.
 - With ``workers=0`` every job is bound on the caller's thread as it is submitted (the
   reference the concurrent binding is compared against: the decisions are the same).
-- After a pod's Binding succeeds, its ``Scheduled`` Event is posted by the same worker.
+- Before a pod's Binding, its ResourceClaims are allocated and reserved for it
+  (:mod:`hetsched.k8s.claims.writes`, kube-scheduler's PreBind), and given back if the
+  Binding fails. After the Binding, its ``Scheduled`` Event is posted by the same worker.
 - :meth:`Binder.take` hands the scheduling thread the outcomes finished since its last
   call; ``wake`` is called after each one, so the loop wakes up for it.
 """
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.k8s.api import ApiError, ClusterAPI
+from hetsched.k8s.claims.writes import ClaimWrite, ClaimWriteError, release, reserve
 from hetsched.k8s.podevents import PodEvents
 from hetsched.keys import TaskKey
 
@@ -47,6 +50,8 @@ class Member:
     obj: Obj
     node: str
     annotations: Mapping[str, str] | None = None
+    #: its ResourceClaims to allocate and reserve before the Binding
+    claims: tuple[ClaimWrite, ...] = ()
 
     @property
     def namespace(self) -> str:
@@ -169,11 +174,21 @@ class Binder:
         return outcome
 
     def _bind_one(self, member: Member) -> tuple[bool, str] | None:
-        """None when bound; else (conflict, why)."""
+        """None when bound; else (conflict, why): a conflict is a pod bound by someone
+        else. The pod's claims are written first (PreBind), and given back if its Binding
+        fails."""
+        api: Any = self.api
+        try:
+            reserve(api, member.claims, member.obj)
+        except (ClaimWriteError, ApiError) as exc:
+            return False, f"its ResourceClaims: {exc}"
         try:
             won = self.api.bind(
                 member.namespace, member.name, member.uid, member.node, member.annotations
             )
         except ApiError as exc:
+            release(api, member.claims, member.obj)
             return False, str(exc)
+        if not won:
+            release(api, member.claims, member.obj)
         return None if won else (True, "bound by someone else (409)")

@@ -1,8 +1,11 @@
-"""List and watch nodes and pods: the changes the Kubernetes scheduler reacts to.
+"""List and watch the objects the Kubernetes scheduler reacts to: nodes and pods, and the
+resource.k8s.io/v1 objects of Dynamic Resource Allocation.
 
-Two watch threads (nodes, pods) feed one queue; the scheduler drains it on its own thread.
+One watch thread per resource feeds one queue; the scheduler drains it on its own thread.
 A watch that expires (410) relists, and the relist becomes the changes that bring the
-scheduler's cache to the listed objects; a dropped connection is retried with backoff.
+scheduler's cache to the listed objects; a dropped connection is retried with backoff. An
+optional resource the API server does not serve (404: DRA on a cluster older than 1.34)
+is neither listed nor watched.
 """
 
 from __future__ import annotations
@@ -26,31 +29,67 @@ Change = tuple[str, str, Obj]
 _Item = Change | tuple[str, str, list[Obj]]
 
 
+#: resources whose objects are namespaced (cached by ``namespace/name``)
+_NAMESPACED = frozenset({"pods", "resourceclaims"})
+
+
 class ListWatch:
-    """Nodes and pods of ``api``; ``caches`` maps each resource to the scheduler's cache of
-    it (name, or namespace/name for pods, to the object), which relists are compared to."""
+    """The resources of ``caches`` in ``api``; ``caches`` maps each resource to the
+    scheduler's cache of it (name, or namespace/name for namespaced ones, to the object),
+    which relists are compared to. ``optional`` resources may be missing on the server."""
 
     def __init__(
-        self, api: ClusterAPI, caches: Mapping[str, Mapping[str, Obj]], timeout_s: int
+        self,
+        api: ClusterAPI,
+        caches: Mapping[str, Mapping[str, Obj]],
+        timeout_s: int,
+        optional: Iterable[str] = (),
     ) -> None:
         self.api = api
         self.caches = caches
         self.timeout_s = timeout_s
+        self.optional = frozenset(optional)
         self._queue: queue.Queue[_Item] = queue.Queue()
         #: resource -> the resource version to watch from
-        self.rv: dict[str, str] = {"nodes": "", "pods": ""}
+        self.rv: dict[str, str] = dict.fromkeys(caches, "")
+        #: optional resources the server does not serve
+        self.missing: set[str] = set()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
+    def _list(self, resource: str) -> tuple[list[Obj], str]:
+        if resource == "nodes":
+            return self.api.list_nodes()
+        if resource == "pods":
+            return self.api.list_pods()
+        lister: Any = getattr(self.api, "list_objects", None)
+        if lister is None:
+            raise ApiError(404, f"this client cannot list {resource}")
+        items, rv = lister(resource)
+        return list(items), str(rv)
+
     def snapshot(self) -> list[Change]:
-        """Everything there is now, as the changes from the caches to it."""
-        nodes, self.rv["nodes"] = self.api.list_nodes()
-        pods, self.rv["pods"] = self.api.list_pods()
-        return self.diff("nodes", nodes) + self.diff("pods", pods)
+        """Everything there is now, as the changes from the caches to it (optional
+        resources first: a pod's claims are known before the pod)."""
+        changes: list[Change] = []
+        ordered = sorted(self.caches, key=lambda r: (r not in self.optional, r == "pods"))
+        for resource in ordered:
+            try:
+                items, self.rv[resource] = self._list(resource)
+            except ApiError as exc:
+                if resource not in self.optional or exc.status != 404:
+                    raise
+                if resource not in self.missing:
+                    log.info("the API server does not serve %s: not used", resource)
+                self.missing.add(resource)
+                continue
+            self.missing.discard(resource)
+            changes += self.diff(resource, items)
+        return changes
 
     def start(self) -> None:
         self._stop.clear()
-        for resource in ("nodes", "pods"):
+        for resource in [r for r in self.caches if r not in self.missing]:
             thread = threading.Thread(
                 target=self._watch, args=(resource,), name=f"watch-{resource}", daemon=True
             )
@@ -95,9 +134,7 @@ class ListWatch:
             except WatchExpired:
                 log.info("watch of %s expired; relisting", resource)
                 try:
-                    items, rv = (
-                        self.api.list_nodes() if resource == "nodes" else self.api.list_pods()
-                    )
+                    items, rv = self._list(resource)
                 except ApiError as exc:
                     log.warning("relist of %s failed: %s", resource, exc)
                     self._stop.wait(backoff)
@@ -126,7 +163,7 @@ class ListWatch:
         for obj in items:
             meta = obj.get("metadata", {})
             key = meta.get("name", "")
-            if resource == "pods":
+            if resource in _NAMESPACED:
                 key = f"{meta.get('namespace') or 'default'}/{key}"
             seen[key] = obj
         changes: list[Change] = [(resource, "DELETED", cache[k]) for k in cache if k not in seen]

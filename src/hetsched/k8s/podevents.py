@@ -4,6 +4,10 @@ condition, as kube-scheduler posts them."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +15,8 @@ from hetsched.k8s.api import ApiError, ClusterAPI
 from hetsched.k8s.translate import pod_info
 
 __all__ = ["MESSAGE_LIMIT", "PodEvents"]
+
+log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
@@ -24,14 +30,48 @@ def _now_iso() -> str:
 
 class PodEvents:
     """Posts Events about pods as ``component`` (``instance`` names this process).
-    Failures to post are ignored: an Event is a courtesy, never a reason to stop."""
+    Failures to post are ignored: an Event is a courtesy, never a reason to stop.
 
-    def __init__(self, api: ClusterAPI, component: str, instance: str) -> None:
+    With ``queue_size`` > 0 the writes are queued and carried out by a thread of their own,
+    as client-go's event broadcaster does for kube-scheduler: nothing waits for them, and
+    when ``queue_size`` writes are waiting already a new one is dropped (counted in
+    ``dropped``), so a burst of pods never slows scheduling down for its events."""
+
+    def __init__(self, api: ClusterAPI, component: str, instance: str, queue_size: int = 0) -> None:
         self.api = api
         self.component = component
         self.instance = instance
         #: pod key -> the last FailedScheduling message posted for it (no repeats)
         self.reported: dict[str, str] = {}
+        #: writes dropped because the queue was full
+        self.dropped = 0
+        self._queue: queue.Queue[Callable[[], None] | None] | None = None
+        if queue_size > 0:
+            self._queue = queue.Queue(queue_size)
+            threading.Thread(target=self._run, name="events", daemon=True).start()
+
+    def _run(self) -> None:
+        assert self._queue is not None
+        while (write := self._queue.get()) is not None:
+            with contextlib.suppress(ApiError):
+                write()
+
+    def _write(self, write: Callable[[], None]) -> None:
+        if self._queue is None:
+            with contextlib.suppress(ApiError):
+                write()
+            return
+        try:
+            self._queue.put_nowait(write)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped % 1000 == 1:
+                log.warning("events queue full: %d event(s) dropped so far", self.dropped)
+
+    def close(self) -> None:
+        """Stop the queue's thread once it has written what is queued."""
+        if self._queue is not None:
+            self._queue.put(None)
 
     def failed_scheduling(self, obj: Obj, message: str) -> None:
         """A FailedScheduling Warning on the pod and its PodScheduled=False condition,
@@ -51,12 +91,9 @@ class PodEvents:
             "lastTransitionTime": _now_iso(),
         }
         meta = obj.get("metadata", {})
-        with contextlib.suppress(ApiError):
-            self.api.patch_pod_status(
-                str(meta.get("namespace") or "default"),
-                str(meta.get("name")),
-                {"status": {"conditions": [condition]}},
-            )
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
+        patch = {"status": {"conditions": [condition]}}
+        self._write(lambda: self.api.patch_pod_status(namespace, name, patch))
 
     def post(
         self, obj: Obj, kind: str, reason: str, message: str, action: str = "Scheduling"
@@ -87,5 +124,4 @@ class PodEvents:
             "lastTimestamp": stamp,
             "count": 1,
         }
-        with contextlib.suppress(ApiError):
-            self.api.create_event(namespace, event)
+        self._write(lambda: self.api.create_event(namespace, event))

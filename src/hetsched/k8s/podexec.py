@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hetsched.drivers import Exit, Interpreter, Start, Stop
 from hetsched.k8s.api import ApiError, ClusterAPI
 from hetsched.k8s.binding import Binder, BindJob, Member, Outcome
+from hetsched.k8s.claims.requests import ClaimError
 from hetsched.k8s.listwatch import ListWatch
 from hetsched.k8s.nominate import Nominations
 from hetsched.k8s.podevents import PodEvents
@@ -34,6 +35,9 @@ from hetsched.k8s.translate import assignment_annotations, pod_info
 from hetsched.keys import TaskKey
 from hetsched.scheduler import Event, JobCancelled, StartFailed
 
+if TYPE_CHECKING:
+    from hetsched.k8s.claims.side import ClaimSide
+
 
 class PodScheduler(Protocol):
     """What the executor reads and keeps of the Kubernetes scheduler it works for
@@ -41,6 +45,7 @@ class PodScheduler(Protocol):
 
     api: ClusterAPI
     name: str
+    dra: ClaimSide
     events: PodEvents
     nominations: Nominations
     watch: ListWatch
@@ -164,14 +169,26 @@ class PodExecutor:
     def _submit(self, starts: Sequence[Start]) -> None:
         sched = self.sched
         members = []
+        book = sched.dra.book
         for start in starts:
             key = sched.members[start.key.job][start.key.task]
             obj = sched.pods[key]
             placement = start.placement
-            # the assignment travels in the Binding: set with spec.nodeName in one update,
-            # so a binding that fails (409 or any error) leaves no annotation behind
-            annotations = assignment_annotations(obj, placement) if placement.devices else None
-            members.append(Member(key, start.key, obj, placement.node, annotations))
+            # the device plugin's assignment travels in the Binding: set with
+            # spec.nodeName in one update, so a binding that fails leaves no annotation
+            plugin = book.plugin_part(key, placement)
+            annotations = assignment_annotations(obj, plugin) if plugin.devices else None
+            try:
+                claims = book.writes(key, placement)
+            except ClaimError as exc:  # the core's choice does not read as the claims'
+                log.error("pod %s: %s", key, exc)
+                reason = f"pod {key}: {exc}"
+                first = start.key
+                sched.followups.append(
+                    StartFailed(first.job, first.run, reason, BIND_MAX_BACKOFF_S)
+                )
+                return
+            members.append(Member(key, start.key, obj, placement.node, annotations, claims))
         first = starts[0].key
         self.binder.submit(BindJob(first.job, first.run, tuple(members)))
 
@@ -180,6 +197,7 @@ class PodExecutor:
         for member in outcome.bound:
             self.bound.append((member.key, member.node))
             self.bound_pods.add(member.key)
+            self.sched.dra.book.bound(member.key)
             self.sched.events.reported.pop(member.key, None)
             self.sched.nominations.clear(member.key)
         if outcome.failed is None:

@@ -44,11 +44,14 @@ from collections.abc import Callable
 from typing import Any
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import AllocationError, ClusterState
+from hetsched.cluster.state import ClusterState
 from hetsched.drivers import Exit, Interpreter, Observer, in_order
 from hetsched.framework.profile import ProfileSpec
 from hetsched.k8s.api import ClusterAPI
 from hetsched.k8s.binding import Binder
+from hetsched.k8s.claims.book import claim_refs
+from hetsched.k8s.claims.requests import ClaimError
+from hetsched.k8s.claims.side import DRA_RESOURCES, ClaimSide, device_events
 from hetsched.k8s.fencing import LeaseFencing
 from hetsched.k8s.fencing import federation_of as _federation
 from hetsched.k8s.leading import run_leading
@@ -59,12 +62,11 @@ from hetsched.k8s.podevents import PodEvents
 from hetsched.k8s.podexec import PodExecutor
 from hetsched.k8s.podgroups import PodGroups
 from hetsched.k8s.recreate import Vacancies, workload_of
-from hetsched.k8s.takeback import group_restore, held_placement
+from hetsched.k8s.takeback import TakeBack
 from hetsched.k8s.translate import (
     PodInfo,
     TranslateError,
     group_job,
-    node_from_k8s,
     pod_info,
     pod_job,
 )
@@ -72,8 +74,6 @@ from hetsched.keys import TaskKey
 from hetsched.model.device import Node
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import (
-    DeviceAdded,
-    DeviceHealthChanged,
     Event,
     JobCancelled,
     JobSubmitted,
@@ -107,8 +107,10 @@ class PodScheduler(Observer):
     ``clock`` gives the core's time in seconds (monotonic by default). ``identity`` names
     this instance in events (``reportingInstance``). ``bind_workers`` threads bind pods off
     the scheduling loop (0: on it, as each Bind is carried out; see
-    :mod:`hetsched.k8s.binding`). The scheduler is the interpreter's Observer (what the
-    core says about jobs); :class:`~hetsched.k8s.podexec.PodExecutor` is its executor.
+    :mod:`hetsched.k8s.binding`); ``event_queue`` > 0 posts Events off them too, dropping
+    what overflows that many (:class:`~hetsched.k8s.podevents.PodEvents`). The scheduler is
+    the interpreter's Observer (what the core says about jobs);
+    :class:`~hetsched.k8s.podexec.PodExecutor` is its executor.
     """
 
     def __init__(
@@ -122,13 +124,14 @@ class PodScheduler(Observer):
         watch_timeout_s: int = 300,
         recreate_timeout_s: float = 300.0,
         bind_workers: int = 0,
+        event_queue: int = 0,
     ) -> None:
         self.api = api
         self.name = scheduler_name
         self.identity = identity
         self.clock = clock
         self.core = Scheduler(ClusterState(), profile, seed)
-        self.events = PodEvents(api, scheduler_name, identity)
+        self.events = PodEvents(api, scheduler_name, identity, event_queue)
         self.nominations = Nominations(api)
         self.recreate_timeout_s = recreate_timeout_s
         #: the cache: the latest JSON of every node and pod
@@ -148,13 +151,16 @@ class PodScheduler(Observer):
         self.vacant = Vacancies(recreate_timeout_s)
         #: pods of pod groups waiting to reach their minimum
         self._groups = PodGroups()
-        #: pod group id -> keys of its bound pods to take back at the end of a sync
-        self._restoring: dict[str, list[str]] = {}
+        #: bound pods taken back as jobs (the pods of a group as one, during a sync)
+        self.takeback = TakeBack(self)
         self._syncing = False
         self.followups: list[Event] = []
         self.rechecks: list[str] = []
         self._seq = itertools.count()
-        self.watch = ListWatch(api, {"nodes": self.nodes, "pods": self.pods}, watch_timeout_s)
+        #: Dynamic Resource Allocation: the claims of our pods, the slices' devices
+        self.dra = ClaimSide(self)
+        caches = {"nodes": self.nodes, "pods": self.pods, **self.dra.caches}
+        self.watch = ListWatch(api, caches, watch_timeout_s, optional=DRA_RESOURCES)
         self.executor = PodExecutor(self, bind_workers)
         self.interpreter = Interpreter(self.executor, self, kill_grace_s=KILL_GRACE_S)
         #: held while a batch is applied
@@ -234,25 +240,34 @@ class PodScheduler(Observer):
             self._process(changes)
 
     def _process(self, changes: list[Change]) -> None:
-        """Two batches: node changes first (so pods bound to new nodes can be restored on
-        them), then pod changes; each in the drivers' one order."""
+        """Two batches: the DRA objects and node changes first (so pods bound to new nodes
+        can be restored on them), then pod changes; each in the drivers' one order. Then
+        the claim jobs (:meth:`ClaimSide.reconcile`)."""
         now = self.clock()
+        dra, slices = self.dra.apply([c for c in changes if c[0] in DRA_RESOURCES])
         events: list[Event] = []
         for resource, kind, obj in changes:
             if resource == "nodes":
                 events += self._node_change(kind, obj)
+        if slices:
+            events += self.dra.devices_changed(self._node_models, self.nodes)
         self._handle(events, now)
         events = []
-        for resource, kind, obj in changes:
-            if resource == "pods":
-                try:
-                    events += self._pod_change(kind, obj)
-                except TranslateError as exc:
-                    self.events.failed_scheduling(obj, str(exc))
-        self._restore_groups()
+        pods = [(kind, obj) for resource, kind, obj in changes if resource == "pods"]
+        if dra:  # pods waiting for their claims: look again
+            pods += [("MODIFIED", self.pods[k]) for k in sorted(self.dra.waiting) if k in self.pods]
+        for kind, obj in pods:
+            try:
+                events += self._pod_change(kind, obj)
+            except TranslateError as exc:
+                self.events.failed_scheduling(obj, str(exc))
+        self.takeback.groups()
         events += self._submit_groups(now)
         events += self._expired_vacancies(now)
         self._handle(events or [Tick()], now)
+        ended = self.dra.reconcile()
+        if ended:
+            self._handle(ended, now)
 
     def _handle(self, events: list[Event], now: float) -> None:
         """Run the core and carry out its actions; what carrying them out reports at once
@@ -272,7 +287,7 @@ class PodScheduler(Observer):
             if obj is not None and key not in self.owner:
                 info = pod_info(obj)
                 if info.node_name and not info.terminal:
-                    self._restore(info, obj)
+                    self.takeback.pod(info, obj)
 
     def _node_change(self, kind: str, obj: Obj) -> list[Event]:
         name = str(obj.get("metadata", {}).get("name", ""))
@@ -283,7 +298,7 @@ class PodScheduler(Observer):
             return []
         self.nodes[name] = obj
         try:
-            node = node_from_k8s(obj)
+            node = self.dra.node(obj)
         except TranslateError as exc:
             log.warning("%s", exc)
             return []
@@ -291,18 +306,13 @@ class PodScheduler(Observer):
         self._node_models[name] = node
         if old is None:
             return [NodeAdded(node)]
-        events: list[Event] = []
-        known = {d.id: d for d in old.devices}
-        for device in node.devices:
-            before = known.get(device.id)
-            if before is None:
-                events.append(DeviceAdded(name, device))
-            elif before.health != device.health:
-                events.append(DeviceHealthChanged(device.id, device.health, "device plugin"))
-        return events
+        return device_events(old, node, "device plugin")
 
     def _pod_change(self, kind: str, obj: Obj) -> list[Event]:
         info = pod_info(obj)
+        ours = info.scheduler_name == self.name
+        if ours and (kind == "DELETED" or info.terminal) and claim_refs(obj):
+            self.dra.ended(obj)  # its claims are given back
         if kind == "DELETED":
             self.pods.pop(info.key, None)
             return self._pod_gone(info.key)
@@ -327,13 +337,22 @@ class PodScheduler(Observer):
             return []
         if info.schedulable_by(self.name):
             job = pod_job(obj, info.key + _short(info.uid), self.clock())
+            try:
+                job = dataclasses.replace(
+                    job, resources=self.dra.book.request(info.key, obj, job.resources)
+                )
+            except ClaimError as exc:
+                self.dra.waiting.add(info.key)
+                self.events.failed_scheduling(obj, str(exc))
+                return []
+            self.dra.waiting.discard(info.key)
             self._own(job.id, [info.key], workload_of(obj, info))
             return [JobSubmitted(job)]
         if info.node_name and not info.terminal and not info.deleting:
             if info.group is not None and self._syncing:
-                self._restoring.setdefault(f"{info.namespace}/{info.group}", []).append(info.key)
+                self.takeback.later(f"{info.namespace}/{info.group}", info.key)
             else:
-                self._restore(info, obj)
+                self.takeback.pod(info, obj)
         return []
 
     def _owned_change(self, info: PodInfo, owned: tuple[str, int]) -> list[Event]:
@@ -421,65 +440,21 @@ class PodScheduler(Observer):
         """Account a pod someone just bound (the extender), before the watch shows it."""
         info = pod_info(obj)
         if info.key not in self.owner:
-            self._restore(info, obj)
+            self.takeback.pod(info, obj)
 
-    def _restore_groups(self) -> None:
-        """The bound pods of a pod group seen in one batch (after a restart: all of them)
-        are taken back as one job, the gang they were; a group that cannot be (its pods ask
-        for different resources) is taken back pod by pod."""
-        groups, self._restoring = self._restoring, {}
-        for group, keys in sorted(groups.items()):
-            objs = [self.pods[k] for k in sorted(keys) if k in self.pods]
-            if not self._restore_group(group, objs):
-                for obj in objs:
-                    self._restore(pod_info(obj), obj)
-            self._groups.started.add(group)
+    def group_started(self, group: str) -> None:
+        """Pods of ``group`` that come from now on are scheduled one by one."""
+        self._groups.started.add(group)
 
-    def _restore_group(self, group: str, objs: list[Obj]) -> bool:
-        job_id = f"{group}#r{next(self._seq)}"
-        cluster = self.core.view.cluster
-        restored = group_restore(job_id, objs, cluster, self.name, self.clock())
-        if restored is None:
-            return False
-        job, placements = restored
-        try:
-            self.core.restore(job, 1, placements, now=self.clock())
-        except AllocationError as exc:
-            log.warning("cannot account pod group %s as one job: %s", group, exc)
-            return False
-        self._take_back(job.id, [pod_info(o).key for o in objs], placements, f"group:{group}")
-        return True
-
-    def _take_back(
+    def adopt(
         self, job_id: str, keys: list[str], placements: dict[int, Placement], workload: str | None
     ) -> None:
+        """A job the core took back (``Scheduler.restore``) runs on ``keys``' pods."""
         self._own(job_id, keys, workload)
         self._run[job_id] = 1
         self._state[job_id] = JobState.RUNNING
         for task, placement in placements.items():
             self.interpreter.adopt(TaskKey(job_id, task, 1), placement)
-
-    def _restore(self, info: PodInfo, obj: Obj) -> None:
-        """Account a bound pod we did not bind in this life: it holds its node's capacity."""
-        placement = held_placement(self.core.view.cluster, obj)
-        if placement is None:
-            return
-        job = pod_job(obj, f"{info.key}{_short(info.uid)}@{info.node_name}")
-        if info.scheduler_name != self.name:
-            job = dataclasses.replace(job, preemptible=False)
-        held = self.core.view.job(job.id)
-        if held is not None:
-            if held.placements:
-                return  # accounted already
-            # accounted before and released since (an assumption the extender took back):
-            # the ended record keeps its id, so this takes a fresh one
-            job = dataclasses.replace(job, id=f"{job.id}~{next(self._seq)}")
-        try:
-            self.core.restore(job, 1, {0: placement}, now=self.clock())
-        except AllocationError as exc:
-            log.warning("cannot account bound pod %s: %s", info.key, exc)
-            return
-        self._take_back(job.id, [info.key], {0: placement}, None)
 
     def _pod_gone(self, key: str) -> list[Event]:
         self.events.reported.pop(key, None)
@@ -504,6 +479,7 @@ class PodScheduler(Observer):
         """Cancel a pending job that lost its pod ``key``; the rest of a gang's pods wait
         for their group's minimum again."""
         self.owner.pop(key, None)
+        self.dra.book.forget(key)
         self.vacant.drop(job_id)
         for other in self.members.get(job_id, []):
             if other == key or self.owner.pop(other, None) is None or other not in self.pods:
@@ -519,7 +495,8 @@ class PodScheduler(Observer):
             job_id = f"{group}#g{next(self._seq)}"
             try:
                 job = group_job(job_id, [self.pods[k] for k in keys], minimum, now)
-            except TranslateError as exc:
+                job = self.dra.book.group_request(keys, self.pods, job)
+            except (TranslateError, ClaimError) as exc:
                 for key in keys:
                     self.events.failed_scheduling(self.pods[key], str(exc))
                 continue

@@ -2,6 +2,11 @@
 
 ``device.attributes["model"] in ["A100", "H100"] && device.attributes["memory_gib"] >= 40``
 
+A device's attributes are seen by name; one named ``<domain>/<name>`` is also seen as
+``device.attributes["<domain>"].<name>``, and the attribute :data:`DRIVER` as
+``device.driver``, as a DRA DeviceClass or ResourceClaim selector reads a device
+(``device.driver == "hetsched.io" && device.attributes["hetsched.io"].model == "H100"``).
+
 Expressions are compiled once and evaluated once per distinct device attribute set; a
 cluster has few device models, so a selector costs a handful of evaluations however many
 nodes there are. An expression that fails at run time on a device (a missing attribute,
@@ -38,6 +43,7 @@ from hetsched.model.selector_limits import (
 )
 
 __all__ = [
+    "DRIVER",
     "LIMITS",
     "AttrKey",
     "Selector",
@@ -51,6 +57,26 @@ __all__ = [
 ]
 
 AttrKey = tuple[tuple[str, AttrValue], ...]
+
+#: the attribute a selector sees as ``device.driver`` (DRA devices carry it); no DRA
+#: attribute name can be spelled so
+DRIVER = "@driver"
+
+
+def _device(attributes: Mapping[str, AttrValue]) -> dict[str, Any]:
+    """What a selector sees as ``device`` (see the module docstring)."""
+    seen: dict[str, Any] = dict(attributes)
+    for key, value in attributes.items():
+        domain, slash, name = key.rpartition("/")
+        if slash and domain:
+            nested = seen.setdefault(domain, {})
+            if isinstance(nested, dict):
+                nested[name] = value
+    device: dict[str, Any] = {"attributes": seen}
+    driver = attributes.get(DRIVER)
+    if driver is not None:
+        device["driver"] = driver
+    return device
 
 
 @cache
@@ -115,9 +141,6 @@ class Selector:
     def evaluate(self, attributes: Mapping[str, AttrValue], budget: int) -> bool:
         """Whether a device with ``attributes`` matches; False on any run-time error and
         when the evaluation takes more than ``budget`` steps."""
-        celpy.json_to_cel(  # type: ignore[attr-defined]
-            {"device": {"attributes": dict(attributes)}}
-        )
         return self._run(attributes, budget)[0]
 
     def steps(self, attributes: Mapping[str, AttrValue]) -> int:
@@ -127,7 +150,7 @@ class Selector:
 
     def _run(self, attributes: Mapping[str, AttrValue], budget: int) -> tuple[bool, int]:
         activation: Any = celpy.json_to_cel(  # type: ignore[attr-defined]
-            {"device": {"attributes": dict(attributes)}}
+            {"device": _device(attributes)}
         )
         left = _Budget(budget)
         evaluator = _BudgetedEvaluator(self._ast, self._runner.new_activation(), left)
