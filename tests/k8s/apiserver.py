@@ -118,6 +118,13 @@ def _json_patch(target: Obj, operations: list[Obj]) -> None:
             raise PatchFailed(f"{op['path']}: test failed")
 
 
+class _Headers(dict[str, str]):
+    """Request headers by lower-cased name."""
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(key.lower(), default)
+
+
 class _CountingWriter:
     """The connection's writer, counting writes (an answer must be one write)."""
 
@@ -156,6 +163,31 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+    def parse_request(self) -> bool:
+        """The request line and the headers, read without the email package (which costs
+        more than the rest of a request here): what this double needs of HTTP/1.1."""
+        line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        self.requestline = line
+        words = line.split()
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            self.request_version = "HTTP/1.0"
+            self.send_error(400, f"Bad request syntax ({line!r})")
+            return False
+        self.command, self.path, self.request_version = words
+        headers = _Headers()
+        while True:
+            raw = self.rfile.readline(65537)
+            if raw in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = raw.decode("iso-8859-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        self.headers = headers  # type: ignore[assignment]
+        connection = headers.get("Connection", "").lower()
+        self.close_connection = connection == "close" or (
+            self.request_version == "HTTP/1.0" and connection != "keep-alive"
+        )
+        return True
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -264,6 +296,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
 
         lines: list[Obj] = []
+        #: the recorded changes, as their text (sent as they are)
+        texts: list[str] = []
+        everything = namespace is None and not selector and not labels
         position = 0
         with store.lock:
             since = int(query.get("resourceVersion") or "0")
@@ -282,8 +317,10 @@ class _Handler(BaseHTTPRequestHandler):
                 deadline = 0.0
         try:
             while True:
-                for line in lines:
-                    data = json.dumps(line).encode() + b"\n"
+                encoded = [json.dumps(line) for line in lines] + texts
+                lines, texts = [], []
+                for text in encoded:
+                    data = text.encode() + b"\n"
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 if time.monotonic() >= deadline or self.server.stopping:
                     self.wfile.write(b"0\r\n\r\n")
@@ -293,7 +330,11 @@ class _Handler(BaseHTTPRequestHandler):
                         store.lock.wait(timeout=min(0.1, max(0.0, deadline - time.monotonic())))
                     try:
                         position, changes = store.read(resource, position)
-                        lines = [{"type": k, "object": o} for k, o in changes if wanted(o)]
+                        texts = [
+                            f'{{"type":"{c.kind}","object":{c.text}}}'
+                            for c in changes
+                            if everything or wanted(c.obj)
+                        ]
                     except Expired as exc:
                         lines = [{"type": "ERROR", "object": status(410, "Expired", str(exc))}]
                         deadline = 0.0
@@ -385,6 +426,8 @@ class _Handler(BaseHTTPRequestHandler):
                 code, answer = 201, status(201, "", "")
                 answer["status"] = "Success"
             store.bindings.append((namespace, name, node, code))
+            if code == 201:
+                store.bound_at[(namespace, name)] = time.monotonic()
         self._send(code, answer)
 
     def do_PATCH(self) -> None:

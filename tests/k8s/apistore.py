@@ -1,9 +1,11 @@
 """The API server double's storage: objects, resourceVersions, the watch history, finalizers.
 
-Every change gets the next resourceVersion and is appended to its resource's history.
-Watches read that history by position: a watch remembers where it stopped and reads only
-what was appended since (``scanned`` counts the entries read, so a test can check that no
-watch rescans the history on every change). A resourceVersion older than the kept history
+Every change gets the next resourceVersion and is appended to its resource's history, as
+the object's JSON text, encoded once: every watch sends that text as it is (and decodes it
+only to test a selector), so a change costs one encoding however many watch it. Watches
+read the history by position: a watch remembers where it stopped and reads only what was
+appended since (``scanned`` counts the entries read, so a test can check that no watch
+rescans the history on every change). A resourceVersion older than the kept history
 is answered with 410 Gone, as the real server does after a compaction.
 
 An object with ``metadata.finalizers`` is not removed by a delete: it gets a
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import json
 import threading
 import uuid
 from collections import Counter, defaultdict
@@ -30,6 +33,29 @@ STAMP = "2026-01-01T00:00:00Z"
 
 class Expired(Exception):
     """A watch asked for history that is no longer kept (410 Gone)."""
+
+
+class Change:
+    """One entry of a resource's history: the object as it was, as JSON text."""
+
+    __slots__ = ("_obj", "kind", "rv", "text")
+
+    def __init__(self, rv: int, kind: str, text: str) -> None:
+        self.rv = rv
+        self.kind = kind
+        self.text = text
+        self._obj: Obj | None = None
+
+    @property
+    def obj(self) -> Obj:
+        """The object, decoded once (for selectors); do not change it."""
+        if self._obj is None:
+            self._obj = json.loads(self.text)
+        return self._obj
+
+
+def encode(obj: Obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
 
 
 def field_value(obj: Obj, path: str) -> str:
@@ -80,8 +106,8 @@ class Store:
         self.lock = threading.Condition()
         self.rv = 0
         self.objects: dict[Key, Obj] = {}
-        #: resource -> its changes, oldest first: (resourceVersion, type, object)
-        self.logs: dict[str, list[tuple[int, str, Obj]]] = defaultdict(list)
+        #: resource -> its changes, oldest first
+        self.logs: dict[str, list[Change]] = defaultdict(list)
         #: resource -> the resourceVersions of its log (for the bisect of a watch's start)
         self._rvs: dict[str, list[int]] = defaultdict(list)
         #: resource -> how many of its changes were dropped from the front of its log
@@ -91,6 +117,8 @@ class Store:
         self.history = history
         #: every binding POST: (namespace, name, node, HTTP code)
         self.bindings: list[tuple[str, str, str, int]] = []
+        #: (namespace, name) -> monotonic time of its successful binding (benchmarks)
+        self.bound_at: dict[tuple[str, str], float] = {}
         #: history entries read by watches
         self.scanned = 0
         #: requests served: (verb, resource, subresource) -> count
@@ -98,22 +126,25 @@ class Store:
 
     # -- history -------------------------------------------------------------------------
 
-    def record(self, resource: str, kind: str, obj: Obj) -> None:
-        """A change: the object gets the next resourceVersion; watches wake up."""
+    def record(self, resource: str, kind: str, obj: Obj) -> str:
+        """A change: the object gets the next resourceVersion; watches wake up. Returns
+        the object's JSON text as recorded."""
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         log = self.logs[resource]
-        log.append((self.rv, kind, copy.deepcopy(obj)))
+        text = encode(obj)
+        log.append(Change(self.rv, kind, text))
         self._rvs[resource].append(self.rv)
         if len(log) > self.history:
             self._drop(resource, len(log) - self.history // 2)
         self.lock.notify_all()
+        return text
 
     def _drop(self, resource: str, count: int) -> None:
         if count <= 0:
             return
         log = self.logs[resource]
-        self.floor[resource] = max(self.floor[resource], log[count - 1][0])
+        self.floor[resource] = max(self.floor[resource], log[count - 1].rv)
         del log[:count]
         del self._rvs[resource][:count]
         self.base[resource] += count
@@ -133,7 +164,7 @@ class Store:
             raise Expired(f"too old resource version: {since} ({self.floor[resource]})")
         return self.base[resource] + bisect.bisect_right(self._rvs[resource], since)
 
-    def read(self, resource: str, position: int) -> tuple[int, list[tuple[str, Obj]]]:
+    def read(self, resource: str, position: int) -> tuple[int, list[Change]]:
         """The changes of ``resource`` from ``position`` on, and the position after them;
         raises Expired when some of them were dropped before the watch read them."""
         start = position - self.base[resource]
@@ -141,7 +172,7 @@ class Store:
             raise Expired("the watch fell behind the kept history")
         fresh = self.logs[resource][start:]
         self.scanned += len(fresh)
-        return position + len(fresh), [(kind, obj) for _, kind, obj in fresh]
+        return position + len(fresh), fresh
 
     def end(self, resource: str) -> int:
         return self.base[resource] + len(self.logs[resource])
@@ -164,9 +195,11 @@ class Store:
                     generation += 1
                 meta["generation"] = max(generation, 1)
             self.objects[key] = obj
-            self.record(resource, kind, obj)
+            text = self.record(resource, kind, obj)
             self.settle(key)
-            return copy.deepcopy(obj)
+            # a copy, decoded from the recorded text (cheaper than a deep copy)
+            copied: Obj = json.loads(text)
+            return copied
 
     def get(self, resource: str, namespace: str, name: str) -> Obj | None:
         with self.lock:

@@ -34,11 +34,12 @@ def server() -> Iterator[ApiServer]:
 
 
 @pytest.fixture
-def api(server: ApiServer) -> KubeClusterAPI:
+def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
     api = for_host(server.url)
     for body in yaml.safe_load_all((ROOT / "deploy/kubernetes/dra/deviceclasses.yaml").read_text()):
-        api.resource.create_device_class(body, _preload_content=False)
-    return api
+        api.resource.create_device_class(body, _preload_content=False).data  # noqa: B018
+    yield api
+    api.close()
 
 
 def gpu(node: str, index: int, model: str = "A100", memory: int = 80, **attrs: Any) -> Device:

@@ -38,7 +38,7 @@ def cluster(short_dir: Path) -> Iterator[tuple[ApiServer, KubeClusterAPI, DraKub
     server = ApiServer().start()
     api = for_host(server.url)
     for body in yaml.safe_load_all((ROOT / "deploy/kubernetes/dra/deviceclasses.yaml").read_text()):
-        api.resource.create_device_class(body, _preload_content=False)
+        api.resource.create_device_class(body, _preload_content=False).data  # noqa: B018
     api.core.create_node(node_json(NODE))
     settings = DriverSettings(
         node_name=NODE,
@@ -62,6 +62,7 @@ def cluster(short_dir: Path) -> Iterator[tuple[ApiServer, KubeClusterAPI, DraKub
     finally:
         kubelet.stop()
         driver.stop()
+        api.close()
         server.stop()
 
 

@@ -159,11 +159,11 @@ def _profile(path: Path | None) -> ProfileSpec:
         fail(f"{path}: {exc}")
 
 
-def _api(kubeconfig: Path | None) -> ClusterAPI:
-    from hetsched.k8s.api import load_api
+def _api(kubeconfig: Path | None, connections: int = 0) -> ClusterAPI:
+    from hetsched.k8s.api import POOL_SIZE, load_api
 
     try:
-        return load_api(str(kubeconfig) if kubeconfig else None)
+        return load_api(str(kubeconfig) if kubeconfig else None, max(POOL_SIZE, connections))
     except Exception as exc:
         fail(f"cannot load a Kubernetes configuration: {exc}")
 
@@ -177,6 +177,11 @@ def _stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     return stop
+
+
+#: Events waiting to be posted before new ones are dropped (client-go's broadcaster keeps
+#: as many for kube-scheduler)
+EVENT_QUEUE = 1000
 
 
 @k8s_app.command("scheduler")
@@ -212,16 +217,32 @@ def scheduler(
             help="A federation served from the start (repeatable; with --federation-namespace)."
         ),
     ] = None,
+    bind_workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Threads that bind pods off the scheduling loop, each on a kept-alive "
+            "connection (0: bind on the loop, one pod after the other).",
+        ),
+    ] = 16,
 ) -> None:
     """Schedule pods naming hetsched: watch pods and nodes, bind, explain what waits."""
     from hetsched.k8s.leader import LeaseLock
     from hetsched.k8s.scheduler import PodScheduler, run_leading
 
     spec = _profile(profile)
-    api = _api(kubeconfig)
+    # a connection per binding worker, plus the watches, the events and the lease
+    api = _api(kubeconfig, bind_workers + 8)
     me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    sched = PodScheduler(api, spec, scheduler_name=scheduler_name, identity=me)
+    sched = PodScheduler(
+        api,
+        spec,
+        scheduler_name=scheduler_name,
+        identity=me,
+        bind_workers=bind_workers,
+        event_queue=EVENT_QUEUE if bind_workers else 0,
+    )
     if federation_namespace is not None:
         from hetsched.k8s.fencing import LeaseFencing
 

@@ -48,11 +48,13 @@ class PodEvents:
         self._queue: queue.Queue[Callable[[], None] | None] | None = None
         if queue_size > 0:
             self._queue = queue.Queue(queue_size)
-            threading.Thread(target=self._run, name="events", daemon=True).start()
+            threading.Thread(
+                target=self._run, args=(self._queue,), name="events", daemon=True
+            ).start()
 
-    def _run(self) -> None:
-        assert self._queue is not None
-        while (write := self._queue.get()) is not None:
+    @staticmethod
+    def _run(writes: queue.Queue[Callable[[], None] | None]) -> None:
+        while (write := writes.get()) is not None:
             with contextlib.suppress(ApiError):
                 write()
 
@@ -69,9 +71,11 @@ class PodEvents:
                 log.warning("events queue full: %d event(s) dropped so far", self.dropped)
 
     def close(self) -> None:
-        """Stop the queue's thread once it has written what is queued."""
+        """Stop the queue's thread once it has written what is queued; later writes are
+        carried out by their caller."""
         if self._queue is not None:
             self._queue.put(None)
+            self._queue = None
 
     def failed_scheduling(self, obj: Obj, message: str) -> None:
         """A FailedScheduling Warning on the pod and its PodScheduled=False condition,

@@ -70,6 +70,8 @@ class TranslateError(ValueError):
 
 def mapping(value: Any, where: str) -> JSON:
     """``value`` as an object (absent: empty); TranslateError naming ``where`` otherwise."""
+    if type(value) is dict:  # what JSON decodes to: checked first, it is every call but few
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -83,6 +85,8 @@ def objects(value: Any, where: str) -> list[JSON]:
         return []
     if not isinstance(value, list):
         raise TranslateError(f"{where} must be a list, got {type(value).__name__}")
+    if all(type(item) is dict for item in value):
+        return value
     return [mapping(item, f"{where}[{i}]") for i, item in enumerate(value)]
 
 

@@ -199,9 +199,11 @@ class PodScheduler(Observer):
         self.watch.start()
 
     def stop(self) -> None:
-        """Stop the watches and wait for the bindings in flight."""
+        """Stop the watches, wait for the bindings in flight, and let the Events queued
+        be written."""
         self.watch.stop()
         self.binder.close()
+        self.events.close()
 
     @property
     def _rv(self) -> dict[str, str]:
