@@ -590,22 +590,23 @@ class FederationLoop:
         by_name = {m["name"]: m for m in members}
         for node in nodes:
             node["member"] = by_name.get(node["name"])
-        # members out of the core (fenced, not joined yet) are listed too, inactive
+        # members out of the core (fenced, not joined yet) are listed too, inactive, with
+        # the same labels as a member node in the core (its state among them)
         listed = {n["name"] for n in nodes}
         nodes += [
             {
-                "name": m["name"],
+                "name": s.name,
                 "active": False,
                 "cpu_milli": 0,
                 "cpu_free_milli": 0,
                 "memory_mib": 0,
                 "memory_free_mib": 0,
-                "labels": m["labels"],
+                "labels": dict(labels_of(s)),
                 "devices": [],
-                "member": m,
+                "member": by_name[s.name],
             }
-            for m in members
-            if m["name"] not in listed
+            for s in self.members.values()
+            if s.name not in listed
         ]
         self.nodes_view = nodes
         self.members_view = members
