@@ -109,9 +109,14 @@ def test_the_member_protocol_over_a_lease_and_pods(server: ApiServer) -> None:
         assert second.nodes is not None and [n.name for n in second.nodes] == ["n1"]
         job_id = member.submit("fed:j1/0#1", BODY)
         assert member.submit("fed:j1/0#1", BODY) == job_id  # a retry makes no second set
+        # the scheduler binds a gang's pods one by one: wait for both
         pods = _wait(
             "bound pods",
-            lambda: [p for p in _pods(server, JOB_LABEL, job_id) if p["spec"].get("nodeName")],
+            lambda: (
+                len(b := [p for p in _pods(server, JOB_LABEL, job_id) if p["spec"].get("nodeName")])
+                == 2
+                and b
+            ),
         )
         assert len(pods) == 2 and all(
             p["metadata"]["labels"][FEDERATION_LABEL] == "fed" for p in pods
@@ -172,10 +177,18 @@ def test_a_federation_runs_jobs_on_a_kubernetes_member(tmp_path: Path, server: A
         job_id = client.post("/v1/jobs", json=body).json()["id"]
         _wait("running", lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
         pods = _wait(
-            "bound pods",
-            lambda: [
-                p for p in _pods(server, FEDERATION_LABEL, "fed") if p["spec"].get("nodeName")
-            ],
+            "both pods bound",
+            lambda: (
+                len(
+                    b := [
+                        p
+                        for p in _pods(server, FEDERATION_LABEL, "fed")
+                        if p["spec"].get("nodeName")
+                    ]
+                )
+                == 2
+                and b
+            ),
         )
         for pod in pods:
             server.store.set_phase("default", pod["metadata"]["name"], "Succeeded")
