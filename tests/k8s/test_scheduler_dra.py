@@ -391,3 +391,51 @@ def test_a_gang_of_claim_pods_binds_whole(server: ApiServer, api: KubeClusterAPI
     for i in range(3):
         assert results(server, f"c{i}")[0]["pool"] == node_of(server, f"w{i}")
     assert json.dumps(reserved(server, "c0")) == '["w0"]'
+
+
+def test_after_a_restart_claims_of_pods_deleted_meanwhile_are_given_back(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    """No watch saw these pods go: the restart's list does. A claim of a deleted pod, and
+    one this scheduler allocated whose binding the restart cut short (the finalizer and
+    the allocation written, no pod reserves it), are deallocated, finalizer removed; a
+    claim of a pod still there, and one kube-scheduler allocated, are left as they are."""
+    publish(api, "n", [gpu("n", 0), gpu("n", 1), gpu("n", 2)])
+    create_claim(api, claim_body("gone", [exactly("gpu")]))
+    create_claim(api, claim_body("kept", [exactly("gpu")]))
+    first = make(api)
+    try:
+        api.core.create_namespaced_pod("default", dra_pod("p", {"gpu": "gone"}))
+        api.core.create_namespaced_pod("default", dra_pod("q", {"gpu": "kept"}))
+        wait(first, lambda: node_of(server, "p") == node_of(server, "q") == "n")
+    finally:
+        first.stop()
+    api.core.delete_namespaced_pod("p", "default")
+    # a claim allocated by this scheduler, its binding cut short before reservedFor
+    cut = claim_body("cut", [exactly("gpu")])
+    cut["metadata"]["finalizers"] = [FINALIZER]
+    create_claim(api, cut)
+    body = claim(server, "cut")
+    body["status"] = {"allocation": claim(server, "kept")["status"]["allocation"]}
+    body["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu2"
+    assert api.replace_resource_claim_status("default", "cut", body) is not None
+    # one kube-scheduler allocated for a pod this scheduler does not know: not ours
+    other = claim_body("other", [exactly("gpu")])
+    create_claim(api, other)
+    body = claim(server, "other")
+    body["status"] = {
+        "allocation": claim(server, "kept")["status"]["allocation"],
+        "reservedFor": [{"resource": "pods", "name": "elsewhere", "uid": "not-a-pod-here"}],
+    }
+    assert api.replace_resource_claim_status("default", "other", body) is not None
+    second = make(api)
+    try:
+        for name in ("gone", "cut"):
+            wait(second, lambda n=name: "allocation" not in claim(server, n).get("status", {}))
+            assert "reservedFor" not in claim(server, name)["status"]
+            assert FINALIZER not in (claim(server, name)["metadata"].get("finalizers") or [])
+        assert reserved(server, "kept") == ["q"]
+        assert FINALIZER in claim(server, "kept")["metadata"]["finalizers"]
+        assert reserved(server, "other") == ["elsewhere"]
+    finally:
+        second.stop()

@@ -194,6 +194,7 @@ class PodScheduler(Observer):
             self.process(self.watch.snapshot())
         finally:
             self._syncing = False
+        self.dra.sweep()
 
     def start_watches(self) -> None:
         self.watch.start()

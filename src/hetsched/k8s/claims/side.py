@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hetsched.drivers import Exit
 from hetsched.k8s.claims.book import NODE_LABEL, ClaimBook
-from hetsched.k8s.claims.writes import release
+from hetsched.k8s.claims.writes import FINALIZER, ClaimWrite, release
 from hetsched.k8s.translate import TranslateError, node_from_k8s
 from hetsched.keys import TaskKey
 from hetsched.model.device import Health, Node
@@ -149,6 +149,30 @@ class ClaimSide:
         self.book.forget(key)
         self.waiting.discard(key)
         self._dirty = True
+
+    def sweep(self) -> None:
+        """After a (re)start's list: pods deleted while this scheduler was not watching
+        leave the ``reservedFor`` of the claims it allocated (so a claim nobody reserves
+        any more is deallocated); a watch would have said they went, a restart does not."""
+        live = {str((p.get("metadata") or {}).get("uid") or "") for p in self.sched.pods.values()}
+        for key, claim in sorted(self.book.claims.items()):
+            meta = claim.get("metadata") or {}
+            if FINALIZER not in (meta.get("finalizers") or []):
+                continue
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            gone = [
+                str(r.get("uid"))
+                for r in reserved
+                if r.get("resource") == "pods" and str(r.get("uid") or "") not in live
+            ]
+            namespace, _, name = key.partition("/")
+            write = ClaimWrite(namespace, name, str(meta.get("uid") or ""))
+            for uid in gone:
+                log.info("ResourceClaim %s: pod %s is gone; released", key, uid)
+                release(self.sched.api, [write], {"metadata": {"uid": uid}})  # type: ignore[arg-type]
+            if not reserved:
+                # ours but reserved by no pod: a binding cut short by the restart
+                release(self.sched.api, [write], {"metadata": {"uid": ""}})  # type: ignore[arg-type]
 
     # -- claim jobs ----------------------------------------------------------------------
 
