@@ -150,11 +150,12 @@ def _plot(docs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     traces = sorted({d["multi_gpu"] for d in docs})
+    palette = sorted({d["policy"] for d in docs})
     fig, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 4.2), squeeze=False)
     for ax, multi in zip(axes[0], traces, strict=True):
         mine = [d for d in docs if d["multi_gpu"] == multi and d["seed"] == 0]
-        for index, policy in enumerate(sorted({d["policy"] for d in mine})):
-            color = f"C{index}"
+        for policy in sorted({d["policy"] for d in mine}):
+            color = f"C{palette.index(policy) % 10}"
             points = sorted((d["rate"], d["mean_jct_h"]) for d in mine if d["policy"] == policy)
             points = [p for p in points if p[1] is not None]
             if points:
