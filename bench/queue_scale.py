@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import service_backlog
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.model.specs import load_cluster
@@ -223,8 +224,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="median of N replays")
     parser.add_argument("--cpu-ratio", action="store_true", help="ratios of CPU time")
     parser.add_argument("--reference", action="store_true", help="the full-sort cycle")
+    parser.add_argument(
+        "--service", type=int, default=0, help="N: hetsched up with N pending jobs (only that)"
+    )
+    parser.add_argument("--submits", type=int, default=300, help="with --service")
+    parser.add_argument("--handovers", type=int, default=30, help="with --service")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = parser.parse_args()
+    if args.service:
+        result = service_backlog.run(args.service, args.submits, args.handovers, 20)
+        if args.output == "json":
+            print(json.dumps(result, indent=2))
+        else:
+            service_backlog.print_table(result)
+        return
     nodes = load_cluster(args.cluster)
     workloads = {n: workload_for(nodes, n, args) for n in sorted(set(args.jobs))}
     rows: list[dict[str, Any]] = []
