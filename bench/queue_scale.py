@@ -12,6 +12,7 @@ policy, as ``hetsched sim replay --policies P --tick 0`` does.
     .venv/bin/python bench/queue_scale.py --jobs 110000 --standing 100000 --until 86400 \
         --policies drf --buckets                                   # 100,000 jobs wait from t=0
     .venv/bin/python bench/queue_scale.py --reference ...          # the full-sort cycle
+    .venv/bin/python bench/queue_scale.py --service 50000          # hetsched up, 50,000 pending
 
 Reported per (policy, jobs): replay wall time (the simulator's run, not the report) and the
 CPU time of the process over it (steadier than wall time on a shared machine), events per
@@ -26,6 +27,10 @@ jobs still waiting count as pending). With ``--buckets``, the cost of one ``hand
 pending, 1,000 to 10,000, 10,000 to 100,000, and above. ``--reference`` replays with the
 full-sort cycle the incremental queue is checked against (when this version of the core has
 one), to compare both side by side in one run.
+
+``--service N`` measures the service instead (``bench/service_backlog.py``): ``hetsched up``
+with N jobs pending, its submit latency, the dashboard's reads, a page by cursor, how soon a
+finishing task's replacement starts, and its resident memory.
 
 Another version of the code (the commit before the incremental queue, say) is measured
 with the same script by putting its ``src`` first on ``PYTHONPATH``; the script uses only
