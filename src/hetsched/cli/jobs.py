@@ -258,12 +258,13 @@ def _pages(every: bool, **params: Any) -> tuple[list[dict[str, Any]], str | None
     """The first page (``every``: all pages, in order) and the cursor after the last one
     fetched (None when nothing follows)."""
     rows: list[dict[str, Any]] = []
-    with Client() as client:
+    with Client() as client, err_console.status("fetching jobs") as status:
         while True:
             page, after = client.page("/v1/jobs", **params)
             rows += page
             if not every or after is None:
                 return rows, after
+            status.update(f"fetching jobs: {len(rows):,} so far")
             params["cursor"] = after
 
 
