@@ -18,6 +18,7 @@ from hetsched.plugins.gpuclustering import GpuClustering
 from hetsched.plugins.gpupacking import GpuPacking
 from hetsched.plugins.labels import NodeSelector
 from hetsched.plugins.randomfit import RandomFit
+from hetsched.plugins.speed import Speed
 from hetsched.plugins.stranding import Stranding
 from hetsched.plugins.taints import Taints
 from hetsched.queueing.drf import Drf
@@ -48,6 +49,7 @@ def plugins() -> list[type]:
         FGDPlus,
         Best,
         Stranding,
+        Speed,
         Fifo,
         Priority,
         Drf,

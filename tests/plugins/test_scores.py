@@ -7,11 +7,13 @@ from builders import cpu_node, gpu_node
 from hetsched.cluster import ClusterState, DeviceShare, Placement
 from hetsched.framework import CycleContext
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.model.speed import JobSpeed, SpeedTable
 from hetsched.plugins.allocated import MostAllocated, Spread
 from hetsched.plugins.bestfit import BestFit, BestFitArgs
 from hetsched.plugins.dotprod import DotProd, DotProdArgs
 from hetsched.plugins.firstfit import FirstFit
 from hetsched.plugins.fit import Fit
+from hetsched.plugins.speed import Speed
 
 
 def cluster() -> ClusterState:
@@ -84,3 +86,60 @@ def test_scores_are_in_range() -> None:
     ):
         scores = plugin.score(ctx, rows)
         assert ((scores >= 0) & (scores <= 100)).all(), (plugin.name, scores)
+
+
+def _speed_cluster() -> ClusterState:
+    return ClusterState(
+        [
+            gpu_node("t4", gpus=4, model="T4"),
+            gpu_node("a100", gpus=4, model="A100"),
+            gpu_node("v100", gpus=4, model="V100"),
+            cpu_node("cpu"),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("speed", "expected"),
+    [
+        # the job's own speed map: the fastest model's node scores 100, the others pro rata
+        (
+            JobSpeed({"A100": 3.0, "V100": 1.5, "T4": 0.3}),
+            {"t4": 10.0, "a100": 100.0, "v100": 50.0},
+        ),
+        # a model faster on the V100 than on the A100 (Gavel has such job types)
+        (
+            JobSpeed({"A100": 1.0, "V100": 2.0, "T4": 0.5}),
+            {"t4": 25.0, "a100": 50.0, "v100": 100.0},
+        ),
+        # an unlisted model runs at the slowest listed rate: never assumed faster
+        (JobSpeed({"A100": 4.0, "V100": 2.0}), {"t4": 50.0, "a100": 100.0, "v100": 50.0}),
+        # no speed information: every model equal, 100 everywhere
+        (JobSpeed(), {"t4": 100.0, "a100": 100.0, "v100": 100.0}),
+    ],
+)
+def test_speed_prefers_the_fastest_model(speed: JobSpeed, expected: dict[str, float]) -> None:
+    state = _speed_cluster()
+    job = Job("j", GPU_TASK, speed=speed)
+    ctx = CycleContext(state, job, GPU_TASK)
+    rows = np.flatnonzero(Fit().filter(ctx, state.active))
+    scores = Speed().score(ctx, rows)
+    assert {state.nodes[int(r)].name: float(s) for r, s in zip(rows, scores, strict=True)} == (
+        pytest.approx(expected)
+    )
+
+
+def test_speed_reads_job_types_from_the_handles_table() -> None:
+    class Handle:
+        speed_table = SpeedTable.of({"bert": {"A100": 3.0, "V100": 1.0, "T4": 0.5}})
+
+    state = _speed_cluster()
+    job = Job("j", GPU_TASK, speed=JobSpeed(job_type="bert"))
+    ctx = CycleContext(state, job, GPU_TASK)
+    rows = np.flatnonzero(Fit().filter(ctx, state.active))
+    scores = Speed(handle=Handle()).score(ctx, rows)  # type: ignore[arg-type]
+    assert state.nodes[int(rows[int(np.argmax(scores))])].name == "a100"
+    # a CPU-only task is not the score's business
+    cpu_ctx = CycleContext(state, job, CPU_TASK)
+    cpu_rows = np.flatnonzero(Fit().filter(cpu_ctx, state.active))
+    assert (Speed(handle=Handle()).score(cpu_ctx, cpu_rows) == 100.0).all()  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.cluster.state import ClusterState
 from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.framework.profile import ProfileError, load_profile
+from hetsched.framework.speeds import load_speed_table
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.specs import SpecError, load_cluster, load_jobs
 from hetsched.model.yamlio import gc_paused
@@ -31,6 +32,7 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
         spec = load_profile(profile)
         state = ClusterState(nodes)
         scheduler = Scheduler(state, spec)
+        scheduler.speed_table = load_speed_table(spec.speeds)
         actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
     placements: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []

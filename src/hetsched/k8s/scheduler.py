@@ -47,6 +47,7 @@ from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
 from hetsched.drivers import Exit, Interpreter, Observer, in_order
 from hetsched.framework.profile import ProfileSpec
+from hetsched.framework.speeds import load_speed_table
 from hetsched.k8s.api import ClusterAPI
 from hetsched.k8s.binding import Binder
 from hetsched.k8s.claims.book import claim_refs
@@ -131,6 +132,8 @@ class PodScheduler(Observer):
         self.identity = identity
         self.clock = clock
         self.core = Scheduler(ClusterState(), profile, seed)
+        # job types resolve in the profile's throughput table (the speed score, upgrades)
+        self.core.speed_table = load_speed_table(profile.speeds) if profile else None
         self.events = PodEvents(api, scheduler_name, identity, event_queue)
         self.nominations = Nominations(api)
         self.recreate_timeout_s = recreate_timeout_s

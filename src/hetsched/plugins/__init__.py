@@ -5,6 +5,7 @@ Filters: ``fit``, ``node-selector``, ``taints``. Scores: ``firstfit``, ``bestfit
 ``fgd`` (the last four from the GPU-sharing fragmentation study), ``fgdplus`` (FGD with CPU
 balance, gap values and model reservation, also registered as ``best``; see
 docs/fragmentation.md), ``stranding`` (keeps accelerators fed with CPU and memory;
+docs/heterogeneity.md), ``speed`` (the device model that runs the job fastest;
 docs/heterogeneity.md).
 """
 
@@ -20,6 +21,7 @@ from hetsched.plugins import (
     gpupacking,
     labels,
     randomfit,
+    speed,
     stranding,
     taints,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "gpupacking",
     "labels",
     "randomfit",
+    "speed",
     "stranding",
     "taints",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 from hetsched.agent.executor import RunAs
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import load_profile
+from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.scheduler import NodeAdded, Scheduler
 from hetsched.service.app import create_app
@@ -72,9 +73,11 @@ def build(options: Options) -> Built:
         store.close()
         raise
     nodes = engine.nodes
+    table = load_speed_table(profile.speeds)
 
     def make_core() -> Scheduler:
         core = Scheduler(ClusterState(), profile, seed=options.seed)
+        core.speed_table = table  # job types resolve here (the speed score, upgrades)
         core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
         return core
 
