@@ -455,3 +455,49 @@ def test_a_selector_that_does_not_compile_names_its_annotation() -> None:
     obj = pod([c(limits={G: "1"})], {"hetsched.io/selector.gpu": 'device.attributes["model"] =='})
     with pytest.raises(TranslateError, match=r"annotation hetsched.io/selector.gpu"):
         pod_request(obj)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "rates", "job_type", "work"),
+    [
+        ({}, {}, None, None),
+        ({"hetsched.io/speed": "A100:3.1;V100:1"}, {"A100": 3.1, "V100": 1.0}, None, None),
+        (
+            {"hetsched.io/job-type": "ResNet-50 (batch size 64)"},
+            {},
+            "ResNet-50 (batch size 64)",
+            None,
+        ),
+        (
+            {"hetsched.io/speed": "A100=2, V100=1", "hetsched.io/work": "1.2e6"},
+            {"A100": 2.0, "V100": 1.0},
+            None,
+            1.2e6,
+        ),
+    ],
+)
+def test_pod_speed_annotations(
+    annotations: dict[str, str], rates: dict[str, float], job_type: str | None, work: float | None
+) -> None:
+    job = pod_job(pod([c(limits={"hetsched.io/gpu": "1"})], annotations))
+    assert dict(job.speed.rates) == rates
+    assert (job.speed.job_type, job.speed.work) == (job_type, work)
+    group = group_job("g", [pod([c()], annotations), pod([c()], annotations)], 2)
+    assert group.speed == job.speed
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        ({"hetsched.io/speed": "A100"}, "annotation hetsched.io/speed: speed entry 'A100'"),
+        ({"hetsched.io/speed": "A100:-1"}, "hetsched.io/speed: A100: rate must be finite"),
+        ({"hetsched.io/work": "lots"}, "annotation hetsched.io/work: work 'lots'"),
+        (
+            {"hetsched.io/speed": "A100:2", "hetsched.io/work": "2h@T4"},
+            "which the speed map does not list",
+        ),
+    ],
+)
+def test_bad_pod_speed_annotations(annotations: dict[str, str], message: str) -> None:
+    with pytest.raises(TranslateError, match=message):
+        pod_job(pod([c()], annotations))

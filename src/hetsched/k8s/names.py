@@ -20,6 +20,9 @@ __all__ = [
     "QUEUE",
     "SCHEDULER_NAME",
     "SHARED_SUFFIX",
+    "SPEED",
+    "SPEED_JOB_TYPE",
+    "SPEED_WORK",
     "resource_name",
 ]
 
@@ -71,3 +74,9 @@ POD_GROUP = f"{DOMAIN}/pod-group"
 POD_GROUP_MIN = f"{DOMAIN}/min-available"
 #: Pod label: the hetsched queue the pod is charged to (default: its namespace)
 QUEUE = f"{DOMAIN}/queue"
+#: Pod annotations: the job's speed model (docs/heterogeneity.md): rates per device model
+#: (``A100:3.1;V100:1``), its job type in the profile's throughput table, and its work
+#: (``1.2e6`` steps or ``2h@V100``)
+SPEED = f"{DOMAIN}/speed"
+SPEED_JOB_TYPE = f"{DOMAIN}/job-type"
+SPEED_WORK = f"{DOMAIN}/work"

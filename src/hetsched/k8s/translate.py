@@ -34,6 +34,9 @@ from hetsched.k8s.names import (
     POD_GROUP,
     POD_GROUP_MIN,
     QUEUE,
+    SPEED,
+    SPEED_JOB_TYPE,
+    SPEED_WORK,
 )
 from hetsched.k8s.podrequest import (
     TranslateError,
@@ -47,6 +50,8 @@ from hetsched.k8s.podrequest import (
 from hetsched.model.device import Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import Job
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
+from hetsched.model.specs import build_speed, parse_speed_map, parse_work
+from hetsched.model.speed import JobSpeed
 
 __all__ = [
     "PodInfo",
@@ -60,6 +65,7 @@ __all__ = [
     "pod_job",
     "pod_key",
     "pod_request",
+    "pod_speed",
     "restored_placement",
 ]
 
@@ -231,6 +237,29 @@ def pod_info(obj: JSON) -> PodInfo:
     )
 
 
+def pod_speed(obj: JSON) -> JobSpeed:
+    """The speed model of a pod's ``hetsched.io/speed``, ``hetsched.io/job-type`` and
+    ``hetsched.io/work`` annotations (none: every model equal); a bad value is a
+    TranslateError naming the annotation."""
+    annotations = str_map(_meta(obj).get("annotations"), "metadata.annotations")
+    where = f"pod {pod_key(obj)}: annotation"
+    try:
+        raw = annotations.get(SPEED)
+        speed = parse_speed_map(raw) if raw is not None else None
+    except ValueError as exc:
+        raise TranslateError(f"{where} {SPEED}: {exc}") from None
+    try:
+        raw = annotations.get(SPEED_WORK)
+        work = parse_work(raw) if raw is not None else None
+    except ValueError as exc:
+        raise TranslateError(f"{where} {SPEED_WORK}: {exc}") from None
+    job_type = (annotations.get(SPEED_JOB_TYPE) or "").strip() or None
+    try:
+        return build_speed(speed, work, job_type)
+    except ValueError as exc:
+        raise TranslateError(f"{where}s {SPEED}/{SPEED_WORK}: {exc}") from None
+
+
 def pod_job(obj: JSON, job_id: str | None = None, submit_time: float = 0.0) -> Job:
     """One pod as a one-task job (id ``namespace/name`` unless given)."""
     info = pod_info(obj)
@@ -242,6 +271,7 @@ def pod_job(obj: JSON, job_id: str | None = None, submit_time: float = 0.0) -> J
         queue=info.queue,
         priority=info.priority,
         submit_time=submit_time,
+        speed=pod_speed(obj),
     )
 
 
@@ -272,6 +302,7 @@ def group_job(
         replicas=len(pods),
         gang=min(min_available, len(pods)),
         submit_time=submit_time,
+        speed=pod_speed(pods[0]),
     )
 
 
