@@ -222,43 +222,13 @@ def _add_job_routes(app: FastAPI, service: Service, caller: Callable[[Request], 
     """List, read, explain, follow the logs of and cancel jobs. A user sees only their own
     jobs (others' answer 404, as unknown ids do); an admin sees all."""
     Caller = Annotated[Principal, Depends(caller)]
+    _add_job_list_route(app, service, caller)
 
     def visible_job(job_id: str, who: Principal) -> dict[str, Any]:
         row = service.store.job(job_id) if len(job_id) <= 32 else None
         if row is None or (not who.admin and row["owner"] != who.user):
             raise HTTPException(404, f"no job {job_id!r}")
         return row
-
-    @app.get("/v1/jobs", tags=["jobs"])
-    def list_jobs(
-        who: Caller,
-        response: Response,
-        all: bool = False,
-        queue: str | None = None,
-        user: str | None = None,
-        state: Annotated[str | None, Query(pattern=_STATES_PATTERN)] = None,
-        order: Annotated[str, Query(pattern="^(oldest|newest)$")] = "oldest",
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
-        cursor: Annotated[str | None, Query(pattern="^[0-9]{1,18}$")] = None,
-    ) -> list[dict[str, Any]]:
-        """One page of your jobs (an admin: everyone's, or ``user``'s), oldest first (``order
-        =newest``: latest first); finished ones with ``all``, or only those in ``state``
-        (comma-separated). At most ``limit`` rows (1 to 10,000); when more follow, the
-        ``X-Next-Cursor`` header holds the ``cursor`` that asks for the next page."""
-        owner = who.user if not who.admin else user
-        rows = service.store.list_jobs(
-            owner,
-            queue,
-            include_terminal=all,
-            limit=limit + 1,
-            states=state.split(",") if state else (),
-            after=None if cursor is None else int(cursor),
-            newest=order == "newest",
-        )
-        if len(rows) > limit:
-            rows = rows[:limit]
-            response.headers["X-Next-Cursor"] = str(rows[-1]["seq"])
-        return [_job_view(r) for r in rows]
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     def get_job(job_id: str, who: Caller) -> dict[str, Any]:
@@ -310,6 +280,44 @@ def _add_job_routes(app: FastAPI, service: Service, caller: Callable[[Request], 
             raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
         service.loop.cancelled(job_id, who.user)
         return {"id": job_id, "cancel_requested": True}
+
+
+def _add_job_list_route(
+    app: FastAPI, service: Service, caller: Callable[[Request], Principal]
+) -> None:
+    """``GET /v1/jobs``: a page of the jobs the caller may see."""
+    Caller = Annotated[Principal, Depends(caller)]
+
+    @app.get("/v1/jobs", tags=["jobs"])
+    def list_jobs(
+        who: Caller,
+        response: Response,
+        all: bool = False,
+        queue: str | None = None,
+        user: str | None = None,
+        state: Annotated[str | None, Query(pattern=_STATES_PATTERN)] = None,
+        order: Annotated[str, Query(pattern="^(oldest|newest)$")] = "oldest",
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+        cursor: Annotated[str | None, Query(pattern="^[0-9]{1,18}$")] = None,
+    ) -> list[dict[str, Any]]:
+        """One page of your jobs (an admin: everyone's, or ``user``'s), oldest first (``order
+        =newest``: latest first); finished ones with ``all``, or only those in ``state``
+        (comma-separated). At most ``limit`` rows (1 to 10,000); when more follow, the
+        ``X-Next-Cursor`` header holds the ``cursor`` that asks for the next page."""
+        owner = who.user if not who.admin else user
+        rows = service.store.list_jobs(
+            owner,
+            queue,
+            include_terminal=all,
+            limit=limit + 1,
+            states=state.split(",") if state else (),
+            after=None if cursor is None else int(cursor),
+            newest=order == "newest",
+        )
+        if len(rows) > limit:
+            rows = rows[:limit]
+            response.headers["X-Next-Cursor"] = str(rows[-1]["seq"])
+        return [_job_view(r) for r in rows]
 
 
 def _add_cluster_routes(
