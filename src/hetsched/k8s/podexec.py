@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from hetsched.drivers import Exit, Interpreter, Start, Stop
 from hetsched.k8s.api import ApiError, ClusterAPI
 from hetsched.k8s.binding import Binder, BindJob, Member, Outcome
+from hetsched.k8s.claims.book import ClaimBook
 from hetsched.k8s.claims.requests import ClaimError
 from hetsched.k8s.listwatch import ListWatch
 from hetsched.k8s.nominate import Nominations
@@ -35,8 +36,11 @@ from hetsched.k8s.translate import assignment_annotations, pod_info
 from hetsched.keys import TaskKey
 from hetsched.scheduler import Event, JobCancelled, StartFailed
 
-if TYPE_CHECKING:
-    from hetsched.k8s.claims.side import ClaimSide
+
+class _Claims(Protocol):
+    """The scheduler's DRA side, as the executor uses it: the claims of the pods it binds."""
+
+    book: ClaimBook
 
 
 class PodScheduler(Protocol):
@@ -45,7 +49,6 @@ class PodScheduler(Protocol):
 
     api: ClusterAPI
     name: str
-    dra: ClaimSide
     events: PodEvents
     nominations: Nominations
     watch: ListWatch
@@ -56,6 +59,9 @@ class PodScheduler(Protocol):
     members: dict[str, list[str]]
     followups: list[Event]
     rechecks: list[str]
+
+    @property
+    def dra(self) -> _Claims: ...
 
     def started_run(self, job_id: str, run: int) -> None: ...
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hetsched.cluster.assign import assign_devices
 from hetsched.cluster.placement import Placement
@@ -29,7 +29,25 @@ from hetsched.k8s.translate import restored_placement as annotated_placement
 from hetsched.model.job import Job
 
 if TYPE_CHECKING:
-    from hetsched.k8s.scheduler import PodScheduler
+    from hetsched.scheduler import Scheduler
+
+
+class PodScheduler(Protocol):
+    """What taking pods back reads and calls of the Kubernetes scheduler
+    (:class:`hetsched.k8s.scheduler.PodScheduler`), named here so this module does not
+    import it back."""
+
+    name: str
+    pods: dict[str, dict[str, Any]]
+    core: Scheduler
+    clock: Callable[[], float]
+
+    def group_started(self, group: str) -> None: ...
+
+    def adopt(
+        self, job_id: str, keys: list[str], placements: dict[int, Placement], workload: str | None
+    ) -> None: ...
+
 
 log = logging.getLogger(__name__)
 

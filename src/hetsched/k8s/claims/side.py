@@ -22,7 +22,7 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hetsched.drivers import Exit
 from hetsched.k8s.claims.book import NODE_LABEL, ClaimBook
@@ -33,7 +33,29 @@ from hetsched.model.device import Health, Node
 from hetsched.scheduler import DeviceAdded, DeviceHealthChanged, Event
 
 if TYPE_CHECKING:
-    from hetsched.k8s.scheduler import PodScheduler
+    from hetsched.cluster.placement import Placement
+    from hetsched.drivers import Interpreter
+    from hetsched.k8s.api import ClusterAPI
+    from hetsched.model.job import Job
+
+
+class _Holder(Protocol):
+    def hold(self, job: Job, placement: Placement) -> bool: ...
+
+
+class PodScheduler(Protocol):
+    """What the DRA side reads and calls of the Kubernetes scheduler
+    (:class:`hetsched.k8s.scheduler.PodScheduler`), named here so this module does not
+    import it back."""
+
+    api: ClusterAPI
+    pods: dict[str, dict[str, Any]]
+    owner: dict[str, tuple[str, int]]
+    interpreter: Interpreter
+
+    @property
+    def takeback(self) -> _Holder: ...
+
 
 __all__ = ["DRA_RESOURCES", "ClaimSide", "device_events"]
 
