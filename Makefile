@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test lint typecheck pytest demo bench clean
+.PHONY: setup test lint typecheck pytest demo bench soak clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: setup
 
 bench: setup
 	$(BIN)/python bench/placement.py
+
+# the crash soak at full length: 200 SIGKILL-and-restart cycles across every phase
+soak: setup
+	HETSCHED_SOAK_CYCLES=$${HETSCHED_SOAK_CYCLES:-200} $(BIN)/pytest -q -s \
+		tests/service/test_soak.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -104,13 +104,18 @@ class ServerProcess:
         up = ["up", "--home", str(self.home), "--port", str(self.port)]
         return [sys.executable, "-c", entry, *up, *self.args]
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        """Start and wait until ``/healthz`` answers; raises if the process exits first."""
+    def launch(self) -> None:
+        """Start the process and return at once (a test may kill it while it starts)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         if self._log is None:
             self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT)
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start and wait until ``/healthz`` answers; raises if the process exits first."""
+        self.launch()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             code = self.proc.poll()
