@@ -118,3 +118,34 @@ def test_a_gpu_that_disappears_under_a_running_task(
             _healthy(api, "local/gpu0", True, "")
         finally:
             api.close()
+
+
+def test_a_gpu_plugged_in_after_start_up_makes_its_jobs_admissible(tmp_path: Path) -> None:
+    """A device absent when the service started (unplugged while it was down) is unknown to
+    the admission check; once plugged in, jobs that need it are accepted and run on it."""
+    sysfs = SysfsTree(tmp_path / "sys")
+    options = service_options(
+        tmp_path,
+        device_backends=["cpu", "pci"],
+        sysfs_root=tmp_path / "sys",
+        watch_interval_s=0.1,
+    )
+    with running(options) as svc:
+        api = Api(svc)
+        try:
+            refused = api.alice.post("/v1/jobs", json=_h100_job("requeue"))
+            assert refused.status_code == 422
+            assert "no node could ever hold a task" in refused.text
+            _plug(sysfs)
+            deadline = time.monotonic() + 10
+            while True:
+                answer = api.alice.post("/v1/jobs", json=_h100_job("requeue"))
+                if answer.status_code == 201:
+                    break
+                assert answer.status_code == 422, answer.text
+                assert time.monotonic() < deadline, answer.text
+                time.sleep(0.05)
+            job = _until(api, answer.json()["id"], lambda j: _running_on_gpu(j, 1))
+            assert job["tasks"][0]["devices"] == [{"id": "local/gpu0", "share": 1000}]
+        finally:
+            api.close()

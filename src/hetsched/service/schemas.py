@@ -9,8 +9,10 @@ and the submit time; a body that tries to set them is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +24,7 @@ from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job
 from hetsched.model.specs import JobSpec, format_errors
+from hetsched.scheduler.events import DeviceAdded
 
 __all__ = [
     "MAX_BATCH_BODY_BYTES",
@@ -232,6 +235,24 @@ class Feasibility:
             return
         self._nodes.update((node.name, node) for node in fresh)
         self.state = ClusterState(list(self._nodes.values()))
+
+    def devices_added(self, events: Iterable[object]) -> None:
+        """Count hot-plugged devices (``DeviceAdded`` among ``events``; others are ignored)
+        from now on: a device absent when the service started, plugged in later, makes the
+        jobs that need it admissible. Called from the device watcher's thread; the new
+        state replaces the old one whole, so a check in progress reads one or the other."""
+        changed = False
+        for event in events:
+            if not isinstance(event, DeviceAdded):
+                continue
+            node = self._nodes.get(event.node_name)
+            if node is None or any(d.id == event.device.id for d in node.devices):
+                continue
+            devices = (*node.devices, event.device)
+            self._nodes[node.name] = dataclasses.replace(node, devices=devices)
+            changed = True
+        if changed:
+            self.state = ClusterState(list(self._nodes.values()))
 
     def check(self, job: Job) -> None:
         ctx = CycleContext(self.state, job, job.resources, 0.0, what_if=True)

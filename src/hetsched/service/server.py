@@ -21,7 +21,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
-from hetsched.scheduler import NodeAdded, Scheduler
+from hetsched.scheduler import Event, NodeAdded, Scheduler
 from hetsched.service.app import create_app
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.context import Service
@@ -120,6 +120,14 @@ def build(options: Options) -> Built:
     if engine.on_joined is not None:
         engine.on_joined(service.feasibility.extend)
     loop.start()
+    to_loop = engine.watcher.sink
+
+    def devices_changed(events: list[Event]) -> None:
+        service.feasibility.devices_added(events)
+        if to_loop is not None:
+            to_loop(events)
+
+    engine.watcher.sink = devices_changed
     engine.start()
     return Built(service, create_app(service), admin_token, token_file)
 
