@@ -14,7 +14,7 @@ Rules every route follows:
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -126,8 +126,9 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
 
     caller = _caller(service)
+    authenticated = _authenticated(service, caller)
 
-    def admin_only(who: Annotated[Principal, Depends(caller)]) -> Principal:
+    def admin_only(who: Annotated[Principal, Depends(authenticated)]) -> Principal:
         if not who.admin:
             raise HTTPException(403, "admin only")
         return who
@@ -148,11 +149,11 @@ def create_app(service: Service) -> FastAPI:
 
     ui.add_routes(app)
     _add_doc_routes(app, None if service.docs_public else caller)
-    _add_submit_routes(app, service, caller)
-    _add_job_routes(app, service, caller)
-    _add_cluster_routes(app, service, caller)
+    _add_submit_routes(app, service, authenticated)
+    _add_job_routes(app, service, authenticated)
+    _add_cluster_routes(app, service, authenticated)
     _add_token_routes(app, service, admin_only)
-    add_member_routes(app, service, caller, admin_only)
+    add_member_routes(app, service, authenticated, admin_only)
     app.add_middleware(
         _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
     )
@@ -185,8 +186,24 @@ def _caller(service: Service) -> Callable[[Request], Principal]:
     return caller
 
 
+def _authenticated(
+    service: Service, caller: Callable[[Request], Principal]
+) -> Callable[[Request], Awaitable[Principal]]:
+    """``caller`` as the routes' dependency: on the event loop when the token is in the
+    authenticator's cache (no I/O: a lookup and the rate limiter), in the thread pool when
+    the store must be read. A thread hop per request cost as much as the lookup itself."""
+
+    async def authenticated(request: Request) -> Principal:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and service.auth.cached(token.strip()) is not None:
+            return caller(request)
+        return await run_in_threadpool(caller, request)
+
+    return authenticated
+
+
 def _add_submit_routes(
-    app: FastAPI, service: Service, caller: Callable[[Request], Principal]
+    app: FastAPI, service: Service, caller: Callable[[Request], Awaitable[Principal]]
 ) -> None:
     """Submit one job, or a batch (all or nothing); both commit before they answer."""
     Caller = Annotated[Principal, Depends(caller)]
@@ -218,7 +235,9 @@ _STATE = "(pending|running|succeeded|failed|cancelled|rejected)"
 _STATES_PATTERN = f"^{_STATE}(,{_STATE})*$"
 
 
-def _add_job_routes(app: FastAPI, service: Service, caller: Callable[[Request], Principal]) -> None:
+def _add_job_routes(
+    app: FastAPI, service: Service, caller: Callable[[Request], Awaitable[Principal]]
+) -> None:
     """List, read, explain, follow the logs of and cancel jobs. A user sees only their own
     jobs (others' answer 404, as unknown ids do); an admin sees all."""
     Caller = Annotated[Principal, Depends(caller)]
@@ -321,7 +340,7 @@ def _add_job_list_route(
 
 
 def _add_cluster_routes(
-    app: FastAPI, service: Service, caller: Callable[[Request], Principal]
+    app: FastAPI, service: Service, caller: Callable[[Request], Awaitable[Principal]]
 ) -> None:
     """Nodes, queues and the dashboard's history, for any valid token."""
     Caller = Annotated[Principal, Depends(caller)]

@@ -38,6 +38,13 @@ class Authenticator:
                 self._cache[key] = (principal, now + self.ttl_s)
         return principal
 
+    def cached(self, token: str) -> Principal | None:
+        """The principal of ``token`` if the cache holds it unexpired (never reads the
+        store, so it may run on the event loop)."""
+        with self._lock:
+            hit = self._cache.get(digest(token))
+        return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
     def forget(self) -> None:
         with self._lock:
             self._cache.clear()

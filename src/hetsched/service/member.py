@@ -15,7 +15,7 @@ Jobs themselves come through ``POST /v1/jobs`` with ``federation`` set, which is
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -73,7 +73,7 @@ class LeaseRequest(BaseModel):
 def add_member_routes(
     app: FastAPI,
     service: MemberService,
-    caller: Callable[[Request], Principal],
+    caller: Callable[[Request], Awaitable[Principal]],
     admin_only: Callable[..., Principal],
 ) -> None:
     """Add the member routes to the service's app (see the module docstring). No

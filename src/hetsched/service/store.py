@@ -399,18 +399,14 @@ class Store(TurnRecords):
     ) -> list[tuple[dict[str, Any], bool]]:
         results: list[tuple[dict[str, Any], bool]] = []
         new_rows: list[dict[str, Any]] = []
-        keyed: dict[tuple[str, str], dict[str, Any]] = {}
+        # checked again inside the transaction (a retry may have won meanwhile), with one
+        # query per owner for the whole group
+        keyed = _stored_by_key(conn, [i.row for i in batch if i.row["request_key"] is not None])
         for item in batch:
             row = item.row
             key = row["request_key"]
             if key is not None:
-                # checked again inside the transaction: a retry may have won meanwhile
                 earlier = keyed.get((row["owner"], key))
-                if earlier is None:
-                    found = conn.execute(
-                        select(jobs).where(jobs.c.owner == row["owner"], jobs.c.request_key == key)
-                    ).first()
-                    earlier = None if found is None else dict(found._mapping)
                 if earlier is not None:
                     results.append((earlier, False))
                     continue
@@ -578,3 +574,18 @@ class Store(TurnRecords):
         with self.read() as conn:
             rows = conn.execute(select(allocations).order_by(allocations.c.id)).all()
         return [dict(r._mapping) for r in rows]
+
+
+def _stored_by_key(
+    conn: Connection, rows: list[dict[str, Any]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(owner, request key) -> the stored job row, for the keys ``rows`` carry."""
+    wanted: dict[str, set[str]] = {}
+    for row in rows:
+        wanted.setdefault(row["owner"], set()).add(row["request_key"])
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for owner, keys in wanted.items():
+        query = select(jobs).where(jobs.c.owner == owner, jobs.c.request_key.in_(sorted(keys)))
+        for match in conn.execute(query):
+            found[(owner, match.request_key)] = dict(match._mapping)
+    return found

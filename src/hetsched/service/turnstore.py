@@ -8,11 +8,12 @@ actions, and the tasks its Binds and stops name), never from the core's books.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence, Set
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, Update, and_, bindparam, select, update
 
 from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Alert
@@ -248,16 +249,37 @@ def _record_jobs(conn: Connection, plan: TurnPlan) -> None:
     for job_id, pending in plan.explanations.items():
         explained = values.setdefault(job_id, {})
         explained["explanation"] = None if pending is None else pending.explanation.to_dict()
+    # one executemany per set of columns changed: a statement built per job cost more than
+    # the writes themselves when thousands of jobs wait
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    firsts: list[dict[str, Any]] = []
     for job_id, changed in values.items():
         first = changed.pop("first_started_at", None)
         if changed:
-            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**changed))
+            row = {f"v_{name}": value for name, value in changed.items()}
+            row["b_id"] = job_id
+            groups.setdefault(tuple(sorted(changed)), []).append(row)
         if first is not None:
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.first_started_at.is_(None))
-                .values(first_started_at=first)
-            )
+            firsts.append({"b_id": job_id, "v_first": first})
+    for names, group in groups.items():
+        conn.execute(_update_statement(names), group)
+    if firsts:
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"), jobs.c.first_started_at.is_(None))
+            .values(first_started_at=bindparam("v_first")),
+            firsts,
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _update_statement(names: tuple[str, ...]) -> Update:
+    """``UPDATE jobs SET <names> WHERE id = :b_id`` with ``v_<name>`` parameters."""
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("b_id"))
+        .values({name: bindparam(f"v_{name}") for name in names})
+    )
 
 
 def _transition_row(change: JobTransition) -> dict[str, Any]:
