@@ -74,6 +74,9 @@ post_filter: [{name: preemption, args: {grace_s: 1.5, priority: true}}]
 """
 #: ignores SIGTERM: it ends by its SIGKILL after the grace, or by itself
 STUBBORN = ["sh", "-c", "trap '' TERM; sleep 4"]
+#: a start that takes longer is a wedge; on a loaded machine starting (imports, recovery)
+#: takes tens of seconds, which is slowness, not a wedge
+START_S = 300.0
 SMALL = {"cpu": "1", "memory": "64Mi"}
 
 
@@ -376,7 +379,7 @@ def run_soak(
     the seed on the first broken invariant."""
     soak = _Soak(root, seed)
     report = Report(seed, cycles)
-    soak.server.start()
+    soak.server.start(START_S)
     feeder = threading.Thread(
         target=soak.client.background, args=(random.Random(seed + 1),), daemon=True
     )
@@ -389,7 +392,7 @@ def run_soak(
                 if not getattr(soak, phase)():
                     report.missed[phase] += 1
                 soak.server.kill9()
-                soak.server.start()
+                soak.server.start(START_S)
                 soak.check()
                 soak.probe()
             except AssertionError as exc:
