@@ -13,14 +13,19 @@ fractions of "running on its best model all the time" whatever the unit of the r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse
 
 from hetsched.rounds.problem import FloatArray, RoundInput
 
+if TYPE_CHECKING:
+    import scipy.sparse
+
 __all__ = ["LinearProgram", "Solution", "SolveError"]
+
+# scipy is imported where a program is built, not with this module: every CLI command
+# imports the round policies' names, and scipy.optimize alone costs about half a second
 
 
 class SolveError(RuntimeError):
@@ -59,6 +64,8 @@ class LinearProgram:
 
     def _add(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray, rhs: np.ndarray) -> None:
         shape = (len(rhs), self.size + self.extras)
+        import scipy.sparse
+
         self._rows.append(scipy.sparse.coo_matrix((values, (rows, cols)), shape=shape))
         self._rhs.append(np.asarray(rhs, dtype=np.float64))
 
@@ -93,6 +100,9 @@ class LinearProgram:
         self._add(rows, cols, values, rhs)
 
     def solve(self) -> Solution:
+        import scipy.optimize
+        import scipy.sparse
+
         a_ub = scipy.sparse.vstack(self._rows, format="csr")
         b_ub = np.concatenate(self._rhs)
         result = scipy.optimize.linprog(

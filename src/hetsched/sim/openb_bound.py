@@ -40,8 +40,6 @@ from functools import reduce
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_array
 
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.sim.alibaba import TracePod
@@ -150,6 +148,11 @@ class _Program:
 
     def solve(self) -> npt.NDArray[np.float64]:
         """The maximiser; raises RuntimeError if HiGHS does not find one."""
+        # imported here: every CLI command imports this module, and scipy.optimize alone
+        # costs about half a second of start-up
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_array
+
         constraints = []
         for equal in (False, True):
             rows, cols, vals, rhs = self._rows[equal]
