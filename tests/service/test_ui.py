@@ -129,6 +129,12 @@ def test_dashboard_shows_the_demo_cluster_and_live_jobs(
     expect(local.locator(".health.bad")).to_have_count(1)
     expect(local.locator(".dval")).to_have_text(["0%", "unhealthy"])
     expect(page.locator("#summary")).to_contain_text("10/11")
+    # and in the banners above the charts, with the watcher's reason
+    (device,) = demo.admin.get("/v1/alerts").json()["devices"]
+    banners = page.locator("#alerts")
+    expect(banners).to_be_visible()
+    expect(banners.locator(".alert")).to_have_count(1)
+    expect(banners).to_contain_text(f"Device {device['id']}: {device['reason'] or 'unhealthy'}")
     page.screenshot(path=str(artifacts / "2-cluster.png"), full_page=True)
 
     # a newly submitted job appears, and its A100s fill up on their node
@@ -169,7 +175,13 @@ def test_dashboard_shows_the_demo_cluster_and_live_jobs(
     why = demo.admin.get(f"/v1/jobs/{waiting['id']}/why").json()["explanation"]
     expect(explanation.locator(".summary-line")).to_have_text(why["summary"])
     # readable: the text is not clipped, and dark enough on its background
-    box = explanation.bounding_box()
+    # (the page re-renders twice a second: between two renders the row may be detached)
+    box = None
+    for _ in range(100):
+        box = explanation.bounding_box()
+        if box is not None:
+            break
+        page.wait_for_timeout(100)
     assert box is not None and box["width"] > 200 and box["height"] > 10
     # the charts have drawn lines from the history
     several = re.compile(r"^M[^L]+(L[^L]+){2,}$")

@@ -149,15 +149,17 @@ function setLive(text, cls) {
 async function refresh() {
   stop();
   try {
-    const [nodes, queues, jobs, history] = await Promise.all([
+    const [nodes, queues, jobs, history, alerts] = await Promise.all([
       api("/v1/nodes"),
       api("/v1/queues"),
       firstPages(),
       api("/v1/history"),
+      api("/v1/alerts"),
     ]);
     const explained = await explain(jobs);
     const counts = jobCounts(queues);
     showMain();
+    renderAlerts(alerts);
     renderSummary(nodes, counts);
     renderCharts(history);
     renderNodes(nodes);
@@ -206,6 +208,25 @@ async function explain(jobs) {
 }
 
 // -- summary --------------------------------------------------------------------------------
+
+// the banners: a wedged loop first (nothing is scheduled), then jobs held back after failed
+// turns, the loop's and the overcommit guard's latest alerts, and devices gone or unhealthy
+// with the watcher's reason
+const MAX_ALERTS = 5;
+
+function renderAlerts(alerts) {
+  const rows = [];
+  const row = (cls, title, text) =>
+    h("div", { class: `alert ${cls}`, role: cls === "wedge" ? "alert" : null }, h("strong", {}, title), " ", text);
+  if (alerts.wedged) rows.push(row("wedge", "Scheduling is stopped:", alerts.wedged));
+  const held = Object.entries(alerts.held || {});
+  if (held.length) rows.push(row("warn", `${held.length} job${held.length === 1 ? "" : "s"} held back:`, held.slice(0, MAX_ALERTS).map(([id, why]) => `${id} (${why})`).join("; ")));
+  for (const a of (alerts.loop || []).filter((x) => x.kind !== "recovered").slice(-MAX_ALERTS)) rows.push(row("warn", `Loop ${a.kind.replace("_", " ")} · ${clock(a.time)}:`, a.message));
+  for (const a of (alerts.guard || []).slice(-MAX_ALERTS)) rows.push(row("warn", `Overcommit guard · ${clock(a.time)}:`, a.message));
+  for (const d of alerts.devices || []) rows.push(row("warn", `Device ${d.id}:`, d.reason || (d.present ? d.health : "removed")));
+  $("alerts").replaceChildren(...rows);
+  $("alerts").hidden = rows.length === 0;
+}
 
 function renderSummary(nodes, counts) {
   const active = nodes.filter((n) => n.active);
