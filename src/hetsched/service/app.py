@@ -302,7 +302,7 @@ def _add_job_routes(
 
 
 def _add_job_list_route(
-    app: FastAPI, service: Service, caller: Callable[[Request], Principal]
+    app: FastAPI, service: Service, caller: Callable[[Request], Awaitable[Principal]]
 ) -> None:
     """``GET /v1/jobs``: a page of the jobs the caller may see."""
     Caller = Annotated[Principal, Depends(caller)]
