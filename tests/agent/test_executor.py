@@ -186,3 +186,34 @@ def test_device_env_per_vendor_and_class() -> None:
     classes = [d["class"] for d in json.loads(env["HETSCHED_DEVICES"])]
     assert classes == ["gpu", "gpu", "fpga"]
     assert device_env([])["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@pytest.mark.parametrize(
+    ("expiry_offset", "command", "expected"),
+    [
+        # the lease expired: the wrapper does not start the command, and says so
+        (-5, ["sh", "-c", "echo ran > ran"], (125, True, "not started: its federation's")),
+        # a live lease, and a command that itself exits 125: an ordinary failure
+        (60, ["sh", "-c", "echo ran > ran; exit 125"], (125, False, "exit code 125")),
+        (60, ["sh", "-c", "echo ran > ran"], (0, False, "exit code 0")),
+    ],
+)
+def test_a_fenced_task_not_started_is_told_from_one_that_exits_125(
+    executor: Executor,
+    tmp_path: Path,
+    expiry_offset: int,
+    command: list[str],
+    expected: tuple[int, bool, str],
+) -> None:
+    lease = tmp_path / "fed.lease"
+    lease.write_text(f"{int(time.time()) + expiry_offset}\n{{}}\n")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    executor.start(
+        "job1", 0, 1, Placement("n", 1000, 100), [], command, {}, str(workdir), None, fence=lease
+    )
+    done = _wait_exit(executor)
+    assert (done.exit_code, done.not_started) == expected[:2]
+    assert done.reason.startswith(expected[2])
+    assert (workdir / "ran").exists() is not done.not_started
+    assert executor.recorded_exit("job1", 0, 1) == expected[0]

@@ -58,12 +58,13 @@ _WRAPPER = 'trap : TERM INT HUP; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"
 #: the lease file, whose first line is the expiry in whole wall-clock seconds, ``$2`` the
 #: backstop. It never starts the command at or after the expiry (exit 125), and a watchdog
 #: in the task's group kills the whole group once ``expiry + backstop`` has passed, whether
-#: or not the service is alive to do it.
+#: or not the service is alive to do it. A command it did not start leaves ``fenced`` in the
+#: exit file (not a number: a command's own 125 must not read as one it never ran).
 _FENCED_WRAPPER = (
     "trap : TERM INT HUP; f=$1; b=$2; shift 2; "
     'x() { e=0; read -r e < "$f" 2>/dev/null; [ "$(date +%s)" -ge "$((e + $1))" ]; }; '
     'if x 0; then echo "hetsched: fenced: the lease in $f has expired" >&2; '
-    "echo 125 >&0; exit 125; fi; "
+    "echo fenced >&0; exit 125; fi; "
     '( while sleep 1; do if x "$b"; then '
     'echo "hetsched: fenced: the lease in $f expired; stopping the task" >&2; '
     "kill -KILL 0; fi; done ) </dev/null & w=$!; "
@@ -71,6 +72,8 @@ _FENCED_WRAPPER = (
 )
 #: the exit status of a fenced task that was not started (its lease had expired)
 FENCED_EXIT = 125
+#: what the fenced wrapper writes to the exit file when it did not start the command
+_NOT_STARTED = "fenced"
 #: how closely a recorded start time must match a live process's to adopt it (seconds)
 _START_TOLERANCE_S = 0.05
 
@@ -114,6 +117,9 @@ class TaskExit:
     #: it ended after we asked it to stop
     stopped: bool
     reason: str
+    #: the command never ran: its federation's lease had expired when the wrapper looked
+    #: (the run goes back to the queue rather than failing: docs/federation.md)
+    not_started: bool = False
 
 
 def local_indices(devices: Sequence[Device]) -> dict[str, int]:
@@ -361,9 +367,16 @@ class Executor:
     def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
         """The exit code the wrapper wrote, if the task ended while nobody watched."""
         try:
-            return int(self.exit_file(job_id, task, run).read_text().strip())
+            text = self.exit_file(job_id, task, run).read_text().strip()
+            return FENCED_EXIT if text == _NOT_STARTED else int(text)
         except (OSError, ValueError):
             return None
+
+    def _not_started(self, handle: TaskHandle) -> bool:
+        try:
+            return handle.exit_file.read_text().strip() == _NOT_STARTED
+        except OSError:
+            return False
 
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each live task wrapper of this instance: the
@@ -457,7 +470,10 @@ class Executor:
             _signal_group(handle.pid, signal.SIGKILL)
             recorded = self.recorded_exit(handle.job_id, handle.task, handle.run)
             exit_code = recorded if recorded is not None else code[0]
-            if handle.timed_out:
+            not_started = self._not_started(handle)
+            if not_started:
+                reason = "not started: its federation's lease had expired"
+            elif handle.timed_out:
                 reason = "exceeded its maximum runtime"
             elif exit_code is None:
                 reason = "exit status unknown"
@@ -468,7 +484,15 @@ class Executor:
             else:
                 reason = f"exit code {exit_code}"
             exits.append(
-                TaskExit(handle.job_id, handle.task, handle.run, exit_code, handle.stopping, reason)
+                TaskExit(
+                    handle.job_id,
+                    handle.task,
+                    handle.run,
+                    exit_code,
+                    handle.stopping,
+                    reason,
+                    not_started,
+                )
             )
         return exits
 

@@ -26,10 +26,15 @@ from hetsched.scheduler import (
     Pending,
     Preempt,
     Scheduler,
+    StartFailed,
     Tick,
 )
 
 __all__ = ["TurnPlan", "TurnPlanner", "exit_of"]
+
+#: how long a run its federation's lease kept from starting waits before it is tried again
+#: (by then the lease is renewed, or has lapsed and the job is cancelled)
+_FENCED_BACKOFF_S = 1.0
 
 
 @dataclass(slots=True)
@@ -73,6 +78,14 @@ class TurnPlanner(Observer):
         Tick, so the time-based rules run every turn), and carry out its actions."""
         reported: list[Event] = []
         for exit_ in exits:
+            key = TaskKey(exit_.job_id, exit_.task, exit_.run)
+            if exit_.not_started and key in self.interpreter.running:
+                # the command never ran: the run goes back to the queue (its other tasks
+                # are killed and reported stopped), no failure counted against the job
+                failed = StartFailed(key.job, key.run, exit_.reason, _FENCED_BACKOFF_S)
+                if failed not in reported:
+                    reported.append(failed)
+                continue
             event = self.interpreter.report(exit_of(exit_))
             if event is not None:
                 reported.append(event)
