@@ -13,16 +13,22 @@ from builders import openb_mini_trace
 from hetsched.cli.main import app
 from hetsched.cluster import ClusterState
 from hetsched.cluster.frag import TargetWorkload, cluster_frag
+from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.runtime import Framework
+from hetsched.model.job import Job
 from hetsched.sim.alibaba import TraceError, TracePod, load_nodes, load_pods
 from hetsched.sim.openb import (
     ALL_POLICIES,
     REPORT_POINTS,
     OpenbTrace,
     load_trace,
+    policy_profile,
     run_openb,
     target_classes,
     tune_workload,
 )
+from hetsched.sim.openb_defrag import DefragOption, OpenbDefrag
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"
@@ -281,3 +287,40 @@ def test_missing_file_and_empty_node_list(tmp_path: Path) -> None:
     path = write(tmp_path / "nodes.csv", NODE_HEADER, "n0,1000,1024,0,")
     with pytest.raises(TraceError, match="field 'sn': no GPU nodes"):
         load_nodes(path)
+
+
+def test_defragmentation_moves_a_shared_pod_to_free_a_whole_gpu(tmp_path: Path) -> None:
+    """Four half-GPU pods on four T4s (one per GPU, as a spreading policy leaves them): a
+    whole-GPU pod fits nowhere until one half pod moves next to another."""
+    trace = load_trace(mini_trace(tmp_path), "mini")
+    state = ClusterState(trace.nodes)
+    framework = Framework(policy_profile("bestfit", 42, []), seed=42)
+    mover = OpenbDefrag(state, framework, DefragOption(max_moved_fraction=1.0, max_moves=2))
+    half = TracePod("half", 1000, 1024, 1, 500, "T4").request()
+    t4s = [d for node in trace.nodes for d in node.devices if d.model == "T4"]
+    for number, device in enumerate(t4s):
+        name = f"half{number}"
+        placement = Placement(device.id.split("/")[0], 1000, 1024, (DeviceShare(device.id, 500),))
+        state.allocate(name, placement)
+        mover.placed(name, Job(name, half), placement)
+    whole = Job("whole", TracePod("whole", 1000, 1024, 1, 1000, "T4").request())
+    assert framework.select(CycleContext(state, whole, whole.resources)) is None
+    placement = mover.place("whole", whole)
+    assert placement is not None and (mover.moved, mover.rescued) == (1, 1)
+    state.allocate("whole", placement)  # it fits where the move left room
+    # no device holds more than all of it: nothing allocated twice
+    used: dict[str, int] = {}
+    for held in state.allocations.values():
+        for share in held.devices:
+            used[share.device_id] = used.get(share.device_id, 0) + share.share
+    assert max(used.values()) <= 1000 and sum(used.values()) == 4 * 500 + 1000
+    # with a budget of no move, nothing moves
+    assert OpenbDefrag(state, framework, DefragOption(max_moved_fraction=0.01)).budget() == 0
+
+
+@pytest.mark.parametrize(
+    ("fraction", "moves"), [(0.0, 4), (1.5, 4), (0.01, 0)], ids=["zero", "over-1", "no-moves"]
+)
+def test_defrag_option_refuses_bad_limits(fraction: float, moves: int) -> None:
+    with pytest.raises(ValueError, match=r"max_moved_fraction|max_moves"):
+        DefragOption(max_moved_fraction=fraction, max_moves=moves)

@@ -26,6 +26,7 @@ from hetsched.sim.openb import (
     load_trace,
     run_openb,
 )
+from hetsched.sim.openb_defrag import DefragOption
 from hetsched.sim.openb_limit import LimitResult, run_limit
 
 __all__ = ["openb", "parse_seeds"]
@@ -88,6 +89,17 @@ _OpenbBound = Annotated[
         "one run, at 100 % in a grid.",
     ),
 ]
+_OpenbDefrag = Annotated[
+    float | None,
+    typer.Option(
+        "--defrag",
+        help="Also a run with defragmentation: a pod that fits nowhere may move placed pods "
+        "(at most this fraction of them per arrival, e.g. 0.01, and at most 4) to fit; "
+        "reports unallocated GPU % with and without (one run only).",
+        min=0.0001,
+        max=1.0,
+    ),
+]
 _OpenbOutput = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 
 
@@ -103,6 +115,7 @@ def openb(
     workers: _OpenbWorkers = None,
     limit: _OpenbLimit = None,
     bound: _OpenbBound = False,
+    defrag: _OpenbDefrag = None,
     output: _OpenbOutput = OutputFormat.table,
 ) -> None:
     """Replay the openb trace without departures and measure GPU fragmentation.
@@ -122,6 +135,8 @@ def openb(
             fail("a grid (--traces, --policies or --seeds) needs --out FOLDER", 2)
         if limit is not None:
             fail("--limit is for single runs", 2)
+        if defrag is not None:
+            fail("--defrag is for single runs", 2)
         _grid(
             trace_dir,
             _names(traces) if traces else [trace],
@@ -132,7 +147,7 @@ def openb(
             bound,
         )
         return
-    _single(trace_dir, trace, policy, seed, limit, bound, output)
+    _single(trace_dir, trace, policy, seed, limit, bound, output, defrag)
 
 
 def _single(
@@ -143,6 +158,7 @@ def _single(
     limit: int | None,
     bound: bool,
     output: OutputFormat,
+    defrag: float | None = None,
 ) -> None:
     _check_policies([policy])
     if bound and limit is not None:
@@ -153,6 +169,13 @@ def _single(
         fail(str(exc), 2)
     result = run_openb(loaded, policy, seed, limit=limit)
     summary = result.summary()
+    moved = None
+    if defrag is not None:
+        with console.status("the run with defragmentation"):
+            moved = run_openb(
+                loaded, policy, seed, limit=limit, defrag=DefragOption(max_moved_fraction=defrag)
+            )
+        summary["defrag"] = {**moved.summary(), **moved.extra, "max_moved_fraction": defrag}
     limits = run_limit(loaded, seed) if bound else None
     if limits is not None:
         summary["bound"] = limits.summary()
@@ -160,6 +183,8 @@ def _single(
         print_json(summary)
         return
     _print_run(result, limits)
+    if moved is not None:
+        _print_defrag(result, moved)
 
 
 def _print_run(result: OpenbResult, limits: LimitResult | None) -> None:
@@ -192,6 +217,22 @@ def _print_run(result: OpenbResult, limits: LimitResult | None) -> None:
                 f"{bound:.2f}",
             )
         console.print(limit_table)
+
+
+def _print_defrag(result: OpenbResult, moved: OpenbResult) -> None:
+    table = Table(title="unallocated GPU %, with defragmentation", title_justify="left")
+    for column in ("arrived %", result.policy, f"{result.policy} + defrag"):
+        table.add_column(column, justify="right")
+    for p in REPORT_POINTS:
+        table.add_row(
+            str(p), f"{result.unallocated_gpu_pct[p]:.2f}", f"{moved.unallocated_gpu_pct[p]:.2f}"
+        )
+    console.print(table)
+    console.print(
+        f"defragmentation moved {moved.extra['moved']} pods for {moved.extra['rescued']} "
+        f"arrivals; {moved.pods_failed} pods failed; {moved.wall_s:.2f} s",
+        highlight=False,
+    )
 
 
 def _grid(

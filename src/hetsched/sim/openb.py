@@ -44,6 +44,7 @@ from hetsched.sim.alibaba import (
     model_selector,
     pod_file,
 )
+from hetsched.sim.openb_defrag import DefragOption, OpenbDefrag
 
 __all__ = [
     "ALL_POLICIES",
@@ -224,8 +225,11 @@ def run_openb(
     seed: int,
     limit: int | None = None,
     ratio: float = TUNE_RATIO,
+    defrag: DefragOption | None = None,
 ) -> OpenbResult:
-    """One run of the experiment; ``limit`` replays only the first pods (for quick checks)."""
+    """One run of the experiment; ``limit`` replays only the first pods (for quick checks).
+    With ``defrag``, a pod that fits nowhere may move placed pods to make room
+    (:mod:`hetsched.sim.openb_defrag`); ``extra`` then counts the moves."""
     started = time.perf_counter()
     target_list = target_classes(trace.pods)
     target = TargetWorkload.of(target_list)
@@ -235,6 +239,7 @@ def run_openb(
         workload = workload[:limit]
     state = ClusterState(trace.nodes)
     framework = Framework(policy_profile(policy, seed, target_list), seed=seed)
+    mover = OpenbDefrag(state, framework, defrag) if defrag is not None else None
     top = round(ratio * 100)
     curves: list[list[float]] = [[], [], []]
 
@@ -261,12 +266,16 @@ def run_openb(
         if request is None:
             request = requests[key] = pod.request()
         name = f"{index}-{pod.name}"
-        ctx = CycleContext(state, Job(name, request), request)
-        placement = framework.select(ctx)
+        job = Job(name, request)
+        placement = framework.select(CycleContext(state, job, request))
+        if placement is None and mover is not None:
+            placement = mover.place(name, job)
         if placement is None:
             failed += 1
         else:
             state.allocate(name, placement)
+            if mover is not None:
+                mover.placed(name, job, placement)
     record_until(top)
     return OpenbResult(
         trace.name,
@@ -278,4 +287,5 @@ def run_openb(
         tuple(curves[0]),
         tuple(curves[1]),
         tuple(curves[2]),
+        {} if mover is None else {"moved": mover.moved, "rescued": mover.rescued},
     )
