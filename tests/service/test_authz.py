@@ -117,6 +117,8 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
         {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 201},
     ),
     ("GET", "/v1/tokens", None, {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 200}),
+    # a task's checkpoint report takes that task's own token only, never a user's
+    ("POST", "/v1/checkpoints", {"task": "j/0#1", "step": 1}, dict.fromkeys(CALLERS, 401)),
     (
         "DELETE",
         "/v1/tokens/{token}",

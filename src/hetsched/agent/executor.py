@@ -47,25 +47,32 @@ __all__ = [
     "task_key",
 ]
 
+#: the notice signals (model/checkpoint.py): a notice goes to the task's whole group, so
+#: the wrapper and a fenced task's watchdog survive them
+_NOTICES = "INT HUP USR1 USR2 QUIT ALRM"
+#: the signals the wrapper survives: SIGTERM and every notice signal
+_TRAPPED = f"TERM {_NOTICES}"
 #: The wrapper survives the group's SIGTERM (a trap, not an ignore, so the command keeps the
 #: default disposition) and waits for the command, so a command that takes its grace period
 #: gets all of it and its exit status is recorded; SIGKILL of the group ends both. The exit
 #: file is opened by the service and handed over as the wrapper's stdin (written with
 #: ``>&0``; the command gets /dev/null), so a job running as another OS user needs no access
 #: to the service's home.
-_WRAPPER = 'trap : TERM INT HUP; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
+_WRAPPER = f'trap : {_TRAPPED}; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
 #: The wrapper of a task fenced by a federation's lease (``service/fencing.py``): ``$1`` is
 #: the lease file, whose first line is the expiry in whole wall-clock seconds, ``$2`` the
 #: backstop. It never starts the command at or after the expiry (exit 125), and a watchdog
 #: in the task's group kills the whole group once ``expiry + backstop`` has passed, whether
 #: or not the service is alive to do it. A command it did not start leaves ``fenced`` in the
 #: exit file (not a number: a command's own 125 must not read as one it never ran).
+#: The watchdog outlives a notice (a ``sleep`` the notice ends only shortens one wait) and
+#: ends with the group's SIGTERM or the wrapper's.
 _FENCED_WRAPPER = (
-    "trap : TERM INT HUP; f=$1; b=$2; shift 2; "
+    f"trap : {_TRAPPED}; f=$1; b=$2; shift 2; "
     'x() { e=0; read -r e < "$f" 2>/dev/null; [ "$(date +%s)" -ge "$((e + $1))" ]; }; '
     'if x 0; then echo "hetsched: fenced: the lease in $f has expired" >&2; '
     "echo fenced >&0; exit 125; fi; "
-    '( while sleep 1; do if x "$b"; then '
+    f'( trap : {_NOTICES}; while :; do sleep 1; if x "$b"; then '
     'echo "hetsched: fenced: the lease in $f expired; stopping the task" >&2; '
     "kill -KILL 0; fi; done ) </dev/null & w=$!; "
     '"$@" </dev/null; c=$?; kill "$w" 2>/dev/null; echo "$c" >&0; exit "$c"'
@@ -97,6 +104,10 @@ class TaskHandle:
     deadline: float | None = None
     #: when SIGKILL follows the SIGTERM already sent, or None
     kill_at: float | None = None
+    #: in its notice: when SIGTERM follows the notice signal already sent, and the grace
+    #: between SIGTERM and SIGKILL then
+    term_at: float | None = None
+    grace_s: float = 0.0
     #: the core asked for this task to stop (Kill or Preempt)
     stopping: bool = False
     timed_out: bool = False
@@ -208,8 +219,10 @@ class Executor:
 
     def next_due(self) -> float | None:
         """The earliest time :meth:`poll` has something to do besides reporting exits: a
-        SIGKILL after a grace period, a maximum runtime reached; None if nothing is due."""
+        SIGTERM at the end of a notice, a SIGKILL after a grace period, a maximum runtime
+        reached; None if nothing is due."""
         times = [h.kill_at for h in self.handles.values() if h.kill_at is not None]
+        times += [h.term_at for h in self.handles.values() if h.term_at is not None]
         times += [
             h.deadline
             for h in self.handles.values()
@@ -413,13 +426,34 @@ class Executor:
 
     # -- stop ----------------------------------------------------------------------------
 
-    def stop(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool:
-        """SIGTERM the task's group now and SIGKILL it after the grace period."""
+    def stop(
+        self,
+        key: str,
+        grace_s: float | None = None,
+        now: float | None = None,
+        notice_s: float = 0.0,
+        notice_signal: str = "SIGUSR1",
+    ) -> bool:
+        """SIGTERM the task's group and SIGKILL it after the grace period. With
+        ``notice_s`` the group first gets ``notice_signal`` and SIGTERM follows that much
+        later (a task that checkpoints then exits sooner). A second call shortens a notice
+        in progress (``notice_s`` 0: SIGTERM now), never lengthens it."""
         handle = self.handles.get(key)
         if handle is None:
             return False
+        now = time.time() if now is None else now
+        grace = self.kill_grace_s if grace_s is None else grace_s
+        first = not handle.stopping
         handle.stopping = True
-        self._terminate(handle, grace_s, now)
+        if notice_s > 0 and first and handle.kill_at is None:
+            _signal_group(handle.pid, signal.Signals[notice_signal])
+            handle.term_at = now + notice_s
+            handle.grace_s = grace
+        elif handle.term_at is not None and notice_s > 0:
+            handle.term_at = min(handle.term_at, now + notice_s)
+        else:
+            handle.term_at = None
+            self._terminate(handle, grace, now)
         return True
 
     def _terminate(self, handle: TaskHandle, grace_s: float | None, now: float | None) -> None:
@@ -453,7 +487,10 @@ class Executor:
         for key, handle in list(self.handles.items()):
             code = self._ended(handle)
             if code is None:
-                if handle.kill_at is not None and now >= handle.kill_at:
+                if handle.term_at is not None and now >= handle.term_at:
+                    handle.term_at = None  # the notice is over
+                    self._terminate(handle, handle.grace_s, now)
+                elif handle.kill_at is not None and now >= handle.kill_at:
                     _signal_group(handle.pid, signal.SIGKILL)
                     # again in a second while the group lingers, not at every poll
                     handle.kill_at = now + 1.0

@@ -5,11 +5,12 @@ tasks on either.
 
 The meaning is the local executor's (its module says it in full): ``start`` spawns a task in
 its own process group with its devices in its environment and raises ``OSError`` when it
-cannot; ``stop`` sends SIGTERM to the group now and SIGKILL after the grace; ``poll`` returns
-each ended task once, enforces maximum runtimes and escalates kills; ``shutdown`` forgets the
-tasks without stopping them; ``kill`` sends SIGKILL to a task's group at once, by its key;
-after a control-plane crash ``find_leaders``, ``adopt`` and ``recorded_exit`` find tasks
-again and ``sweep`` kills those no live task accounts for.
+cannot; ``stop`` sends SIGTERM to the group now and SIGKILL after the grace (with a notice,
+where the executor gives one: ``notice_signal`` first, SIGTERM ``notice_s`` later); ``poll``
+returns each ended task once, enforces maximum runtimes and escalates kills; ``shutdown``
+forgets the tasks without stopping them; ``kill`` sends SIGKILL to a task's group at once,
+by its key; after a control-plane crash ``find_leaders``, ``adopt`` and ``recorded_exit``
+find tasks again and ``sweep`` kills those no live task accounts for.
 
 A driver need not poll on a timer: ``on_exit`` is called when a task ends where the executor
 can tell at once (``exits_reported``: the local executor, through a pidfd per process), and
@@ -114,7 +115,14 @@ class ProcessExecutor(Protocol):
 
     def sweep(self, live_keys: Iterable[str]) -> Sequence[int | str]: ...
 
-    def stop(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool: ...
+    def stop(
+        self,
+        key: str,
+        grace_s: float | None = None,
+        now: float | None = None,
+        notice_s: float = 0.0,
+        notice_signal: str = "SIGUSR1",
+    ) -> bool: ...
 
     def kill(self, key: str) -> bool: ...
 

@@ -33,16 +33,23 @@ Output = Annotated[ListFormat, typer.Option("-o", "--output", help="table, wide 
 
 
 def load_submissions(path: Path) -> list[dict[str, Any]]:
-    """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON)."""
+    """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON). A relative
+    ``workdir`` is relative to the file's folder (the service takes absolute ones only)."""
     try:
         data = safe_load(path.read_bytes())
     except (OSError, YAMLError) as exc:
         fail(f"{path}: {exc}")
     if isinstance(data, dict) and isinstance(data.get("jobs"), list):
-        return [dict(j) for j in data["jobs"]]
-    if isinstance(data, dict):
-        return [data]
-    fail(f"{path}: expected a job mapping or a 'jobs' list")
+        bodies = [dict(j) if isinstance(j, dict) else j for j in data["jobs"]]
+    elif isinstance(data, dict):
+        bodies = [data]
+    else:
+        fail(f"{path}: expected a job mapping or a 'jobs' list")
+    for body in bodies:
+        workdir = body.get("workdir") if isinstance(body, dict) else None
+        if isinstance(workdir, str) and workdir and not workdir.startswith("/"):
+            body["workdir"] = str((path.resolve().parent / workdir).resolve())
+    return bodies
 
 
 #: what one batch request carries at most (the service takes 5,000 jobs and 8 MiB)
@@ -309,6 +316,8 @@ def job(
         return
     for key in ("id", "name", "user", "queue", "priority", "state", "reason", "run", "restarts"):
         console.print(f"[bold]{key:>10}[/bold]  {data[key]}", highlight=False)
+    for key, value in _checkpoint_lines(data):
+        console.print(f"[bold]{key:>10}[/bold]  {value}", highlight=False)
     console.print(f"[bold]{'command':>10}[/bold]  {' '.join(data['command'])}", markup=True)
     console.print(f"[bold]{'resources':>10}[/bold]  {_resources(data['resources'])}")
     table = Table(title="Tasks", title_justify="left")
@@ -329,6 +338,28 @@ def job(
             t["reason"],
         )
     console.print(table)
+
+
+def _checkpoint_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """``checkpoint`` and ``lost work`` lines of a job (its last checkpoint, the work its
+    stopped runs lost)."""
+    out: list[tuple[str, str]] = []
+    saved = data.get("checkpoint")
+    if saved:
+        when = time.strftime("%H:%M:%S", time.localtime(saved["time"]))
+        text = f"run {saved['run']} at {when}"
+        if saved.get("step") is not None:
+            text += f", step {saved['step']}"
+        if saved.get("path"):
+            text += f", {saved['path']}"
+        out.append(("checkpoint", text))
+    lost = data.get("lost_work_s")
+    if lost is not None:
+        out.append(("lost work", f"{lost:.1f}s"))
+    moved = data.get("migrations")
+    if moved:
+        out.append(("migrations", str(moved)))
+    return out
 
 
 def logs(
@@ -370,6 +401,8 @@ def why(
         print_json(data)
         return
     console.print(f"[bold]{job_id}[/bold] is {data['state']}: {data['reason']}", highlight=False)
+    for key, value in _checkpoint_lines(data):
+        console.print(f"{key}: {value}", markup=False, highlight=False)
     explanation = data.get("explanation")
     if explanation and data["state"] == "pending":
         console.print(explanation["summary"], markup=False, highlight=False)

@@ -6,6 +6,7 @@ import typer
 
 from hetsched import __version__
 from hetsched.cli.check import check
+from hetsched.cli.checkpoint import checkpoint
 from hetsched.cli.cluster import nodes, queues
 from hetsched.cli.devices import devices
 from hetsched.cli.federation import federation_app
@@ -37,6 +38,7 @@ app.command()(job)
 app.command()(logs)
 app.command()(cancel)
 app.command()(why)
+app.command()(checkpoint)
 app.command()(nodes)
 app.command()(queues)
 app.command()(devices)

@@ -103,3 +103,9 @@ class Observer:
     def migrating(self, action: Migrate) -> None:
         """A job's run is being stopped to move it (its tasks' stops follow; the Bind of
         its next run comes once they have stopped)."""
+
+    def lost_work(self, job_id: str, run: int, lost_s: float) -> None:
+        """A run that was stopped to be run again (preempted, moved, lost to a node or
+        device, restarted after a failure) has ended: it lost ``lost_s`` seconds of work,
+        the time from its last checkpoint (or its start) to the stop, 0 when it saved
+        inside its notice. Told only by an interpreter made with ``lost_work=True``."""

@@ -23,20 +23,28 @@ The rules live here and nowhere else:
 - **Reports**: the exit of a stopping task is ``TaskStopped`` (however it ended); the exit
   of a running task is ``TaskFinished`` with its status. Any other report is *stale* (an
   earlier run, or a task already reported) and is dropped: the core never sees it.
-- **Pending, Reject, JobTransition, Preempt** go to the driver's Observer, in order.
+- **Pending, Reject, JobTransition, Preempt, Migrate** go to the driver's Observer, in
+  order.
+- **Lost work** (with ``lost_work=True``): a run stopped to be run again (a JobTransition
+  ``preempted``, ``migrating``, ``lost`` or ``restarted``) lost the time from its last
+  checkpoint (or its start) to that transition, nothing if it reported a checkpoint after
+  it (inside its notice); the Observer hears it once the run's last task has ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Executor, Exit, Observer, Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import SavedCheckpoint
+from hetsched.model.lifecycle import TERMINAL
 from hetsched.scheduler.actions import (
     Action,
     Bind,
+    Change,
     JobTransition,
     Kill,
     Migrate,
@@ -48,6 +56,19 @@ from hetsched.scheduler.events import TaskCheckpointed, TaskFinished, TaskStoppe
 
 __all__ = ["Interpreter"]
 
+#: transitions that stop a run to run the job again: what they throw away is lost work
+_AGAIN = frozenset({Change.PREEMPTED, Change.MIGRATING, Change.LOST, Change.RESTARTED})
+
+
+@dataclass(slots=True)
+class _Run:
+    """A run's times, for its lost work."""
+
+    started: float
+    tasks: int = 0
+    checkpoint: float | None = None
+    stopped: float | None = None
+
 
 class Interpreter:
     """Carries out actions through ``executor`` and tells ``observer`` about jobs.
@@ -57,9 +78,16 @@ class Interpreter:
     """
 
     def __init__(
-        self, executor: Executor, observer: Observer | None = None, kill_grace_s: float = 0.0
+        self,
+        executor: Executor,
+        observer: Observer | None = None,
+        kill_grace_s: float = 0.0,
+        lost_work: bool = False,
     ) -> None:
         self.executor = executor
+        #: runs whose lost work is counted (``lost_work``): job -> run -> its times; a
+        #: job's runs are forgotten when it ends or a later run starts
+        self._runs: dict[str, dict[int, _Run]] | None = {} if lost_work else None
         self.observer = observer or Observer()
         self.kill_grace_s = kill_grace_s
         #: tasks started whose exit is not reported yet, with their placements
@@ -79,7 +107,15 @@ class Interpreter:
             match action:
                 case JobTransition():
                     observer.transitioned(action)
+                    if self._runs is not None:
+                        self._transitioned(action)
                 case Bind(job_id, run, placements, resume):
+                    if self._runs is not None:
+                        runs = self._runs.setdefault(job_id, {})
+                        for old in [r for r in runs if r < run and runs[r].stopped is None]:
+                            del runs[old]
+                        entry = runs.setdefault(run, _Run(now))
+                        entry.tasks += len(placements)
                     self._start(job_id, run, placements, resume, now)
                 case Pending():
                     observer.pending(action)
@@ -144,10 +180,48 @@ class Interpreter:
         key = exit_.key
         self.noticed.pop(key, None)
         if self.stopping.pop(key, None) is not None:
+            self._ended(key)
             return TaskStopped(key.job, key.task, key.run)
         if self.running.pop(key, None) is not None:
+            self._ended(key)
             return TaskFinished(key.job, key.task, key.run, exit_.succeeded, exit_.reason)
         return None
+
+    # -- lost work -----------------------------------------------------------------------
+
+    def _transitioned(self, change: JobTransition) -> None:
+        assert self._runs is not None
+        runs = self._runs.get(change.job_id)
+        if runs is None:
+            return
+        if change.target in TERMINAL:
+            del self._runs[change.job_id]
+            return
+        entry = runs.get(change.run)
+        if change.change in _AGAIN and entry is not None and entry.stopped is None:
+            entry.stopped = change.time
+            if entry.tasks <= 0:
+                self._tell_lost(change.job_id, change.run)
+
+    def _ended(self, key: TaskKey) -> None:
+        if self._runs is None:
+            return
+        entry = self._runs.get(key.job, {}).get(key.run)
+        if entry is not None:
+            entry.tasks -= 1
+            if entry.tasks <= 0 and entry.stopped is not None:
+                self._tell_lost(key.job, key.run)
+
+    def _tell_lost(self, job_id: str, run: int) -> None:
+        assert self._runs is not None
+        entry = self._runs[job_id].pop(run)
+        assert entry.stopped is not None
+        saved = entry.checkpoint
+        if saved is not None and saved >= entry.stopped:
+            lost = 0.0  # it saved inside its notice
+        else:
+            lost = max(0.0, entry.stopped - max(entry.started, saved or entry.started))
+        self.observer.lost_work(job_id, run, lost)
 
     def checkpointed(
         self,
@@ -163,6 +237,11 @@ class Interpreter:
         docstring)."""
         if key not in self.running and key not in self.stopping:
             return None
+        if self._runs is not None:
+            entry = self._runs.get(key.job, {}).get(key.run)
+            if entry is not None:
+                stamp = now if at is None else min(at, now)
+                entry.checkpoint = max(stamp, entry.checkpoint or stamp)
         ended = [stop for k, stop in self.noticed.items() if k.job == key.job and k.run == key.run]
         for stop in ended:
             del self.noticed[stop.key]

@@ -159,6 +159,11 @@ class FederationLoop:
         """... and watches no device."""
         return None
 
+    @property
+    def checkpoints(self) -> None:
+        """... and takes no checkpoint reports (its members' services do)."""
+        return None
+
     # -- the API and the workers -----------------------------------------------------------
 
     def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None:

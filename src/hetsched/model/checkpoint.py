@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_NOTICE_S",
     "DEFAULT_SIGNAL",
     "MAX_NOTICE_S",
+    "NOTICE_SIGNALS",
     "Checkpointing",
     "SavedCheckpoint",
     "signal_name",
@@ -40,13 +41,18 @@ DEFAULT_SIGNAL = "SIGUSR1"
 DEFAULT_NOTICE_S = 30.0
 #: a notice longer than this holds capacity a preemptor waits for: refused
 MAX_NOTICE_S = 3600.0
-#: signals a process cannot catch, or that end it by default before it could save
-_REFUSED = frozenset({"SIGKILL", "SIGSTOP"})
+#: the signals a notice may send: catchable ones whose default action is to end the
+#: process (so a task that ignores the notice still sees it), and that the task wrapper
+#: traps (it must survive the notice to record the exit status)
+NOTICE_SIGNALS = frozenset(
+    {"SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM"}
+)
 
 
 def signal_name(value: str | int) -> str:
     """The canonical name (``SIGUSR1``) of a signal given as ``SIGUSR1``, ``usr1`` or
-    ``10``; ValueError for an unknown signal or one a process cannot catch."""
+    ``10``; ValueError for an unknown signal, or one that is not a notice signal
+    (:data:`NOTICE_SIGNALS`)."""
     if isinstance(value, bool):
         raise ValueError(f"expected a signal name such as SIGUSR1, got {value!r}")
     text = str(value).strip()
@@ -58,8 +64,11 @@ def signal_name(value: str | int) -> str:
             name = signal.Signals[upper if upper.startswith("SIG") else "SIG" + upper].name
     except (KeyError, ValueError):
         raise ValueError(f"unknown signal {value!r} (expected e.g. SIGUSR1, SIGUSR2)") from None
-    if name in _REFUSED:
+    if name in ("SIGKILL", "SIGSTOP"):
         raise ValueError(f"{name} cannot be caught, so a task could not save on it")
+    if name not in NOTICE_SIGNALS:
+        allowed = ", ".join(sorted(NOTICE_SIGNALS))
+        raise ValueError(f"{name} is not a notice signal (one of {allowed})")
     return name
 
 
@@ -113,7 +122,7 @@ class SavedCheckpoint:
 
     def describe(self) -> str:
         """``t=120 (step 400)``: for explanations and histories."""
-        text = f"t={self.time:g}"
+        text = "t=" + f"{self.time:.3f}".rstrip("0").rstrip(".")
         if self.step is not None:
             text += f" (step {self.step})"
         return text

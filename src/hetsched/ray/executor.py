@@ -365,8 +365,19 @@ class RayExecutor:
 
     # -- stop -----------------------------------------------------------------------------
 
-    def stop(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool:
-        """SIGTERM the task's group now and SIGKILL it after the grace period."""
+    def stop(
+        self,
+        key: str,
+        grace_s: float | None = None,
+        now: float | None = None,
+        notice_s: float = 0.0,
+        notice_signal: str = "SIGUSR1",
+    ) -> bool:
+        """SIGTERM the task's group now and SIGKILL it after the grace period. Ray tasks get
+        no checkpoint notice (``notice_s`` and ``notice_signal`` are ignored): the
+        checkpoint protocol needs the service home on the task's machine, so it is the local
+        executor's alone (docs/checkpointing.md)."""
+        del notice_s, notice_signal
         handle = self.handles.get(key)
         if handle is None:
             return False

@@ -31,6 +31,7 @@ from hetsched.framework.registry import Registry
 from hetsched.framework.runtime import Framework
 from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
+from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.device import Health
 from hetsched.model.job import DeviceFailurePolicy, Job, RestartPolicy
 from hetsched.model.lifecycle import TERMINAL, JobState, Transition
@@ -178,8 +179,8 @@ class Scheduler(JobBook):
 
     def _apply(self, event: Event, now: float) -> None:
         match event:
-            case JobSubmitted(job, run, restarts, queued_since):
-                self._submit(job, run, restarts, now, queued_since)
+            case JobSubmitted(job, run, restarts, queued_since, checkpoint):
+                self._submit(job, run, restarts, now, queued_since, checkpoint)
             case JobCancelled(job_id, reason):
                 self._cancel(job_id, reason, now)
             case TaskFinished(job_id, task, run, succeeded, reason):
@@ -189,9 +190,9 @@ class Scheduler(JobBook):
             case StartFailed(job_id, run, reason, backoff_s):
                 self._start_failed(job_id, run, reason, backoff_s, now)
             case TaskCheckpointed():
-                record = self.jobs.get(event.job_id)
-                if record is not None:
-                    note_checkpoint(record, event, now)
+                reported = self.jobs.get(event.job_id)
+                if reported is not None:
+                    note_checkpoint(reported, event, now)
             case NodeAdded(node):
                 self.state.add_node(node)
                 self.capacity_epoch += 1
@@ -223,13 +224,20 @@ class Scheduler(JobBook):
             self._lose(keys, f"device {device_id} {reason}", now)
 
     def _submit(
-        self, job: Job, run: int, restarts: int, now: float, queued_since: float | None = None
+        self,
+        job: Job,
+        run: int,
+        restarts: int,
+        now: float,
+        queued_since: float | None = None,
+        checkpoint: SavedCheckpoint | None = None,
     ) -> None:
         if job.id in self.jobs:
             self.emit(Reject(job.id, f"job id {job.id} already exists"))
             return
         since = now if queued_since is None else min(queued_since, now)
         record = JobRecord(job, self._seq, queued_since=since, run=run, restarts=restarts)
+        record.checkpoint = checkpoint  # its next run resumes from it
         self._seq += 1
         self.jobs[job.id] = record
         problem = self.quotas.submit_error(job)

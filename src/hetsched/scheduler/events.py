@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.device import Device, Health, Node, Taint
 from hetsched.model.job import Job
 
@@ -30,7 +31,8 @@ class JobSubmitted:
     """A job to schedule. A job the driver knew before a restart and submits again (it was
     pending, or its placements could not be restored) says how far it got: its runs
     continue after ``run`` and ``restarts`` restarts are already counted against its
-    restart policy."""
+    restart policy; ``checkpoint`` is the last checkpoint it reported, which its next run
+    resumes from."""
 
     job: Job
     run: int = 0
@@ -39,6 +41,7 @@ class JobSubmitted:
     #: the job before a restart (or accepted it earlier than it could hand it over) keeps
     #: its queue time, so its aging and its place in line continue
     queued_since: float | None = None
+    checkpoint: SavedCheckpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from hetsched.cluster.state import AllocationError, AllocKey, ClusterState
 from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
 from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
+from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
 from hetsched.model.speed import SpeedTable
@@ -106,6 +107,7 @@ class JobBook:
         restarts: int = 0,
         started: float | None = None,
         now: float = 0.0,
+        checkpoint: SavedCheckpoint | None = None,
     ) -> JobRecord:
         """Take back a job that was running before the driver restarted, on its recorded
         placements, without a new scheduling decision.
@@ -142,6 +144,7 @@ class JobBook:
         record.placements = dict(placements)
         record.finished = set(finished)
         record.started = now if started is None else started
+        record.checkpoint = checkpoint
         usage: Mapping[str, int] = self.ledger.by_job.get(job.id, {})
         record.borrowing = self.quotas.borrowing(
             job.queue, self.ledger, {f for f, a in usage.items() if a > 0}

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.model.device import Health
 from hetsched.service import metrics, ui
+from hetsched.service.checkpoint_routes import add_checkpoint_routes
 from hetsched.service.context import Service
 from hetsched.service.member import add_member_routes
 from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
@@ -154,6 +155,7 @@ def create_app(service: Service) -> FastAPI:
     _add_cluster_routes(app, service, authenticated)
     _add_token_routes(app, service, admin_only)
     add_member_routes(app, service, authenticated, admin_only)
+    add_checkpoint_routes(app, service)
     app.add_middleware(
         _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
     )
@@ -257,17 +259,7 @@ def _add_job_routes(
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
         """Why the job is where it is: its pending explanation and its transition history."""
-        row = visible_job(job_id, who)
-        return {
-            "id": job_id,
-            "state": row["state"],
-            "reason": row["reason"],
-            "explanation": row["explanation"],
-            "history": [
-                {"time": t["time"], "from": t["source"], "to": t["target"], "cause": t["cause"]}
-                for t in service.store.job_transitions(job_id)
-            ],
-        }
+        return _why_view(visible_job(job_id, who), service.store.job_transitions(job_id))
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
     def logs(
@@ -429,6 +421,23 @@ def _add_doc_routes(app: FastAPI, caller: Callable[[Request], Principal] | None)
         return get_redoc_html(openapi_url="/openapi.json", title="hetsched API")
 
 
+def _why_view(row: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+    """``GET /v1/jobs/{id}/why``: where the job is and why, its checkpoint and lost work,
+    and its transitions."""
+    return {
+        "id": row["id"],
+        "state": row["state"],
+        "reason": row["reason"],
+        "explanation": row["explanation"],
+        "checkpoint": row.get("checkpoint"),
+        "lost_work_s": row.get("lost_work_s") or 0.0,
+        "history": [
+            {"time": t["time"], "from": t["source"], "to": t["target"], "cause": t["cause"]}
+            for t in history
+        ],
+    }
+
+
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     spec = row["spec"]
     view: dict[str, Any] = {
@@ -447,6 +456,9 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "first_started_at": row["first_started_at"],
         "ended_at": row["ended_at"],
         "exit_code": row["exit_code"],
+        "checkpoint": row.get("checkpoint"),
+        "lost_work_s": row.get("lost_work_s") or 0.0,
+        "migrations": row.get("migrations") or 0,
         "command": spec.get("command", []),
         "resources": spec.get("resources", {}),
         "replicas": spec.get("replicas", 1),

@@ -18,6 +18,7 @@ from hetsched.agent.watcher import NodeWatcher
 from hetsched.model.device import Device
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.checkpointing import CheckpointProtocol
 from hetsched.service.faults import TurnFaults
 from hetsched.service.fencing import Fencing
 from hetsched.service.loopmetrics import LoopMetrics
@@ -48,6 +49,12 @@ class Loop(Protocol):
     def watcher(self) -> NodeWatcher | None:
         """What watches the nodes' devices (this machine's, or a Ray cluster's), if one
         runs."""
+        ...
+
+    @property
+    def checkpoints(self) -> CheckpointProtocol | None:
+        """The checkpoint protocol of the tasks this loop runs (a report goes to the loop
+        through it), if it runs tasks that use one."""
         ...
 
     @property

@@ -27,6 +27,7 @@ from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
 from hetsched.scheduler import DeviceAdded, Event, NodeAdded
+from hetsched.service.checkpointing import CheckpointProtocol
 from hetsched.service.fencing import Fencing
 from hetsched.service.schemas import SubmitSpec
 
@@ -53,8 +54,12 @@ class Launcher:
         run_as: dict[str, RunAs] | None = None,
         guard: Guard | None = None,
         fencing: Fencing | None = None,
+        checkpoints: CheckpointProtocol | None = None,
     ) -> None:
         self.executor = executor
+        #: what tasks are told about checkpoints, their notices and reports
+        #: (service/checkpointing.py); None: tasks are told nothing
+        self.checkpoints = checkpoints
         #: a federated job's tasks run under its federation's lease (service/fencing.py)
         self.fencing = fencing
         self.run_as = run_as
@@ -74,6 +79,8 @@ class Launcher:
 
     def forget(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
+        if self.checkpoints is not None:
+            self.checkpoints.forget(job_id)
 
     def add_nodes(self, nodes: Sequence[Node]) -> None:
         """Know the devices of nodes that joined (a node's devices keep their ids and indices:
@@ -146,6 +153,10 @@ class Launcher:
             (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
             for d in placement.devices
         ]
+        env = spec.env
+        if self.checkpoints is not None:
+            # what the service tells the task goes over the job's own variables
+            env = {**env, **self.checkpoints.env(start, job, run_as, spec.env.get("PATH"))}
         handle = self.executor.start(
             job.id,
             start.key.task,
@@ -153,7 +164,7 @@ class Launcher:
             placement,
             devices,
             spec.command,
-            spec.env,
+            env,
             spec.workdir,
             job.max_runtime_s,
             run_as,
@@ -167,12 +178,20 @@ class Launcher:
         return self.fencing.lease_file(spec.federation)
 
     def signal(self, stops: Sequence[Stop], now: float) -> list[TaskExit]:
-        """SIGTERM each task (SIGKILL after its grace); returns the exits of tasks with no
+        """SIGTERM each task (SIGKILL after its grace), after its notice when it has one
+        (the notice file, then the job's notice signal); returns the exits of tasks with no
         process (never started, or ended meanwhile): they are stopped at once."""
         gone: list[TaskExit] = []
         for stop in stops:
             key = stop.key
-            if not self.executor.stop(str(key), stop.grace_s, now):
+            # without the protocol (a Ray executor) there is no notice: SIGTERM at once
+            notice_s = stop.notice_s if self.checkpoints is not None else 0.0
+            signal = "SIGUSR1"
+            handle = self.executor.handles.get(str(key))
+            if notice_s > 0 and self.checkpoints is not None and handle and not handle.stopping:
+                known = self.jobs.get(key.job)
+                signal = self.checkpoints.notify(stop, known[0] if known else None, now)
+            if not self.executor.stop(str(key), stop.grace_s, now, notice_s, signal):
                 reason = "stopped before it ran"
                 gone.append(TaskExit(key.job, key.task, key.run, None, True, reason))
         return gone
@@ -189,8 +208,11 @@ class Launcher:
 
     def next_due(self) -> float | None:
         """When the executor next escalates a stop or ends a task past its maximum runtime,
-        or the guard's next round is due, whichever is first (None: neither)."""
+        the guard's next round is due, or the running tasks' checkpoint files are looked at
+        again, whichever is first (None: none of these)."""
         times = [self.executor.next_due()]
+        if self.checkpoints is not None:
+            times.append(self.checkpoints.next_due())
         if self.guard is not None:
             times.append(self._guard_at + self.guard.spec.interval_s)
         return min((t for t in times if t is not None), default=None)

@@ -34,10 +34,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hetsched.agent.checkpoints import Report
 from hetsched.agent.executor import RunAs, TaskExit
 from hetsched.agent.guard import Guard
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
+from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
 from hetsched.scheduler import (
@@ -50,6 +52,7 @@ from hetsched.scheduler import (
     Scheduler,
 )
 from hetsched.scheduler.view import SchedulerView
+from hetsched.service.checkpointing import CheckpointProtocol
 from hetsched.service.faults import TurnFaults
 from hetsched.service.fencing import Fencing
 from hetsched.service.launcher import Launcher
@@ -86,11 +89,16 @@ class ControlLoop:
         watcher: NodeWatcher | None = None,
         guard: Guard | None = None,
         fencing: Fencing | None = None,
+        checkpoints: CheckpointProtocol | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
         self.planner = TurnPlanner(scheduler, executor.kill_grace_s)
-        self.launcher = Launcher(executor, list(nodes), run_as, guard, fencing)
+        self.launcher = Launcher(executor, list(nodes), run_as, guard, fencing, checkpoints)
+        if checkpoints is not None:
+            checkpoints.deliver = self.checkpointed
+        #: checkpoints reported through the API, for the next turn
+        self._reports: list[tuple[TaskKey, Report]] = []
         #: federations' leases (service/fencing.py): their jobs stop when one lapses
         self.fencing = fencing
         #: jobs cancelled because their federation's lease lapsed, until they end
@@ -154,6 +162,15 @@ class ControlLoop:
 
     def cancelled(self, job_id: str, user: str) -> None:
         self._inbox.put(("cancel", (job_id, user)))
+        self._wake.set()
+
+    @property
+    def checkpoints(self) -> CheckpointProtocol | None:
+        return self.launcher.checkpoints
+
+    def checkpointed(self, key: TaskKey, report: Report) -> None:
+        """A task reported a checkpoint through the API (its token checked)."""
+        self._inbox.put(("checkpoint", (key, report)))
         self._wake.set()
 
     def device_events(self, events: list[Event]) -> None:
@@ -326,14 +343,24 @@ class ControlLoop:
         if any(a.killed for a in alerts):
             self._wake.set()
         exits, self._exits = [*self._exits, *self.launcher.poll(now)], []
+        reports, self._reports = self._reports, []
+        protocol = self.launcher.checkpoints
+        if protocol is not None:
+            reports += protocol.reports(self.planner.live())
         wakeup = self.planner.core.next_wakeup()
         core_due = wakeup is not None and wakeup <= now
-        if not events and not exits and not core_due and now - self._last_tick < self.tick_s:
+        if (
+            not events
+            and not exits
+            and not reports
+            and not core_due
+            and now - self._last_tick < self.tick_s
+        ):
             self._refresh(now)
             return []
         self._last_tick = now
         self._dirty = True
-        plan = self._plan(events, exits, now)
+        plan = self._plan(events, exits, reports, now)
         starting = {start.key.job for start in plan.starts}
         self._concerns = starting or self._concerns | {t.job_id for t in plan.transitions}
         self.store.record_turn(exits, plan)
@@ -362,6 +389,8 @@ class ControlLoop:
                 return [*events, *self._fenced_cancels()]
             if kind == "submit":
                 events.append(self._submit_event(*payload))
+            elif kind == "checkpoint":
+                self._reports.append(payload)
             elif kind == "devices":
                 events.extend(
                     self.launcher.device_event(e) for e in payload if self._news(e, nodes)
@@ -419,14 +448,21 @@ class ControlLoop:
         # queued since the API committed it, as a restart will say
         return JobSubmitted(job, queued_since=job.submit_time)
 
-    def _plan(self, events: list[Event], exits: list[TaskExit], now: float) -> TurnPlan:
+    def _plan(
+        self,
+        events: list[Event],
+        exits: list[TaskExit],
+        reports: list[tuple[TaskKey, Report]],
+        now: float,
+    ) -> TurnPlan:
         with self.lock:
             began = time.perf_counter()
-            plan = self.planner.plan(events, exits, now)
+            plan = self.planner.plan(events, exits, now, reports)
             pending, _ = self.view.counts()
             self.metrics.observe_turn(
                 plan.actions, time.perf_counter() - began, self._queue_of, sum(pending.values())
             )
+            self.metrics.observe_checkpoints(plan, self._queue_of)
         return plan
 
     def _queue_of(self, job_id: str) -> str:

@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -23,6 +23,9 @@ from hetsched.model.device import SHARE_UNITS
 from hetsched.scheduler import Action, Bind, Change, JobTransition, Preempt, Reject
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.faults import TurnFaults
+
+if TYPE_CHECKING:
+    from hetsched.service.planner import TurnPlan
 
 __all__ = ["History", "LoopMetrics", "Sample", "allocation_by_class"]
 
@@ -139,6 +142,25 @@ class LoopMetrics:
             ["queue", "kind"],
             registry=r,
         )
+        self.migrations = Counter(
+            "hetsched_migrations",
+            "Running jobs moved to another placement (defragmentation, upgrade), by queue.",
+            ["queue"],
+            registry=r,
+        )
+        self.checkpoints = Counter(
+            "hetsched_checkpoints",
+            "Checkpoints reported by tasks and taken by the core, by the job's queue.",
+            ["queue"],
+            registry=r,
+        )
+        self.lost_work = Counter(
+            "hetsched_lost_work_seconds",
+            "Work lost by runs stopped to run again (preempted, moved, lost with a device or "
+            "node, restarted): the time from their last checkpoint (or start) to the stop.",
+            ["queue"],
+            registry=r,
+        )
         self.turns = Counter("hetsched_loop_turns", "Reconcile loop turns.", registry=r)
         self.failures = Counter(
             "hetsched_loop_turn_failures",
@@ -193,6 +215,15 @@ class LoopMetrics:
             self.attempts.labels("scheduled").inc(binds)
         if pending:
             self.attempts.labels("unschedulable").inc(pending)
+
+    def observe_checkpoints(self, plan: TurnPlan, queue_of: Callable[[str], str]) -> None:
+        """Count a turn's checkpoints, moves and lost work."""
+        for report in plan.checkpoints:
+            self.checkpoints.labels(queue_of(report.job_id)).inc()
+        for job_id in plan.migrated:
+            self.migrations.labels(queue_of(job_id)).inc()
+        for job_id, _run, lost_s in plan.lost:
+            self.lost_work.labels(queue_of(job_id)).inc(lost_s)
 
     def watch_faults(self, faults: TurnFaults) -> None:
         """Read the held jobs and the wedge from the loop's fault memory at each scrape."""

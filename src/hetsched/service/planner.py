@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hetsched.agent.checkpoints import Report
 from hetsched.agent.executor import TaskExit
 from hetsched.cluster.placement import Placement
 from hetsched.drivers import Exit, Interpreter, Observer, Start, Stop, in_order
@@ -23,10 +24,12 @@ from hetsched.scheduler import (
     Action,
     Event,
     JobTransition,
+    Migrate,
     Pending,
     Preempt,
     Scheduler,
     StartFailed,
+    TaskCheckpointed,
     Tick,
 )
 
@@ -51,8 +54,13 @@ class TurnPlan:
     transitions: list[JobTransition] = field(default_factory=list)
     #: job id -> its newest explanation (a job that starts in the same turn has none)
     explanations: dict[str, Pending | None] = field(default_factory=dict)
-    #: jobs preempted in this turn (once per Preempt)
+    #: jobs preempted in this turn (once per Preempt), and moved (once per Migrate)
     preempted: list[str] = field(default_factory=list)
+    migrated: list[str] = field(default_factory=list)
+    #: checkpoints the tasks reported that the core took, in order
+    checkpoints: list[TaskCheckpointed] = field(default_factory=list)
+    #: (job, run, seconds) for each run stopped to be run again that ended this turn
+    lost: list[tuple[str, int, float]] = field(default_factory=list)
 
 
 def exit_of(exit_: TaskExit) -> Exit:
@@ -66,17 +74,31 @@ class TurnPlanner(Observer):
 
     def __init__(self, core: Scheduler, kill_grace_s: float) -> None:
         self.core = core
-        self.interpreter = Interpreter(_Recorder(self), self, kill_grace_s)
+        self.interpreter = Interpreter(_Recorder(self), self, kill_grace_s, lost_work=True)
         self._plan = TurnPlan(0.0)
 
     def adopt(self, key: TaskKey, placement: Placement) -> None:
         """A task that runs already (recovery took its job back with ``Scheduler.restore``)."""
         self.interpreter.adopt(key, placement)
 
-    def plan(self, events: Sequence[Event], exits: Sequence[TaskExit], now: float) -> TurnPlan:
-        """Report the exits, hand the core everything in the drivers' one order (with a
-        Tick, so the time-based rules run every turn), and carry out its actions."""
+    def plan(
+        self,
+        events: Sequence[Event],
+        exits: Sequence[TaskExit],
+        now: float,
+        reports: Sequence[tuple[TaskKey, Report]] = (),
+    ) -> TurnPlan:
+        """Report the exits and the checkpoints tasks reported (one inside a notice ends
+        it: its early stops are in the plan), hand the core everything in the drivers' one
+        order (with a Tick, so the time-based rules run every turn), and carry out its
+        actions."""
+        plan = self._plan = TurnPlan(now)
         reported: list[Event] = []
+        for key, report in reports:
+            saved = self.interpreter.checkpointed(key, now, report.step, report.path)
+            if saved is not None:
+                reported.append(saved)
+                plan.checkpoints.append(saved)
         for exit_ in exits:
             key = TaskKey(exit_.job_id, exit_.task, exit_.run)
             if exit_.not_started and key in self.interpreter.running:
@@ -90,7 +112,6 @@ class TurnPlanner(Observer):
             if event is not None:
                 reported.append(event)
         batch = in_order([*reported, *events, Tick()])
-        plan = self._plan = TurnPlan(now)
         plan.actions = self.core.handle(batch, now)
         self.interpreter.carry_out(plan.actions, now)
         return plan
@@ -98,6 +119,10 @@ class TurnPlanner(Observer):
     def running(self) -> dict[TaskKey, Placement]:
         """Tasks started and not yet reported ended, with their placements."""
         return dict(self.interpreter.running)
+
+    def live(self) -> list[TaskKey]:
+        """Tasks started and not yet reported ended, stopping ones included."""
+        return [*self.interpreter.running, *self.interpreter.stopping]
 
     # -- the Observer: what the store records about jobs ----------------------------------
 
@@ -111,6 +136,12 @@ class TurnPlanner(Observer):
 
     def preempted(self, action: Preempt) -> None:
         self._plan.preempted.append(action.job_id)
+
+    def migrating(self, action: Migrate) -> None:
+        self._plan.migrated.append(action.job_id)
+
+    def lost_work(self, job_id: str, run: int, lost_s: float) -> None:
+        self._plan.lost.append((job_id, run, lost_s))
 
     # -- the executor: starts and stops wait in the plan until it is committed ------------
 

@@ -45,6 +45,7 @@ from hetsched.model.job import Job
 from hetsched.scheduler import Event, JobCancelled, JobSubmitted, Scheduler
 from hetsched.service.schemas import SubmitSpec, from_stored
 from hetsched.service.store import Store
+from hetsched.service.turnstore import checkpoint_of
 
 __all__ = ["Recovered", "RecoveryError", "disagreements", "recover"]
 
@@ -98,7 +99,7 @@ def recover(
     runs = {row["id"]: int(row["run"]) for row in live_rows}
     live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
     leaders = executor.find_leaders()
-    resubmit: list[tuple[Job, int, int]] = []
+    resubmit: list[tuple[Job, int, int, Any]] = []
     with store.write() as conn:
         for t in store.unfinished_tasks():
             why = _must_end(t, runs.get(t["job_id"]))
@@ -114,7 +115,7 @@ def recover(
             rows = live_tasks.get(item.job.id, [])
             _check_tasks(store, conn, executor, leaders, item, rows, found, now)
             if not _restore(store, conn, core, executor, leaders, item, rows, found, now):
-                resubmit.append((item.job, item.run, int(row["restarts"])))
+                resubmit.append((item.job, item.run, int(row["restarts"]), row.get("checkpoint")))
             if row["cancel_requested"]:
                 found.events.append(JobCancelled(item.job.id, "cancelled"))
         # before the releases above commit: kill what no live task accounts for
@@ -138,7 +139,8 @@ def recover(
     # not be restored enters the queue now
     queued = store.queue_times()
     found.events[:0] = [
-        JobSubmitted(job, run, restarts, queued.get(job.id)) for job, run, restarts in resubmit
+        JobSubmitted(job, run, restarts, queued.get(job.id), checkpoint_of(saved))
+        for job, run, restarts, saved in resubmit
     ]
     return found
 
@@ -290,7 +292,14 @@ def _restore(
         }
         try:
             core.restore(
-                job, run, item.placements, finished, int(row["restarts"]), row["started_at"], now
+                job,
+                run,
+                item.placements,
+                finished,
+                int(row["restarts"]),
+                row["started_at"],
+                now,
+                checkpoint_of(row.get("checkpoint")),
             )
         except AllocationError as exc:
             log.warning("job %s: cannot restore its placements: %s", job.id, exc)

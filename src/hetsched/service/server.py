@@ -24,6 +24,7 @@ from hetsched.model.selector import warm as warm_selectors
 from hetsched.scheduler import Event, NodeAdded, Scheduler
 from hetsched.service.app import create_app
 from hetsched.service.auth import Authenticator, RateLimiter
+from hetsched.service.checkpointing import CheckpointProtocol
 from hetsched.service.context import Service
 from hetsched.service.engines import check_executor, local_engine, ray_engine
 from hetsched.service.loop import ControlLoop
@@ -59,6 +60,13 @@ def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
     return out
 
 
+def _api_url(host: str, port: int) -> str:
+    """How a task on this machine reaches the API (``hetsched checkpoint``)."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def build(options: Options) -> Built:
     """Open the store, rebuild the core from it, and start the reconcile loop."""
     check_executor(options)
@@ -92,6 +100,12 @@ def build(options: Options) -> Built:
         watcher=engine.watcher,
         guard=engine.guard,
         fencing=engine.fencing,
+        # the checkpoint protocol needs the service home on the task's machine: local only
+        checkpoints=(
+            CheckpointProtocol(home, _api_url(options.host, options.port))
+            if options.executor == "local"
+            else None
+        ),
     )
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it

@@ -67,6 +67,12 @@ jobs = Table(
     Column("first_started_at", Float, nullable=True),
     Column("ended_at", Float, nullable=True),
     Column("exit_code", Integer, nullable=True),
+    #: the last checkpoint a task reported, as the next run resumes from it: time, run,
+    #: step, path (null: none, or the job starts from scratch)
+    Column("checkpoint", JSON, nullable=True),
+    #: seconds of work lost by runs stopped to run again (since their last checkpoint)
+    Column("lost_work_s", Float, nullable=False, default=0.0, server_default=text("0")),
+    Column("migrations", Integer, nullable=False, default=0, server_default=text("0")),
     UniqueConstraint("owner", "request_key", name="uq_jobs_owner_request_key"),
 )
 

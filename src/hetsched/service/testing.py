@@ -60,6 +60,9 @@ def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)
     token = built.admin_token or built.token_file.read_text().strip()
+    checkpoints = built.service.loop.checkpoints
+    if checkpoints is not None:
+        checkpoints.api = f"http://127.0.0.1:{port}"  # tasks report here
     try:
         yield Running(built, f"http://127.0.0.1:{port}", token)
     finally:

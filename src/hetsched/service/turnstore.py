@@ -19,13 +19,14 @@ from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Alert
 from hetsched.drivers import Start
 from hetsched.keys import TaskKey
+from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import Change, JobTransition
 from hetsched.service.launcher import Launched
 from hetsched.service.planner import TurnPlan
 from hetsched.service.tables import allocations, jobs, tasks, transitions
 
-__all__ = ["TurnRecords", "release_allocations"]
+__all__ = ["TurnRecords", "checkpoint_dict", "checkpoint_of", "release_allocations"]
 
 
 class TurnRecords:
@@ -61,6 +62,7 @@ class TurnRecords:
                     .where(jobs.c.id == job_id)
                     .values(preemptions=jobs.c.preemptions + 1)
                 )
+            _record_checkpoints(conn, plan)
             _record_jobs(conn, plan)
 
     def record_launched(self, launched: Sequence[Launched]) -> None:
@@ -233,6 +235,51 @@ def _record_starts(conn: Connection, starts: Sequence[Start], now: float) -> Non
                     live=True,
                 )
             )
+
+
+def _record_checkpoints(conn: Connection, plan: TurnPlan) -> None:
+    """Each job's last checkpoint (a new run starts from its Bind's, none: from scratch),
+    the work lost by its stopped runs, and its moves."""
+    for start in plan.starts:
+        saved = start.resume
+        value = None if saved is None else checkpoint_dict(saved)
+        conn.execute(update(jobs).where(jobs.c.id == start.key.job).values(checkpoint=value))
+    for report in plan.checkpoints:
+        saved = SavedCheckpoint(
+            plan.now if report.at is None else report.at, report.run, report.step, report.path
+        )
+        conn.execute(
+            update(jobs).where(jobs.c.id == report.job_id).values(checkpoint=checkpoint_dict(saved))
+        )
+    for job_id, _run, lost in plan.lost:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(lost_work_s=jobs.c.lost_work_s + lost)
+        )
+    for job_id in plan.migrated:
+        conn.execute(
+            update(jobs).where(jobs.c.id == job_id).values(migrations=jobs.c.migrations + 1)
+        )
+
+
+def checkpoint_dict(saved: SavedCheckpoint) -> dict[str, Any]:
+    """A checkpoint as the store keeps it (``jobs.checkpoint``)."""
+    return {"time": saved.time, "run": saved.run, "step": saved.step, "path": saved.path}
+
+
+def checkpoint_of(value: Any) -> SavedCheckpoint | None:
+    """The checkpoint a ``jobs.checkpoint`` value holds (None for none or a bad value)."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        step = value.get("step")
+        return SavedCheckpoint(
+            float(value["time"]),
+            int(value["run"]),
+            None if step is None else int(step),
+            str(value.get("path") or ""),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _record_jobs(conn: Connection, plan: TurnPlan) -> None:

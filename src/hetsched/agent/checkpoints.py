@@ -1,0 +1,194 @@
+"""The checkpoint protocol on a machine: directories, what a task is told, the reports it
+writes and the notices it gets.
+
+- Every job has a checkpoint directory, ``<home>/checkpoints/<job id>``: kept across the
+  job's runs (and nodes of one service home), owned by the account its tasks run as.
+- A task is told (:func:`task_env`): ``HETSCHED_CHECKPOINT_DIR``; when its run resumes,
+  ``HETSCHED_RESUME_FROM`` (the path the checkpoint was reported with, else the directory)
+  and ``HETSCHED_RESUME_STEP`` (when one was reported); ``HETSCHED_NOTICE_FILE`` and
+  ``HETSCHED_NOTICE_SIGNAL``; ``HETSCHED_CHECKPOINT_INTERVAL`` when the job declares one;
+  and how to report (``HETSCHED_API``, ``HETSCHED_TASK_TOKEN``, and ``hetsched`` on its
+  ``PATH``).
+- A task reports a checkpoint by writing ``{"step": N, "path": "..."}`` to
+  ``$HETSCHED_CHECKPOINT_DIR/CHECKPOINT`` (a temporary file, then a rename), which the
+  :class:`ReportWatcher` notices, or through the API (``hetsched checkpoint``).
+- A notice writes ``$HETSCHED_CHECKPOINT_DIR/NOTICE`` (``{"deadline": ..., "signal": ...,
+  "reason": ...}``) before the signal is sent; a new run starts without it.
+
+What a task writes is not trusted: reports are read without following links, from regular
+files of at most :data:`MAX_REPORT_BYTES`, and validated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetsched.model.checkpoint import DEFAULT_SIGNAL, Checkpointing, SavedCheckpoint
+
+__all__ = [
+    "MAX_PATH_LENGTH",
+    "MAX_REPORT_BYTES",
+    "NOTICE_FILE",
+    "REPORT_FILE",
+    "CheckpointDirs",
+    "Report",
+    "ReportWatcher",
+    "parse_report",
+    "task_env",
+]
+
+REPORT_FILE = "CHECKPOINT"
+NOTICE_FILE = "NOTICE"
+MAX_REPORT_BYTES = 65536
+MAX_PATH_LENGTH = 4096
+#: steps are reported as integers up to this (a signed 64-bit integer)
+MAX_STEP = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A checkpoint a task reported: the step it reached and where it saved."""
+
+    step: int
+    path: str = ""
+
+
+def parse_report(data: object) -> Report:
+    """A report from its JSON value; ValueError naming what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError('expected {"step": N, "path": "..."}')
+    unknown = sorted(set(data) - {"step", "path"})
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r} (expected step and path)")
+    step = data.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
+        raise ValueError(f"step: expected a whole number >= 0, got {step!r}")
+    path = data.get("path", "")
+    if not isinstance(path, str) or len(path) > MAX_PATH_LENGTH or "\x00" in path:
+        raise ValueError(f"path: expected text of at most {MAX_PATH_LENGTH} characters")
+    return Report(step, path)
+
+
+class CheckpointDirs:
+    """The checkpoint directories under a service home."""
+
+    def __init__(self, home: Path) -> None:
+        self.root = home / "checkpoints"
+
+    def of(self, job_id: str) -> Path:
+        return self.root / job_id
+
+    def prepare(self, job_id: str, owner: tuple[int, int] | None = None) -> Path:
+        """The job's directory, created if needed (mode 0700, owned by ``owner``'s uid and
+        gid when the task runs as another account); a notice left by an earlier run is
+        removed."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        directory = self.of(job_id)
+        directory.mkdir(exist_ok=True, mode=0o700)
+        if owner is not None:
+            info = os.lstat(directory)
+            if (info.st_uid, info.st_gid) != owner:
+                os.chown(directory, *owner, follow_symlinks=False)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / NOTICE_FILE)
+        return directory
+
+    def notify(self, job_id: str, deadline: float, signal: str, reason: str) -> None:
+        """Write the notice file (atomically) before a notice signal is sent."""
+        directory = self.of(job_id)
+        if not directory.is_dir():
+            return
+        body = json.dumps({"deadline": deadline, "signal": signal, "reason": reason})
+        temporary = directory / f".{NOTICE_FILE}.{os.getpid()}"
+        with contextlib.suppress(OSError):
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(body + "\n")
+            os.replace(temporary, directory / NOTICE_FILE)
+
+    def read_report(self, job_id: str) -> tuple[tuple[int, int, int, int], Report | None]:
+        """The report file's identity (device, inode, size, mtime) and its report, if it
+        reads as one; ``((0, 0, 0, 0), None)`` when there is no regular file."""
+        path = self.of(job_id) / REPORT_FILE
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return (0, 0, 0, 0), None
+        try:
+            info = os.fstat(fd)
+            mark = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_REPORT_BYTES:
+                return mark, None
+            raw = os.read(fd, MAX_REPORT_BYTES + 1)
+        finally:
+            os.close(fd)
+        try:
+            return mark, parse_report(json.loads(raw))
+        except (ValueError, UnicodeDecodeError):
+            return mark, None
+
+
+@dataclass(slots=True)
+class ReportWatcher:
+    """Notices new ``CHECKPOINT`` files of the jobs that run here. A job is watched from the
+    start of a run: a file already there (an earlier run's) is not a new report."""
+
+    dirs: CheckpointDirs
+    _marks: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+
+    def watch(self, job_id: str) -> None:
+        """Start (or restart, for a new run) watching ``job_id``'s report file."""
+        self._marks[job_id] = self.dirs.read_report(job_id)[0]
+
+    def forget(self, job_id: str) -> None:
+        self._marks.pop(job_id, None)
+
+    def watched(self) -> list[str]:
+        """The jobs watched."""
+        return list(self._marks)
+
+    def poll(self) -> list[tuple[str, Report]]:
+        """Jobs whose report file changed since the last look, with the report read (a
+        file that does not read as a report is skipped until it changes again)."""
+        out: list[tuple[str, Report]] = []
+        for job_id, last in list(self._marks.items()):
+            mark, report = self.dirs.read_report(job_id)
+            if mark == last:
+                continue
+            self._marks[job_id] = mark
+            if report is not None:
+                out.append((job_id, report))
+        return out
+
+
+def task_env(
+    directory: Path,
+    resume: SavedCheckpoint | None,
+    spec: Checkpointing | None,
+    api: str,
+    token: str,
+    bin_dir: str,
+    path: str,
+) -> dict[str, str]:
+    """What a task is told about checkpoints (see the module docstring). ``path`` is the
+    ``PATH`` it would otherwise get; ``bin_dir`` (where ``hetsched`` is) goes first."""
+    env = {
+        "HETSCHED_CHECKPOINT_DIR": str(directory),
+        "HETSCHED_NOTICE_FILE": str(directory / NOTICE_FILE),
+        "HETSCHED_NOTICE_SIGNAL": spec.signal if spec is not None else DEFAULT_SIGNAL,
+        "HETSCHED_API": api,
+        "HETSCHED_TASK_TOKEN": token,
+        "PATH": bin_dir + (os.pathsep + path if path else ""),
+    }
+    if spec is not None and spec.interval_s is not None:
+        env["HETSCHED_CHECKPOINT_INTERVAL"] = f"{spec.interval_s:g}"
+    if resume is not None:
+        env["HETSCHED_RESUME_FROM"] = resume.path or str(directory)
+        if resume.step is not None:
+            env["HETSCHED_RESUME_STEP"] = str(resume.step)
+    return env
