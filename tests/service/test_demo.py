@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -66,4 +67,8 @@ def test_the_demo_runs_every_job_kind_and_preempts_once() -> None:
     for model in ("gpu A100", "gpu V100", "gpu T4", "fpga U250"):
         assert model in out
     assert "rank 0 done" in out
+    # the preempted job checkpointed on its notice and its second run resumed there
+    saved = re.findall(r"notice received: saved at step (\d+)", out)
+    assert len(saved) == 1 and int(saved[0]) >= 1, out[-3000:]
+    assert f"starting at step {saved[0]} (resuming from" in out
     assert "hetsched up stopped (exit status 0)" in out

@@ -70,6 +70,7 @@ def summarize(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[s
         "utilization": {m: busy[m] / (models[m] * span) for m in sorted(models)},
         "preemptions": sum(j["preemptions"] for j in jobs),
         "preempted": sorted(j["name"] for j in jobs if j["preemptions"]),
+        "lost_work_s": {j["name"]: j.get("lost_work_s", 0.0) for j in jobs if j["preemptions"]},
     }
 
 
@@ -91,6 +92,15 @@ def _progress(jobs: list[dict[str, Any]]) -> Table:
             j["reason"][:60],
         )
     return table
+
+
+def _with_workdir(body: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A job whose relative ``workdir`` is taken from ``folder`` (the workload's), as
+    ``hetsched submit`` takes it from the job file's folder."""
+    workdir = body.get("workdir")
+    if isinstance(workdir, str) and workdir and not workdir.startswith("/"):
+        return {**body, "workdir": str((folder / workdir).resolve())}
+    return body
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
@@ -137,7 +147,7 @@ def main() -> int:
             ids.append(response.json()["id"])
 
         for body in workload["jobs"]:
-            submit(body)
+            submit(_with_workdir(body, examples_dir() / "workloads"))
         later = list(workload.get("later", []))
         deadline = time.monotonic() + 100
         with Live(console=console, refresh_per_second=4, transient=False) as live:
@@ -156,12 +166,13 @@ def main() -> int:
         jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
         summary = summarize(jobs, nodes)
         _print_summary(summary)
-        shown = next((j for j in jobs if j["name"] == "allreduce"), jobs[0])
-        log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
-        console.print(
-            f"\n[bold]log of {shown['name']} (task 0)[/bold]  `hetsched logs {shown['id']}`"
-        )
-        console.print(log["data"].rstrip(), markup=False, highlight=False)
+        for name in ("allreduce", "batch-embed"):
+            shown = next((j for j in jobs if j["name"] == name), jobs[0])
+            log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
+            console.print(
+                f"\n[bold]log of {shown['name']} (task 0)[/bold]  `hetsched logs {shown['id']}`"
+            )
+            console.print(log["data"].rstrip(), markup=False, highlight=False)
         status = 0 if summary["by_state"] == {"succeeded": len(jobs)} else 1
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -192,6 +203,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         console.print(f"    {model:<12} {value:6.1%}")
     victims = ", ".join(summary["preempted"])
     console.print(f"  preemptions: {summary['preemptions']}" + (f" ({victims})" if victims else ""))
+    for name, lost in summary["lost_work_s"].items():
+        console.print(f"  {name} lost {lost:.1f}s of work (since its last checkpoint)")
 
 
 if __name__ == "__main__":

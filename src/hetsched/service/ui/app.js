@@ -482,6 +482,18 @@ function newest(a, b) {
   return at(b) - at(a);
 }
 
+// a job's last checkpoint and the work its stopped runs lost (docs/checkpointing.md)
+function checkpointLine(job) {
+  const parts = [];
+  if (job.checkpoint) {
+    const step = job.checkpoint.step != null ? ` step ${job.checkpoint.step}` : "";
+    parts.push(`checkpoint:${step} (run ${job.checkpoint.run})`);
+  }
+  if (job.lost_work_s > 0 || job.checkpoint || job.migrations) parts.push(`lost work ${job.lost_work_s.toFixed(1)} s`);
+  if (job.migrations) parts.push(`moved ${job.migrations}×`);
+  return parts.join(" · ");
+}
+
 function renderJobs(jobs, explained, counts) {
   const now = Date.now() / 1000;
   const shown = jobs
@@ -498,6 +510,7 @@ function renderJobs(jobs, explained, counts) {
       job.state === "pending"
         ? explanationBlock(explained.get(job.id)) || h("span", { class: "muted" }, job.reason || "waiting")
         : h("span", { class: "muted" }, job.reason || "");
+    const saved = checkpointLine(job);
     return h(
       "tr",
       { "data-job": job.id, class: `job ${job.state}` },
@@ -507,7 +520,7 @@ function renderJobs(jobs, explained, counts) {
       h("td", {}, job.queue),
       h("td", { class: "res-col" }, resources(job)),
       h("td", { class: "num" }, since ? ago(now - since) : ""),
-      h("td", { class: "detail" }, detail),
+      h("td", { class: "detail" }, detail, saved ? h("div", { class: "muted" }, saved) : ""),
     );
   });
   const live = (counts.pending || 0) + (counts.running || 0);
