@@ -158,6 +158,7 @@ class FakeLauncher:
     durations: dict[str, float]
     jobs: dict[str, Any] = field(default_factory=dict)
     guard: Any = None
+    checkpoints: Any = None  # no checkpoint protocol: no reports, no notices
     devices: dict[str, Any] = field(default_factory=dict)
     _due: list[tuple[float, int, TaskExit]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
