@@ -160,7 +160,12 @@ def cancel(up: Up, scratch: Path) -> dict[str, Any]:
     )
     _wait_started(up, scratch, job_id)
     up.cli("cancel", job_id)
-    done = up.wait([job_id], {"cancelled", "failed", "succeeded"})[job_id]
+    up.wait([job_id], {"cancelled", "failed", "succeeded"})
+    # the job is cancelled at once; its task stays `stopping` until its exit is reported
+    deadline = time.monotonic() + 60.0
+    while (done := up.job(job_id))["tasks"][-1]["state"] == "stopping":
+        assert time.monotonic() < deadline, f"task still stopping after 60 s: {done}"
+        time.sleep(0.2)
     return {"job": done, "log": up.cli("logs", job_id)}
 
 
