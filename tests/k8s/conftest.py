@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from hetsched.k8s.api import KubeClusterAPI, for_host
+from k8s.apiserver import ApiServer
+
 
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
@@ -17,3 +20,19 @@ def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="hs-k8s-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def server() -> Iterator[ApiServer]:
+    """The API server double, on a loopback port of its own."""
+    srv = ApiServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
+    """A client of ``server`` (a test module may define its own, with objects preloaded)."""
+    client = for_host(server.url)
+    yield client
+    client.close()

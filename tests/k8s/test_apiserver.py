@@ -8,32 +8,17 @@ import copy
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from kubernetes.client.rest import ApiException
 
-from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.api import KubeClusterAPI
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
 
 Obj = dict[str, Any]
 RESOURCE = "/apis/resource.k8s.io/v1"
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
-    client = for_host(server.url)
-    yield client
-    client.close()
 
 
 def _pods(api: KubeClusterAPI, count: int) -> None:

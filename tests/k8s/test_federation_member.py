@@ -34,13 +34,6 @@ class Clock:
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
 def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
     client = for_host(server.url)
     create_node(client, node_json("n1", devices=gpus("n1", 2)))

@@ -12,34 +12,19 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.api import KubeClusterAPI
 from hetsched.k8s.leader import LeaseLock
 from hetsched.k8s.names import ASSIGN_PHASE, ASSIGNED_DEVICES, POD_GROUP, POD_GROUP_MIN
 from hetsched.k8s.scheduler import PodScheduler, run_leading
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
+from k8s.stepping import wait
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
-    client = for_host(server.url)
-    yield client
-    client.close()
 
 
 def make(api: Any, **kwargs: Any) -> PodScheduler:
@@ -47,15 +32,6 @@ def make(api: Any, **kwargs: Any) -> PodScheduler:
     sched.sync()
     sched.start_watches()
     return sched
-
-
-def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 100) -> None:
-    """Step the scheduler until ``done`` (at most ``steps`` steps of up to 0.1 s)."""
-    for _ in range(steps):
-        if done():
-            return
-        sched.step(0.1)
-    assert done(), "condition not reached"
 
 
 def create_node(api: KubeClusterAPI, body: Obj) -> None:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from hetsched.k8s.api import ApiError, KubeClusterAPI, for_host
 from hetsched.k8s.binding import Binder, BindJob, Member
@@ -20,13 +17,6 @@ from hetsched.keys import TaskKey
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
 
 
 def workload(server: ApiServer) -> None:

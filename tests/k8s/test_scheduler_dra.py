@@ -6,7 +6,7 @@ them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +20,11 @@ from hetsched.k8s.dra.devices import node_slices
 from hetsched.k8s.scheduler import PodScheduler
 from hetsched.model.device import Device
 from k8s.apiserver import ApiServer, node_json, pod_json
+from k8s.stepping import wait
 
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "hetsched.io"
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture
@@ -89,14 +83,6 @@ def make(api: KubeClusterAPI, **kwargs: Any) -> PodScheduler:
     sched.sync()
     sched.start_watches()
     return sched
-
-
-def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 150) -> None:
-    for _ in range(steps):
-        if done():
-            return
-        sched.step(0.1)
-    assert done(), "condition not reached"
 
 
 def claim(server: ApiServer, name: str) -> Obj:

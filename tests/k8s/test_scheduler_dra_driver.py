@@ -5,7 +5,7 @@ out exactly the devices the scheduler allocated."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from hetsched.k8s.dra.driver import DraDriver, DriverSettings
 from hetsched.k8s.scheduler import PodScheduler
 from k8s.apiserver import ApiServer, node_json
 from k8s.drakubelet import DraKubelet
+from k8s.stepping import wait
 from k8s.test_scheduler_dra import ROOT, cel, claim_body, dra_pod, exactly, node_of, results
 
 NODE = "n1"
@@ -64,14 +65,6 @@ def cluster(short_dir: Path) -> Iterator[tuple[ApiServer, KubeClusterAPI, DraKub
         driver.stop()
         api.close()
         server.stop()
-
-
-def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 150) -> None:
-    for _ in range(steps):
-        if done():
-            return
-        sched.step(0.1)
-    assert done(), "condition not reached"
 
 
 def test_the_driver_prepares_the_devices_the_scheduler_allocated(

@@ -5,33 +5,19 @@ bound pods of a group are one job again."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from hetsched.k8s.api import ApiError, KubeClusterAPI, for_host
+from hetsched.k8s.api import ApiError, KubeClusterAPI
 from hetsched.k8s.names import ASSIGNED_DEVICES, POD_GROUP, POD_GROUP_MIN
 from hetsched.k8s.scheduler import PodScheduler
 from hetsched.model.lifecycle import JobState
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
+from k8s.stepping import wait
 
 Obj = dict[str, Any]
 GROUP = {"labels": {POD_GROUP: "g"}, "annotations": {POD_GROUP_MIN: "3"}}
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
-    client = for_host(server.url)
-    yield client
-    client.close()
 
 
 @pytest.fixture(params=[0, 4], ids=["inline", "async"])
@@ -44,14 +30,6 @@ def make(api: Any, workers: int = 0, **kwargs: Any) -> PodScheduler:
     sched.sync()
     sched.start_watches()
     return sched
-
-
-def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 150) -> None:
-    for _ in range(steps):
-        if done():
-            return
-        sched.step(0.1)
-    assert done(), "condition not reached"
 
 
 def get(server: ApiServer, name: str) -> Obj | None:

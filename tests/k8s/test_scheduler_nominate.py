@@ -3,15 +3,13 @@ kube-scheduler does, and the nomination goes when the pod binds or the core give
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
-
 from hetsched.framework.profile import parse_profile
-from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.api import KubeClusterAPI
 from hetsched.k8s.scheduler import PodScheduler
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
+from k8s.stepping import wait
 
 Obj = dict[str, Any]
 PROFILE = parse_profile({"queue_sort": "priority", "post_filter": ["preemption"]})
@@ -19,33 +17,11 @@ PROFILE = parse_profile({"queue_sort": "priority", "post_filter": ["preemption"]
 HOLD = "test.hetsched.io/terminating"
 
 
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
-    client = for_host(server.url)
-    yield client
-    client.close()
-
-
 def make(api: KubeClusterAPI) -> PodScheduler:
     sched = PodScheduler(api, PROFILE, watch_timeout_s=2)
     sched.sync()
     sched.start_watches()
     return sched
-
-
-def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 100) -> None:
-    for _ in range(steps):
-        if done():
-            return
-        sched.step(0.1)
-    assert done(), "condition not reached"
 
 
 def get(server: ApiServer, name: str) -> Obj:

@@ -3,33 +3,17 @@ and the pods its controller recreates are matched to it rather than submitted an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
-import pytest
-
 from hetsched.framework.profile import parse_profile
-from hetsched.k8s.api import KubeClusterAPI, for_host
+from hetsched.k8s.api import KubeClusterAPI
 from hetsched.k8s.scheduler import PodScheduler
 from hetsched.model.lifecycle import JobState
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
+from k8s.stepping import wait
 
 Obj = dict[str, Any]
 PROFILE = parse_profile({"queue_sort": "priority", "post_filter": ["preemption"]})
-
-
-@pytest.fixture
-def server() -> Iterator[ApiServer]:
-    srv = ApiServer().start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
-def api(server: ApiServer) -> Iterator[KubeClusterAPI]:
-    client = for_host(server.url)
-    yield client
-    client.close()
 
 
 def make(api: KubeClusterAPI, **kwargs: Any) -> PodScheduler:
@@ -37,14 +21,6 @@ def make(api: KubeClusterAPI, **kwargs: Any) -> PodScheduler:
     sched.sync()
     sched.start_watches()
     return sched
-
-
-def wait(sched: PodScheduler, done: Callable[[], bool], steps: int = 100) -> None:
-    for _ in range(steps):
-        if done():
-            return
-        sched.step(0.1)
-    assert done(), "condition not reached"
 
 
 def owned(name: str, uid: str, priority: int) -> Obj:
