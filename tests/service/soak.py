@@ -164,7 +164,16 @@ class _Client:
         return answer.json()  # type: ignore[no-any-return]
 
     def jobs(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/v1/jobs", params={"all": True}).json()  # type: ignore[no-any-return]
+        """Every job, page after page (the API answers at most one page per request)."""
+        out: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"all": True, "limit": 10_000}
+        while True:
+            answer = self.request("GET", "/v1/jobs", params=params)
+            out += answer.json()
+            cursor = answer.headers.get("X-Next-Cursor")
+            if not cursor:
+                return out
+            params = {**params, "cursor": cursor}
 
     def alerts(self) -> dict[str, Any]:
         return self.request("GET", "/v1/alerts").json()  # type: ignore[no-any-return]
@@ -352,8 +361,10 @@ class _Soak:
         assert orphans == [], f"allocations held by no live task: {orphans}"
         assert _overlaps(history) == [], "a device held more than its capacity"
         if final:
-            assert [dict(r) for r in rows if r["state"] not in TERMINAL] == []
-            assert [dict(r) for r in history if r["live"]] == []
+            unfinished = [dict(r) for r in rows if r["state"] not in TERMINAL]
+            assert unfinished == [], f"jobs not ended: {unfinished[:5]} ({len(unfinished)})"
+            held = [dict(r) for r in history if r["live"]]
+            assert held == [], f"allocations still live at the end: {held[:5]} ({len(held)})"
         return len(rows), len(history), dict(Counter(r["state"] for r in rows))
 
     def probe(self) -> None:
