@@ -15,6 +15,7 @@ from sysfs import SysfsTree
 
 from hetsched.agent.backends import DiscoveryContext, FoundDevice, create, discover
 from hetsched.agent.backends.nvidia import NvidiaBackend, normalize_bus_id
+from hetsched.agent.watcher import DeviceWatcher
 from hetsched.model.device import Health
 
 
@@ -123,6 +124,13 @@ class RecordedNvml:
         index, xid = self.xid_events.pop(0)
         return SimpleNamespace(device=self.gpus[index], eventData=xid, eventType=8)
 
+    def nvmlDeviceGetUtilizationRates(self, handle: dict[str, Any]) -> SimpleNamespace:
+        # NVML answers NotSupported for a GPU in MIG mode
+        if "util" not in handle or handle.get("mig"):
+            raise NVMLError(NOT_SUPPORTED)
+        gpu, memory = handle["util"]
+        return SimpleNamespace(gpu=gpu, memory=memory)
+
     def nvmlDeviceGetComputeRunningProcesses(self, handle: dict[str, Any]) -> list[Any]:
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in handle.get("procs", [])]
 
@@ -140,6 +148,7 @@ def recorded() -> RecordedNvml:
                 "ecc": 0,
                 "links": ["00000000:43:00.0"] * 4,
                 "mig": False,
+                "util": (87, 41),
             },
             {
                 "uuid": H100_B,
@@ -151,6 +160,7 @@ def recorded() -> RecordedNvml:
                 "ecc": 0,
                 "links": ["00000000:1B:00.0"] * 4,
                 "mig": False,
+                "util": (0, 0),
             },
             {
                 "uuid": A100,
@@ -331,3 +341,25 @@ def test_per_process_gpu_memory() -> None:
 )
 def test_bus_ids_read_as_sysfs_writes_them(bus: str | bytes, address: str) -> None:
     assert normalize_bus_id(bus) == address
+
+
+def test_busy_share_of_whole_gpus() -> None:
+    nvml = recorded()
+    # NVML's percentages as shares; the A100 in MIG mode is left out (NotSupported)
+    backend = NvidiaBackend(DiscoveryContext(nvml=nvml))
+    assert backend.utilization() == {f"nvml:{H100_A}": 0.87, f"nvml:{H100_B}": 0.0}
+    nvml.gpus[0]["lost"] = True
+    assert backend.utilization() == {f"nvml:{H100_B}": 0.0}
+    assert NvidiaBackend(DiscoveryContext(nvml=RecordedNvml([], init_error=9))).utilization() == {}
+
+
+def test_the_watcher_reports_busy_share_by_device_id() -> None:
+    nvml = recorded()
+    watcher = DeviceWatcher.create("node-a", ["nvidia"], nvml=nvml)
+    node = watcher.initial()
+    ids = {d.attributes["uuid"]: d.id for d in node.devices}
+    assert watcher.utilization() == {ids[H100_A]: 0.87, ids[H100_B]: 0.0}
+    # a GPU gone from the bus has no reading, and no stale one is kept
+    nvml.gpus[1]["lost"] = True
+    watcher.poll()
+    assert watcher.utilization() == {ids[H100_A]: 0.87}

@@ -233,6 +233,40 @@ def _guard_exports(api: Api) -> None:
     gpu = {"class": "gpu", "model": "A100"}
     assert value(samples, "hetsched_device_memory_used_bytes", **gpu) == 2048 << 20
     assert value(samples, "hetsched_tasks_gpu_memory_used_bytes") == 2048 << 20
+    _utilization_exports(api, guard, watched, task)
+
+
+class _Measured:
+    """A part of the agent that reads devices itself, as the watcher does through NVML."""
+
+    def __init__(self, values: dict[str, float]) -> None:
+        self.values = values
+
+    def utilization(self) -> dict[str, float]:
+        return dict(self.values)
+
+
+def _utilization_exports(api: Api, guard: Guard, watched: Watched, task: dict[str, object]) -> None:
+    held = [d["id"] for d in task["devices"]]  # type: ignore[attr-defined]
+    assert len(held) == 1
+    # the guard's estimate: the task asked for 1 core and its processes use half of one
+    guard.usage = {watched.key: replace(guard.usage[watched.key], cpu_milli=500.0)}
+    samples = scrape(api.admin)
+    util = {s.labels["device"]: s for s in samples["hetsched_device_utilization_ratio"]}
+    assert util[held[0]].value == pytest.approx(0.5)
+    assert util[held[0]].labels["source"] == "guard"
+    idle = [d for d, s in util.items() if d != held[0]]
+    assert idle and all(util[d].value == 0 and util[d].labels["source"] == "guard" for d in idle)
+    # a part that reads the device wins over the estimate, for the devices it reads
+    service = api.svc.built.service
+    service.monitor = _Measured({held[0]: 0.9, "no-such-device": 1.0})  # type: ignore[attr-defined]
+    try:
+        samples = scrape(api.admin)
+    finally:
+        service.monitor = None  # type: ignore[attr-defined]
+    util = {s.labels["device"]: s for s in samples["hetsched_device_utilization_ratio"]}
+    assert (util[held[0]].value, util[held[0]].labels["source"]) == (0.9, "device")
+    assert "no-such-device" not in util and all(util[d].labels["source"] == "guard" for d in idle)
 
 
 def test_metrics_need_a_token_unless_public(tmp_path: Path) -> None:

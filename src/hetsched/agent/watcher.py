@@ -219,6 +219,26 @@ class DeviceWatcher:
         with self._lock:
             return sorted(self.states.values(), key=lambda s: s.id)
 
+    def utilization(self) -> dict[str, float]:
+        """Device id -> busy share 0..1, for the present devices whose backend measures it
+        (``nvidia``, through NVML); read from the devices at each call (safe from any
+        thread: the backends' answers do not touch the watcher's books)."""
+        out: dict[str, float] = {}
+        for backend in self.backends:
+            measure = getattr(backend, "utilization", None)
+            if measure is None:
+                continue
+            try:
+                measured = measure()
+            except Exception as exc:
+                log.debug("%s: reading utilization failed (%s)", backend.name, exc)
+                continue
+            with self._lock:
+                for key, value in measured.items():
+                    if key in self.present:
+                        out[self.ids[key]] = float(value)
+        return out
+
     # -- the watching thread -------------------------------------------------------------
 
     def start(self) -> None:

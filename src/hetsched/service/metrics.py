@@ -26,7 +26,7 @@ import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, disable_created_metrics, generate_latest
@@ -34,11 +34,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expected_frag
-from hetsched.keys import TaskKey
+from hetsched.cluster.placement import Placement
 from hetsched.model.device import SHARE_UNITS
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.context import Service
 from hetsched.service.loopmetrics import History, LoopMetrics, Sample
+from hetsched.service.utilization import GuardLike, device_utilization, task_of_key
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -108,28 +109,6 @@ METRIC_NAMES = frozenset(
 )
 
 
-# -- what the agent may add --------------------------------------------------------------
-
-
-@runtime_checkable
-class MeasuresUtilization(Protocol):
-    """Something that measures how busy each device is: device id -> 0..1. No part of the
-    agent does yet (the guard measures tasks, not devices); the family stays empty until
-    one does."""
-
-    def utilization(self) -> Mapping[str, float]: ...
-
-
-@runtime_checkable
-class GuardLike(Protocol):
-    """What the collector reads from the agent's overcommit guard (agent/guard.py): alerts
-    raised so far by kind, kills asked for, and the last usage measured per task."""
-
-    counts: Mapping[str, int]
-    kills: int
-    usage: Mapping[str, Any]
-
-
 def _parts(service: Service) -> list[object]:
     """Every object of the service that may measure or alert, present or not."""
     found: list[object] = []
@@ -189,9 +168,10 @@ class ServiceCollector(Collector):
                 *self._fragmentation(view),
             ]
             node_of = {d.id: n.name for n in view.cluster.nodes for d in n.devices}
-            devices_of = _task_devices(view)
+            running = view.running_placements()
+            devices_of = _task_devices(view, running)
         yield from metrics
-        yield from self._agent(service, node_of, devices_of)
+        yield from self._agent(service, node_of, devices_of, running)
 
     def _jobs(self, service: Service) -> Iterator[Metric]:
         jobs = _gauge("hetsched_jobs", "Jobs by queue and state.", ["queue", "state"])
@@ -301,11 +281,13 @@ class ServiceCollector(Collector):
         service: Service,
         node_of: Mapping[str, str],
         devices_of: Mapping[tuple[str, int], list[tuple[str, str]]],
+        running: Mapping[tuple[str, int], Placement],
     ) -> Iterator[Metric]:
         util = _gauge(
             "hetsched_device_utilization_ratio",
-            "Measured busy share of a device, 0..1 (when a part of the agent measures it).",
-            ["node", "device", "class", "model"],
+            "Measured busy share of a device, 0..1: read from the device (NVML) or estimated "
+            "from the overcommit guard's measurements of the tasks that hold it.",
+            ["node", "device", "class", "model", "source"],
         )
         alerts = CounterMetricFamily(
             "hetsched_alerts",
@@ -331,19 +313,13 @@ class ServiceCollector(Collector):
             ["class", "model"],
         )
         devices = service.loop.devices
-        seen: set[str] = set()
-        guards: list[GuardLike] = []
-        for part in _parts(service):
-            if isinstance(part, MeasuresUtilization):
-                for device_id, value in sorted(part.utilization().items()):
-                    device = devices.get(device_id)
-                    if device is not None and device_id not in seen:
-                        seen.add(device_id)
-                        where = node_of.get(device_id, "")
-                        labels = [where, device_id, device.device_class, device.model]
-                        util.add_metric(labels, float(value))
-            if isinstance(part, GuardLike):
-                guards.append(part)
+        parts = _parts(service)
+        present = {d: devices[d] for d in node_of if d in devices}
+        for device_id, reading in sorted(device_utilization(parts, present, running).items()):
+            device = devices[device_id]
+            labels = [node_of[device_id], device_id, device.device_class, device.model]
+            util.add_metric([*labels, reading.source], reading.value)
+        guards = [part for part in parts if isinstance(part, GuardLike)]
         # one series each, summed over the guards the service holds (one per machine)
         counts: Tally[str] = Tally()
         per: dict[tuple[str, str], float] = {}
@@ -353,7 +329,7 @@ class ServiceCollector(Collector):
             usage = dict(guard.usage)
             used += usage.values()
             for key, task in usage.items():
-                held = devices_of.get(_job_task(key), [])
+                held = devices_of.get(task_of_key(key), [])
                 for what in held:
                     per[what] = per.get(what, 0.0) + task.gpu_memory_mib * _MIB / len(held)
         if guards:
@@ -368,11 +344,13 @@ class ServiceCollector(Collector):
         yield from (util, alerts, kills, memory, gpu_memory, cpu, by_model)
 
 
-def _task_devices(view: SchedulerView) -> dict[tuple[str, int], list[tuple[str, str]]]:
+def _task_devices(
+    view: SchedulerView, running: Mapping[tuple[str, int], Placement]
+) -> dict[tuple[str, int], list[tuple[str, str]]]:
     """(job, task) -> (class, model) of each device its running task holds."""
     state = view.cluster
     out: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    for (job_id, task), placement in view.running_placements().items():
+    for (job_id, task), placement in running.items():
         kinds = []
         for share in placement.devices:
             device = state.device_of(share.device_id)
@@ -382,33 +360,26 @@ def _task_devices(view: SchedulerView) -> dict[tuple[str, int], list[tuple[str, 
     return out
 
 
-def _job_task(key: str) -> tuple[str, int]:
-    """An executor's task key as (job, task); ("", -1) if it is not one."""
-    try:
-        parsed = TaskKey.parse(key)
-    except ValueError:
-        return "", -1
-    return parsed.job, parsed.task
-
-
 def measured_by_class(service: Service) -> dict[str, float]:
     """What the agent measured, as shares of capacity for the dashboard's chart: devices
-    per class (mean utilization, when measured) and ``cpu`` (tasks' CPU use over the
-    capacity of active nodes, when the guard runs)."""
+    per class (mean busy share, see service/utilization.py) and ``cpu`` (tasks' CPU use over
+    the capacity of active nodes, when the guard runs). Called with the loop's lock held
+    (:meth:`LoopMetrics.sample`)."""
+    parts = _parts(service)
+    devices = service.loop.devices
+    view = service.loop.view
+    state = view.cluster
+    present = {d.id: devices[d.id] for n in state.nodes for d in n.devices if d.id in devices}
+    running = view.running_placements()
+    capacity = int(state.cpu_cap[state.active].sum())
     sums: dict[str, list[float]] = {}
+    for device_id, reading in device_utilization(parts, present, running).items():
+        sums.setdefault(present[device_id].device_class, []).append(reading.value)
     out: dict[str, float] = {}
-    for part in _parts(service):
-        if isinstance(part, MeasuresUtilization):
-            for device_id, value in part.utilization().items():
-                device = service.loop.devices.get(device_id)
-                if device is not None:
-                    sums.setdefault(device.device_class, []).append(float(value))
-        if isinstance(part, GuardLike):
-            state = service.loop.view.cluster
-            capacity = int(state.cpu_cap[state.active].sum())
-            if capacity:
-                used = sum(u.cpu_milli for u in list(part.usage.values()))
-                out["cpu"] = out.get("cpu", 0.0) + used / capacity
+    if capacity:
+        for guard in (part for part in parts if isinstance(part, GuardLike)):
+            used = sum(u.cpu_milli for u in list(guard.usage.values()))
+            out["cpu"] = out.get("cpu", 0.0) + used / capacity
     out.update({cls: sum(v) / len(v) for cls, v in sums.items() if v})
     return out
 

@@ -276,6 +276,37 @@ class NvidiaBackend:
                     out[int(process.pid)] = out.get(int(process.pid), 0) + int(used)
         return out
 
+    # -- busy share (the measured utilization metric) ---------------------------------
+
+    def utilization(self) -> dict[str, float]:
+        """Device key -> the share of NVML's last sample period (1/6 s to 1 s, by model) in
+        which a kernel ran on the GPU, 0..1; {} without NVML. Whole GPUs only: NVML does not
+        report the busy share of MIG instances (it answers NotSupported in MIG mode), so a
+        GPU in MIG mode and its instances are left out, as is a GPU that does not answer."""
+        nvml = self._init()
+        if nvml is None:
+            return {}
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception:
+            return {}
+        out: dict[str, float] = {}
+        for index in range(count):
+            rates = _try(lambda i=index: self._rates(nvml, i))
+            if rates is not None:
+                uuid, busy = rates
+                out[f"nvml:{uuid}"] = min(1.0, max(0.0, busy / 100))
+        return out
+
+    @staticmethod
+    def _rates(nvml: Any, index: int) -> tuple[str, float] | None:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        mode = _try(lambda: nvml.nvmlDeviceGetMigMode(handle))
+        if mode is not None and int(mode[0]) == int(getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)):
+            return None
+        rates = nvml.nvmlDeviceGetUtilizationRates(handle)
+        return _text(nvml.nvmlDeviceGetUUID(handle)), float(rates.gpu)
+
     def _say(self, line: str) -> None:
         if line not in self._said:
             self._said.add(line)

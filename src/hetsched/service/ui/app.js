@@ -221,7 +221,9 @@ function renderAlerts(alerts) {
   if (alerts.wedged) rows.push(row("wedge", "Scheduling is stopped:", alerts.wedged));
   const held = Object.entries(alerts.held || {});
   if (held.length) rows.push(row("warn", `${held.length} job${held.length === 1 ? "" : "s"} held back:`, held.slice(0, MAX_ALERTS).map(([id, why]) => `${id} (${why})`).join("; ")));
-  for (const a of (alerts.loop || []).filter((x) => x.kind !== "recovered").slice(-MAX_ALERTS)) rows.push(row("warn", `Loop ${a.kind.replace("_", " ")} · ${clock(a.time)}:`, a.message));
+  // while wedged, the first banner says it: the retries' repeated "wedged" alerts would only echo it
+  const shown = (a) => a.kind !== "recovered" && !(alerts.wedged && a.kind === "wedged");
+  for (const a of (alerts.loop || []).filter(shown).slice(-MAX_ALERTS)) rows.push(row("warn", `Loop ${a.kind.replace("_", " ")} · ${clock(a.time)}:`, a.message));
   for (const a of (alerts.guard || []).slice(-MAX_ALERTS)) rows.push(row("warn", `Overcommit guard · ${clock(a.time)}:`, a.message));
   for (const d of alerts.devices || []) rows.push(row("warn", `Device ${d.id}:`, d.reason || (d.present ? d.health : "removed")));
   $("alerts").replaceChildren(...rows);
