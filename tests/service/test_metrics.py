@@ -372,3 +372,25 @@ def test_history_keeps_one_sample_per_interval_and_the_newest() -> None:
     assert added == [0.0, 2.0, 4.5, 6.5, 9.0]
     assert [s.time for s in ring.since()] == [4.5, 6.5, 9.0]
     assert [s.time for s in ring.since(6.5)] == [9.0]
+
+
+def test_stranded_accelerators_are_exported(tmp_path: Path) -> None:
+    with running(service_options(tmp_path)) as svc:
+        api = Api(svc)
+        try:
+            samples = scrape(api.admin)
+            assert value(samples, "hetsched_stranded_accelerators") == 0
+            # a CPU-only job that only gpu-node can host (16 cores) leaves it 4 cores for
+            # its three free GPUs, which need 16/3 each: all three are stranded; the FPGA
+            # node is untouched
+            job = api.alice.post(
+                "/v1/jobs",
+                json=job_body(command=["sleep", "30"], resources={"cpu": "12", "memory": "1Gi"}),
+            ).json()
+            api.wait(api.alice, job["id"], {"running"})
+            samples = scrape(api.admin)
+            assert value(samples, "hetsched_stranded_accelerators") == 3
+            assert value(samples, "hetsched_stranded_accelerators_ratio") == pytest.approx(3 / 4)
+            api.alice.post(f"/v1/jobs/{job['id']}/cancel")
+        finally:
+            api.close()

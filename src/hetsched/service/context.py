@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hetsched.agent.guard import Guard
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
+from hetsched.cluster.stranding import Typical
 from hetsched.model.device import Device
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.auth import Authenticator, RateLimiter
@@ -102,3 +103,6 @@ class Service:
     fencing: Fencing | None = None
     #: where task logs come from (default: the executor's files)
     logs: LogReader | None = None
+    #: class or class/model -> what one accelerator's typical job needs beside it, for the
+    #: stranded-accelerators gauge (the profile's ``stranding`` score args; {}: proportional)
+    stranding: Mapping[str, Typical] = field(default_factory=dict)

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 
 from hetsched.cluster.frag import TargetClass, TargetWorkload, eligibility, expected_frag
 from hetsched.cluster.placement import Placement
+from hetsched.cluster.stranding import Typical, stranded_accelerators
 from hetsched.model.device import SHARE_UNITS
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.context import Service
@@ -99,6 +100,8 @@ METRIC_NAMES = frozenset(
         "hetsched_device_utilization_ratio",
         "hetsched_fragmentation_ratio",
         "hetsched_fragmented_devices",
+        "hetsched_stranded_accelerators",
+        "hetsched_stranded_accelerators_ratio",
         "hetsched_alerts_total",
         "hetsched_guard_kills_total",
         "hetsched_tasks_memory_used_bytes",
@@ -166,6 +169,7 @@ class ServiceCollector(Collector):
                 *self._pending_age(view, now),
                 *self._capacity(view),
                 *self._fragmentation(view),
+                *self._stranded(view, service.stranding),
             ]
             node_of = {d.id: n.name for n in view.cluster.nodes for d in n.devices}
             running = view.running_placements()
@@ -275,6 +279,22 @@ class ServiceCollector(Collector):
                 amount.add_metric([cls, model], frag / SHARE_UNITS)
         yield ratio
         yield amount
+
+    def _stranded(self, view: SchedulerView, typical: Mapping[str, Typical]) -> Iterator[Metric]:
+        report = stranded_accelerators(view.cluster, typical)
+        count = _gauge(
+            "hetsched_stranded_accelerators",
+            "Healthy, wholly free accelerators whose node lacks the CPU or memory their "
+            "typical job needs beside them (docs/heterogeneity.md).",
+        )
+        count.add_metric([], report.stranded)
+        ratio = _gauge(
+            "hetsched_stranded_accelerators_ratio",
+            "Stranded accelerators over the healthy accelerators of active nodes, 0..1.",
+        )
+        ratio.add_metric([], report.fraction)
+        yield count
+        yield ratio
 
     def _agent(
         self,

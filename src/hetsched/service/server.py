@@ -21,6 +21,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
+from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Event, NodeAdded, Scheduler
 from hetsched.service.app import create_app
 from hetsched.service.auth import Authenticator, RateLimiter
@@ -130,6 +131,7 @@ def build(options: Options) -> Built:
         metrics_public=options.metrics_public,
         docs_public=options.docs_public,
         fencing=engine.fencing,
+        stranding=profile_typicals(profile),
     )
     if engine.on_joined is not None:
         engine.on_joined(service.feasibility.extend)
