@@ -8,8 +8,10 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -199,3 +201,22 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             timeout=60,
         )
         shutil.rmtree(data, ignore_errors=True)
+
+
+def over_capacity(history: list[Any]) -> list[str]:
+    """Moments of an allocation history (rows with ``device_id``, ``share``,
+    ``allocated_at`` and ``released_at``) at which a device held more than its capacity."""
+    points: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
+    for row in history:
+        end = row["released_at"] if row["released_at"] is not None else float("inf")
+        # a release sorts before an allocation at the same instant: [start, end) intervals
+        points[row["device_id"]].append((row["allocated_at"], 1, row["share"]))
+        points[row["device_id"]].append((end, 0, -row["share"]))
+    problems = []
+    for device, items in points.items():
+        held = 0
+        for when, _order, delta in sorted(items):
+            held += delta
+            if held > 1000:
+                problems.append(f"{device} held {held}/1000 at {when}")
+    return problems

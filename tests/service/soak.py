@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from service_fixtures import over_capacity
 
 from agent.sysfs import SysfsTree
 from hetsched.service.testing import ServerProcess
@@ -213,24 +214,6 @@ def _running(client: _Client, job_id: str) -> bool:
     return bool(tasks) and all(t["state"] == "running" and t["pid"] for t in tasks)
 
 
-def _overlaps(history: list[sqlite3.Row]) -> list[str]:
-    """Moments at which some device held more than its capacity."""
-    points: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
-    for row in history:
-        end = row["released_at"] if row["released_at"] is not None else float("inf")
-        # a release sorts before an allocation at the same instant: [start, end) intervals
-        points[row["device_id"]].append((row["allocated_at"], 1, row["share"]))
-        points[row["device_id"]].append((end, 0, -row["share"]))
-    problems = []
-    for device, items in points.items():
-        held = 0
-        for when, _order, delta in sorted(items):
-            held += delta
-            if held > 1000:
-                problems.append(f"{device} held {held}/1000 at {when}")
-    return problems
-
-
 class _Soak:
     def __init__(self, root: Path, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -359,7 +342,7 @@ class _Soak:
             if r["live"] and (r["job_id"], r["task"], r["run"]) not in live_tasks
         ]
         assert orphans == [], f"allocations held by no live task: {orphans}"
-        assert _overlaps(history) == [], "a device held more than its capacity"
+        assert over_capacity(history) == [], "a device held more than its capacity"
         if final:
             unfinished = [dict(r) for r in rows if r["state"] not in TERMINAL]
             assert unfinished == [], f"jobs not ended: {unfinished[:5]} ({len(unfinished)})"

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 import pytest
+from service_fixtures import over_capacity
 
 from hetsched.service.testing import free_port
 
@@ -152,24 +153,6 @@ def _submitter(
             time.sleep(rng.uniform(0.0, 0.05))
 
 
-def _overlaps(history: list[sqlite3.Row]) -> list[str]:
-    """Times at which some device held more than its capacity."""
-    per_device: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
-    for row in history:
-        end = row["released_at"] if row["released_at"] is not None else float("inf")
-        # releases sort before allocations at the same instant: [start, end) intervals
-        per_device[row["device_id"]].append((row["allocated_at"], 1, row["share"]))
-        per_device[row["device_id"]].append((end, 0, -row["share"]))
-    problems = []
-    for device, points in per_device.items():
-        held = 0
-        for when, _order, delta in sorted(points):
-            held += delta
-            if held > 1000:
-                problems.append(f"{device} held {held}/1000 at {when}")
-    return problems
-
-
 def test_kill_9_never_loses_duplicates_or_double_allocates(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     home = tmp_path / "home"
@@ -227,7 +210,7 @@ def test_kill_9_never_loses_duplicates_or_double_allocates(tmp_path: Path) -> No
     # no device slot ever held by two tasks
     history = db.execute("SELECT * FROM allocations").fetchall()
     assert history, "the workload allocated devices"
-    assert _overlaps(history) == [], f"seed {SEED}"
+    assert over_capacity(history) == [], f"seed {SEED}"
     assert [dict(r) for r in history if r["live"]] == [], f"seed {SEED}"
     tasks = db.execute("SELECT state, count(*) AS n FROM tasks GROUP BY state").fetchall()
     states = db.execute("SELECT state, count(*) AS n FROM jobs GROUP BY state").fetchall()
@@ -237,3 +220,21 @@ def test_kill_9_never_loses_duplicates_or_double_allocates(tmp_path: Path) -> No
         f"tasks {dict((r['state'], r['n']) for r in tasks)}, {len(history)} allocations"
     )
     db.close()
+
+
+@pytest.mark.parametrize(
+    ("rows", "problems"),
+    [
+        ([("d", 500, 0, 10), ("d", 500, 5, None)], 0),
+        ([("d", 1000, 0, 10), ("d", 1000, 10, 20)], 0),  # released as the next is allocated
+        ([("d", 1000, 0, 10), ("d", 1000, 9, 20)], 1),
+        ([("d", 1000, 0, None), ("e", 1000, 0, None), ("d", 100, 50, 60)], 1),
+    ],
+)
+def test_the_capacity_check_finds_a_device_held_twice(
+    rows: list[tuple[str, int, float, float | None]], problems: int
+) -> None:
+    history = [
+        {"device_id": d, "share": s, "allocated_at": a, "released_at": r} for d, s, a, r in rows
+    ]
+    assert len(over_capacity(history)) == problems

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import uvicorn
-
 from hetsched.federation.server import Built, FederationOptions, build, close
-from hetsched.service.testing import free_port
+from hetsched.service.testing import serve
 
 __all__ = ["RunningFederation", "running_federation"]
 
@@ -28,19 +24,11 @@ def running_federation(options: FederationOptions) -> Iterator[RunningFederation
     """The federation (store, members' workers, loop, uvicorn) on 127.0.0.1; stopped on
     exit (jobs on the members are theirs to stop: their lease runs out)."""
     built = build(options)
-    port = free_port()
-    config = uvicorn.Config(
-        built.app, host="127.0.0.1", port=port, log_level="error", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            close(built)
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
+    try:
+        server, thread, port = serve(built.app)
+    except RuntimeError:
+        close(built)
+        raise
     token = built.admin_token or built.token_file.read_text().strip()
     try:
         yield RunningFederation(built, f"http://127.0.0.1:{port}", token)
