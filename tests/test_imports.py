@@ -124,10 +124,19 @@ def test_keys_import_nothing_of_the_package() -> None:
     assert import_graph()["hetsched.keys"] == set()
 
 
+#: what the framework may import: the layers below it, and the round solvers, a leaf
+#: library (numpy and scipy only) whose policy names a profile's ``rounds`` is checked against
+BELOW_FRAMEWORK = ("hetsched.cluster", "hetsched.model", "hetsched.keys", "hetsched.rounds")
+
+
 def test_no_package_imports_its_plugins_back() -> None:
     graph = import_graph()
     framework = {m for m in graph if m.startswith("hetsched.framework")}
     upward = {t for m in framework for t in graph[m] if not t.startswith("hetsched.framework")}
-    assert all(
-        t.startswith(("hetsched.cluster", "hetsched.model", "hetsched.keys")) for t in upward
-    )
+    assert all(t.startswith(BELOW_FRAMEWORK) for t in upward)
+
+
+def test_the_round_solvers_are_a_leaf_library() -> None:
+    graph = import_graph()
+    rounds = {m for m in graph if m.startswith("hetsched.rounds")}
+    assert {t for m in rounds for t in graph[m]} <= rounds

@@ -27,6 +27,7 @@ overcommit: {cpu: 1.5, memory: 1.0}  # best-effort jobs may use up to factor x c
 guard: {interval_s: 5, memory_tolerance: 1.0, node_memory_threshold: 0.95, kill_best_effort: true}
 speeds: {table: simulation_throughputs.json}  # job types' rates per device model
 migration: {min_runtime_s: 600, defrag: {enabled: true, max_moves: 2}}  # moving running jobs
+rounds: {policy: las, round_s: 360}  # round-based allocation of devices (docs/heterogeneity.md)
 ```
 """
 
@@ -54,6 +55,7 @@ __all__ = [
     "ProfileError",
     "ProfileSpec",
     "QueueSpec",
+    "RoundsSpec",
     "TimeoutSpec",
     "UpgradeSpec",
     "check_profile",
@@ -217,6 +219,46 @@ class MigrationSpec(BaseModel):
     upgrade: UpgradeSpec = UpgradeSpec()
 
 
+class RoundsSpec(BaseModel):
+    """Round-based allocation (docs/heterogeneity.md, "Round policies in the core"): every
+    ``round_s`` the core solves ``policy`` (``hetsched.rounds``) over the active jobs that
+    ask for whole devices of ``device_class`` and realises the round's share with Bind,
+    Preempt and Migrate. ``alpha``: the knob of ``fair-throughput`` and ``fair-srtf``.
+    A new allocation is solved when the set of jobs changed and ``reset_s`` passed since
+    the shares were last reset (Gavel's rule), or at every change with
+    ``solve_on_change``. ``min_runtime_s`` (default half a round): a job younger than
+    this in its current run keeps its devices. ``arrivals``: ``wait`` (a job waits for the
+    next round boundary, as in Gavel) or ``idle`` (between boundaries, once the round's
+    choices have started, waiting jobs may start on devices nobody uses)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: str = "las"
+    round_s: float = Field(default=360.0, gt=0, allow_inf_nan=False)
+    alpha: float = Field(default=0.5, ge=0, le=1)
+    reset_s: float = Field(default=1920.0, ge=0, allow_inf_nan=False)
+    solve_on_change: bool = False
+    min_runtime_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    arrivals: Literal["wait", "idle"] = "wait"
+    device_class: str = Field(default="gpu", min_length=1)
+    grace_s: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        # imported here: the solvers (scipy) load only for profiles that use rounds
+        from hetsched.rounds.policies import policy_names
+
+        names = policy_names()
+        if value not in names:
+            raise ValueError(f"unknown round policy {value!r} (known: {', '.join(names)})")
+        return value
+
+    @property
+    def min_runtime(self) -> float:
+        return self.round_s / 2 if self.min_runtime_s is None else self.min_runtime_s
+
+
 class ProfileError(ValueError):
     """A profile that does not load; the message lists every problem with its field path."""
 
@@ -263,6 +305,8 @@ class ProfileSpec(BaseModel):
     speeds: SpeedsSpec = SpeedsSpec()
     #: moving running jobs: defragmentation and upgrades
     migration: MigrationSpec = MigrationSpec()
+    #: round-based allocation policies (None: off)
+    rounds: RoundsSpec | None = None
 
     @field_validator("queue_sort", mode="before")
     @classmethod
@@ -386,9 +430,28 @@ def check_queues(spec: ProfileSpec) -> list[str]:
     return errors
 
 
+def check_rounds(spec: ProfileSpec) -> list[str]:
+    """What a ``rounds`` section cannot be combined with: queue quotas (a round policy
+    divides the devices itself) and gang holds (a round places a job whole or not at all)."""
+    if spec.rounds is None:
+        return []
+    errors: list[str] = []
+    for index, queue in enumerate(spec.queues):
+        if queue.nominal or queue.borrowing_limit or queue.lending_limit:
+            errors.append(
+                f"queues[{index}]: quotas do not apply with 'rounds' (the round policy "
+                "divides the devices): remove nominal, borrowing_limit and lending_limit, "
+                "or the rounds section"
+            )
+    if spec.gang.hold:
+        errors.append("gang.hold: must be false with 'rounds' (a round starts a job whole)")
+    return errors
+
+
 def check_profile(spec: ProfileSpec, registry: Registry | None = None) -> list[str]:
-    """Every problem of a parsed profile (plugins, queue tree, quotas) with field paths."""
-    return check_plugins(spec, registry) + check_queues(spec)
+    """Every problem of a parsed profile (plugins, queue tree, quotas, rounds) with field
+    paths."""
+    return check_plugins(spec, registry) + check_queues(spec) + check_rounds(spec)
 
 
 def parse_profile(

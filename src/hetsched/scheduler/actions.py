@@ -36,11 +36,13 @@ __all__ = [
 
 
 class PreemptionKind(enum.StrEnum):
-    """Why a victim is preempted: for a job of higher priority in its queue, or to give a
-    queue back its guarantee (quota reclaim)."""
+    """Why a victim is preempted: for a job of higher priority in its queue, to give a
+    queue back its guarantee (quota reclaim), or because the round policy gives its devices
+    to others for the next round (round)."""
 
     PRIORITY = "priority"
     RECLAIM = "reclaim"
+    ROUND = "round"
 
 
 class Change(enum.StrEnum):
@@ -76,10 +78,12 @@ class Change(enum.StrEnum):
 
 class MigrationKind(enum.StrEnum):
     """Why a job is moved: to make room for a job that fits nowhere as the cluster is
-    packed (defragmentation), or to a faster device model (upgrade)."""
+    packed (defragmentation), to a faster device model (upgrade), or to the device model
+    the round policy gives it for the next round (round)."""
 
     DEFRAG = "defragmentation"
     UPGRADE = "upgrade"
+    ROUND = "round"
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,17 @@ from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord, MoveBook
 from hetsched.scheduler.usage import Ledger
 
-__all__ = ["Books"]
+__all__ = ["Books", "RoundHold"]
+
+
+class RoundHold(Protocol):
+    """What the cycle asks of round mode (``hetsched.scheduler.round_mode.RoundBook``)."""
+
+    def holds(self, sched: Books, record: JobRecord) -> bool:
+        """Keep this waiting job from the ordinary cycle (it waits for a round)."""
+        ...
+
+    def explanation(self, record: JobRecord) -> str: ...
 
 
 @runtime_checkable
@@ -99,7 +109,14 @@ class Books(Protocol):
         """The profile's throughput table, handed to the core by its driver."""
         ...
 
+    @property
+    def rounds(self) -> RoundHold | None:
+        """The round state when the profile has a ``rounds`` section."""
+        ...
+
     def record(self, job_id: str) -> JobRecord: ...
+
+    def queue_weight(self, queue: str) -> float: ...
 
     def active_jobs(self) -> list[JobRecord]: ...
 
@@ -132,6 +149,8 @@ class Books(Protocol):
         grace_s: float,
         now: float,
     ) -> None: ...
+
+    def yield_round(self, record: JobRecord, grace_s: float, reason: str, now: float) -> None: ...
 
     def preempt(
         self,

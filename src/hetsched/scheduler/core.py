@@ -64,6 +64,7 @@ from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.jobbook import JobBook
 from hetsched.scheduler.migration import run_upgrades
 from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.round_mode import RoundBook, run_rounds
 from hetsched.scheduler.view import SchedulerView
 
 __all__ = ["Scheduler"]
@@ -94,6 +95,10 @@ class Scheduler(JobBook):
         self.incremental = True
         #: what a driver may read between calls
         self.view = SchedulerView(self)
+        #: round-based allocation (the profile's ``rounds``), None when off
+        self.rounds: RoundBook | None = None
+        if self.profile.rounds is not None:
+            self.rounds = RoundBook(self.profile.rounds, seed)
 
     def use_reference_cycle(self) -> None:
         """Run every cycle with the full sort over all waiting jobs (see ``incremental``):
@@ -110,6 +115,8 @@ class Scheduler(JobBook):
             self._apply(event, now)
         self._timers(now)
         start = len(out)
+        if self.rounds is not None:
+            run_rounds(self, self.rounds, now)
         run_cycle(self, now)
         run_upgrades(self, now)
         placed_in_line(self, out, start)
@@ -159,7 +166,8 @@ class Scheduler(JobBook):
     def next_wakeup(self) -> float | None:
         """The earliest time after the last ``handle`` call at which a time-based rule acts
         (gang hold timeout, end of a backoff, maximum runtime, maximum pending time, the
-        next try of a waiting job that preemption or defragmentation may help), or None.
+        next try of a waiting job that preemption or defragmentation may help, the next
+        round boundary in round mode), or None.
         Drivers that do not tick at a fixed step call ``handle([Tick()], t)`` then; aging
         needs no wakeup. Read from heaps and indexes: no scan of the jobs."""
         now = self.now
@@ -167,6 +175,7 @@ class Scheduler(JobBook):
             self.deadlines.next_after(now),
             self.queue.next_backoff_end(now),
             self.queue.next_refiling(now),
+            self.rounds.wakeup() if self.rounds is not None else None,
         ]
         if self.holder is not None:
             hold_since = self.jobs[self.holder].hold_since

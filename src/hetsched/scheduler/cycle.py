@@ -149,6 +149,10 @@ def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
     failures = sched.framework.sort_failures
     if failures and record.id in failures:
         raise PluginError(failures[record.id])
+    rounds = sched.rounds
+    if rounds is not None and rounds.holds(sched, record):
+        _explain(sched, record, Explanation(Code.UNSCHEDULABLE, rounds.explanation(record)))
+        return
     if queue in cycle.blocked:
         head = cycle.blocked[queue]
         text = f"queue {queue} is strict and its head {head} cannot start"

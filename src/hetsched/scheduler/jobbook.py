@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, AllocKey, ClusterState
-from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues
+from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues, check_rounds
 from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import SavedCheckpoint
@@ -62,7 +62,7 @@ class JobBook:
     def __init__(self, state: ClusterState, profile: ProfileSpec | None = None) -> None:
         self.state = state
         self.profile = profile or ProfileSpec()
-        errors = check_queues(self.profile)
+        errors = check_queues(self.profile) + check_rounds(self.profile)
         if errors:
             raise ProfileError("\n".join(errors))
         overcommit = self.profile.overcommit
@@ -328,6 +328,22 @@ class JobBook:
         self.emit(Preempt(victim.id, run, tasks, grace_s, reason, preemptor.id, kind, notice))
         self._requeue(victim, now, reason, Change.PREEMPTED)
         self._settle(victim)
+
+    def yield_round(self, record: JobRecord, grace_s: float, reason: str, now: float) -> None:
+        """Stop a running job whose devices the round policy gives to others next round:
+        as :meth:`preempt`, with a notice for a checkpointable job, but for no one job (no
+        nomination: the round's choices are placed once its devices are free)."""
+        keep_all(record, now)
+        run = record.run
+        tasks = tuple(sorted(record.placements))
+        for task in tasks:
+            record.stopping[TaskKey(record.id, task, run)] = record.placements.pop(task)
+        record.preemptions += 1
+        text = f"{reason}; it {loss_note(record, now)}"
+        notice = record.job.notice_s
+        self.emit(Preempt(record.id, run, tasks, grace_s, text, "", PreemptionKind.ROUND, notice))
+        self._requeue(record, now, text, Change.PREEMPTED)
+        self._settle(record)
 
     def started(self, record: JobRecord) -> None:
         """After :meth:`bind`: the job leaves the queue unless tasks are left to place, and

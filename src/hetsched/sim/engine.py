@@ -21,7 +21,9 @@ actions. It never reads the core's job book.
   counted.
 - ``Tick`` is sent every ``tick_s`` of virtual time only while some job waits, so idle
   stretches cost nothing. With ``tick_s`` 0, ticks come instead at the times a core that
-  offers ``next_wakeup()`` names (a timeout due while nothing else happens). When only
+  offers ``next_wakeup()`` names (a timeout due while nothing else happens); a core in
+  round mode (the profile's ``rounds``) is asked always, so round boundaries come on time
+  whatever ``tick_s`` is. When only
   ticks are left and ``idle_ticks`` of them in a row changed nothing, the run ends and the
   jobs still waiting are reported as pending.
 
@@ -232,6 +234,7 @@ class Simulator(Observer):
         self._tick_pending = False
         #: times of ticks asked for by the core's optional ``next_wakeup()``
         self._wakeups: set[float] = set()
+        self._rounds = profile is not None and profile.rounds is not None
         self.now = 0.0
         self._duration: dict[str, float] = {}
         self.outcomes: dict[str, JobOutcome] = {}
@@ -381,8 +384,9 @@ class Simulator(Observer):
 
     def _schedule_ticks(self, time: float) -> None:
         # the core's wakeup query scans its live jobs, so it is asked only when it is the
-        # sole source of ticks; periodic ticks cover timeouts to within tick_s
-        wake = None if self.config.tick_s else self._core_wakeup()
+        # sole source of ticks; periodic ticks cover timeouts to within tick_s. Round
+        # boundaries must come on time, so a core in round mode is always asked
+        wake = None if self.config.tick_s and not self._rounds else self._core_wakeup()
         if wake is not None and wake > time and wake not in self._wakeups:
             self._wakeups.add(wake)
             self._push(wake, EventOrder.TICK, "wakeup")

@@ -1,0 +1,520 @@
+"""Round-based allocation inside the core: the profile's ``rounds`` section.
+
+Every ``round_s`` (a *boundary*; the core asks for a wakeup there through
+``next_wakeup``, and the first boundary is the first call with a job to run) the core:
+
+1. takes the *round jobs*: active jobs whose one device request asks for whole devices of
+   ``device_class`` and that can run on some device model of the cluster (a positive rate,
+   a model their selector admits). Other jobs (CPU-only, fractional devices) are placed
+   by the ordinary cycle at any time;
+2. charges each round job with the time it ran on its model since the last boundary
+   (``rounds.record_round``), builds the problem from its books (``RoundInput``: per job
+   its rate on each model from its speed model, its devices, its queue's weight, its
+   remaining work as :mod:`~hetsched.scheduler.round_progress` estimates it, its age and
+   isolated time; per model its healthy devices) and, when the set of jobs changed and
+   ``reset_s`` passed since the shares were reset (or at every change, with
+   ``solve_on_change``), solves the policy (``rounds.solve``) for a new allocation ``X``;
+3. picks the round's assignment with the mechanism (``rounds.choose_round``): jobs that
+   cannot be stopped now are *pinned* where they run and their devices are taken out
+   first; the others are chosen from what is left;
+4. realises it with its ordinary actions: a running job that gets no device is stopped
+   (``Preempt``, kind ``round``, with its checkpoint notice); one given another model is
+   moved (``Migrate``, kind ``round``) when its destination is free now, else stopped and
+   placed on its model once the devices are free; a waiting job given a model is placed
+   there (``Bind``) as soon as its devices are free. Placement on a model runs the
+   profile's filters and scores over the nodes that hold that model (``Framework.select``
+   with a node mask), so a job lands where the profile would put it among them.
+
+A job may be stopped or moved only when it is preemptible and checkpointable, runs whole
+(nothing stopping, moving or finished) and has run ``min_runtime_s`` in its current run
+(default half a round): no job is stopped or moved twice within that time. Any other
+running job is pinned until it ends. Between boundaries a waiting round job waits for the
+next one (``arrivals: wait``, as in Gavel); with ``arrivals: idle`` it may start on free
+devices once the round's chosen jobs have all started, through the ordinary cycle.
+
+State kept between calls (the shares' ledger, ``X``, the round's choices) is part of the
+core's books and changes only in ``handle``; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import AllocationError, ClusterState
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.profile import RoundsSpec
+from hetsched.framework.status import PluginError
+from hetsched.keys import TaskKey
+from hetsched.model.device import SHARE_UNITS
+from hetsched.model.job import Job
+from hetsched.model.lifecycle import JobState
+from hetsched.model.selector import matches
+from hetsched.model.speed import SpeedError, Speeds, job_devices, resolve
+from hetsched.rounds import (
+    Ledger,
+    PolicyOptions,
+    RoundInput,
+    choose_round,
+    record_round,
+    reset_ledger,
+    shuffled,
+    solve,
+)
+from hetsched.rounds.problem import FloatArray, IntArray
+from hetsched.scheduler.actions import MigrationKind
+from hetsched.scheduler.books import Books
+from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.round_progress import ProgressBook
+
+__all__ = ["RoundBook", "run_rounds"]
+
+#: the agnostic policies' per-round model order is drawn from the core's seed and the round
+_ORDER_SEED = 1_000_003
+
+
+class RoundBook:
+    """The core's round state (see the module docstring)."""
+
+    def __init__(self, spec: RoundsSpec, seed: int) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.options = PolicyOptions(alpha=spec.alpha, seed=seed)
+        #: the next boundary (None: no round job, the next one starts a round at once)
+        self.next_at: float | None = None
+        self.last_at: float | None = None
+        self.rounds = 0
+        self.solves = 0
+        self.models: tuple[str, ...] = ()
+        self.ledger = Ledger.start([], (), 0.0, prior_s=spec.round_s / 2)
+        self.x: FloatArray = np.zeros((0, 0))
+        self.ids: tuple[str, ...] = ()
+        self.stale = False
+        #: this round's choices still to start: job -> model
+        self.plan: dict[str, str] = {}
+        #: isolated time earned per job (finish-time fairness), and work done estimates
+        self.isolated: dict[str, float] = {}
+        self.progress = ProgressBook()
+        #: job -> (topology version, runs in rounds?)
+        self._member: dict[str, tuple[int, bool]] = {}
+
+    # -- which jobs take part ------------------------------------------------------------
+
+    def member(self, state: ClusterState, job: Job) -> bool:
+        """Does ``job`` run in rounds (one whole-device request of the class, and some
+        model of the cluster it can run on)? Cached until the topology changes."""
+        known = self._member.get(job.id)
+        if known is not None and known[0] == state.version:
+            return known[1]
+        answer = bool(_choices(job, self.spec.device_class)) and any(
+            _admits(job, self.spec.device_class, model, state) for model in _models(state, self)
+        )
+        self._member[job.id] = (state.version, answer)
+        return answer
+
+    def holds(self, sched: Books, record: JobRecord) -> bool:
+        """Keep this waiting job from the ordinary cycle: it waits for a round (or was
+        chosen for this one and is placed by the round)."""
+        if record.state is not JobState.PENDING:
+            return False
+        if not self.member(sched.state, record.job):
+            return False
+        return self.spec.arrivals == "wait" or bool(self.plan)
+
+    def explanation(self, record: JobRecord) -> str:
+        model = self.plan.get(record.id)
+        if model is not None:
+            return f"chosen for {model} in this round: starts when its devices are free"
+        policy = self.spec.policy
+        if self.spec.arrivals == "idle" and not self.plan:
+            return f"round policy {policy}: no free device now"
+        return (
+            f"waits for a round: round policy {policy} allocates devices every "
+            f"{self.spec.round_s:g}s and did not choose it for this one"
+        )
+
+    def wakeup(self) -> float | None:
+        return self.next_at
+
+
+# -- the cluster's models and the jobs' requests ---------------------------------------------
+
+
+def _models(state: ClusterState, book: RoundBook) -> list[str]:
+    cls = book.spec.device_class
+    return [m for m in state.models(cls) if state.device_count(cls, m) > 0]
+
+
+def _choices(job: Job, device_class: str) -> list[str | None]:
+    """The selectors of the whole-device alternatives of the job's one device request of
+    the class (empty: it does not run in rounds)."""
+    requests = job.resources.devices
+    if len(requests) != 1:
+        return []
+    return [
+        c.selector
+        for c in requests[0].choices
+        if c.device_class == device_class and c.share == SHARE_UNITS and c.count >= 1
+    ]
+
+
+def _admits(job: Job, device_class: str, model: str, state: ClusterState) -> bool:
+    """Some alternative of the job's request admits some device kind of ``model``."""
+    kinds = [k for k in state.kinds if k.device_class == device_class and k.model == model]
+    for selector in _choices(job, device_class):
+        if selector is None or any(matches(selector, k.attributes) for k in kinds):
+            return True
+    return False
+
+
+def _model_rows(state: ClusterState, device_class: str, model: str) -> np.ndarray:
+    """Node rows holding a healthy device of ``model``."""
+    per_kind = np.array(
+        [k.device_class == device_class and k.model == model for k in state.kinds] + [False]
+    )
+    rows = (per_kind[state.dev_kind] & state.dev_healthy).any(axis=1) & state.active
+    return np.asarray(rows, np.bool_)
+
+
+def _model_of(state: ClusterState, placements: list[Placement]) -> str | None:
+    """The device model a running job's tasks use (the first device's), None without."""
+    for placement in placements:
+        if placement.devices:
+            return state.device_of(placement.devices[0].device_id).model
+    return None
+
+
+def _speeds(sched: Books, job: Job) -> Speeds:
+    try:
+        return resolve(job, sched.speed_table)
+    except SpeedError:
+        return Speeds({}, 1.0, 0.0)
+
+
+def _weight(sched: Books, job: Job) -> float:
+    """A job's share weight: its priority (at least 1, as Gavel's priority weights and
+    the round engine read it) times its queue's weight."""
+    return float(max(job.priority, 1)) * sched.queue_weight(job.queue)
+
+
+def _movable(sched: Books, book: RoundBook, record: JobRecord, now: float) -> bool:
+    job = record.job
+    if record.state is not JobState.RUNNING:
+        return True
+    if job.checkpoint is None or not job.preemptible:
+        return False
+    if record.moving or record.stopping or record.finished or record.has_unplaced:
+        return False
+    if record.id in sched.nominations or record.started is None:
+        return False
+    return now - record.started >= book.spec.min_runtime
+
+
+# -- the boundary ----------------------------------------------------------------------------
+
+
+def run_rounds(sched: Books, book: RoundBook, now: float) -> None:
+    """The round work of one ``handle`` call: a boundary if one is due, then the round's
+    chosen jobs whose devices are free start."""
+    members = [
+        r
+        for r in sched.active_jobs()
+        if r.state in (JobState.PENDING, JobState.RUNNING) and book.member(sched.state, r.job)
+    ]
+    if book.next_at is None and members:
+        book.next_at = now
+    if book.next_at is not None and now >= book.next_at:
+        _boundary(sched, book, members, now)
+    _start_chosen(sched, book, now)
+
+
+def _boundary(sched: Books, book: RoundBook, members: list[JobRecord], now: float) -> None:
+    spec = book.spec
+    book.plan.clear()
+    models = tuple(_models(sched.state, book))
+    if not members or not models:
+        book.next_at = None
+        book.last_at = now
+        return
+    book.next_at = now + spec.round_s
+    if models != book.models:
+        book.models = models
+        book.ledger = Ledger.start([], models, now, prior_s=spec.round_s / 2)
+        book.x, book.ids, book.stale = np.zeros((0, len(models))), (), True
+    rows = _Rows.of(sched, book, members, now)
+    _charge(sched, book, rows, now)
+    problem = rows.problem(sched, book, now)
+    _follow(book, problem, now)
+    assignment = _choose(book, problem, rows)
+    book.last_at = now
+    book.rounds += 1
+    _realise(sched, book, rows, assignment, now)
+
+
+class _Rows:
+    """The round jobs of one boundary, columnar, in arrival order."""
+
+    def __init__(self, records: list[JobRecord], models: tuple[str, ...]) -> None:
+        self.records = records
+        self.models = models
+        n, m = len(records), len(models)
+        self.rates = np.zeros((n, m))
+        self.scale = np.ones(n, np.int64)
+        self.current = np.full(n, -1, np.int64)
+        self.pinned = np.zeros(n, np.bool_)
+        self.remaining = np.ones(n)
+        self.ran = np.zeros(n)
+
+    @classmethod
+    def of(cls, sched: Books, book: RoundBook, records: list[JobRecord], now: float) -> _Rows:
+        state, spec = sched.state, book.spec
+        out = cls(records, book.models)
+        index = {m: j for j, m in enumerate(book.models)}
+        since = book.last_at if book.last_at is not None else now
+        for i, record in enumerate(records):
+            speeds = _speeds(sched, record.job)
+            for j, model in enumerate(book.models):
+                if _admits(record.job, spec.device_class, model, state):
+                    out.rates[i, j] = speeds.on(model)
+            out.scale[i] = job_devices(record.job)
+            held = list(record.placements.values()) or list(record.moving.values())
+            where = _model_of(state, held)
+            rate = 0.0
+            if record.state is JobState.RUNNING and where is not None and where in index:
+                out.current[i] = index[where]
+                rate = speeds.on(where)
+                started = record.started if record.started is not None else now
+                out.ran[i] = max(now - max(started, since), 0.0) if record.placements else 0.0
+            out.pinned[i] = not _movable(sched, book, record, now)
+            if speeds.work > 0:
+                done = book.progress.done(record, rate, now)
+                out.remaining[i] = max(speeds.work - done, 0.0)
+        book.progress.keep_only({r.id for r in records})
+        return out
+
+    def problem(self, sched: Books, book: RoundBook, now: float) -> RoundInput:
+        state, cls = sched.state, book.spec.device_class
+        capacity = [state.device_count(cls, m) for m in self.models]
+        ids = [r.id for r in self.records]
+        return RoundInput.of(
+            ids,
+            self.models,
+            self.rates,
+            self.scale,
+            capacity,
+            weight=[_weight(sched, r.job) for r in self.records],
+            remaining=self.remaining,
+            elapsed=[max(now - r.job.submit_time, 0.0) for r in self.records],
+            isolated_time=[book.isolated.get(job, 0.0) for job in ids],
+            current=self.current,
+        )
+
+
+def _charge(sched: Books, book: RoundBook, rows: _Rows, now: float) -> None:
+    """Charge the shares with the time each job ran on its model since the last boundary,
+    and credit its isolated time (what that work would have taken on a 1/n share)."""
+    if book.ledger.job_ids:
+        ids = {r.id: i for i, r in enumerate(rows.records)}
+        where = np.full(len(book.ledger.job_ids), -1, np.int64)
+        ran = np.zeros(len(book.ledger.job_ids))
+        for row, job in enumerate(book.ledger.job_ids):
+            i = ids.get(job)
+            if i is not None and rows.current[i] >= 0:
+                where[row], ran[row] = rows.current[i], rows.ran[i]
+        book.ledger = record_round(book.ledger, where, ran)
+    if not rows.records:
+        return
+    state, cls = sched.state, book.spec.device_class
+    capacity = np.array([state.device_count(cls, m) for m in rows.models], np.int64)
+    n = max(len(rows.records), 1)
+    fits = (rows.rates > 0) & (rows.scale[:, None] <= capacity[None, :])
+    share = np.where(fits, (capacity[None, :] / n) / rows.scale[:, None], 0.0)
+    share = share / np.maximum(share.sum(axis=1), 1.0)[:, None]
+    iso = (rows.rates * share).sum(axis=1)
+    live = {r.id for r in rows.records}
+    book.isolated = {j: t for j, t in book.isolated.items() if j in live}
+    for i, record in enumerate(rows.records):
+        j = rows.current[i]
+        if j >= 0 and iso[i] > 0:
+            work = rows.ran[i] * rows.rates[i, j]
+            book.isolated[record.id] = book.isolated.get(record.id, 0.0) + work / iso[i]
+
+
+def _follow(book: RoundBook, problem: RoundInput, now: float) -> None:
+    """Follow the set of jobs; solve anew when it changed (Gavel's rule, see the module)."""
+    spec = book.spec
+    old = {job: i for i, job in enumerate(book.ids)}
+    x = np.zeros((problem.n, problem.m))
+    for row, job in enumerate(problem.job_ids):
+        if job in old:
+            x[row] = book.x[old[job]]
+    if problem.job_ids != book.ids:
+        book.stale = True
+    book.x, book.ids = x, problem.job_ids
+    book.ledger = book.ledger.follow(problem.job_ids)
+    if not book.stale:
+        return
+    due = book.solves == 0 or now - book.ledger.since >= spec.reset_s
+    if due:
+        book.ledger = reset_ledger(book.ledger, book.x, now)
+    elif not spec.solve_on_change:
+        return
+    book.x = solve(spec.policy, problem, book.options).x
+    book.solves += 1
+    book.stale = False
+
+
+def _choose(book: RoundBook, problem: RoundInput, rows: _Rows) -> IntArray:
+    """The model of each job for the round (-1: none): pinned jobs where they run, the
+    others by the mechanism over what the pinned ones leave."""
+    assignment = np.where(rows.pinned, rows.current, -1).astype(np.int64)
+    free = np.flatnonzero(~rows.pinned)
+    if free.size == 0:
+        return assignment
+    used = np.zeros(problem.m, np.int64)
+    held = np.flatnonzero(rows.pinned & (rows.current >= 0))
+    np.add.at(used, rows.current[held], rows.scale[held])
+    ids = [problem.job_ids[i] for i in free]
+    sub = RoundInput.of(
+        ids,
+        problem.models,
+        problem.throughput[free],
+        problem.scale[free],
+        np.maximum(problem.capacity - used, 0),
+        weight=problem.weight[free],
+        remaining=problem.remaining[free],
+        elapsed=problem.elapsed[free],
+        isolated_time=problem.isolated_time[free],
+        current=problem.current[free],
+    )
+    policy = book.spec.policy
+    if policy.startswith("agnostic-"):
+        order = shuffled(problem.m, book.seed * _ORDER_SEED + book.rounds)
+    else:
+        order = [int(j) for j in np.argsort(-problem.throughput.mean(axis=0), kind="stable")]
+    chosen = choose_round(
+        book.x[free], book.ledger.follow(ids), sub, order, not policy.endswith("fifo")
+    )
+    assignment[free] = chosen
+    return assignment
+
+
+# -- carrying the round out ------------------------------------------------------------------
+
+
+def _realise(sched: Books, book: RoundBook, rows: _Rows, assignment: IntArray, now: float) -> None:
+    """Stops first (their devices free once they have stopped), then moves to devices free
+    now, then the round's choices wait in ``plan`` for their devices."""
+    spec = book.spec
+    moves: list[tuple[JobRecord, str]] = []
+    for i, record in enumerate(rows.records):
+        target, current = int(assignment[i]), int(rows.current[i])
+        if rows.pinned[i] or (record.state is JobState.RUNNING and target == current):
+            continue
+        if record.state is JobState.RUNNING and target < 0:
+            sched.yield_round(record, spec.grace_s, _stop_reason(book, "runs no device"), now)
+        elif record.state is JobState.RUNNING:
+            moves.append((record, rows.models[target]))
+        elif target >= 0:
+            book.plan[record.id] = rows.models[target]
+    for record, model in moves:
+        if not _move(sched, book, record, model, now):
+            reason = _stop_reason(book, f"moves to {model}, which is not free yet")
+            sched.yield_round(record, spec.grace_s, reason, now)
+            book.plan[record.id] = model
+
+
+def _stop_reason(book: RoundBook, what: str) -> str:
+    return f"round policy {book.spec.policy}: in the round from t={book.last_at:g} it {what}"
+
+
+def _place(
+    sched: Books, book: RoundBook, record: JobRecord, model: str, state: ClusterState, now: float
+) -> list[tuple[int, Placement]] | None:
+    """Placements on ``model`` for the job's tasks (those still to place of a waiting job,
+    all of a running one), found on ``state`` (a fork: what is allocated there while
+    searching is given back), or None."""
+    job = record.job
+    rows = _model_rows(sched.state, book.spec.device_class, model)
+    if not rows.any():
+        return None
+    ctx = CycleContext(state, job, job.resources, now, what_if=state is not sched.state)
+    placed: list[tuple[int, Placement]] = []
+    for task in record.unplaced if record.state is JobState.PENDING else sorted(record.placements):
+        placement = sched.framework.select(ctx, candidates=rows)
+        if placement is None or not all(
+            state.device_of(d.device_id).model == model for d in placement.devices
+        ):
+            break
+        state.allocate(f"{job.id}/round{task}", placement)
+        placed.append((task, placement))
+    for task, _ in placed:
+        state.release(f"{job.id}/round{task}")
+    expected = len(record.unplaced) if record.state is JobState.PENDING else len(record.placements)
+    return placed if placed and len(placed) == expected else None
+
+
+def _move(sched: Books, book: RoundBook, record: JobRecord, model: str, now: float) -> bool:
+    """Migrate a running job to ``model`` when its devices there are free now."""
+    fork = sched.state.fork()
+    try:
+        placed = _place(sched, book, record, model, fork, now)
+    except PluginError:
+        return False
+    if placed is None:
+        return False
+    try:
+        sched.migrate(record, placed, MigrationKind.ROUND, None, book.spec.grace_s, now)
+    except AllocationError:
+        return False
+    return True
+
+
+def _start_chosen(sched: Books, book: RoundBook, now: float) -> None:
+    """Start the round's choices whose devices are free (in arrival order)."""
+    for job_id, model in list(book.plan.items()):
+        record = sched.jobs.get(job_id)
+        if record is None or record.state is not JobState.PENDING:
+            del book.plan[job_id]
+            continue
+        if record.stopping or record.nominated:
+            continue
+        if _bind_on(sched, book, record, model, now):
+            del book.plan[job_id]
+
+
+def _bind_on(sched: Books, book: RoundBook, record: JobRecord, model: str, now: float) -> bool:
+    """Place and bind the job on ``model`` through the profile's Reserve, Permit and Bind
+    points; False (nothing held) when it does not fit now or a plugin refuses."""
+    job = record.job
+    try:
+        placed = _place(sched, book, record, model, sched.state.fork(), now)
+    except PluginError:
+        return False
+    if placed is None:
+        return False
+    framework = sched.framework
+    ctx = CycleContext(sched.state, job, job.resources, now)
+    taken: list[tuple[int, Placement]] = []
+    ok = True
+    try:
+        for task, placement in placed:
+            key = TaskKey(job.id, task, record.run + 1)
+            sched.allocate(key, placement, job)
+            if not framework.reserve(ctx, placement).ok:
+                sched.unallocate(key)
+                ok = False
+                break
+            taken.append((task, placement))
+        placements = [p for _, p in taken]
+        ok = ok and framework.permit(ctx, placements).ok and framework.bind(ctx, placements).ok
+    except (PluginError, AllocationError):
+        ok = False
+    if not ok:
+        for task, placement in reversed(taken):
+            framework.unreserve(ctx, placement)
+            sched.unallocate(TaskKey(job.id, task, record.run + 1))
+        return False
+    sched.bind(record, taken, now)
+    sched.started(record)
+    return True
