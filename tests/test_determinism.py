@@ -26,6 +26,7 @@ from hetsched.agent.executor import TaskExit
 from hetsched.cluster.state import ClusterState
 from hetsched.drivers import Start, Stop
 from hetsched.framework.profile import ProfileSpec, parse_profile
+from hetsched.model.device import Node
 from hetsched.model.job import Job
 from hetsched.scheduler import Action, Event, NodeAdded, NodeRemoved, Scheduler
 from hetsched.service.loop import ControlLoop
@@ -212,10 +213,15 @@ class _Executor:
     kill_grace_s = 0.0
 
 
-def through_the_service(scenario: Scenario) -> list[tuple[float, list[Action]]]:
-    core = Scheduler(ClusterState(NODES), scenario.profile, 0)
-    loop = ControlLoop(MemoryStore(), core, _Executor(), NODES)  # type: ignore[arg-type]
-    launcher = FakeLauncher({job_id: d for _, job_id, _, d in scenario.jobs})
+def through_the_service(
+    scenario: Scenario, nodes: Sequence[Node] = NODES, launcher: FakeLauncher | None = None
+) -> list[tuple[float, list[Action]]]:
+    """The scenario through real ControlLoop turns; ``launcher`` ends the tasks (default:
+    each after its job's duration)."""
+    core = Scheduler(ClusterState(list(nodes)), scenario.profile, 0)
+    loop = ControlLoop(MemoryStore(), core, _Executor(), list(nodes))  # type: ignore[arg-type]
+    if launcher is None:
+        launcher = FakeLauncher({job_id: d for _, job_id, _, d in scenario.jobs})
     loop.launcher = launcher  # type: ignore[assignment]
     happenings: list[tuple[float, int, str, Any]] = []
     for seq, (spec, job_id, submit, _) in enumerate(scenario.jobs):

@@ -224,12 +224,14 @@ class RoundsSpec(BaseModel):
     ``round_s`` the core solves ``policy`` (``hetsched.rounds``) over the active jobs that
     ask for whole devices of ``device_class`` and realises the round's share with Bind,
     Preempt and Migrate. ``alpha``: the knob of ``fair-throughput`` and ``fair-srtf``.
-    A new allocation is solved when the set of jobs changed and ``reset_s`` passed since
-    the shares were last reset (Gavel's rule), or at every change with
-    ``solve_on_change``. ``min_runtime_s`` (default half a round): a job younger than
-    this in its current run keeps its devices. ``arrivals``: ``wait`` (a job waits for the
-    next round boundary, as in Gavel) or ``idle`` (between boundaries, once the round's
-    choices have started, waiting jobs may start on devices nobody uses)."""
+    A new allocation is solved whenever the set of jobs changed (``solve_on_change``, the
+    default; off: only once ``reset_s`` passed since the shares were last reset, Gavel's
+    simulator's rule, where new jobs meanwhile get only what the others leave); the
+    shares' history is reset every ``reset_s``. ``min_runtime_s`` (default half a round):
+    a job younger than this in its current run keeps its devices. ``arrivals``: ``wait``
+    (a job waits for the next round boundary, as in Gavel) or ``idle`` (between
+    boundaries, once the round's choices have started, waiting jobs may start on devices
+    nobody uses)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -237,7 +239,7 @@ class RoundsSpec(BaseModel):
     round_s: float = Field(default=360.0, gt=0, allow_inf_nan=False)
     alpha: float = Field(default=0.5, ge=0, le=1)
     reset_s: float = Field(default=1920.0, ge=0, allow_inf_nan=False)
-    solve_on_change: bool = False
+    solve_on_change: bool = True
     min_runtime_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     arrivals: Literal["wait", "idle"] = "wait"
     device_class: str = Field(default="gpu", min_length=1)

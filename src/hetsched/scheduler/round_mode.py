@@ -11,9 +11,9 @@ Every ``round_s`` (a *boundary*; the core asks for a wakeup there through
    (``rounds.record_round``), builds the problem from its books (``RoundInput``: per job
    its rate on each model from its speed model, its devices, its queue's weight, its
    remaining work as :mod:`~hetsched.scheduler.round_progress` estimates it, its age and
-   isolated time; per model its healthy devices) and, when the set of jobs changed and
-   ``reset_s`` passed since the shares were reset (or at every change, with
-   ``solve_on_change``), solves the policy (``rounds.solve``) for a new allocation ``X``;
+   isolated time; per model its healthy devices) and, when the set of jobs changed,
+   solves the policy (``rounds.solve``) for a new allocation ``X`` (with
+   ``solve_on_change`` off, only once ``reset_s`` passed since the shares were reset);
 3. picks the round's assignment with the mechanism (``rounds.choose_round``): jobs that
    cannot be stopped now are *pinned* where they run and their devices are taken out
    first; the others are chosen from what is left;
@@ -396,7 +396,31 @@ def _choose(book: RoundBook, problem: RoundInput, rows: _Rows) -> IntArray:
         book.x[free], book.ledger.follow(ids), sub, order, not policy.endswith("fifo")
     )
     assignment[free] = chosen
+    _stay(assignment, rows)
     return assignment
+
+
+def _stay(assignment: IntArray, rows: _Rows) -> None:
+    """Undo moves that gain nothing: a running job sent from model p to q, where it runs
+    at the same rate, trades places with a job of the same size sent to p that runs at the
+    same rate on both (it stays; the other takes q). The devices used per model and every
+    job's rate stay as the mechanism chose them; stops and moves are saved."""
+    n = len(rows.records)
+    for i in range(n):
+        p, q = int(rows.current[i]), int(assignment[i])
+        if rows.pinned[i] or p < 0 or q < 0 or p == q or rows.rates[i, p] != rows.rates[i, q]:
+            continue
+        for k in range(n):
+            if (
+                k != i
+                and not rows.pinned[k]
+                and assignment[k] == p
+                and rows.current[k] != p
+                and rows.scale[k] == rows.scale[i]
+                and rows.rates[k, p] == rows.rates[k, q]
+            ):
+                assignment[i], assignment[k] = p, q
+                break
 
 
 # -- carrying the round out ------------------------------------------------------------------
