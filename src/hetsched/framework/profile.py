@@ -28,6 +28,7 @@ guard: {interval_s: 5, memory_tolerance: 1.0, node_memory_threshold: 0.95, kill_
 speeds: {table: simulation_throughputs.json}  # job types' rates per device model
 migration: {min_runtime_s: 600, defrag: {enabled: true, max_moves: 2}}  # moving running jobs
 rounds: {policy: las, round_s: 360}  # round-based allocation of devices (docs/heterogeneity.md)
+fairness: {units: normalized, reference_model: V100}  # fair shares in reference-device units
 ```
 """
 
@@ -36,7 +37,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hetsched.framework.registry import Registry, installed
 from hetsched.framework.speeds import SpeedsSpec, check_speeds
@@ -47,6 +55,7 @@ __all__ = [
     "MAX_OVERCOMMIT",
     "BackfillSpec",
     "DefragSpec",
+    "FairnessSpec",
     "GangSpec",
     "GuardSpec",
     "MigrationSpec",
@@ -261,6 +270,38 @@ class RoundsSpec(BaseModel):
         return self.round_s / 2 if self.min_runtime_s is None else self.min_runtime_s
 
 
+class FairnessSpec(BaseModel):
+    """The units DRF, fair share and quotas count device time in (docs/policies.md).
+
+    ``devices`` (the default): a device share is a device share, whatever its model.
+    ``normalized``: a job's share of a device counts in reference-device units, its rate on
+    the device's model over its rate on ``reference_model`` (from its speed model), so an
+    hour on a device three times faster for the job costs three reference hours. Only a
+    device class flavor (``gpu``) is normalized; ``class/model`` flavors (``gpu/A100``)
+    keep counting devices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    units: Literal["devices", "normalized"] = "devices"
+    #: the device model whose device time is the unit (matched case-insensitively)
+    reference_model: str | None = Field(default=None, min_length=1, max_length=253)
+
+    @model_validator(mode="after")
+    def _reference(self) -> FairnessSpec:
+        if self.units == "normalized" and self.reference_model is None:
+            raise ValueError(
+                "reference_model: required with units: normalized (the device model one "
+                "unit of device time is measured on, e.g. V100)"
+            )
+        if self.reference_model is not None and not self.reference_model.strip():
+            raise ValueError("reference_model: must name a device model, got blank")
+        return self
+
+    @property
+    def normalized(self) -> bool:
+        return self.units == "normalized"
+
+
 class ProfileError(ValueError):
     """A profile that does not load; the message lists every problem with its field path."""
 
@@ -309,6 +350,8 @@ class ProfileSpec(BaseModel):
     migration: MigrationSpec = MigrationSpec()
     #: round-based allocation policies (None: off)
     rounds: RoundsSpec | None = None
+    #: the units of fair shares and quotas: devices, or reference-device units
+    fairness: FairnessSpec = FairnessSpec()
 
     @field_validator("queue_sort", mode="before")
     @classmethod

@@ -23,7 +23,7 @@ from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler.actions import Action, MigrationKind, PreemptionKind
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord, MoveBook
-from hetsched.scheduler.usage import Ledger
+from hetsched.scheduler.usage import Ledger, Usage
 
 __all__ = ["Books", "RoundHold"]
 
@@ -112,6 +112,14 @@ class Books(Protocol):
     @property
     def rounds(self) -> RoundHold | None:
         """The round state when the profile has a ``rounds`` section."""
+        ...
+
+    def usage_of(self, job: Job, placement: Placement) -> Usage:
+        """What a task's placement is charged, in the profile's fairness units."""
+        ...
+
+    def request_of(self, job: Job, tasks: int) -> Usage:
+        """What ``tasks`` tasks are charged at least before placement."""
         ...
 
     def record(self, job_id: str) -> JobRecord: ...

@@ -249,7 +249,7 @@ class Scheduler(JobBook):
         record.checkpoint = checkpoint  # its next run resumes from it
         self._seq += 1
         self.jobs[job.id] = record
-        problem = self.quotas.submit_error(job)
+        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
         if problem is not None:
             record.explanation = Explanation(Code.UNRESOLVABLE, problem)
             self._end(record, JobState.REJECTED, now, problem)

@@ -61,7 +61,7 @@ from hetsched.scheduler.migration import defragment
 from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
 from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import BlockedBy, JobRecord
-from hetsched.scheduler.usage import Usage, placement_usage, request_usage
+from hetsched.scheduler.usage import Usage
 
 __all__ = ["PREEMPTION_RETRY_S", "placed_in_line", "run_cycle"]
 
@@ -335,7 +335,7 @@ def _attempt(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> _Outc
     need = needed(record)
     ctx = CycleContext(sched.state, job, job.resources, now)
     if sched.quotas.enabled:
-        use = request_usage(job, max(0, need - len(record.held)))
+        use = sched.request_of(job, max(0, need - len(record.held)))
         block = sched.quotas.check(job.queue, use, sched.ledger, sched.state)
         if block is not None:
             return _quota_blocked(block)
@@ -394,7 +394,7 @@ def _complete(sched: Books, cycle: _Pass, trial: _Trial, now: float) -> _Outcome
     if sched.quotas.enabled and trial.new:
         use: Usage = Counter()
         for _, placement in trial.new:
-            use.update(placement_usage(sched.state, placement))
+            use.update(sched.usage_of(record.job, placement))
         queue = record.job.queue
         block = sched.quotas.check(queue, use, sched.ledger, sched.state, {queue: use})
         if block is not None:

@@ -39,7 +39,8 @@ from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import BlockedBy, JobRecord, MoveBook
-from hetsched.scheduler.usage import Ledger, placement_usage
+from hetsched.scheduler.units import Units
+from hetsched.scheduler.usage import Ledger, Usage, placement_usage, request_usage
 
 __all__ = ["JobBook"]
 
@@ -93,6 +94,8 @@ class JobBook:
         #: the profile's throughput table (``speeds``), which the driver reads and hands
         #: over: the core opens no file
         self.speed_table: SpeedTable | None = None
+        #: the units fair shares and quotas count device time in (``fairness``)
+        self.units = Units(self.profile.fairness)
 
     def emit(self, action: Action) -> None:
         """Add an action to the answer of the ``handle`` call in progress."""
@@ -119,7 +122,7 @@ class JobBook:
         """
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already in the core")
-        problem = self.quotas.submit_error(job)
+        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
         if problem is not None:
             raise AllocationError(f"job {job.id}: {problem}")
         if job.best_effort:
@@ -196,7 +199,15 @@ class JobBook:
 
     def allocate(self, key: TaskKey, placement: Placement, job: Job) -> None:
         self.state.allocate(key, placement)
-        self.ledger.charge(key, job, placement_usage(self.state, placement))
+        self.ledger.charge(key, job, self.usage_of(job, placement))
+
+    def usage_of(self, job: Job, placement: Placement) -> Usage:
+        """What ``placement`` of a task of ``job`` is charged, in the profile's units."""
+        return placement_usage(self.state, placement, self.units.scale(job, self.speed_table))
+
+    def request_of(self, job: Job, tasks: int) -> Usage:
+        """What ``tasks`` tasks of ``job`` are charged at least, before placement."""
+        return request_usage(job, tasks, self.units.floor(job, self.speed_table, self.state))
 
     def unallocate(self, key: AllocKey) -> None:
         """Undo an allocation made during the same attempt (capacity did not grow)."""

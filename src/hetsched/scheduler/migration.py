@@ -37,13 +37,14 @@ from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.keys import TaskKey
+from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
 from hetsched.model.speed import SpeedError, Speeds, resolve
 from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.defrag import Mover, plan_defrag
 from hetsched.scheduler.records import JobRecord
-from hetsched.scheduler.usage import Usage, placement_usage
+from hetsched.scheduler.usage import Usage
 
 __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
 
@@ -74,10 +75,10 @@ def _budget(sched: Books, now: float) -> int:
     return allowed - sched.moves.count(now)
 
 
-def _usage(state: ClusterState, placements: Sequence[Placement]) -> Usage:
+def _usage(sched: Books, job: Job, placements: Sequence[Placement]) -> Usage:
     total: Usage = Counter()
     for placement in placements:
-        total.update(placement_usage(state, placement))
+        total.update(sched.usage_of(job, placement))
     return +total
 
 
@@ -108,7 +109,8 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
         # a move may not change what a queue is charged for (a device model flavor)
         if not sched.quotas.enabled:
             return True
-        return _usage(state, placements) == _usage(state, [p for _, p in mover.tasks])
+        job = mover.job
+        return _usage(sched, job, placements) == _usage(sched, job, [p for _, p in mover.tasks])
 
     needed = min(record.job.gang_min, len(record.unplaced))
     plan = plan_defrag(
@@ -204,8 +206,8 @@ def upgrade(sched: Books, record: JobRecord, now: float, min_speedup: float | No
         placed.append((task, placement))
     if _rate(state, speeds, [p for _, p in placed]) < target:
         return False
-    if sched.quotas.enabled and _usage(state, [p for _, p in placed]) != _usage(
-        state, list(record.placements.values())
+    if sched.quotas.enabled and _usage(sched, record.job, [p for _, p in placed]) != _usage(
+        sched, record.job, list(record.placements.values())
     ):
         return False
     try:

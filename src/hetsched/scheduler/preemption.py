@@ -60,8 +60,6 @@ from hetsched.scheduler.usage import (
     Usage,
     capacity,
     dominant_share,
-    placement_usage,
-    request_usage,
 )
 
 __all__ = ["Plan", "Preemption", "PreemptionArgs", "plan"]
@@ -155,7 +153,7 @@ def candidates(
     reclaimer = False
     usage: dict[str, Usage] = {}
     if quotas.enabled and args.reclaim:
-        need = request_usage(job, min(job.gang_min, len(preemptor.unplaced)))
+        need = sched.request_of(job, min(job.gang_min, len(preemptor.unplaced)))
         usage = quotas.usage(sched.ledger)
         reclaimer = all(
             usage[job.queue].get(f, 0) + amount <= quotas.nominal(job.queue, f)
@@ -308,7 +306,7 @@ def _promised(sched: Books, now: float, skip: JobRecord | None) -> _Promises:
         if sched.quotas.enabled:
             need: Usage = Counter()
             for placement in placements:
-                need.update(placement_usage(sched.state, placement))
+                need.update(sched.usage_of(record.job, placement))
             queue = record.job.queue
             if sched.quotas.check(queue, need, sched.ledger, sched.state, minus) is not None:
                 kept = False
@@ -346,5 +344,5 @@ def _fits(
         _take(minus, sched, preemptor, key)
     need: Usage = Counter()
     for placement in placements:
-        need.update(placement_usage(sched.state, placement))
+        need.update(sched.usage_of(preemptor.job, placement))
     return sched.quotas.check(preemptor.job.queue, need, sched.ledger, sched.state, minus) is None

@@ -132,8 +132,9 @@ class QuotaTree:
 
     # -- submission ------------------------------------------------------------------------
 
-    def submit_error(self, job: Job) -> str | None:
-        """Why a job can never be admitted: unknown or inner queue, or past a hard limit."""
+    def submit_error(self, job: Job, need: Usage | None = None) -> str | None:
+        """Why a job can never be admitted: unknown or inner queue, or past a hard limit.
+        ``need``: what its gang minimum is charged at least (default: in devices)."""
         if not self.enabled:
             return None
         node = self.nodes.get(job.queue)
@@ -142,7 +143,7 @@ class QuotaTree:
             return f"unknown queue {job.queue!r} (queues: {known})"
         if node.children:
             return f"queue {job.queue!r} is not a leaf queue; submit to one of its children"
-        need = request_usage(job, job.gang_min)
+        need = request_usage(job, job.gang_min) if need is None else need
         for name in self.path(job.queue):
             queue = self.nodes[name]
             for flavor, limit in queue.borrowing_limit.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
@@ -24,6 +24,7 @@ from hetsched.model.job import Job
 __all__ = [
     "DecayedUsage",
     "Ledger",
+    "UnitScale",
     "Usage",
     "capacity",
     "dominant_share",
@@ -34,25 +35,37 @@ __all__ = [
 #: flavor -> amount in internal units
 Usage = Counter[str]
 
+#: device model -> what one unit of a device of that model counts in its class flavor
+#: (fair shares in reference-device units: scheduler/units.py); None: 1 everywhere
+UnitScale = Callable[[str], float]
 
-def placement_usage(state: ClusterState, placement: Placement) -> Usage:
-    """What one task's placement holds, per flavor (device model read from the cluster)."""
+
+def placement_usage(
+    state: ClusterState, placement: Placement, scale: UnitScale | None = None
+) -> Usage:
+    """What one task's placement holds, per flavor (device model read from the cluster).
+    With ``scale``, a device share counts ``scale(model)`` times under its class flavor
+    (rounded to a milli-unit); its ``class/model`` flavor always counts the share itself."""
     usage: Usage = Counter({"cpu": placement.cpu_milli, "memory": placement.memory_mib})
     for share in placement.devices:
         device = state.device_of(share.device_id)
-        usage[device.device_class] += share.share
+        amount = share.share if scale is None else round(share.share * scale(device.model))
+        usage[device.device_class] += amount
         usage[f"{device.device_class}/{device.model}"] += share.share
     return usage
 
 
-def request_usage(job: Job, tasks: int) -> Usage:
+def request_usage(job: Job, tasks: int, scale: float = 1.0) -> Usage:
     """What ``tasks`` tasks of ``job`` ask for before placement: cpu, memory and device class
-    of the first alternative of each device request (the model is known only once placed)."""
+    of the first alternative of each device request (the model is known only once placed).
+    ``scale`` multiplies the device amounts: the least a device unit can count for the job
+    wherever it lands, so a check on this usage never refuses what a placement would pass."""
     request = job.resources
     usage: Usage = Counter({"cpu": request.cpu_milli * tasks, "memory": request.memory_mib * tasks})
     for device_request in request.devices:
         choice = device_request.primary
-        usage[choice.device_class] += choice.count * min(choice.share, SHARE_UNITS) * tasks
+        amount = choice.count * min(choice.share, SHARE_UNITS) * tasks
+        usage[choice.device_class] += amount if scale == 1.0 else math.floor(amount * scale)
     return usage
 
 
