@@ -4,14 +4,19 @@ moved by a round within its minimum runtime, only checkpointable jobs stopped)."
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
-from builders import gpu_node, job
+from builders import EXAMPLES, gpu_node, job
+from hetsched.cli.main import app
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.model.checkpoint import Checkpointing
@@ -151,3 +156,35 @@ def test_jobs_take_turns_when_there_are_more_jobs_than_devices() -> None:
     assert result.preemptions > 0 and watch.stops
     assert all(stopped - started >= 180 for _, started, stopped in watch.stops)
     assert watch.problems == []
+
+
+WORKLOAD = """\
+id,submit_time,duration,user,queue,priority,cpu,memory,device_class,count,share,selector,gang,speed,work,checkpoint_interval,checkpoint_notice
+r0,0,3600,u0,default,0,4,16Gi,gpu,1,,,1,V100:2;P100:1.5;K80:1,7200s@K80,0,10
+r1,0,3600,u1,default,0,4,16Gi,gpu,4,,,1,V100:3;P100:2;K80:1,20000s@K80,0,10
+r2,100,3600,u2,default,0,4,16Gi,gpu,2,,,1,V100:1.2;P100:1.1;K80:1,9000s@K80,0,10
+etl,50,600,u3,default,0,8,16Gi,,,,,1,,,,
+"""
+
+
+def test_sim_replay_runs_a_rounds_profile(tmp_path: Path) -> None:
+    workload = tmp_path / "w.csv"
+    workload.write_text(WORKLOAD)
+    result = CliRunner().invoke(
+        app,
+        [
+            "sim", "replay", "--cluster", str(EXAMPLES / "clusters" / "gavel-small.yaml"),
+            "--workload", str(workload), "--profile", str(EXAMPLES / "profiles" / "rounds.yaml"),
+            "-o", "json",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (replay,) = json.loads(result.output)["replays"]
+    jobs = {j["id"]: j for j in replay["jobs"]}
+    assert {j["state"] for j in jobs.values()} == {"succeeded"}
+    # the CPU-only job starts at once; the GPU job that arrives mid-round waits for the
+    # boundary at 360 s, then runs its work on the fastest model
+    assert jobs["etl"]["start"] == 50.0
+    assert jobs["r2"]["start"] == 360.0
+    assert jobs["r2"]["end"] == pytest.approx(360.0 + 9000 / 1.2)
+    assert jobs["r1"]["end"] == pytest.approx(20000 / 3)
