@@ -112,6 +112,11 @@ class RoundBook:
         self._member[job.id] = (state.version, answer)
         return answer
 
+    def prune(self, live: set[str]) -> None:
+        """Forget what is cached of jobs that ended."""
+        if len(self._member) > 2 * len(live) + 64:
+            self._member = {j: v for j, v in self._member.items() if j in live}
+
     def holds(self, sched: Books, record: JobRecord) -> bool:
         """Keep this waiting job from the ordinary cycle: it waits for a round (or was
         chosen for this one and is placed by the round)."""
@@ -215,17 +220,20 @@ def _movable(sched: Books, book: RoundBook, record: JobRecord, now: float) -> bo
 
 def run_rounds(sched: Books, book: RoundBook, now: float) -> None:
     """The round work of one ``handle`` call: a boundary if one is due, then the round's
-    chosen jobs whose devices are free start."""
-    members = [
-        r
-        for r in sched.active_jobs()
-        if r.state in (JobState.PENDING, JobState.RUNNING) and book.member(sched.state, r.job)
-    ]
-    if book.next_at is None and members:
-        book.next_at = now
-    if book.next_at is not None and now >= book.next_at:
-        _boundary(sched, book, members, now)
-    _start_chosen(sched, book, now)
+    chosen jobs whose devices are free start. Between boundaries it costs nothing per job
+    (the active jobs are scanned only at a boundary, or while no round is under way)."""
+    if book.next_at is None or now >= book.next_at:
+        active = sched.active_jobs()
+        book.prune({r.id for r in active})
+        members = [
+            r
+            for r in active
+            if r.state in (JobState.PENDING, JobState.RUNNING) and book.member(sched.state, r.job)
+        ]
+        if members or book.next_at is not None:
+            _boundary(sched, book, members, now)
+    if book.plan:
+        _start_chosen(sched, book, now)
 
 
 def _boundary(sched: Books, book: RoundBook, members: list[JobRecord], now: float) -> None:
@@ -501,7 +509,7 @@ def _start_chosen(sched: Books, book: RoundBook, now: float) -> None:
         if record is None or record.state is not JobState.PENDING:
             del book.plan[job_id]
             continue
-        if record.stopping or record.nominated:
+        if record.stopping or record.nominated or now < record.backoff_until:
             continue
         if _bind_on(sched, book, record, model, now):
             del book.plan[job_id]
