@@ -219,6 +219,17 @@ class OpenbResult:
         }
 
 
+def _moves(mover: OpenbDefrag) -> dict[str, Any]:
+    """What ``extra`` says of a run with defragmentation."""
+    most, budget = mover.most_moved
+    return {
+        "moved": mover.moved,
+        "rescued": mover.rescued,
+        "most_moved_per_arrival": most,
+        "budget_then": budget,
+    }
+
+
 def run_openb(
     trace: OpenbTrace,
     policy: str,
@@ -287,5 +298,5 @@ def run_openb(
         tuple(curves[0]),
         tuple(curves[1]),
         tuple(curves[2]),
-        {} if mover is None else {"moved": mover.moved, "rescued": mover.rescued},
+        {} if mover is None else _moves(mover),
     )
