@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.exc import IntegrityError
 
-from hetsched.service.store import Conflict, Store
-from hetsched.service.tables import allocations, metadata
+from hetsched.service.store import Conflict, NewJob, Store
+from hetsched.service.tables import allocations, jobs, metadata
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -122,3 +122,98 @@ def test_cancel_requests_only_touch_live_jobs(store: Store) -> None:
         conn.execute(text("UPDATE jobs SET state = 'succeeded'"))
     assert not store.request_cancel("j1")
     assert store.live_jobs() == []
+
+
+def _counted(store: Store) -> dict[tuple[str, str], int]:
+    return {(u["queue"], u["state"]): u["count"] for u in store.queue_usage()}
+
+
+def _scanned(store: Store) -> dict[tuple[str, str], int]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT queue, state, COUNT(*) FROM jobs GROUP BY queue, state")
+        ).all()
+    return {(q, s): int(n) for q, s, n in rows}
+
+
+def test_job_counts_follow_every_insert_and_change_of_state(store: Store) -> None:
+    """The counts ``/v1/queues`` reads are kept by triggers, whichever way a job row is
+    written: single and batch submissions, a turn's executemany, a plain UPDATE, a
+    state written again unchanged, a move to another queue."""
+    _insert(store, "j1", None)
+    _insert(store, "j2", "k")
+    store.insert_jobs(
+        [NewJob(f"b{i}", "bob", "q2" if i % 2 else "default", "n", 0, {}) for i in range(5)],
+        "batch",
+        "d",
+    )
+    assert _counted(store) == {("default", "pending"): 5, ("q2", "pending"): 2}
+    with store.write() as conn:
+        conn.execute(
+            jobs.update().where(jobs.c.id == bindparam("b_id")).values(state=bindparam("v")),
+            [{"b_id": "j1", "v": "running"}, {"b_id": "b1", "v": "succeeded"}],
+        )
+        conn.execute(text("UPDATE jobs SET state = state"))  # no change: nothing counted
+        conn.execute(text("UPDATE jobs SET queue = 'q3' WHERE id = 'b2'"))
+    assert store.end_waiting_job("j2", "cancelled", "held", time.time())
+    assert _counted(store) == _scanned(store)
+    assert _counted(store) == {
+        ("default", "cancelled"): 1,
+        ("default", "pending"): 2,
+        ("default", "running"): 1,
+        ("q2", "pending"): 1,
+        ("q2", "succeeded"): 1,
+        ("q3", "pending"): 1,
+    }
+    with pytest.raises(IntegrityError), store.write() as conn:
+        conn.execute(text("UPDATE jobs SET state = 'failed' WHERE id = 'j1'"))
+        conn.execute(text("INSERT INTO tokens (id) VALUES (NULL)"))  # the transaction fails
+    assert _counted(store) == _scanned(store)  # and its counts are rolled back with it
+
+
+def test_job_counts_are_kept_by_triggers_after_every_migration(store: Store) -> None:
+    """SQLite drops a table's triggers when a migration rebuilds the table: whatever
+    migration comes last, the triggers must be there."""
+    with store.engine.connect() as conn:
+        if store.sqlite:
+            query = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+        else:
+            query = "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"
+        names = {r[0] for r in conn.execute(text(query)).all()}
+    assert {"job_counts_update"} <= names
+    assert len([n for n in names if n.startswith("job_counts_")]) >= 2
+
+
+def test_concurrent_writers_keep_the_counts(store: Store) -> None:
+    """Submissions (grouped and batched) and state changes from several threads at once:
+    no deadlock, no lost count."""
+
+    def single(i: int) -> None:
+        for k in range(10):
+            _insert(store, f"s{i}-{k}", None)
+
+    def batch(i: int) -> None:
+        for k in range(3):
+            queue_of = ["qa", "qb"] if (i + k) % 2 else ["qb", "qa"]
+            items = [NewJob(f"b{i}-{k}-{n}", "bob", queue_of[n % 2], "x", 0, {}) for n in range(6)]
+            store.insert_jobs(items, None, None)
+
+    def turns() -> None:
+        for _ in range(10):
+            with store.write() as conn:
+                conn.execute(
+                    text(
+                        "UPDATE jobs SET state = 'running' WHERE seq IN "
+                        "(SELECT seq FROM jobs WHERE state = 'pending' ORDER BY seq DESC LIMIT 3)"
+                    )
+                )
+
+    threads = [threading.Thread(target=single, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=batch, args=(i,)) for i in range(4)]
+    threads.append(threading.Thread(target=turns))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _counted(store) == _scanned(store)
+    assert sum(_counted(store).values()) == 4 * 10 + 4 * 3 * 6

@@ -23,6 +23,7 @@ from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler.actions import Action, MigrationKind, PreemptionKind
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord, MoveBook
+from hetsched.scheduler.tally import Tally
 from hetsched.scheduler.usage import Ledger, Usage
 
 __all__ = ["Books", "RoundHold"]
@@ -57,6 +58,11 @@ class Books(Protocol):
 
     @property
     def state(self) -> ClusterState: ...
+
+    @property
+    def tally(self) -> Tally:
+        """Live jobs counted by queue and state, kept as they move."""
+        ...
 
     @property
     def profile(self) -> ProfileSpec: ...

@@ -257,8 +257,10 @@ class Scheduler(JobBook):
             return
         self._move(record, JobState.PENDING, now, "submitted", Change.SUBMITTED)
         self._live[job.id] = record
+        self.tally.entered(record)
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
+        self.tally.queued(record)
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)
 

@@ -39,6 +39,7 @@ from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import BlockedBy, JobRecord, MoveBook
+from hetsched.scheduler.tally import Tally
 from hetsched.scheduler.units import Units
 from hetsched.scheduler.usage import Ledger, Usage, placement_usage, request_usage
 
@@ -80,6 +81,8 @@ class JobBook:
         self._nominations: dict[str, str] = {}
         #: jobs not in a terminal state, in arrival order
         self._live: dict[str, JobRecord] = {}
+        #: the live jobs counted by queue and state, as they move (never by a scan)
+        self.tally = Tally()
         #: maximum runtime and maximum pending time, due first
         self.deadlines = Deadlines()
         #: jobs that preempted others and have not started yet, by id
@@ -154,6 +157,7 @@ class JobBook:
         )
         record.move(JobState.RUNNING, now, f"run {run}: restored after a restart")
         self._live[job.id] = record
+        self.tally.entered(record)
         if record.has_unplaced:
             self.queue.add(record)
         self.deadlines.run_started(record, self._max_runtime(job))
@@ -239,6 +243,8 @@ class JobBook:
         else:
             since = now
         record.move(target, now, cause)
+        if source is not None and record.id in self._live:
+            self.tally.moved(record, source, target)
         self._out.append(
             JobTransition(
                 record.id, now, source, target, change, cause, record.run, record.restarts, since
@@ -304,6 +310,7 @@ class JobBook:
         record.queued_since = now
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
+        self.tally.queued(record)
         # until the next attempt says more; the job may wait out this call untried
         record.explanation = Explanation(Code.UNSCHEDULABLE, f"back in the queue: {cause}")
 

@@ -19,6 +19,7 @@ from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState, Transition
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation
+from hetsched.scheduler.tally import Shape
 from hetsched.scheduler.whatif import WhatIf, what_if
 
 __all__ = ["JobView", "QueueUse", "SchedulerView"]
@@ -109,10 +110,11 @@ class SchedulerView:
         return [record.job for record in self._core.active_jobs()]
 
     def running_placements(self) -> dict[tuple[str, int], Placement]:
-        """(job, task) -> placement of every running task."""
+        """(job, task) -> placement of every running task (read from the jobs that hold
+        resources: waiting jobs cost nothing)."""
         return {
             (record.id, task): placement
-            for record in self._core.active_jobs()
+            for record in self._core.holding_jobs()
             for task, placement in record.placements.items()
         }
 
@@ -127,24 +129,17 @@ class SchedulerView:
         return what_if(self._core, job, self._core.now)
 
     def counts(self) -> tuple[Counter[str], int]:
-        """Pending jobs per queue, and running jobs (cheap: no copies)."""
-        pending: Counter[str] = Counter()
-        running = 0
-        for record in self._core.active_jobs():
-            if record.state is JobState.PENDING:
-                pending[record.job.queue] += 1
-            elif record.state is JobState.RUNNING:
-                running += 1
-        return pending, running
+        """Pending jobs per queue, and running jobs (from counters kept as jobs move)."""
+        return self._core.tally.counts()
 
     def oldest_pending(self, now: float) -> dict[str, float]:
         """Per queue, how long its longest-waiting pending job has waited."""
-        oldest: dict[str, float] = {}
-        for record in self._core.active_jobs():
-            if record.state is JobState.PENDING:
-                queue = record.job.queue
-                oldest[queue] = max(oldest.get(queue, 0.0), max(0.0, now - record.queued_since))
-        return oldest
+        return self._core.tally.oldest_pending(now)
+
+    def live_shapes(self, device_class: str) -> Counter[Shape]:
+        """The task shapes live jobs ask of ``device_class`` (each job's first request of
+        that class), with how many tasks ask for each (from counters, not a scan)."""
+        return self._core.tally.shapes(device_class)
 
     def quotas(self) -> dict[str, dict[str, QueueUse]]:
         """Per queue of the profile's tree and per flavor: quota, use, borrowed, free

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from hetsched.agent.executor import RunAs, TaskExit, local_indices, task_key
 from hetsched.agent.guard import Alert, Guard, Watched
@@ -31,7 +32,27 @@ from hetsched.service.checkpointing import CheckpointProtocol
 from hetsched.service.fencing import Fencing
 from hetsched.service.schemas import SubmitSpec
 
-__all__ = ["Launched", "Launcher"]
+__all__ = ["LaunchSpec", "Launched", "Launcher"]
+
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What the launcher keeps of a job's submission until the job ends: what its tasks
+    run. A few hundred bytes, where the validated submission (a pydantic model with its
+    nested resources) took kilobytes per job: with tens of thousands of jobs waiting the
+    difference is a hundred megabytes."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    federation: str | None
+
+    @classmethod
+    def of(cls, spec: SubmitSpec) -> LaunchSpec:
+        env = MappingProxyType(dict(spec.env)) if spec.env else _NO_ENV
+        return cls(tuple(spec.command), env, spec.workdir, spec.federation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,15 +88,15 @@ class Launcher:
         self.devices: dict[str, Device] = {}
         self.device_indices: dict[str, int] = {}
         self.add_nodes(nodes)
-        #: job id -> its job and spec, while it may run
-        self.jobs: dict[str, tuple[Job, SubmitSpec]] = {}
+        #: job id -> its job and what its tasks run, while it may run
+        self.jobs: dict[str, tuple[Job, LaunchSpec]] = {}
         #: executor key -> why the guard killed that task, until its exit is reported
         self._guard_kills: dict[str, str] = {}
         self._guard_at = 0.0
 
     def know(self, job: Job, spec: SubmitSpec) -> None:
         """A job whose tasks may be started (submitted, or taken back by recovery)."""
-        self.jobs[job.id] = (job, spec)
+        self.jobs[job.id] = (job, LaunchSpec.of(spec))
 
     def forget(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
@@ -163,8 +184,8 @@ class Launcher:
             start.key.run,
             placement,
             devices,
-            spec.command,
-            env,
+            list(spec.command),
+            dict(env),
             spec.workdir,
             job.max_runtime_s,
             run_as,
@@ -172,7 +193,7 @@ class Launcher:
         )
         return handle.pid, handle.pid_started
 
-    def _fence_file(self, spec: SubmitSpec) -> Path | None:
+    def _fence_file(self, spec: LaunchSpec) -> Path | None:
         if spec.federation is None or self.fencing is None:
             return None
         return self.fencing.lease_file(spec.federation)

@@ -327,7 +327,7 @@ class ControlLoop:
         spec = from_stored(row["spec"])
         job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
         self.launcher.know(job, spec)
-        queued = self.store.queue_times().get(job_id)
+        queued = self.store.queue_times(job_id).get(job_id)
         self._events.append(JobSubmitted(job, int(row["run"]), int(row["restarts"]), queued))
         self._wake.set()
 

@@ -127,17 +127,9 @@ def _parts(service: Service) -> list[object]:
 
 
 def target_workload(view: SchedulerView, device_class: str) -> TargetWorkload:
-    """The fragmentation target for ``device_class``: see the module docstring."""
-    shapes: Tally[tuple[int, int, int, str | None]] = Tally()
-    for job in view.live_jobs():
-        resources = job.resources
-        for request in resources.devices:
-            choice = request.primary
-            if choice.device_class == device_class:
-                share = choice.share if choice.count == 1 else SHARE_UNITS
-                key = (resources.cpu_milli, choice.count, share, choice.selector)
-                shapes[key] += job.replicas
-                break
+    """The fragmentation target for ``device_class``: see the module docstring. The shapes
+    come from the core's counters (kept as jobs come and go), not from a scan of the jobs."""
+    shapes = view.live_shapes(device_class)
     if not shapes:
         return TargetWorkload.of([TargetClass(0, 1, SHARE_UNITS, None, 1.0)])
     return TargetWorkload.of(

@@ -23,7 +23,7 @@ from sqlalchemy import (
     text,
 )
 
-__all__ = ["allocations", "jobs", "metadata", "tasks", "tokens", "transitions"]
+__all__ = ["allocations", "job_counts", "jobs", "metadata", "tasks", "tokens", "transitions"]
 
 metadata = MetaData()
 
@@ -74,6 +74,17 @@ jobs = Table(
     Column("lost_work_s", Float, nullable=False, default=0.0, server_default=text("0")),
     Column("migrations", Integer, nullable=False, default=0, server_default=text("0")),
     UniqueConstraint("owner", "request_key", name="uq_jobs_owner_request_key"),
+)
+
+#: jobs per queue and state, kept by triggers on ``jobs`` (migration 0004) in the same
+#: transaction as every insert, delete and change of state or queue: what ``/v1/queues`` and
+#: the ``hetsched_jobs`` metric read instead of counting the jobs table. A row at 0 stays.
+job_counts = Table(
+    "job_counts",
+    metadata,
+    Column("queue", String(63), primary_key=True),
+    Column("state", String(16), primary_key=True),
+    Column("n", Integer, nullable=False),
 )
 
 transitions = Table(
