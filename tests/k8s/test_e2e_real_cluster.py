@@ -169,6 +169,55 @@ def test_failed_scheduling_event(api: KubeClusterAPI, sched: PodScheduler, names
     assert "gpu" in events[0].message
 
 
+def test_preemption_notice_and_checkpoint_report(
+    api: KubeClusterAPI, node: str, namespace: str
+) -> None:
+    """A checkpointable victim gets the notice condition and annotation from the real API
+    server (pods/status strategic merge, pods merge patch), and is deleted as soon as it
+    reports a checkpoint through the same patch `hetsched checkpoint` makes in a pod. (The
+    pause containers never start without the device plugin; the downward API env vars of
+    deploy/kubernetes/examples/checkpointing.yaml need a real image and device plugin.)"""
+    from hetsched.framework.profile import parse_profile
+    from hetsched.k8s.names import CHECKPOINT, NOTICE_CONDITION, PREEMPTION_NOTICE
+    from hetsched.k8s.selfreport import report_checkpoint
+
+    # the node's 9 fake GPUs to itself: the earlier tests' pods go first
+    api.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    for _ in range(300):
+        if not api.core.list_namespaced_pod(namespace).items:
+            break
+        time.sleep(0.1)
+    profile = parse_profile({"queue_sort": "priority", "post_filter": ["preemption"]})
+    sched = PodScheduler(api, profile, scheduler_name=NAME, watch_timeout_s=30)
+    sched.sync()
+    sched.start_watches()
+    try:
+        low = pod("low", namespace, {"gpu": 9}, annotations={CHECKPOINT: '{"notice_s": "10m"}'})
+        api.core.create_namespaced_pod(namespace, low)
+        wait_bound(api, sched, namespace, ["low"])
+        high = pod("high", namespace, {"gpu": 9})
+        high["spec"]["priority"] = 9
+        api.core.create_namespaced_pod(namespace, high)
+        for _ in range(300):
+            found = api.core.read_namespaced_pod("low", namespace)
+            conditions = [c for c in found.status.conditions or [] if c.type == NOTICE_CONDITION]
+            if conditions and PREEMPTION_NOTICE in (found.metadata.annotations or {}):
+                break
+            sched.step(0.1)
+        assert conditions and conditions[0].status == "True"
+        report_checkpoint(api, namespace, "low", 5, "/ckpt/5")
+        for _ in range(300):
+            names = [p.metadata.name for p in api.core.list_namespaced_pod(namespace).items]
+            if "low" not in names:
+                break
+            sched.step(0.1)
+        assert "low" not in names
+        wait_bound(api, sched, namespace, ["high"])
+        api.core.delete_namespaced_pod("high", namespace)
+    finally:
+        sched.stop()
+
+
 # -- Dynamic Resource Allocation ---------------------------------------------------------------
 
 DRIVER = f"e2e-{NAME[-6:]}.hetsched.io"

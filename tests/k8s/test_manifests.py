@@ -27,7 +27,8 @@ import pytest
 import yaml
 
 from hetsched.framework.profile import parse_profile
-from hetsched.k8s.translate import pod_request
+from hetsched.k8s.names import CHECKPOINT_DIR, RESUME_FROM, RESUME_STEP
+from hetsched.k8s.translate import pod_job, pod_request
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
@@ -86,6 +87,8 @@ def test_scheduler_rbac_is_least_privilege() -> None:
     }
     assert ("", "pods/binding", "create") in granted
     assert ("", "events", "create") in granted
+    # the preemption notice: its annotation, and its condition through pods/status
+    assert ("", "pods", "patch") in granted and ("", "pods/status", "patch") in granted
     assert all(verb not in {"*", "escalate", "bind", "impersonate"} for _, _, verb in granted)
     assert all(resource != "*" and resource != "secrets" for _, resource, _ in granted)
     assert not any(g == "coordination.k8s.io" for g, _, _ in granted)  # the Lease: a Role
@@ -100,9 +103,15 @@ def test_the_profile_in_the_deployment_loads() -> None:
     assert parse_profile(yaml.safe_load(config["data"]["profile.yaml"])).name == "kubernetes"
 
 
-@pytest.mark.parametrize("name", ["pod-gpu.yaml", "shared-gpu.yaml", "fpga.yaml", "gang.yaml"])
+@pytest.mark.parametrize(
+    "name", ["pod-gpu.yaml", "shared-gpu.yaml", "fpga.yaml", "gang.yaml", "checkpointing.yaml"]
+)
 def test_examples_are_read_by_hetsched(name: str) -> None:
-    doc = documents(DEPLOY / "examples" / name)[0]
+    doc = next(
+        d
+        for d in documents(DEPLOY / "examples" / name)
+        if d["kind"] in ("Pod", "Job", "Deployment")
+    )
     pod = (
         doc
         if doc["kind"] == "Pod"
@@ -114,6 +123,34 @@ def test_examples_are_read_by_hetsched(name: str) -> None:
     assert pod["spec"]["schedulerName"] == "hetsched"
     request = pod_request(pod)
     assert request.devices  # every example asks for a device
+    assert pod_job(pod).checkpoint is not None or name != "checkpointing.yaml"
+
+
+def test_the_checkpointing_example_reads_what_the_scheduler_writes() -> None:
+    """Its downward API env vars name the annotations the scheduler writes, and its service
+    account is bound to the role that lets `hetsched checkpoint` annotate its pod."""
+    docs = documents(DEPLOY / "examples" / "checkpointing.yaml")
+    job = next(d for d in docs if d["kind"] == "Job")
+    env = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+        for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["POD_NAME"] == "metadata.name"
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    for variable, annotation in [
+        ("HETSCHED_CHECKPOINT_DIR", CHECKPOINT_DIR),
+        ("HETSCHED_RESUME_FROM", RESUME_FROM),
+        ("HETSCHED_RESUME_STEP", RESUME_STEP),
+    ]:
+        assert env[variable] == f"metadata.annotations['{annotation}']"
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert binding["roleRef"]["name"] == "hetsched-checkpoint-reporter"
+    role = next(
+        d
+        for d in documents(DEPLOY / "rbac.yaml")
+        if d["metadata"]["name"] == "hetsched-checkpoint-reporter"
+    )
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]}]
 
 
 # -- KubeSchedulerConfiguration --------------------------------------------------------------

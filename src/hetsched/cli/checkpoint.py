@@ -5,6 +5,10 @@ key and token (``HETSCHED_TASK_KEY``, ``HETSCHED_TASK_TOKEN``) to the service th
 it (``HETSCHED_API``), never a user's token. The other way to report is to write
 ``{"step": N, "path": "..."}`` to ``$HETSCHED_CHECKPOINT_DIR/CHECKPOINT`` (a temporary
 file, then a rename); docs/checkpointing.md has both.
+
+Run inside a Kubernetes pod (``POD_NAME`` set from the downward API, and no task token),
+it writes the ``hetsched.io/checkpointed`` annotation on its own pod with the pod's service
+account (:mod:`hetsched.k8s.selfreport`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import httpx
 import typer
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.k8s.selfreport import in_pod, own_pod, report_checkpoint
 
 __all__ = ["checkpoint"]
 
@@ -50,12 +55,20 @@ def checkpoint(
     checkpoint directory) and HETSCHED_RESUME_STEP (STEP). A report made inside a notice
     (after the job's notice signal) ends the notice at once: the task is stopped without
     waiting out the rest of it.
+
+    In a Kubernetes pod (POD_NAME and POD_NAMESPACE from the downward API), it writes the
+    hetsched.io/checkpointed annotation on its own pod with the pod's service account
+    (which needs get and patch on pods); the scheduler reads it the same way.
     """
     _survive_the_notice()
     missing = [name for name in _NEEDED if not os.environ.get(name)]
+    if missing and in_pod(os.environ):
+        _report_in_pod(step, path, output)
+        return
     if missing:
         fail(
-            f"{', '.join(missing)} not set: run this inside a task started by hetsched up",
+            f"{', '.join(missing)} not set: run this inside a task started by hetsched up, "
+            "or in a Kubernetes pod with POD_NAME set (downward API)",
             2,
         )
     body = {"task": os.environ["HETSCHED_TASK_KEY"], "step": step, "path": path}
@@ -81,3 +94,28 @@ def checkpoint(
         print_json(answer.json())
         return
     console.print(f"checkpoint reported: step {step}" + (f", {path}" if path else ""))
+
+
+def _report_in_pod(step: int, path: str, output: OutputFormat) -> None:
+    """The report as an annotation on this pod (see the module docstring)."""
+    from hetsched.k8s.api import ApiError, load_api  # the client loads only in a pod
+
+    try:
+        namespace, name = own_pod(os.environ)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        api = load_api()
+    except Exception as exc:  # the client's config errors have no common base
+        fail(f"cannot reach the Kubernetes API from this pod: {exc}", 1)
+    try:
+        written = report_checkpoint(api, namespace, name, step, path)
+    except ApiError as exc:
+        fail(f"checkpoint not written on pod {namespace}/{name}: {exc}", 1)
+    finally:
+        api.close()
+    if output is OutputFormat.json:
+        print_json(written)
+        return
+    where = f", {path}" if path else ""
+    console.print(f"checkpoint reported on pod {namespace}/{name}: step {step}{where}")

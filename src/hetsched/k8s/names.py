@@ -10,14 +10,21 @@ __all__ = [
     "ASSIGNED_DEVICES",
     "ASSIGNED_FOR",
     "ASSIGN_PHASE",
+    "CHECKPOINT",
+    "CHECKPOINTED",
+    "CHECKPOINT_DIR",
     "DEFAULT_SLOT_SHARE",
     "DEVICE_SELECTOR",
     "DEVICE_SHARE",
     "DOMAIN",
     "NODE_DEVICES",
+    "NOTICE_CONDITION",
     "POD_GROUP",
     "POD_GROUP_MIN",
+    "PREEMPTION_NOTICE",
     "QUEUE",
+    "RESUME_FROM",
+    "RESUME_STEP",
     "SCHEDULER_NAME",
     "SHARED_SUFFIX",
     "SPEED",
@@ -80,3 +87,23 @@ QUEUE = f"{DOMAIN}/queue"
 SPEED = f"{DOMAIN}/speed"
 SPEED_JOB_TYPE = f"{DOMAIN}/job-type"
 SPEED_WORK = f"{DOMAIN}/work"
+
+#: Pod annotation: the job saves its state (docs/checkpointing.md), as a JSON or YAML flow
+#: object ``{interval_s, notice_s, signal, cost_s, dir}``: it gets a preemption notice of
+#: ``notice_s`` before its pod is deleted, and its replacement pods are told where to resume
+CHECKPOINT = f"{DOMAIN}/checkpoint"
+#: Pod annotation written by the pod itself (``hetsched checkpoint`` in the container): the
+#: last checkpoint it saved, ``{"step": N, "path": "...", "time": "<RFC 3339>"}``
+CHECKPOINTED = f"{DOMAIN}/checkpointed"
+#: Pod annotation written by the scheduler when it gives the pod a preemption notice: the
+#: deadline (RFC 3339, UTC) after which the pod is deleted
+PREEMPTION_NOTICE = f"{DOMAIN}/preemption-notice"
+#: Pod condition type set with :data:`PREEMPTION_NOTICE` (status True, the reason and the
+#: deadline in its message)
+NOTICE_CONDITION = f"{DOMAIN}/PreemptionNotice"
+#: Pod annotations written in the Binding of a checkpointable job's pods (read in the
+#: container through downward API env vars): the checkpoint it resumes from, the step it
+#: reached, and the job's checkpoint folder (the ``dir`` of :data:`CHECKPOINT`)
+RESUME_FROM = f"{DOMAIN}/resume-from"
+RESUME_STEP = f"{DOMAIN}/resume-step"
+CHECKPOINT_DIR = f"{DOMAIN}/checkpoint-dir"

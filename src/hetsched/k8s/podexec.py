@@ -14,25 +14,30 @@ by deleting their pods.
 - **Stop**: the pod is deleted with the grace period (a ``Preempted`` or ``Killing``
   Event first) and its exit is reported once it is gone; a pod that never bound is
   reported at once and kept; a pod whose binding is in flight is stopped when the binding
-  ends.
+  ends. A stop with a notice first gives the pod its preemption notice and deletes it
+  when the notice ends (:mod:`hetsched.k8s.notices`).
+- **Resuming**: the Binding of a checkpointable job's pod carries where it resumes from
+  (:func:`hetsched.k8s.checkpoints.resume_annotations`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from hetsched.drivers import Exit, Interpreter, Start, Stop
 from hetsched.k8s.api import ApiError, ClusterAPI
 from hetsched.k8s.binding import Binder, BindJob, Member, Outcome
+from hetsched.k8s.checkpoints import resume_annotations
 from hetsched.k8s.claims.book import ClaimBook
 from hetsched.k8s.claims.requests import ClaimError
 from hetsched.k8s.listwatch import ListWatch
 from hetsched.k8s.nominate import Nominations
+from hetsched.k8s.notices import Notice, Notices
 from hetsched.k8s.podevents import PodEvents
 from hetsched.k8s.recreate import Vacancies
-from hetsched.k8s.translate import assignment_annotations, pod_info
+from hetsched.k8s.translate import PodInfo, TranslateError, assignment_annotations, pod_info
 from hetsched.keys import TaskKey
 from hetsched.scheduler import Event, JobCancelled, StartFailed
 
@@ -59,6 +64,7 @@ class PodScheduler(Protocol):
     members: dict[str, list[str]]
     followups: list[Event]
     rechecks: list[str]
+    clock: Callable[[], float]
 
     @property
     def dra(self) -> _Claims: ...
@@ -95,7 +101,9 @@ class PodExecutor:
         #: pods whose bind we lost (409), until we see them bound
         self.lost: set[str] = set()
         #: pod key -> a stop that waits for the pod's binding to end first
-        self._deferred: dict[str, tuple[TaskKey, float, str, bool]] = {}
+        self._deferred: dict[str, tuple[TaskKey, float, str, bool, float]] = {}
+        #: pods in their preemption notice (deleted when it ends)
+        self.notices = Notices()
         #: job id -> the starts of a Bind that waits for recreated pods
         self._waiting: dict[str, list[Start]] = {}
         #: job id -> bindings of it that failed in a row
@@ -133,10 +141,50 @@ class PodExecutor:
             members = sched.members.get(stop.key.job, [])
             task = stop.key.task
             pod_key = members[task] if task < len(members) else ""
+            if stop.key in self._stopping_tasks():
+                # asked before (a notice being cut short): its pod, though the job's
+                # members may have moved on to the pods that replace it
+                pod_key = self._stopping_tasks()[stop.key]
             reason = f"preempted: {stop.reason}" if stop.preemptor else stop.reason
             if stop.preemptor:
                 sched.nominations.victim(stop.preemptor, stop.placement.node)
-            self._stop_pod(pod_key, stop.key, stop.grace_s, reason, bool(stop.preemptor))
+            if pod_key in self.notices.pending and self.stopping.get(pod_key) == stop.key:
+                self._shorten(pod_key, now, stop.notice_s)
+                continue
+            self._stop_pod(
+                pod_key, stop.key, stop.grace_s, reason, bool(stop.preemptor), stop.notice_s, now
+            )
+
+    def _stopping_tasks(self) -> dict[TaskKey, str]:
+        """Task -> its pod, for the pods asked to stop (few: those going away now)."""
+        return {task: key for key, task in self.stopping.items()}
+
+    def expire(self, now: float) -> None:
+        """Delete the pods whose notice is over at ``now``."""
+        for key, notice in self.notices.due(now):
+            self._end_notice(key, notice)
+
+    def end_notice(self, key: str) -> None:
+        """Pod ``key`` is in its notice and its container ended: delete it now."""
+        notice = self.notices.end(key)
+        if notice is not None:
+            self._end_notice(key, notice)
+
+    def _shorten(self, key: str, now: float, notice_s: float) -> None:
+        """A second stop of a pod in its notice: at once when it has no notice (the pod
+        reported a checkpoint), else by the sooner deadline."""
+        if notice_s > 0:
+            self.notices.shorten(key, now + notice_s)
+            return
+        notice = self.notices.end(key)
+        if notice is not None:
+            self._end_notice(key, notice)
+
+    def _end_notice(self, key: str, notice: Notice) -> None:
+        obj = self.sched.pods.get(key)
+        if obj is None or key not in self.stopping:
+            return  # gone meanwhile: its exit is reported (or on its way)
+        self._delete(obj, pod_info(obj), notice.grace_s, notice.why, notice.preempted)
 
     # -- what the scheduler tells it -----------------------------------------------------
 
@@ -155,6 +203,7 @@ class PodExecutor:
 
     def gone(self, key: str) -> TaskKey | None:
         """Pod ``key`` was deleted: the task it ran, if it was asked to stop."""
+        self.notices.end(key)
         self.bound_pods.discard(key)
         self.lost.discard(key)
         return self.stopping.pop(key, None)
@@ -183,7 +232,11 @@ class PodExecutor:
             # the device plugin's assignment travels in the Binding: set with
             # spec.nodeName in one update, so a binding that fails leaves no annotation
             plugin = book.plugin_part(key, placement)
-            annotations = assignment_annotations(obj, plugin) if plugin.devices else None
+            annotations = assignment_annotations(obj, plugin) if plugin.devices else {}
+            try:
+                annotations.update(resume_annotations(obj, start.resume))
+            except TranslateError as exc:  # read when it was submitted: changed since
+                log.warning("pod %s: %s", key, exc)
             try:
                 claims = book.writes(key, placement)
             except ClaimError as exc:  # the core's choice does not read as the claims'
@@ -194,7 +247,7 @@ class PodExecutor:
                     StartFailed(first.job, first.run, reason, BIND_MAX_BACKOFF_S)
                 )
                 return
-            members.append(Member(key, start.key, obj, placement.node, annotations, claims))
+            members.append(Member(key, start.key, obj, placement.node, annotations or None, claims))
         first = starts[0].key
         self.binder.submit(BindJob(first.job, first.run, tuple(members)))
 
@@ -241,10 +294,19 @@ class PodExecutor:
 
     # -- stopping ------------------------------------------------------------------------
 
-    def _stop_pod(self, key: str, task: TaskKey, grace_s: float, why: str, preempted: bool) -> None:
+    def _stop_pod(
+        self,
+        key: str,
+        task: TaskKey,
+        grace_s: float,
+        why: str,
+        preempted: bool,
+        notice_s: float = 0.0,
+        now: float | None = None,
+    ) -> None:
         sched = self.sched
         if key in self.binder.in_flight:
-            self._deferred[key] = (task, grace_s, why, preempted)
+            self._deferred[key] = (task, grace_s, why, preempted, notice_s)
             return  # stopped once its binding ends: deleted if it bound
         waiting = self._waiting.get(task.job)
         if waiting:
@@ -263,8 +325,20 @@ class PodExecutor:
             return
         self.stopping[key] = task
         sched.owner.pop(key, None)
+        if notice_s > 0 and not info.terminal:
+            clock = sched.clock() if now is None else now
+            notice = Notice(task, clock + notice_s, grace_s, why, preempted)
+            sched.vacant.postpone(task.job, notice.deadline)
+            self.notices.give(sched.api, sched.events, obj, info, notice, notice_s)
+            return
+        self._delete(obj, info, grace_s, why, preempted)
+
+    def _delete(
+        self, obj: dict[str, Any], info: PodInfo, grace_s: float, why: str, preempted: bool
+    ) -> None:
+        sched = self.sched
         sched.events.post(obj, "Normal", "Preempted" if preempted else "Killing", why)
         try:
             sched.api.delete_pod(info.namespace, info.name, int(grace_s))
         except ApiError as exc:
-            log.warning("deleting pod %s failed: %s", key, exc)
+            log.warning("deleting pod %s failed: %s", info.key, exc)

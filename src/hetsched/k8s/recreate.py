@@ -55,6 +55,14 @@ class Vacancies:
         waiting = self._by_workload.setdefault(workload, [])
         waiting += [Vacancy(job_id, task, now) for task in tasks]
 
+    def postpone(self, job_id: str, since: float) -> None:
+        """The job's vacancies count from ``since`` at the earliest: its old pods stay
+        until then (a preemption notice), and nothing recreates a pod before they go."""
+        for waiting in self._by_workload.values():
+            for vacancy in waiting:
+                if vacancy.job_id == job_id:
+                    vacancy.since = max(vacancy.since, since)
+
     def take(self, workload: str | None) -> Vacancy | None:
         """The oldest vacancy a new pod of ``workload`` fills, if any."""
         waiting = self._by_workload.get(workload or "")

@@ -17,7 +17,9 @@ carries out the actions the core returns through the shared interpreter
 - Bind: the job's pods are bound all or nothing, off the scheduling loop when
   ``bind_workers`` > 0 (:mod:`hetsched.k8s.podexec`, :mod:`hetsched.k8s.binding`); a
   binding that fails requeues the job (StartFailed) and deletes the members bound so far;
-- Kill and Preempt: delete the pods with a grace period. A preempted job goes back to the
+- Kill and Preempt: delete the pods with a grace period; a checkpointable job's pods get a
+  preemption notice first (:mod:`hetsched.k8s.notices`), and the checkpoints pods report
+  reach the core (:mod:`hetsched.k8s.reports`). A preempted job goes back to the
   core's queue, as everywhere: the pods its controller (a Job, a ReplicaSet, ...) or its pod
   group recreates are matched to it, task by task, instead of becoming new jobs; a job whose
   pods nothing recreates (bare pods) is cancelled once they are gone, and one whose pods
@@ -63,6 +65,7 @@ from hetsched.k8s.podevents import PodEvents
 from hetsched.k8s.podexec import PodExecutor
 from hetsched.k8s.podgroups import PodGroups
 from hetsched.k8s.recreate import Vacancies, workload_of
+from hetsched.k8s.reports import CheckpointReports
 from hetsched.k8s.takeback import TakeBack
 from hetsched.k8s.translate import (
     PodInfo,
@@ -166,6 +169,7 @@ class PodScheduler(Observer):
         self.watch = ListWatch(api, caches, watch_timeout_s, optional=DRA_RESOURCES)
         self.executor = PodExecutor(self, bind_workers)
         self.interpreter = Interpreter(self.executor, self, kill_grace_s=KILL_GRACE_S)
+        self.reports = CheckpointReports(self)
         #: held while a batch is applied
         self.lock = threading.RLock()
         #: federations' leases (k8s/fencing.py): their pods run only while one is live
@@ -216,12 +220,16 @@ class PodScheduler(Observer):
 
     def step(self, timeout_s: float = 1.0) -> None:
         """Wait up to ``timeout_s`` for changes, then handle everything queued (and the
-        core's timers, and pods overdue for recreation, when due)."""
+        core's timers, pods overdue for recreation and notices that end, when due)."""
+        deadline = self.executor.notices.next_deadline()
+        if deadline is not None:
+            timeout_s = max(0.0, min(timeout_s, deadline - self.clock()))
         changes = self.watch.changes(timeout_s)
         if self.fencing is not None:
             changes += self._fence()
         wakeup = self.core.next_wakeup()
         due = wakeup is not None and wakeup <= self.clock()
+        due = due or (deadline is not None and deadline <= self.clock())
         busy = self.followups or self.binder.finished()
         if changes or busy or due or self.vacant.due(self.clock()):
             self.process(changes)
@@ -278,6 +286,7 @@ class PodScheduler(Observer):
     def _handle(self, events: list[Event], now: float) -> None:
         """Run the core and carry out its actions; what carrying them out reports at once
         (a pod already gone, a bind lost) goes to the core in the next round."""
+        self.executor.expire(now)
         self.executor.settle()
         events = self.followups + events
         self.followups = []
@@ -315,6 +324,11 @@ class PodScheduler(Observer):
         return device_events(old, node, "device plugin")
 
     def _pod_change(self, kind: str, obj: Obj) -> list[Event]:
+        """A checkpoint the pod reported (:mod:`~hetsched.k8s.reports`), then its change."""
+        reported = self.reports.look(pod_info(obj), obj, self.clock(), kind == "DELETED")
+        return reported + self._pod_changed(kind, obj)
+
+    def _pod_changed(self, kind: str, obj: Obj) -> list[Event]:
         info = pod_info(obj)
         ours = info.scheduler_name == self.name
         if ours and (kind == "DELETED" or info.terminal) and claim_refs(obj):
@@ -327,6 +341,8 @@ class PodScheduler(Observer):
         if owned is not None:
             return self._owned_change(info, owned)
         if info.key in self.executor.stopping:
+            if info.terminal:  # it ended inside its notice: delete it now
+                self.executor.end_notice(info.key)
             return []
         if info.key in self.executor.lost:
             # we lost its bind race: wait for the object that shows where it went (a watch
@@ -417,6 +433,9 @@ class PodScheduler(Observer):
         self.executor.requeued(job_id)
         workload = self._workloads.get(job_id)
         members = self.members.get(job_id, [])
+        notices = self.executor.notices.pending
+        # pods in their notice stay until it ends: nothing recreates them before
+        since = max([now] + [notices[k].deadline for k in members if k in notices])
         vacant = []
         for task, key in enumerate(members):
             if key and self.owner.get(key) == (job_id, task):
@@ -427,7 +446,7 @@ class PodScheduler(Observer):
             return []
         if workload is None:
             return [JobCancelled(job_id, "its pods were deleted and no controller recreates them")]
-        self.vacant.add(workload, job_id, vacant, now)
+        self.vacant.add(workload, job_id, vacant, since)
         return []
 
     def _expired_vacancies(self, now: float) -> list[Event]:
@@ -459,6 +478,8 @@ class PodScheduler(Observer):
         self._own(job_id, keys, workload)
         self._run[job_id] = 1
         self._state[job_id] = JobState.RUNNING
+        for key in (k for k in keys if k in self.pods):  # notices from before a restart
+            self.executor.notices.withdraw(self.api, pod_info(self.pods[key]), self.pods[key])
         for task, placement in placements.items():
             self.interpreter.adopt(TaskKey(job_id, task, 1), placement)
 

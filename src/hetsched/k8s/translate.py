@@ -13,7 +13,8 @@ What is read:
   :mod:`hetsched.k8s.podrequest`); ``spec.priority``; the queue from the
   ``hetsched.io/queue`` label, else the namespace; the gang from the
   ``hetsched.io/pod-group`` label and ``hetsched.io/min-available`` annotation;
-  ``spec.nodeSelector``; ``spec.tolerations``.
+  ``spec.nodeSelector``; ``spec.tolerations``; how the job saves its state from the
+  ``hetsched.io/checkpoint`` annotation (:mod:`hetsched.k8s.checkpoints`).
 
 Every field of the wrong shape (a list where an object belongs, a bad quantity, an
 annotation that is not JSON) is a TranslateError naming it, never another exception.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.k8s.checkpoints import declaration
 from hetsched.k8s.deviceplugin.publisher import devices_annotation
 from hetsched.k8s.names import (
     ASSIGNED_DEVICES,
@@ -47,6 +49,7 @@ from hetsched.k8s.podrequest import (
     pod_request,
     str_map,
 )
+from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import Job
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
@@ -272,7 +275,13 @@ def pod_job(obj: JSON, job_id: str | None = None, submit_time: float = 0.0) -> J
         priority=info.priority,
         submit_time=submit_time,
         speed=pod_speed(obj),
+        checkpoint=_checkpointing(obj),
     )
+
+
+def _checkpointing(obj: JSON) -> Checkpointing | None:
+    declared = declaration(obj)
+    return None if declared is None else declared.checkpointing
 
 
 def group_job(
@@ -280,7 +289,8 @@ def group_job(
 ) -> Job:
     """The pods of one pod group as one job: task ``i`` is ``pods[i]``, the gang minimum is
     ``min_available`` (capped at the pods given). The pods' requests must be equal, as the
-    replicas of a hetsched job are; the first pod's request, priority and queue count."""
+    replicas of a hetsched job are; the first pod's request, priority, queue and checkpoint
+    declaration count."""
     if not pods:
         raise TranslateError(f"group {job_id}: no pods")
     first = pod_info(pods[0])
@@ -303,6 +313,7 @@ def group_job(
         gang=min(min_available, len(pods)),
         submit_time=submit_time,
         speed=pod_speed(pods[0]),
+        checkpoint=_checkpointing(pods[0]),
     )
 
 
