@@ -140,6 +140,8 @@ def main() -> None:
     if args.report_only:
         with (args.out / "results.csv").open(encoding="utf-8") as handle:
             kept = list(csv.DictReader(handle))
+        order = {name: i for i, name in enumerate(REFERENCE_AT_100)}
+        kept.sort(key=lambda r: (order.get(r["trace"], len(order)), int(r["seed"])))
         text = report(kept, args.policy, args.fraction)
         (args.out / "report.md").write_text(text, encoding="utf-8")
         print(text)
@@ -165,23 +167,31 @@ def main() -> None:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns) as progress, ProcessPoolExecutor(args.workers) as pool:
+    args.out.mkdir(parents=True, exist_ok=True)
+    # each (trace, seed) is appended as it completes, so a stopped run keeps what it did
+    with (
+        Progress(*columns) as progress,
+        ProcessPoolExecutor(args.workers) as pool,
+        (args.out / "results.csv").open("w", newline="", encoding="utf-8") as handle,
+    ):
         task = progress.add_task("(trace, seed) pairs", total=len(jobs))
         futures = [
             pool.submit(one, args.trace_dir, n, args.policy, s, args.fraction, args.bound)
             for n, s in jobs
         ]
+        writer: csv.DictWriter[str] | None = None
         for future in as_completed(futures):
-            rows.append(future.result())
+            row = future.result()
+            rows.append(row)
+            if writer is None:
+                writer = csv.DictWriter(handle, fieldnames=list(row))
+                writer.writeheader()
+            writer.writerow(row)
+            handle.flush()
             progress.advance(task)
     order = {name: i for i, name in enumerate(names)}
     rows.sort(key=lambda r: (order[r["trace"]], r["seed"]))
     print(f"wall {time.perf_counter() - started:.1f} s; load {os.getloadavg()}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    with (args.out / "results.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
     text = report(rows, args.policy, args.fraction)
     (args.out / "report.md").write_text(text, encoding="utf-8")
     print(text)
