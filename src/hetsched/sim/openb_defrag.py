@@ -104,6 +104,7 @@ class OpenbDefrag:
         self._shapes: dict[TaskRequest, int] = {}
         self._requests: list[TaskRequest] = []
         self._per_shape = np.zeros((0, *state.dev_free.shape), np.int32)
+        self._placed_per_shape = np.zeros(0, np.int64)
         self._groups: dict[_GroupKey, _Group] | None = None
         #: request -> rows where it fits an empty node (every placed pod may move)
         self._fits_empty: dict[TaskRequest, np.ndarray] = {}
@@ -124,6 +125,7 @@ class OpenbDefrag:
         pod = _Pod(name, job, placement)
         self._pods[name] = pod
         on_shape = self._shape(job.resources)
+        self._placed_per_shape[self._shapes[job.resources]] += 1
         row = self.state.node_index[placement.node]
         self._on_row.setdefault(row, set()).add(name)
         for device in placement.devices:
@@ -135,6 +137,7 @@ class OpenbDefrag:
     def _forget(self, name: str) -> _Pod:
         pod = self._pods.pop(name)
         on_shape = self._per_shape[self._shapes[pod.job.resources]]
+        self._placed_per_shape[self._shapes[pod.job.resources]] -= 1
         self._on_row[self.state.node_index[pod.placement.node]].discard(name)
         for device in pod.placement.devices:
             at = self.state.device_index[device.device_id]
@@ -154,6 +157,9 @@ class OpenbDefrag:
                 grown = np.zeros((2 * index + 8, *self.state.dev_free.shape), np.int32)
                 grown[:index] = self._per_shape
                 self._per_shape = grown
+                self._placed_per_shape = np.concatenate(
+                    [self._placed_per_shape, np.zeros(len(grown) - index, np.int64)]
+                )
             self._groups = None
         counts: np.ndarray = self._per_shape[index]
         return counts
@@ -197,7 +203,9 @@ class OpenbDefrag:
         """Device slots holding a pod that fits nowhere else now (so it cannot move)."""
         fits = self._fit_now()
         if self._stuck_now is None:
-            unfit = np.flatnonzero(~fits)
+            # only the shapes that have placed pods and fit nowhere now
+            placed = self._placed_per_shape[: len(fits)] > 0
+            unfit = np.flatnonzero(placed & ~fits)
             stuck = np.asarray((self._per_shape[unfit] > 0).any(axis=0), np.bool_)
             self._stuck_now = stuck
         return self._stuck_now
