@@ -173,12 +173,17 @@ def _admits(job: Job, device_class: str, model: str, state: ClusterState) -> boo
 
 
 def _model_rows(state: ClusterState, device_class: str, model: str) -> np.ndarray:
-    """Node rows holding a healthy device of ``model``."""
-    per_kind = np.array(
-        [k.device_class == device_class and k.model == model for k in state.kinds] + [False]
-    )
-    rows = (per_kind[state.dev_kind] & state.dev_healthy).any(axis=1) & state.active
-    return np.asarray(rows, np.bool_)
+    """Node rows holding a healthy device of ``model`` (cached until the topology or
+    health changes)."""
+
+    def compute() -> np.ndarray:
+        per_kind = np.array(
+            [k.device_class == device_class and k.model == model for k in state.kinds] + [False]
+        )
+        rows = (per_kind[state.dev_kind] & state.dev_healthy).any(axis=1) & state.active
+        return np.asarray(rows, np.bool_)
+
+    return state.memo(("round_rows", device_class, model), compute)
 
 
 def _model_of(state: ClusterState, placements: list[Placement]) -> str | None:
