@@ -169,3 +169,37 @@ def test_a_restart_after_a_failure_resumes_from_the_checkpoint() -> None:
     core.handle([TaskCheckpointed("j", 0, 1, step=7)], 10)
     bind = _one(core.handle([TaskFinished("j", 0, 1, succeeded=False)], 20), Bind)
     assert bind.run == 2 and bind.resume is not None and bind.resume.step == 7
+
+
+def test_a_job_restored_with_its_run_still_stopping_waits_for_it_then_resumes() -> None:
+    """After a driver restart inside a notice: the stopping task holds its GPU (nothing else
+    gets it) until its TaskStopped, then the job's next run resumes from its checkpoint."""
+    from hetsched.cluster.placement import DeviceShare, Placement
+    from hetsched.model.lifecycle import JobState
+
+    core = _core()
+    placement = Placement("g", 1000, 1024, (DeviceShare("g/gpu0", 1000),))
+    saved = SavedCheckpoint(40.0, 1, 7, "/ckpt/7")
+    victim = job("v", gpus=1, checkpoint=SAVES)
+    record = core.restore_stopping(victim, 1, {0: placement}, 0, 50.0, 60.0, saved)
+    assert record.state is JobState.PENDING and record.waits_for_stop
+    with pytest.raises(ValueError, match="already in the core"):
+        core.restore_stopping(victim, 1, {0: placement}, now=60.0)
+    # another job asking for the GPU waits: the stopping task holds it
+    actions = core.handle([JobSubmitted(job("other", gpus=1, submit_time=60.0))], 60.0)
+    assert not [a for a in actions if isinstance(a, Bind)]
+    actions = core.handle([TaskStopped("v", 0, 1)], 70.0)
+    bind = _one(actions, Bind)
+    assert (bind.job_id, bind.run, bind.resume) == ("v", 2, saved)  # it waited longer
+
+
+def test_restoring_a_stopping_run_that_does_not_fit_changes_nothing() -> None:
+    from hetsched.cluster.placement import DeviceShare, Placement
+    from hetsched.cluster.state import AllocationError
+
+    core = _core()
+    placement = Placement("g", 1000, 1024, (DeviceShare("g/gpu0", 1000),))
+    core.restore(job("r", gpus=1), 1, {0: placement}, now=5.0)
+    with pytest.raises(AllocationError):
+        core.restore_stopping(job("v", gpus=1, checkpoint=SAVES), 1, {0: placement}, now=6.0)
+    assert "v" not in core.jobs

@@ -253,7 +253,34 @@ class Interpreter:
             self.executor.stop(early, now)
         return TaskCheckpointed(key.job, key.task, key.run, step, path, progress, at)
 
-    def adopt(self, key: TaskKey, placement: Placement) -> None:
+    def adopt(
+        self,
+        key: TaskKey,
+        placement: Placement,
+        started: float | None = None,
+        checkpoint: float | None = None,
+        stop: Stop | None = None,
+        stopped_at: float | None = None,
+    ) -> None:
         """A task that runs already (taken back after a driver restart, or bound by someone
-        else and accounted): it is running, and its exit will be reported."""
-        self.running[key] = placement
+        else and accounted): it is running, and its exit will be reported.
+
+        ``stop``: it was asked to stop already (its Stop; one with a notice is a notice in
+        progress, which a checkpoint of its run ends early, as for a stop given here). With
+        ``started`` (when its run started), ``checkpoint`` (the time of the run's last
+        checkpoint, if any) and ``stopped_at`` (when the run was stopped to run again), the
+        run's lost work is counted as for a run this interpreter started."""
+        if stop is None:
+            self.running[key] = placement
+        else:
+            self.stopping[key] = placement
+            if stop.notice_s > 0:
+                self.noticed[key] = stop
+        if self._runs is None or started is None:
+            return
+        entry = self._runs.setdefault(key.job, {}).setdefault(key.run, _Run(started))
+        entry.tasks += 1
+        if checkpoint is not None:
+            entry.checkpoint = max(checkpoint, entry.checkpoint or checkpoint)
+        if stopped_at is not None:
+            entry.stopped = stopped_at

@@ -163,6 +163,53 @@ class JobBook:
         self.deadlines.run_started(record, self._max_runtime(job))
         return record
 
+    def restore_stopping(
+        self,
+        job: Job,
+        run: int,
+        stopping: Mapping[int, Placement],
+        restarts: int = 0,
+        queued_since: float | None = None,
+        now: float = 0.0,
+        checkpoint: SavedCheckpoint | None = None,
+    ) -> JobRecord:
+        """Take back a job that waited in the queue before the driver restarted while the
+        tasks of its run ``run`` were still stopping (a preemption notice in progress): it
+        waits again, and its stopping tasks hold ``stopping`` until each one's TaskStopped
+        (a checkpointable job does not start again before). Allocates as :meth:`restore`
+        does, raising AllocationError and changing nothing when one does not fit; emits no
+        action."""
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} is already in the core")
+        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
+        if problem is not None:
+            raise AllocationError(f"job {job.id}: {problem}")
+        taken: list[TaskKey] = []
+        try:
+            for task, placement in sorted(stopping.items()):
+                key = TaskKey(job.id, task, run)
+                self.allocate(key, placement, job)
+                taken.append(key)
+        except AllocationError:
+            for key in reversed(taken):
+                self.unallocate(key)
+            raise
+        since = now if queued_since is None else min(queued_since, now)
+        record = JobRecord(job, self._seq, queued_since=since, run=run, restarts=restarts)
+        record.checkpoint = checkpoint
+        self._seq += 1
+        self.jobs[job.id] = record
+        record.move(JobState.PENDING, now, f"restored after a restart; run {run} still stopping")
+        record.stopping = {TaskKey(job.id, t, run): p for t, p in stopping.items()}
+        self._live[job.id] = record
+        self.tally.entered(record)
+        self.queue.add(record)
+        self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
+        self.tally.queued(record)
+        if job.best_effort:
+            self.state.best_effort_jobs.add(job.id)
+        return record
+
     # -- queries -------------------------------------------------------------------------
 
     def record(self, job_id: str) -> JobRecord:

@@ -39,6 +39,7 @@ from hetsched.agent.executor import RunAs, TaskExit
 from hetsched.agent.guard import Guard
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
+from hetsched.drivers import Stop
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
@@ -191,11 +192,32 @@ class ControlLoop:
         for job, spec in found.jobs:
             self.launcher.know(job, spec)
         for key, placement in found.adopted:
-            self.planner.adopt(key, placement)
+            self.planner.adopt(key, placement, found.runs.get(key.job))
+        gone = self._resume_notices(found)
         waiting = {e.job.id for e in found.events if isinstance(e, JobSubmitted)}
         self.faults.keep_only(waiting)
         self._events = [e for e in found.events if not self._hold(e)]
-        self._exits = list(found.exits)
+        self._exits = list(found.exits) + gone
+
+    def _resume_notices(self, found: Recovered) -> list[TaskExit]:
+        """Tasks adopted in their notice go on with it: the task gets its notice again (the
+        notice file, the signal) with what is left of it, so SIGTERM follows at the deadline
+        it was first given (at once when that has passed); the grace after SIGTERM is the
+        service's kill grace. Their report files, and those of the running tasks adopted,
+        are watched again."""
+        now = time.time()
+        grace = self.executor.kill_grace_s
+        stops = []
+        for noticed in found.stopping:
+            key, placement = noticed.key, noticed.placement
+            stop = Stop(key, placement, max(0.0, noticed.deadline - now), grace, noticed.reason)
+            self.planner.adopt(key, placement, found.runs.get(key.job), stop, noticed.stopped_at)
+            stops.append(stop)
+        if self.launcher.checkpoints is not None:
+            jobs = {key.job for key, _ in found.adopted} | {n.key.job for n in found.stopping}
+            for job_id in sorted(jobs):
+                self.launcher.checkpoints.watcher.watch(job_id)
+        return self.launcher.signal(stops, now)
 
     def _hold(self, event: Event) -> bool:
         """Whether ``event`` concerns a job held back after a failed turn (it is not given

@@ -77,9 +77,19 @@ class TurnPlanner(Observer):
         self.interpreter = Interpreter(_Recorder(self), self, kill_grace_s, lost_work=True)
         self._plan = TurnPlan(0.0)
 
-    def adopt(self, key: TaskKey, placement: Placement) -> None:
-        """A task that runs already (recovery took its job back with ``Scheduler.restore``)."""
-        self.interpreter.adopt(key, placement)
+    def adopt(
+        self,
+        key: TaskKey,
+        placement: Placement,
+        run: tuple[float, float | None] | None = None,
+        stop: Stop | None = None,
+        stopped_at: float | None = None,
+    ) -> None:
+        """A task that runs already (recovery took its job back with ``Scheduler.restore``),
+        or that is in its notice (``stop``; its run stopped at ``stopped_at``). ``run``:
+        when its run started and the time of its last checkpoint, for its lost work."""
+        started, checkpoint = run if run is not None else (None, None)
+        self.interpreter.adopt(key, placement, started, checkpoint, stop, stopped_at)
 
     def plan(
         self,

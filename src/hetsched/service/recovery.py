@@ -6,7 +6,12 @@ The store is the truth; the core is a cache. On start (and after a failed loop t
    ``stopping`` or any other) is reconciled with the process table and its exit file;
    those that must not run on (they were being stopped, their job has ended, they belong
    to an earlier run, their state is one this code does not know) are killed for good and
-   recorded ended, and what they held is released (once: only live rows are released);
+   recorded ended, and what they held is released (once: only live rows are released).
+   The exception is a task in its preemption notice: a stopping task of a checkpointable
+   job that waits in the queue, in the run it was stopped in. Its process is adopted, its
+   job taken back with the task still stopping (``Scheduler.restore_stopping``: it holds
+   its devices until it ends), and its notice goes on to the deadline it was given (the
+   job's requeue time, from its history, plus its ``notice_s``): :attr:`Recovered.stopping`;
 2. tasks of running jobs are checked against the executor: a process with the recorded
    pid *and* start time is adopted, and so is one found by its task key when no pid was
    recorded (a crash between the two commits of a turn, or an executor that learns pids
@@ -47,7 +52,7 @@ from hetsched.service.schemas import SubmitSpec, from_stored
 from hetsched.service.store import Store
 from hetsched.service.turnstore import checkpoint_of
 
-__all__ = ["Recovered", "RecoveryError", "disagreements", "recover"]
+__all__ = ["Noticed", "Recovered", "RecoveryError", "disagreements", "recover"]
 
 #: task states in which a process may still run and an allocation may still be held
 _LIVE_STATES = ("starting", "running")
@@ -75,6 +80,24 @@ class Recovered:
     adopted: list[tuple[TaskKey, Placement]] = field(default_factory=list)
     #: executor keys of the processes adopted
     processes: list[str] = field(default_factory=list)
+    #: tasks adopted in their notice (their jobs wait in the core with them stopping)
+    stopping: list[Noticed] = field(default_factory=list)
+    #: job id -> when its current run started and the time of its last checkpoint in that
+    #: run (None: none), for the lost work of the runs adopted
+    runs: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Noticed:
+    """A task adopted in its preemption notice: SIGTERM follows at ``deadline`` (unix time;
+    at once if that has passed or the job checkpointed inside the notice already); its run
+    was stopped at ``stopped_at``."""
+
+    key: TaskKey
+    placement: Placement
+    deadline: float
+    stopped_at: float
+    reason: str
 
 
 @dataclass(slots=True)
@@ -97,12 +120,14 @@ def recover(
     found = Recovered()
     live_rows = store.live_jobs()
     runs = {row["id"]: int(row["run"]) for row in live_rows}
+    queued = store.queue_times()
+    noticed = {row["id"] for row in live_rows if _in_notice(row)}
     live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
     leaders = executor.find_leaders()
     resubmit: list[tuple[Job, int, int, Any]] = []
     with store.write() as conn:
         for t in store.unfinished_tasks():
-            why = _must_end(t, runs.get(t["job_id"]))
+            why = _must_end(t, runs.get(t["job_id"]), t["job_id"] in noticed)
             if why is None:
                 live_tasks[t["job_id"]].append(t)
             else:
@@ -113,6 +138,12 @@ def recover(
             item.run = int(row["run"])
             found.jobs.append((item.job, spec))
             rows = live_tasks.get(item.job.id, [])
+            if item.job.id in noticed:
+                at = queued.get(item.job.id, now)
+                if _keep_noticed(store, conn, core, executor, item, rows, found, at, now):
+                    continue
+                resubmit.append((item.job, item.run, int(row["restarts"]), row.get("checkpoint")))
+                continue
             _check_tasks(store, conn, executor, leaders, item, rows, found, now)
             if not _restore(store, conn, core, executor, leaders, item, rows, found, now):
                 resubmit.append((item.job, item.run, int(row["restarts"]), row.get("checkpoint")))
@@ -137,7 +168,6 @@ def recover(
     # continuing the store's numbering of their runs and restarts, and keeping their queue
     # time (so aging and their place in line continue); a job that was running and could
     # not be restored enters the queue now
-    queued = store.queue_times()
     found.events[:0] = [
         JobSubmitted(job, run, restarts, queued.get(job.id), checkpoint_of(saved))
         for job, run, restarts, saved in resubmit
@@ -145,13 +175,82 @@ def recover(
     return found
 
 
-def _must_end(t: dict[str, Any], job_run: int | None) -> str | None:
-    """Why a task the store holds unfinished must end now, or None if it may run on."""
+def _in_notice(row: dict[str, Any]) -> bool:
+    """A job whose stopping tasks may be in their notice: it waits in the queue (preempted)
+    and declares a notice."""
+    if row["state"] != "pending":
+        return False
+    checkpoint = from_stored(row["spec"]).checkpoint
+    return checkpoint is not None and checkpoint.notice_s > 0
+
+
+def _keep_noticed(
+    store: Store,
+    conn: Connection,
+    core: Scheduler,
+    executor: ProcessExecutor,
+    item: _Job,
+    rows: list[dict[str, Any]],
+    found: Recovered,
+    stopped_at: float,
+    now: float,
+) -> bool:
+    """Adopt the stopping tasks of a job in its notice (``rows``: the unfinished tasks of
+    its run, stopped at ``stopped_at``) and take the job back waiting, with them stopping;
+    False when none runs any more (the job is submitted again). A task that ended
+    meanwhile is recorded stopped; one not stopping is lost."""
+    job, run = item.job, item.run
+    saved = checkpoint_of(item.row.get("checkpoint"))
+    stopping: dict[int, Placement] = {}
+    handles: list[str] = []
+    for t in rows:
+        task = int(t["task"])
+        handle = None
+        if t["state"] == "stopping" and t["pid"]:
+            handle = executor.adopt(job.id, task, run, t["pid"], t["pid_started"], None)
+        if handle is None:
+            code = executor.recorded_exit(job.id, task, run)
+            state = "stopped" if t["state"] == "stopping" else "lost"
+            _finish_task(store, conn, executor, {}, t, state, now, "ended during a restart", code)
+            continue
+        stopping[task] = Placement.from_dict(t["placement"])
+        handles.append(handle.key)
+    if not stopping:
+        return False
+    restarts = int(item.row["restarts"])
+    try:
+        core.restore_stopping(job, run, stopping, restarts, stopped_at, now, saved)
+    except AllocationError as exc:
+        log.warning("job %s: cannot keep its stopping tasks: %s", job.id, exc)
+        for t in rows:
+            if int(t["task"]) in stopping:
+                _finish_task(store, conn, executor, {}, t, "stopped", now, f"not restorable: {exc}")
+        return False
+    found.processes += handles
+    notice = job.notice_s
+    # a checkpoint reported inside the notice ended it already: SIGTERM now
+    ended = saved is not None and saved.run == run and saved.time >= stopped_at
+    deadline = stopped_at if ended else stopped_at + notice
+    reason = "preempted; its notice goes on after a restart"
+    found.stopping += [
+        Noticed(TaskKey(job.id, task, run), placement, deadline, stopped_at, reason)
+        for task, placement in sorted(stopping.items())
+    ]
+    # the job's row forgets when the run started once it is requeued: its tasks' binds say
+    started = min(float(t["bound_at"]) for t in rows if int(t["task"]) in stopping)
+    checkpointed = saved.time if saved is not None and saved.run == run else None
+    found.runs[job.id] = (started, checkpointed)
+    return True
+
+
+def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> str | None:
+    """Why a task the store holds unfinished must end now, or None if it may run on (a
+    stopping task of a job in its notice, ``noticed``, runs on until its deadline)."""
     if job_run is None:
         return "its job had ended"
-    if t["state"] == "stopping":
+    if t["state"] == "stopping" and not (noticed and int(t["run"]) == job_run):
         return "it was being stopped"
-    if t["state"] not in _LIVE_STATES:
+    if t["state"] not in (*_LIVE_STATES, "stopping"):
         return f"unknown task state {t['state']!r}"
     if int(t["run"]) != job_run:
         return f"it belongs to run {t['run']}, not the job's current run {job_run}"
@@ -309,6 +408,10 @@ def _restore(
             return False
         found.adopted += [(TaskKey(job.id, t, run), p) for t, p in item.placements.items()]
         found.exits += item.exits
+        saved = checkpoint_of(row.get("checkpoint"))
+        if row["started_at"] is not None:
+            checkpointed = saved.time if saved is not None and saved.run == run else None
+            found.runs[job.id] = (float(row["started_at"]), checkpointed)
         return True
     for t in rows:
         _finish_task(store, conn, executor, leaders, t, "lost", now, "lost in a restart")
