@@ -78,3 +78,80 @@ def test_panels_do_not_overlap() -> None:
 )
 def test_the_asked_for_metrics_have_a_panel(metric: str) -> None:
     assert any(metric in t["expr"] for p in panels() for t in p["targets"])
+
+
+CLUSTER = """
+nodes:
+  - name: gpu-node
+    cpu: "8"
+    memory: 16Gi
+    devices:
+      - {class: gpu, vendor: nvidia, model: A100, count: 1}
+"""
+
+
+def test_every_panel_metric_is_on_a_live_metrics_page(tmp_path: Path) -> None:
+    """Against the real service's /metrics (not the list of names): every metric a panel
+    queries is exported, and the checkpoint panels have a sample while a checkpointable
+    job runs."""
+    import time
+
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from hetsched.service.server import Options
+    from hetsched.service.testing import running
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER)
+    options = Options(home=tmp_path / "home", cluster=[cluster], node_name="local")
+    body = {
+        "name": "saver",
+        "checkpoint": {"interval_s": "10m", "notice_s": "5s"},
+        "resources": {"cpu": "1", "memory": "64Mi", "devices": [{"class": "gpu", "count": 1}]},
+        "command": ["sleep", "30"],
+    }
+    with (
+        running(options) as svc,
+        httpx.Client(
+            base_url=svc.url, headers={"Authorization": f"Bearer {svc.admin_token}"}
+        ) as client,
+    ):
+        job_id = client.post("/v1/jobs", json=body).json()["id"]
+        for _ in range(300):
+            if client.get(f"/v1/jobs/{job_id}").json()["state"] == "running":
+                break
+            time.sleep(0.05)
+        page = client.get("/metrics").text
+        client.post(f"/v1/jobs/{job_id}/cancel")
+    families = list(text_string_to_metric_families(page))
+    names: set[str] = set()
+    for family in families:
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        if family.type == "histogram":
+            names.update(family.name + s for s in _SUFFIXES)
+    for panel in panels():
+        for target in panel["targets"]:
+            missing = [n for n in _NAME.findall(target["expr"]) if n not in names]
+            assert missing == [], f"{panel['title']}: not on /metrics: {missing}"
+    ages = {
+        s.labels["queue"]: s.value
+        for f in families
+        for s in f.samples
+        if s.name == "hetsched_checkpoint_age_seconds"
+    }
+    assert set(ages) == {"default"} and ages["default"] >= 0
+
+
+def test_the_checkpoint_panels_are_there() -> None:
+    exprs = " ".join(t["expr"] for p in panels() for t in p["targets"])
+    for metric in (
+        "hetsched_lost_work_seconds_total",
+        "hetsched_checkpoint_age_seconds",
+        "hetsched_work_at_risk_seconds",
+        "hetsched_checkpoints_total",
+    ):
+        assert metric in exprs

@@ -18,6 +18,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState, Transition
 from hetsched.scheduler.books import Books
+from hetsched.scheduler.checkpoints import work_lost
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.tally import Shape
 from hetsched.scheduler.whatif import WhatIf, what_if
@@ -140,6 +141,16 @@ class SchedulerView:
         """The task shapes live jobs ask of ``device_class`` (each job's first request of
         that class), with how many tasks ask for each (from counters, not a scan)."""
         return self._core.tally.shapes(device_class)
+
+    def checkpoint_ages(self, now: float) -> dict[str, list[float]]:
+        """Per queue, for each running job that checkpoints: seconds since its current run's
+        last checkpoint (since the run started, without one; 0 for a job that checkpoints
+        continuously), the work a stop now would lose."""
+        ages: dict[str, list[float]] = {}
+        for record in self._core.active_jobs():
+            if record.state is JobState.RUNNING and record.job.checkpoint is not None:
+                ages.setdefault(record.job.queue, []).append(work_lost(record, now))
+        return ages
 
     def quotas(self) -> dict[str, dict[str, QueueUse]]:
         """Per queue of the profile's tree and per flavor: quota, use, borrowed, free

@@ -6,7 +6,8 @@ Two kinds of metric live here (the names are listed in docs/observability.md):
   service/loopmetrics.py): scheduling
   attempts, cycle latency, queue wait at bind, preemptions, loop turns and failures;
 - *state*, computed when Prometheus scrapes (:class:`ServiceCollector`): jobs by queue and
-  state, the oldest pending job per queue, allocation, health and fragmentation of the
+  state, the oldest pending job per queue, the checkpoint age and work at risk of the
+  running checkpointable jobs per queue, allocation, health and fragmentation of the
   devices, and what the agent measured when its watchers run.
 
 Each service owns its :class:`~prometheus_client.CollectorRegistry` (never the global one),
@@ -82,6 +83,8 @@ METRIC_NAMES = frozenset(
         "hetsched_migrations_total",
         "hetsched_checkpoints_total",
         "hetsched_lost_work_seconds_total",
+        "hetsched_checkpoint_age_seconds",
+        "hetsched_work_at_risk_seconds",
         "hetsched_loop_turns_total",
         "hetsched_loop_turn_failures_total",
         "hetsched_loop_last_turn_timestamp_seconds",
@@ -159,6 +162,7 @@ class ServiceCollector(Collector):
             view = service.loop.view
             metrics = [
                 *self._pending_age(view, now),
+                *self._checkpoint_age(view, now),
                 *self._capacity(view),
                 *self._fragmentation(view),
                 *self._stranded(view, service.stranding),
@@ -186,6 +190,26 @@ class ServiceCollector(Collector):
         for queue, age in sorted(oldest.items()):
             family.add_metric([queue], age)
         yield family
+
+    def _checkpoint_age(self, view: SchedulerView, now: float) -> Iterator[Metric]:
+        ages = view.checkpoint_ages(now)
+        oldest = _gauge(
+            "hetsched_checkpoint_age_seconds",
+            "Per queue, the longest time a running checkpointable job has gone since its "
+            "last checkpoint (since its run started, without one).",
+            ["queue"],
+        )
+        risk = _gauge(
+            "hetsched_work_at_risk_seconds",
+            "Per queue, the work its running checkpointable jobs would lose if stopped now: "
+            "the sum of their times since their last checkpoint.",
+            ["queue"],
+        )
+        for queue, values in sorted(ages.items()):
+            oldest.add_metric([queue], max(values))
+            risk.add_metric([queue], sum(values))
+        yield oldest
+        yield risk
 
     def _capacity(self, view: SchedulerView) -> Iterator[Metric]:
         state = view.cluster
