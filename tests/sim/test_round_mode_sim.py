@@ -20,11 +20,21 @@ from hetsched.cli.main import app
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.model.checkpoint import Checkpointing
+from hetsched.model.device import Node
 from hetsched.model.lifecycle import JobState
 from hetsched.model.speed import JobSpeed
-from hetsched.scheduler import Action, Bind, Event, Migrate, Preempt, Scheduler
+from hetsched.scheduler import (
+    Action,
+    Bind,
+    Event,
+    Migrate,
+    NodeAdded,
+    NodeRemoved,
+    Preempt,
+    Scheduler,
+)
 from hetsched.scheduler.actions import MigrationKind, PreemptionKind
-from hetsched.sim.engine import EngineConfig, Simulator
+from hetsched.sim.engine import ClusterChange, EngineConfig, Simulator
 from hetsched.sim.workload import Workload, WorkloadJob
 
 MODELS = ("A100", "V100", "K80")
@@ -67,7 +77,9 @@ class Watch:
                 self.stops.append((job_id, self.started.get(job_id, -1.0), now))
 
 
-def run(workload: Workload, profile: ProfileSpec) -> tuple[Simulator, Watch]:
+def run(
+    workload: Workload, profile: ProfileSpec, changes: tuple[ClusterChange, ...] = ()
+) -> tuple[Simulator, Watch]:
     assert profile.rounds is not None
     watch = Watch(profile.rounds.min_runtime)
 
@@ -82,6 +94,7 @@ def run(workload: Workload, profile: ProfileSpec) -> tuple[Simulator, Watch]:
         workload,
         profile,
         config=EngineConfig(idle_ticks=5),
+        changes=changes,
         core=lambda state, spec, seed: Watched(state, spec, seed),
     )
     return sim, watch
@@ -101,18 +114,20 @@ rows = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows,
     st.sampled_from(["las", "agnostic-las", "ftf", "max-throughput", "fifo", "fair-srtf"]),
     st.sampled_from([60.0, 360.0]),
     st.sampled_from(["wait", "idle"]),
+    st.one_of(st.none(), st.tuples(st.integers(0, 3000), st.sampled_from(NODES))),
 )
 def test_round_mode_keeps_its_invariants(
     rows: list[tuple[int, int, int, int, str, tuple[float, ...]]],
     policy: str,
     round_s: float,
     arrivals: str,
+    outage: tuple[int, Node] | None,
 ) -> None:
     jobs = []
     for i, (submit, work, gpus, replicas, saves, rates) in enumerate(rows):
@@ -129,7 +144,17 @@ def test_round_mode_keeps_its_invariants(
     profile = parse_profile(
         {"rounds": {"policy": policy, "round_s": round_s, "arrivals": arrivals, "grace_s": 5}}
     )
-    sim, watch = run(Workload(tuple(jobs)), profile)
+    changes: tuple[ClusterChange, ...] = ()
+    if outage is not None:  # a node goes away for 10 minutes
+        at, node = outage
+        changes = (
+            ClusterChange(float(at), NodeRemoved(node.name)),
+            ClusterChange(
+                float(at + 600),
+                NodeAdded(gpu_node(f"{node.name}b", len(node.devices), node.devices[0].model)),
+            ),
+        )
+    sim, watch = run(Workload(tuple(jobs)), profile, changes)
     result = sim.run()
     assert watch.problems == []
     assert [o.job_id for o in result.jobs if o.state is not JobState.SUCCEEDED] == []
