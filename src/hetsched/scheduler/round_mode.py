@@ -131,8 +131,8 @@ class RoundBook:
         if model is not None:
             return f"chosen for {model} in this round: starts when its devices are free"
         policy = self.spec.policy
-        if self.spec.arrivals == "idle" and not self.plan:
-            return f"round policy {policy}: no free device now"
+        if self.spec.arrivals == "idle":
+            return f"round policy {policy}: the jobs chosen for this round start first"
         return (
             f"waits for a round: round policy {policy} allocates devices every "
             f"{self.spec.round_s:g}s and did not choose it for this one"
