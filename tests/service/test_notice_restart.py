@@ -107,3 +107,36 @@ def test_a_restart_inside_a_notice_keeps_its_deadline(tmp_path: Path) -> None:
         # the urgent job started only once the victim had stopped
         assert urgent_job["first_started_at"] >= float(term[0][1]) - 0.05
         api.close()
+
+
+def test_a_run_adopted_running_and_preempted_later_counts_its_lost_work(tmp_path: Path) -> None:
+    (tmp_path / "gpu.yaml").write_text(CLUSTER)
+    (tmp_path / "profile.yaml").write_text(PROFILE)
+    options = service_options(
+        tmp_path, cluster=[tmp_path / "gpu.yaml"], profile=tmp_path / "profile.yaml"
+    )
+    signals = tmp_path / "signals.log"
+    body = {
+        "name": "slow-saver",
+        "checkpoint": {"notice_s": "1s"},
+        "resources": GPU,
+        "command": [sys.executable, "-c", TASK, str(signals)],
+    }
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        _until(lambda: any(line[0] == "start" for line in _lines(signals)))
+        alice_token = api.tokens["alice"]
+        api.close()
+    with running(options) as svc:
+        api = Api(svc)
+        alice = api.client(alice_token)
+        urgent = {"name": "urgent", "priority": 10, "resources": GPU, "command": ["true"]}
+        alice.post("/v1/jobs", json=urgent)
+        job = api.wait(alice, job_id, {"succeeded", "failed"}, timeout=60)
+        assert job["state"] == "succeeded" and job["preemptions"] == 1
+        # the adopted run saved nothing: it lost the time from its start (its bind, a moment
+        # before) to the preemption
+        stopped = next(t for t in job["tasks"] if t["run"] == 1)
+        assert 0 < job["lost_work_s"] <= stopped["ended_at"] - stopped["started_at"] + 1
+        api.close()
