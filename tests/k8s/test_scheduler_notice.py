@@ -335,3 +335,48 @@ def test_a_restarted_scheduler_withdraws_the_notices_it_no_longer_holds(
         assert bound(cluster, "low-1")  # it runs on
     finally:
         second.stop()
+
+
+def test_a_moved_job_gets_its_notice_and_its_recreated_pod_binds_where_it_moved(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    """Defragmentation moves the checkpointable low-1 off node a so that a two-GPU job fits
+    there: low-1 gets its notice (reason Migrating), reports, is deleted, and the pod its
+    ReplicaSet recreates is bound on b, told where to resume."""
+    profile = parse_profile(
+        {
+            "queue_sort": "priority",
+            "migration": {"min_runtime_s": 0, "defrag": {"enabled": True, "min_interval_s": 0}},
+        }
+    )
+    api.core.create_node(node_json("a", devices=gpus("a", 2)))
+    clock = Clock()
+    sched = PodScheduler(api, profile, watch_timeout_s=2, clock=clock)
+    sched.sync()
+    sched.start_watches()
+    try:
+        api.core.create_namespaced_pod("default", replica("low-1"))
+        wait(sched, lambda: bound(server, "low-1"))
+        victim = sched.owner["default/low-1"][0]
+        api.core.create_node(node_json("b", devices=gpus("b", 2), labels={"pool": "b"}))
+        pinned = pod_json("pinned", devices={"gpu": 1})
+        pinned["spec"]["nodeSelector"] = {"pool": "b"}
+        api.core.create_namespaced_pod("default", pinned)
+        wait(sched, lambda: bound(server, "pinned"))
+        clock.now += 1
+        api.core.create_namespaced_pod("default", pod_json("wide", devices={"gpu": 2}))
+        wait(sched, lambda: notice_condition(server, "low-1") is not None)
+        condition = notice_condition(server, "low-1")
+        assert condition is not None and condition["reason"] == "Migrating"
+        report_checkpoint(api, "default", "low-1", 9, "/ckpt/9.npz")
+        wait(sched, lambda: pod(server, "low-1") is None)
+        api.core.create_namespaced_pod("default", replica("low-2"))
+        wait(sched, lambda: bound(server, "low-2") and bound(server, "wide"))
+        assert pod(server, "low-2")["spec"]["nodeName"] == "b"  # type: ignore[index]
+        assert pod(server, "wide")["spec"]["nodeName"] == "a"  # type: ignore[index]
+        assert annotations(server, "low-2")[RESUME_STEP] == "9"
+        view = sched.core.view.job(victim)
+        assert view is not None and (view.state, view.run) == (JobState.RUNNING, 2)
+        assert sched.owner["default/low-2"] == (victim, 0)
+    finally:
+        sched.stop()

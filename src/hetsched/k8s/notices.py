@@ -5,8 +5,9 @@ A stop with a notice (a Preempt or Migrate of a job with a ``hetsched.io/checkpo
 declaration) does not delete the pod at once. The scheduler first writes on the pod
 
 - the annotation ``hetsched.io/preemption-notice``: the deadline, RFC 3339 in UTC;
-- the condition ``hetsched.io/PreemptionNotice`` (status True, reason ``Preempted`` or
-  ``Stopping``, the deadline and the reason in its message), through ``pods/status``;
+- the condition ``hetsched.io/PreemptionNotice`` (status True, reason ``Preempted``,
+  ``Migrating`` or ``Stopping``, the deadline and the reason in its message), through
+  ``pods/status``;
 - a ``PreemptionNotice`` Event;
 
 and deletes the pod (with the stop's grace period: SIGTERM, then SIGKILL) once the deadline
@@ -54,6 +55,13 @@ class Notice:
     preempted: bool
 
 
+def _reason(notice: Notice) -> str:
+    """The condition's reason: a Migrate's stops say "migrating" (docs/checkpointing.md)."""
+    if notice.why.startswith("migrating"):
+        return "Migrating"
+    return "Preempted" if notice.preempted else "Stopping"
+
+
 class Notices:
     """The pods in their notice, by pod key. ``wall`` is the wall clock the deadline is
     written in (the scheduler's own clock may be monotonic)."""
@@ -83,7 +91,7 @@ class Notices:
         condition = {
             "type": NOTICE_CONDITION,
             "status": "True",
-            "reason": "Preempted" if notice.preempted else "Stopping",
+            "reason": _reason(notice),
             "message": message,
             "lastTransitionTime": format_time(self.wall()),
         }

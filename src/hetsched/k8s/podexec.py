@@ -145,7 +145,9 @@ class PodExecutor:
                 # asked before (a notice being cut short): its pod, though the job's
                 # members may have moved on to the pods that replace it
                 pod_key = self._stopping_tasks()[stop.key]
-            reason = f"preempted: {stop.reason}" if stop.preemptor else stop.reason
+            # a Migrate's stops name the job they make room for too; they say "migrating"
+            moved = stop.reason.startswith("migrating")
+            reason = f"preempted: {stop.reason}" if stop.preemptor and not moved else stop.reason
             if stop.preemptor:
                 sched.nominations.victim(stop.preemptor, stop.placement.node)
             if pod_key in self.notices.pending and self.stopping.get(pod_key) == stop.key:

@@ -82,10 +82,10 @@ from hetsched.scheduler import (
     JobCancelled,
     JobSubmitted,
     JobTransition,
+    Migrate,
     NodeAdded,
     NodeRemoved,
     Pending,
-    Preempt,
     Reject,
     Scheduler,
     Tick,
@@ -161,6 +161,7 @@ class PodScheduler(Observer):
         self.takeback = TakeBack(self)
         self._syncing = False
         self.followups: list[Event] = []
+        self._moving: list[str] = []  # jobs whose Migrate was carried out this round
         self.rechecks: list[str] = []
         self._seq = itertools.count()
         #: Dynamic Resource Allocation: the claims of our pods, the slices' devices
@@ -222,9 +223,8 @@ class PodScheduler(Observer):
         """Wait up to ``timeout_s`` for changes, then handle everything queued (and the
         core's timers, pods overdue for recreation and notices that end, when due)."""
         deadline = self.executor.notices.next_deadline()
-        if deadline is not None:
-            timeout_s = max(0.0, min(timeout_s, deadline - self.clock()))
-        changes = self.watch.changes(timeout_s)
+        wait_s = timeout_s if deadline is None else min(timeout_s, deadline - self.clock())
+        changes = self.watch.changes(max(0.0, wait_s))
         if self.fencing is not None:
             changes += self._fence()
         wakeup = self.core.next_wakeup()
@@ -293,6 +293,9 @@ class PodScheduler(Observer):
         while events:
             actions = self.core.handle(in_order(events), now)
             self.interpreter.carry_out(actions, now)
+            moving, self._moving = self._moving, []
+            for job_id in moving:
+                self.followups += self._vacate(job_id, now)
             self.executor.settle()
             events, self.followups = self.followups, []
         self.nominations.apply(self._pending_pods, self._waits_for_room, self.owner)
@@ -551,8 +554,10 @@ class PodScheduler(Observer):
         for key in self._pending_pods(action.job_id):
             self.events.failed_scheduling(self.pods[key], f"rejected: {action.reason}")
 
-    def preempted(self, action: Preempt) -> None:
-        """Its pods are deleted (the stops follow) and the job waits in the queue."""
+    def migrating(self, action: Migrate) -> None:
+        """Pods cannot move: once stopped, they wait to be recreated (as a preempted job's),
+        then bound where the core moved the job (bare pods: the job is cancelled)."""
+        self._moving.append(action.job_id)
 
     def _waits_for_room(self, job_id: str) -> bool:
         """The job waits, with room kept for it by the preemptions it started."""
