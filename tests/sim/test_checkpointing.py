@@ -277,7 +277,8 @@ def test_migration_properties(
             },
         }
     )
-    sim = _Watched(nodes, Workload(tuple(items)), profile, config=EngineConfig(tick_s=30))
+    config = EngineConfig(tick_s=30, keep_ended_jobs=True)  # the core's books are read below
+    sim = _Watched(nodes, Workload(tuple(items)), profile, config=config)
     result = sim.run()
     # every job ends
     assert all(o.state is JobState.SUCCEEDED for o in result.jobs), [

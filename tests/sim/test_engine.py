@@ -104,9 +104,9 @@ def test_a_job_that_never_fits_is_reported_pending_and_the_run_ends() -> None:
 def test_cpu_only_jobs_and_the_utilization_series() -> None:
     load = Workload((WorkloadJob(job("c", cpu=48_000, memory=1024), 100),))
     result = Simulator([cpu_node("n", cpu=96_000)], load).run()
-    assert result.series.time == [0, 100]
-    assert result.series.used["cpu"] == [48_000, 0]
-    assert result.series.capacity["cpu"] == [96_000, 96_000]
+    assert list(result.series.time) == [0, 100]
+    assert list(result.series.used["cpu"]) == [48_000, 0]
+    assert list(result.series.capacity["cpu"]) == [96_000, 96_000]
 
 
 # -- a scripted core: the engine relies only on handle() and the action types --------------

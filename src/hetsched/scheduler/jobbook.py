@@ -20,7 +20,7 @@ from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.job import Job
-from hetsched.model.lifecycle import JobState
+from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.model.speed import SpeedTable
 from hetsched.queueing.waiting import WaitingQueue
 from hetsched.scheduler.actions import (
@@ -99,6 +99,12 @@ class JobBook:
         self.speed_table: SpeedTable | None = None
         #: the units fair shares and quotas count device time in (``fairness``)
         self.units = Units(self.profile.fairness)
+        #: keep the records of jobs that ended, so ``record``, ``why`` and the history
+        #: answer for them. A driver that never asks about ended jobs (the simulator)
+        #: turns it off, and the book then holds only jobs that live or still hold
+        #: something: a record is dropped once its job has ended and released all it held.
+        #: Off, an ended job's id is no longer known: the driver must not reuse ids.
+        self.keep_ended = True
 
     def emit(self, action: Action) -> None:
         """Add an action to the answer of the ``handle`` call in progress."""
@@ -306,6 +312,18 @@ class JobBook:
         self._live.pop(record.id, None)
         self.state.best_effort_jobs.discard(record.id)
         self.queue.remove(record)
+        self._forget_ended(record)
+
+    def _forget_ended(self, record: JobRecord) -> None:
+        """Drop an ended job's record once it holds nothing (see ``keep_ended``)."""
+        if (
+            not self.keep_ended
+            and record.state in TERMINAL
+            and not record.stopping
+            and record.id not in self.ledger.by_job
+            and self.jobs.get(record.id) is record
+        ):
+            del self.jobs[record.id]
 
     def _stop_all(self, record: JobRecord, reason: str) -> None:
         """Ask the driver to stop every running task of the current run; the allocations
@@ -328,9 +346,12 @@ class JobBook:
         if victim.stopping:
             return
         if victim.id in self._nominations:
-            preemptor = self.jobs[self._nominations.pop(victim.id)]
-            preemptor.nominated.discard(victim.id)
-            self.queue.touch(preemptor)
+            # a preemptor that ended may be forgotten already (see ``keep_ended``)
+            preemptor = self.jobs.get(self._nominations.pop(victim.id))
+            if preemptor is not None:
+                preemptor.nominated.discard(victim.id)
+                self.queue.touch(preemptor)
+        self._forget_ended(victim)
         if victim.moving and victim.state is JobState.RUNNING:
             self._arrive(victim, self.now)
         elif victim.state is JobState.PENDING:

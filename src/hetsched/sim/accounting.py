@@ -9,6 +9,7 @@ step.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
@@ -25,21 +26,31 @@ def device_label(device_class: str, model: str) -> str:
     return model or device_class
 
 
+def _floats() -> array[float]:
+    return array("d")
+
+
+def _ints() -> array[int]:
+    return array("q")
+
+
 @dataclass(slots=True)
 class TimeSeries:
     """Samples taken after every step: time, queue length, running jobs, use per resource.
 
     ``used`` and ``capacity`` map a resource label (``cpu``, or a device model such as
-    ``V100``) to values per sample: millicores for CPU, milli-units for devices.
+    ``V100``) to values per sample: millicores for CPU, milli-units for devices. Each
+    series is a typed array (8 bytes a sample, a replay takes a few per job), a sequence
+    that numpy reads without a copy (``np.frombuffer``); ``list(...)`` gives a list.
     """
 
-    time: list[float] = field(default_factory=list)
-    queued: list[int] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-    used: dict[str, list[int]] = field(default_factory=dict)
-    capacity: dict[str, list[int]] = field(default_factory=dict)
+    time: array[float] = field(default_factory=_floats)
+    queued: array[int] = field(default_factory=_ints)
+    running: array[int] = field(default_factory=_ints)
+    used: dict[str, array[int]] = field(default_factory=dict)
+    capacity: dict[str, array[int]] = field(default_factory=dict)
     #: stranded accelerators / healthy accelerators (cluster/stranding.py), per sample
-    stranded: list[float] = field(default_factory=list)
+    stranded: array[float] = field(default_factory=_floats)
 
 
 class Accounts:
@@ -54,7 +65,7 @@ class Accounts:
         self._removed: set[str] = set()
         self._used: dict[str, int] = {"cpu": 0}
         self._cap: dict[str, int] = {"cpu": 0}
-        self.series = TimeSeries(used={"cpu": []}, capacity={"cpu": []})
+        self.series = TimeSeries(used={"cpu": _ints()}, capacity={"cpu": _ints()})
         for node in nodes:
             self.add_capacity(node)
         #: resource label -> capacity at the start
@@ -90,8 +101,8 @@ class Accounts:
             if label not in self._cap:
                 self._cap[label] = 0
                 # a model first seen mid-run had nothing before
-                self.series.used[label] = [0] * len(self.series.time)
-                self.series.capacity[label] = [0] * len(self.series.time)
+                self.series.used[label] = array("q", bytes(8 * len(self.series.time)))
+                self.series.capacity[label] = array("q", bytes(8 * len(self.series.time)))
             if device.health is Health.HEALTHY:
                 self._cap[label] += SHARE_UNITS
             else:

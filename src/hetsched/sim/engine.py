@@ -39,6 +39,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
 from hetsched.drivers import EventOrder, Exit, Interpreter, Observer, Start, Stop
@@ -68,6 +70,7 @@ from hetsched.scheduler import (
     Tick,
 )
 from hetsched.sim.accounting import Accounts, TimeSeries, device_label
+from hetsched.sim.outcomes import STATE_CODE, JobOutcome, OutcomeTable
 from hetsched.sim.work import Due, Work
 from hetsched.sim.workload import Workload
 
@@ -107,60 +110,16 @@ class EngineConfig:
     until: float | None = None
     #: call the progress callback every this many steps
     progress_every: int = 2000
-
-
-@dataclass(slots=True)
-class JobOutcome:
-    """What happened to one job, as the core told it. Times in virtual seconds."""
-
-    job_id: str
-    user: str
-    queue: str
-    priority: int
-    tasks: int
-    devices: int
-    duration_s: float
-    submit: float
-    state: JobState = JobState.PENDING
-    first_start: float | None = None
-    last_start: float | None = None
-    end: float | None = None
-    run: int = 0
-    finished_in_run: int = 0
-    preemptions: int = 0
-    #: requeues other than preemptions: a node or device it ran on went away, or a task
-    #: failed and its restart policy ran it again
-    restarts: int = 0
-    #: task-seconds of work thrown away by stops: since the last checkpoint (or the run's
-    #: start) of each stopped run
-    lost_work_s: float = 0.0
-    #: task-seconds spent writing checkpoints (no progress meanwhile)
-    checkpoint_s: float = 0.0
-    #: times it was moved (migrations: defragmentation, upgrades)
-    migrations: int = 0
-    #: the last pending explanation (first line), or why it was rejected, failed or
-    #: requeued after losing a node or device or failing a task
-    reason: str = ""
-    #: the job's dominant share of the cluster: max over CPU and its device class of
-    #: (what all its tasks ask) / (the cluster's capacity at the start)
-    demand_share: float = 0.0
-    #: users with jobs in the system just after it arrived (its own included)
-    contenders: int = 1
-
-    @property
-    def wait_s(self) -> float | None:
-        return None if self.first_start is None else self.first_start - self.submit
-
-    @property
-    def jct_s(self) -> float | None:
-        if self.end is None or self.state is not JobState.SUCCEEDED:
-            return None
-        return self.end - self.submit
+    #: let the core keep the records of ended jobs (its ``record``, ``why`` and history
+    #: then answer for them after the run); off, it drops them, and a replay holds only
+    #: the jobs in the system besides its own outcome columns
+    keep_ended_jobs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SimResult:
-    jobs: tuple[JobOutcome, ...]
+    #: one outcome per job of the workload, in its order (columns: an OutcomeTable)
+    jobs: Sequence[JobOutcome]
     series: TimeSeries
     #: per user: integral over time of the user's dominant share while it had jobs in the
     #: system, and the length of that time (see metrics.jain_index)
@@ -222,6 +181,8 @@ class Simulator(Observer):
         table = load_speed_table(profile.speeds) if profile is not None else None
         if hasattr(self.scheduler, "speed_table"):
             self.scheduler.speed_table = table
+        if hasattr(self.scheduler, "keep_ended"):
+            self.scheduler.keep_ended = self.config.keep_ended_jobs
         #: work of the jobs that run on work (speed or checkpoint information)
         self.work = Work(nodes, table)
         self._tracked: set[str] = set()
@@ -236,14 +197,16 @@ class Simulator(Observer):
         self._wakeups: set[float] = set()
         self._rounds = profile is not None and profile.rounds is not None
         self.now = 0.0
-        self._duration: dict[str, float] = {}
-        self.outcomes: dict[str, JobOutcome] = {}
+        #: job id -> its row in ``outcomes`` (workload order)
+        self._rows: dict[str, int] = {}
+        self.outcomes = OutcomeTable(len(workload.jobs))
         self._waiting: set[str] = set()
         self._running_jobs: set[str] = set()
         #: simulated processes: started and not yet exited, and stopped within their grace
         self._live: dict[TaskKey, _Running] = {}
         self._stopping: dict[TaskKey, _Running] = {}
-        self._arrived: list[str] = []
+        #: rows of the jobs that arrived in the step in progress
+        self._arrived: list[int] = []
         self._done = 0
         self.preemptions = 0
         self.migrations = 0
@@ -253,6 +216,14 @@ class Simulator(Observer):
         self.series = self.accounts.series
         for item in workload.jobs:
             self._add_job(item.job, item.duration_s)
+        # arrivals enter the heap one at a time, in (submit time, workload order), each
+        # with its workload index as tie-break (what it had when all were pushed at once),
+        # so the heap holds what is due soon rather than the whole workload
+        self._arrivals = np.argsort(self.outcomes.columns().submit, kind="stable")
+        self._next_arrival = 0
+        self._seq = len(self.outcomes)
+        self._nontick = len(self.outcomes)
+        self._push_arrival()
         for change in changes:
             self._push(change.time, EventOrder.CLUSTER, change.event)
         for time, job_id in cancellations:
@@ -261,9 +232,8 @@ class Simulator(Observer):
         self.handle_calls = 0
 
     def _add_job(self, job: Job, duration_s: float) -> None:
-        if job.id in self._duration:
+        if job.id in self._rows:
             raise ValueError(f"duplicate job id {job.id!r} in the workload")
-        self._duration[job.id] = duration_s
         if self.work.track(job, duration_s):
             self._tracked.add(job.id)
         request = job.resources
@@ -273,7 +243,7 @@ class Simulator(Observer):
         for r in request.devices:
             wanted = r.primary.count * r.primary.share / SHARE_UNITS * job.replicas
             shares.append(wanted / max(per_class.get(r.primary.device_class, 0), 1))
-        self.outcomes[job.id] = JobOutcome(
+        self._rows[job.id] = self.outcomes.add_job(
             job.id,
             job.user,
             job.queue,
@@ -282,9 +252,19 @@ class Simulator(Observer):
             devices,
             duration_s,
             job.submit_time,
-            demand_share=max(shares),
+            max(shares),
         )
-        self._push(job.submit_time, EventOrder.ARRIVAL, JobSubmitted(job))
+
+    def _push_arrival(self) -> None:
+        """Put the next arrival on the heap (counted in ``_nontick`` from the start)."""
+        if self._next_arrival == len(self._arrivals):
+            return
+        row = int(self._arrivals[self._next_arrival])
+        self._next_arrival += 1
+        job = self.workload.jobs[row].job
+        heapq.heappush(
+            self._heap, (job.submit_time, int(EventOrder.ARRIVAL), row, JobSubmitted(job))
+        )
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -315,7 +295,7 @@ class Simulator(Observer):
         if self._progress is not None:
             self._progress(self._done, len(self.outcomes), last)
         return SimResult(
-            tuple(self.outcomes.values()),
+            self.outcomes,
             self.series,
             dict(self.accounts.user_integral),
             dict(self.accounts.user_active),
@@ -373,8 +353,9 @@ class Simulator(Observer):
         actions = self.scheduler.handle(batch, time)
         self.interpreter.carry_out(actions, time)
         present = self.accounts.users_present()
-        for job_id in self._arrived:  # users in the system once the batch is in
-            self.outcomes[job_id].contenders = present
+        contenders = self.outcomes.contenders
+        for row in self._arrived:  # users in the system once the batch is in
+            contenders[row] = present
         self._arrived.clear()
         self.steps += 1
         self.accounts.sample(time, len(self._waiting), len(self._running_jobs))
@@ -418,13 +399,14 @@ class Simulator(Observer):
                 if running is None:
                     return None  # stopped before it could finish: that process is gone
                 self.accounts.use(running.placement, running.user, -1, now)
+                row = self._rows[key.job]
                 if key.job in self._tracked:
                     writing = self.work.finished(key, now)
                     self.checkpoint_s += writing
-                    self.outcomes[key.job].checkpoint_s += writing
+                    self.outcomes.checkpoint_s[row] += writing
                 event = self.interpreter.report(payload)
                 if isinstance(event, TaskFinished) and event.succeeded:
-                    self.outcomes[key.job].finished_in_run += 1
+                    self.outcomes.finished_in_run[row] += 1
                 return event
             case _Stopped(key, reason):
                 running = self._stopping.pop(key, None)
@@ -433,7 +415,8 @@ class Simulator(Observer):
                 return self.interpreter.report(Exit(key, False, reason))
             case JobSubmitted(job):
                 self.accounts.user_enter(job.user, now)
-                self._arrived.append(job.id)
+                self._arrived.append(self._rows[job.id])
+                self._push_arrival()
                 return payload
             case JobCancelled():
                 return payload
@@ -455,12 +438,13 @@ class Simulator(Observer):
             return
         first = tasks[0]
         job_id = first.key.job
-        user = self.outcomes[job_id].user
+        row = self._rows[job_id]
+        user = self.outcomes.users.names[self.outcomes.user[row]]
         if job_id in self._tracked:
             placements = [t.placement for t in tasks]
             end = self.work.start(first.key, placements, first.resume, now)
         else:
-            end = now + self._duration[job_id]
+            end = now + self.outcomes.duration_s[row]
         for start in tasks:
             running = _Running(now, start.placement, user)
             self._live[start.key] = running
@@ -478,14 +462,13 @@ class Simulator(Observer):
                         now + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason)
                     )
                 continue
-            outcome = self.outcomes[stop.key.job]
             ends = now
             if stop.key.job in self._tracked:
                 ends = self._stop_work(stop, now)
             else:
                 lost = now - running.start
                 self.lost_work_s += lost
-                outcome.lost_work_s += lost
+                self.outcomes.lost_work_s[self._rows[stop.key.job]] += lost
             if stop.released:
                 # the core freed it at once: its node or device is gone
                 self.accounts.use(running.placement, running.user, -1, now)
@@ -502,11 +485,11 @@ class Simulator(Observer):
         if stopped is None:
             return now
         saving, first = stopped
-        outcome = self.outcomes[stop.key.job]
+        row = self._rows[stop.key.job]
         self.lost_work_s += saving.lost_s
-        outcome.lost_work_s += saving.lost_s
+        self.outcomes.lost_work_s[row] += saving.lost_s
         self.checkpoint_s += saving.writing_s
-        outcome.checkpoint_s += saving.writing_s
+        self.outcomes.checkpoint_s[row] += saving.writing_s
         if first and saving.on_notice and notice > 0:
             self._push(saving.time, EventOrder.REPORT, Due(stop.key, saving.work, saving.time))
         return now + notice
@@ -514,49 +497,49 @@ class Simulator(Observer):
     # -- the observer: what the core says about jobs -------------------------------------
 
     def transitioned(self, change: JobTransition) -> None:
-        outcome = self.outcomes[change.job_id]
-        outcome.state = change.target
-        outcome.run = change.run
+        table, row = self.outcomes, self._rows[change.job_id]
+        table.state[row] = STATE_CODE[change.target]
+        table.run[row] = change.run
         if change.change in _TOLD:
-            outcome.reason = change.cause
+            table.set_reason(row, change.cause)
         job_id, now = change.job_id, change.time
         if change.target is JobState.RUNNING:
-            outcome.finished_in_run = 0
-            outcome.last_start = now
-            if outcome.first_start is None:
-                outcome.first_start = now
+            table.finished_in_run[row] = 0
+            table.last_start[row] = now
+            if math.isnan(table.first_start[row]):
+                table.first_start[row] = now
             self._waiting.discard(job_id)
             self._running_jobs.add(job_id)
         elif change.target is JobState.PENDING:
             if change.change in (Change.LOST, Change.RESTARTED):
-                outcome.restarts += 1
+                table.restarts[row] += 1
             self._running_jobs.discard(job_id)
             self._waiting.add(job_id)
         elif change.target in TERMINAL:
-            outcome.end = now
+            table.end[row] = now
             self._waiting.discard(job_id)
             self._running_jobs.discard(job_id)
             self._done += 1
-            self.accounts.user_leave(outcome.user, now)
+            self.accounts.user_leave(table.users.names[table.user[row]], now)
             if job_id in self._tracked:
                 self.work.forget(job_id)
 
     def pending(self, action: Pending) -> None:
-        outcome = self.outcomes.get(action.job_id)
-        if outcome is not None:
-            outcome.reason = action.explanation.summary
+        row = self._rows.get(action.job_id)
+        if row is not None:
+            self.outcomes.set_reason(row, action.explanation.summary)
 
     def rejected(self, action: Reject) -> None:
-        outcome = self.outcomes.get(action.job_id)
-        if outcome is not None:
-            outcome.reason = action.reason
+        row = self._rows.get(action.job_id)
+        if row is not None:
+            self.outcomes.set_reason(row, action.reason)
 
     def preempted(self, action: Preempt) -> None:
-        self.outcomes[action.job_id].preemptions += 1
+        self.outcomes.preemptions[self._rows[action.job_id]] += 1
         self.preemptions += 1
 
     def migrating(self, action: Migrate) -> None:
-        self.outcomes[action.job_id].migrations += 1
+        self.outcomes.migrations[self._rows[action.job_id]] += 1
         self.migrations += 1
 
 

@@ -23,13 +23,15 @@ Definitions (docs/simulator.md has the long form):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hetsched.sim.engine import JobOutcome, SimResult
+from hetsched.model.lifecycle import JobState
+from hetsched.sim.engine import SimResult
+from hetsched.sim.outcomes import Columns, JobOutcome, outcome_columns
 
 __all__ = [
     "JOB_COLUMNS",
@@ -153,46 +155,58 @@ def stranded_mean(result: SimResult) -> float:
 
 def finish_time_fairness(jobs: Sequence[JobOutcome]) -> dict[str, float]:
     """rho per user (see the module docstring), succeeded jobs only."""
+    return _ftf(outcome_columns(jobs))
+
+
+def _ftf(cols: Columns) -> dict[str, float]:
+    done = np.flatnonzero(_succeeded(cols))
+    jcts = (cols.end[done] - cols.submit[done]).tolist()
+    slowdown = np.maximum(1.0, cols.contenders[done] * cols.demand_share[done])
+    isolated = (cols.duration_s[done] * slowdown).tolist()
     shared: dict[str, float] = {}
     alone: dict[str, float] = {}
-    for job in jobs:
-        jct = job.jct_s
-        if jct is None:
-            continue
-        shared[job.user] = shared.get(job.user, 0.0) + jct
-        isolated = job.duration_s * max(1.0, job.contenders * job.demand_share)
-        alone[job.user] = alone.get(job.user, 0.0) + isolated
+    # summed job by job in workload order, as a report always has been
+    for code, jct, single in zip(cols.user[done].tolist(), jcts, isolated, strict=True):
+        user = cols.users[code]
+        shared[user] = shared.get(user, 0.0) + jct
+        alone[user] = alone.get(user, 0.0) + single
     return {u: shared[u] / alone[u] for u in sorted(shared) if alone[u] > 0}
 
 
+def _succeeded(cols: Columns) -> np.ndarray[Any, Any]:
+    code = cols.states.index(JobState.SUCCEEDED)
+    return np.asarray((cols.state == code) & ~np.isnan(cols.end))
+
+
 def summarize(result: SimResult) -> Summary:
-    jobs = result.jobs
-    states: dict[str, int] = {}
-    for job in jobs:
-        states[job.state] = states.get(job.state, 0) + 1
-    waits = [w for j in jobs if (w := j.wait_s) is not None]
-    jcts = [c for j in jobs if (c := j.jct_s) is not None]
-    by_queue: dict[str, list[float]] = {}
-    for job in jobs:
-        if job.wait_s is not None:
-            by_queue.setdefault(job.queue, []).append(job.wait_s)
-    ends = [j.end for j in jobs if j.end is not None]
-    makespan = max(ends) - min(j.submit for j in jobs) if ends else 0.0
+    cols = outcome_columns(result.jobs)
+    counts = np.bincount(cols.state, minlength=len(cols.states))
+    states = {cols.states[code]: int(n) for code, n in enumerate(counts.tolist()) if n}
+    started = ~np.isnan(cols.first_start)
+    waits = cols.first_start - cols.submit
+    done = _succeeded(cols)
+    by_queue: dict[str, np.ndarray[Any, Any]] = {}
+    for code, queue in enumerate(cols.queues):
+        mine = waits[started & (cols.queue == code)]
+        if mine.size:
+            by_queue[queue] = mine
+    ended = ~np.isnan(cols.end)
+    makespan = float(cols.end[ended].max() - cols.submit.min()) if ended.any() else 0.0
     shares = {
         user: (result.user_share_integral[user] / active if active > 0 else 0.0)
         for user, active in sorted(result.user_active_s.items())
     }
     return Summary(
-        jobs=len(jobs),
+        jobs=len(result.jobs),
         states=dict(sorted(states.items())),
-        wait=percentiles(waits),
-        jct=percentiles(jcts),
+        wait=percentiles(waits[started]),
+        jct=percentiles((cols.end - cols.submit)[done]),
         wait_by_queue={q: percentiles(v) for q, v in sorted(by_queue.items())},
-        makespan_s=float(makespan),
+        makespan_s=makespan,
         utilization=utilization(result),
         jain_users=jain_index(list(shares.values())),
         user_share=shares,
-        ftf=finish_time_fairness(jobs),
+        ftf=_ftf(cols),
         stranded=stranded_mean(result),
         preemptions=result.preemptions,
         lost_work_s=result.lost_work_s,
@@ -227,9 +241,9 @@ JOB_COLUMNS = (
 )
 
 
-def job_rows(jobs: Sequence[JobOutcome]) -> list[dict[str, Any]]:
-    """Per-job records, in submission order."""
-    return [
+def job_rows(jobs: Sequence[JobOutcome]) -> Iterator[dict[str, Any]]:
+    """Per-job records, in submission order, one at a time (a report streams them)."""
+    return (
         {
             "id": j.job_id,
             "user": j.user,
@@ -252,4 +266,4 @@ def job_rows(jobs: Sequence[JobOutcome]) -> list[dict[str, Any]]:
             "reason": j.reason if j.state != "succeeded" else "",
         }
         for j in jobs
-    ]
+    )

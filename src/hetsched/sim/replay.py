@@ -96,7 +96,7 @@ class Replay:
             "summary": self.summary.to_dict(),
         }
         if jobs:
-            out["jobs"] = job_rows(self.result.jobs)
+            out["jobs"] = list(job_rows(self.result.jobs))
         return out
 
 

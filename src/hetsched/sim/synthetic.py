@@ -8,9 +8,10 @@ equal tasks (16 GPUs on 8-GPU nodes: 2 tasks of 8).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import overload
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from hetsched.sim.workload import Workload, WorkloadJob
 __all__ = [
     "CLUSTER_MIX",
     "PHILLY_GPU_MIX",
+    "SyntheticJobs",
     "SyntheticSpec",
     "generate",
     "gpus_per_node",
@@ -120,35 +122,93 @@ def generate(spec: SyntheticSpec) -> Workload:
     selectors = {
         m: (f'device.attributes["model"] in ["{m}"]' if m else None) for m in spec.model_mix
     }
-    requests: dict[tuple[int, str], tuple[int, TaskRequest]] = {}
-    jobs: list[WorkloadJob] = []
-    for i in range(n):
-        model = models[int(model_pick[i])]
-        key = (int(gpus[i]), model)
-        if key not in requests:
-            per_node = spec.model_gpus_per_node.get(model, spec.gpus_per_node)
-            tasks, per_task = split_gang(key[0], per_node)
-            requests[key] = (
-                tasks,
-                TaskRequest(
-                    spec.cpu_per_gpu_milli * per_task,
-                    spec.memory_per_gpu_mib * per_task,
-                    (DeviceRequest.of(spec.device_class, per_task, selector=selectors[model]),),
-                ),
-            )
-        tasks, request = requests[key]
-        u = int(user[i])
+    # a job's shape: (GPU count, model) as one number; one TaskRequest per shape drawn
+    size_index = np.zeros(max(sizes, default=0) + 1, dtype=np.int64)
+    size_index[np.asarray(sizes, dtype=np.int64)] = np.arange(len(sizes))
+    kinds = size_index[gpus.astype(np.int64)] * len(models) + model_pick
+    requests: dict[int, tuple[int, TaskRequest]] = {}
+    for kind in np.unique(kinds).tolist():
+        size, model = int(sizes[kind // len(models)]), models[kind % len(models)]
+        per_node = spec.model_gpus_per_node.get(model, spec.gpus_per_node)
+        tasks, per_task = split_gang(size, per_node)
+        device = DeviceRequest.of(spec.device_class, per_task, selector=selectors[model])
+        request = TaskRequest(
+            spec.cpu_per_gpu_milli * per_task, spec.memory_per_gpu_mib * per_task, (device,)
+        )
+        requests[kind] = (tasks, request)
+    jobs = SyntheticJobs(
+        submit.astype(np.float64),
+        duration.astype(np.float64),
+        kinds.astype(np.int32),
+        user.astype(np.int32),
+        priority.astype(np.int64),
+        requests,
+        spec.queues,
+    )
+    return Workload(jobs, f"synthetic(seed={spec.seed}, jobs={n})")
+
+
+class SyntheticJobs(Sequence[WorkloadJob]):
+    """The jobs of a synthetic workload, kept as columns (about 30 bytes a job): job ``i``
+    is built when it is read, so a replay that streams arrivals never holds a million job
+    objects. Jobs of one shape share one ``TaskRequest``; the same index gives an equal
+    job every time."""
+
+    def __init__(
+        self,
+        submit: np.ndarray[tuple[int], np.dtype[np.float64]],
+        duration: np.ndarray[tuple[int], np.dtype[np.float64]],
+        kind: np.ndarray[tuple[int], np.dtype[np.int32]],
+        user: np.ndarray[tuple[int], np.dtype[np.int32]],
+        priority: np.ndarray[tuple[int], np.dtype[np.int64]],
+        requests: Mapping[int, tuple[int, TaskRequest]],
+        queues: int,
+    ) -> None:
+        self._submit, self._duration, self._kind = submit, duration, kind
+        self._user, self._priority = user, priority
+        self._requests = requests
+        users = int(user.max()) + 1 if user.size else 0
+        self._names = tuple((f"user{u}", f"q{u % queues}") for u in range(users))
+
+    def __len__(self) -> int:
+        return int(self._submit.size)
+
+    @overload
+    def __getitem__(self, index: int) -> WorkloadJob: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[WorkloadJob]: ...
+
+    def __getitem__(self, index: int | slice) -> WorkloadJob | Sequence[WorkloadJob]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        i = range(len(self))[index]  # IndexError past the end, negative from the end
+        tasks, request = self._requests[int(self._kind[i])]
+        user, queue = self._names[self._user[i]]
         job = Job(
             id=f"s{i:06d}",
             resources=request,
-            user=f"user{u}",
-            queue=f"q{u % spec.queues}",
-            priority=int(priority[i]),
+            user=user,
+            queue=queue,
+            priority=int(self._priority[i]),
             replicas=tasks,
-            submit_time=float(submit[i]),
+            submit_time=float(self._submit[i]),
         )
-        jobs.append(WorkloadJob(job, float(duration[i])))
-    return Workload(tuple(jobs), f"synthetic(seed={spec.seed}, jobs={n})")
+        return WorkloadJob(job, float(self._duration[i]))
+
+    def __iter__(self) -> Iterator[WorkloadJob]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SyntheticJobs({len(self)} jobs)"
 
 
 def gpus_per_node(nodes: Sequence[Node], device_class: str = "gpu") -> dict[str, int]:

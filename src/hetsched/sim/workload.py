@@ -122,9 +122,14 @@ class WorkloadJob:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Jobs in submission order, and where they came from."""
+    """Jobs in submission order, and where they came from.
 
-    jobs: tuple[WorkloadJob, ...]
+    ``jobs`` is a tuple when read from a file; a generated workload may keep its jobs as
+    columns and build each when it is read (:class:`hetsched.sim.synthetic.SyntheticJobs`),
+    so code reads it as a sequence (index, iterate, ``len``).
+    """
+
+    jobs: Sequence[WorkloadJob]
     source: str = ""
 
     def __len__(self) -> int:
