@@ -27,6 +27,7 @@ from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
 from hetsched.model.device import Health, Node
+from hetsched.model.lifecycle import TERMINAL
 from hetsched.scheduler import DeviceHealthChanged, JobCancelled, Pending, Scheduler
 
 EXAMPLES = int(os.environ.get("HETSCHED_EQUIVALENCE_EXAMPLES", "30"))
@@ -131,8 +132,10 @@ def replay(
     workload: list[dict[str, Any]],
     events: list[tuple[int, str, int]],
     reference: bool,
+    keep_ended: bool = True,
 ) -> list[tuple[float, object, object]]:
     core = Scheduler(ClusterState(cluster()), parse_profile(profile))
+    core.keep_ended = keep_ended
     if reference:
         core.use_reference_cycle()
     specs = []
@@ -167,6 +170,11 @@ def replay(
             health = Health.UNHEALTHY if what == "fail" else Health.HEALTHY
             h.at(float(time), DeviceHealthChanged(devices[which % len(devices)], health))
     h.run(until=2000.0)
+    if not keep_ended:
+        # the book holds only jobs that live or still hold something
+        for record in core.jobs.values():
+            held = record.stopping or record.id in core.ledger.by_job
+            assert record.state not in TERMINAL or held, record.id
     return [(t, a, a.explanation.position if isinstance(a, Pending) else None) for t, a in h.log]
 
 
@@ -185,5 +193,26 @@ def test_incremental_queue_takes_the_decisions_of_the_full_sort(feature: str) ->
         incremental = replay(profile, workload, events, reference=False)
         full_sort = replay(profile, workload, events, reference=True)
         assert incremental == full_sort
+
+    check()
+
+
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_dropping_ended_jobs_changes_no_decision(feature: str) -> None:
+    """A core that forgets ended jobs (``keep_ended`` off, as the simulator runs it) takes
+    the decisions of one that keeps them, and keeps no ended job that holds nothing."""
+    profile = FEATURES[feature]
+
+    @settings(
+        max_examples=max(10, EXAMPLES // 3),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        database=None,
+    )
+    @given(workload=jobs, events=disturbances)
+    def check(workload: list[dict[str, Any]], events: list[tuple[int, str, int]]) -> None:
+        kept = replay(profile, workload, events, reference=False)
+        dropped = replay(profile, workload, events, reference=False, keep_ended=False)
+        assert kept == dropped
 
     check()

@@ -303,7 +303,9 @@ class WaitingQueue:
         timed = self._timed
         while timed and timed[0][0] <= now:
             _, _, job_id = heapq.heappop(timed)
-            self.touch(self._sched.jobs[job_id])
+            record = self._sched.jobs.get(job_id)  # None: it ended and was forgotten
+            if record is not None:
+                self.touch(record)
         self.flush()
         sched = self._sched
         epoch = sched.capacity_epoch
