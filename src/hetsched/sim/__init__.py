@@ -4,9 +4,10 @@ Modules are imported directly (``from hetsched.sim.openb import run_openb``) so 
 command loads only what it uses. ``alibaba``: the Alibaba GPU trace v2023 (openb) loader;
 ``openb``: the fragmentation experiment; ``openb_report``: its grid, table and plots.
 
-Replays with departures: ``engine`` (the discrete-event driver), ``workload`` (the neutral
-CSV format), ``gavel``, ``philly`` and ``synthetic`` (workload sources), ``metrics``,
-``replay`` and ``replay_report``. Their main names are exported here.
+Replays with departures: ``engine`` (the discrete-event driver), ``outcomes`` (what happened
+to each job, in columns), ``workload`` (the neutral CSV format), ``gavel``, ``philly`` and
+``synthetic`` (workload sources), ``metrics``, ``replay`` and ``replay_report``. Their main
+names are exported here.
 
 Rounds (Gavel's method): ``rounds_engine`` (allocation per round from
 :mod:`hetsched.rounds`, work at each job's speed on the model it got) and ``gavel_rounds``
