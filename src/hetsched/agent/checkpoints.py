@@ -12,6 +12,9 @@ writes and the notices it gets.
 - A task reports a checkpoint by writing ``{"step": N, "path": "..."}`` to
   ``$HETSCHED_CHECKPOINT_DIR/CHECKPOINT`` (a temporary file, then a rename), which the
   :class:`ReportWatcher` notices, or through the API (``hetsched checkpoint``).
+- A task reports progress (steps done) by writing ``{"steps": N}`` to
+  ``$HETSCHED_PROGRESS_FILE`` (``$HETSCHED_CHECKPOINT_DIR/PROGRESS``) the same way, or with
+  ``hetsched progress`` (:mod:`hetsched.agent.progress`).
 - A notice writes ``$HETSCHED_CHECKPOINT_DIR/NOTICE`` (``{"deadline": ..., "signal": ...,
   "reason": ...}``) before the signal is sent; a new run starts without it.
 
@@ -34,6 +37,7 @@ __all__ = [
     "MAX_PATH_LENGTH",
     "MAX_REPORT_BYTES",
     "NOTICE_FILE",
+    "PROGRESS_FILE",
     "REPORT_FILE",
     "CheckpointDirs",
     "Report",
@@ -44,6 +48,7 @@ __all__ = [
 
 REPORT_FILE = "CHECKPOINT"
 NOTICE_FILE = "NOTICE"
+PROGRESS_FILE = "PROGRESS"
 MAX_REPORT_BYTES = 65536
 MAX_PATH_LENGTH = 4096
 #: steps are reported as integers up to this (a signed 64-bit integer)
@@ -181,6 +186,7 @@ def task_env(
         "HETSCHED_CHECKPOINT_DIR": str(directory),
         "HETSCHED_NOTICE_FILE": str(directory / NOTICE_FILE),
         "HETSCHED_NOTICE_SIGNAL": spec.signal if spec is not None else DEFAULT_SIGNAL,
+        "HETSCHED_PROGRESS_FILE": str(directory / PROGRESS_FILE),
         "HETSCHED_API": api,
         "HETSCHED_TASK_TOKEN": token,
         "PATH": bin_dir + (os.pathsep + path if path else ""),

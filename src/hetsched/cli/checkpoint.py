@@ -1,4 +1,5 @@
-"""``hetsched checkpoint``: a task reports a checkpoint it saved.
+"""``hetsched checkpoint``: a task reports a checkpoint it saved; ``hetsched progress``:
+a task reports the steps its job has done (docs/heterogeneity.md, "Learning speeds").
 
 Run inside a task of ``hetsched up`` (``hetsched`` is on its PATH): it sends the task's own
 key and token (``HETSCHED_TASK_KEY``, ``HETSCHED_TASK_TOKEN``) to the service that started
@@ -25,7 +26,7 @@ import typer
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.k8s.selfreport import in_pod, own_pod, report_checkpoint
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "progress"]
 
 _NEEDED = ("HETSCHED_API", "HETSCHED_TASK_KEY", "HETSCHED_TASK_TOKEN")
 
@@ -65,31 +66,7 @@ def checkpoint(
     if missing and in_pod(os.environ):
         _report_in_pod(step, path, output)
         return
-    if missing:
-        fail(
-            f"{', '.join(missing)} not set: run this inside a task started by hetsched up, "
-            "or in a Kubernetes pod with POD_NAME set (downward API)",
-            2,
-        )
-    body = {"task": os.environ["HETSCHED_TASK_KEY"], "step": step, "path": path}
-    headers = {"Authorization": f"Bearer {os.environ['HETSCHED_TASK_TOKEN']}"}
-    url = os.environ["HETSCHED_API"].rstrip("/") + "/v1/checkpoints"
-    answer = None
-    for attempt in range(4):
-        try:
-            answer = httpx.post(url, json=body, headers=headers, timeout=10.0)
-            break
-        except httpx.TransportError as exc:
-            if attempt == 3:
-                fail(f"cannot reach {url}: {exc}", 1)
-            time.sleep(0.25 * 2**attempt)
-    assert answer is not None
-    if answer.status_code != 202:
-        try:
-            detail = answer.json().get("detail", answer.text)
-        except ValueError:
-            detail = answer.text
-        fail(f"checkpoint not accepted ({answer.status_code}): {detail}", 1)
+    answer = _post("/v1/checkpoints", {"step": step, "path": path}, "checkpoint")
     if output is OutputFormat.json:
         print_json(answer.json())
         return
@@ -119,3 +96,64 @@ def _report_in_pod(step: int, path: str, output: OutputFormat) -> None:
         return
     where = f", {path}" if path else ""
     console.print(f"checkpoint reported on pod {namespace}/{name}: step {step}{where}")
+
+
+def _post(route: str, fields: dict[str, object], what: str) -> httpx.Response:
+    """Send a report of this task (its key and token) to the service that started it; fail
+    with the service's reason unless it was accepted."""
+    missing = [name for name in _NEEDED if not os.environ.get(name)]
+    if missing:
+        fail(
+            f"{', '.join(missing)} not set: run this inside a task started by hetsched up"
+            + (
+                ", or in a Kubernetes pod with POD_NAME set (downward API)"
+                if what == "checkpoint"
+                else ""
+            ),
+            2,
+        )
+    body = {"task": os.environ["HETSCHED_TASK_KEY"], **fields}
+    headers = {"Authorization": f"Bearer {os.environ['HETSCHED_TASK_TOKEN']}"}
+    url = os.environ["HETSCHED_API"].rstrip("/") + route
+    answer = None
+    for attempt in range(4):
+        try:
+            answer = httpx.post(url, json=body, headers=headers, timeout=10.0)
+            break
+        except httpx.TransportError as exc:
+            if attempt == 3:
+                fail(f"cannot reach {url}: {exc}", 1)
+            time.sleep(0.25 * 2**attempt)
+    assert answer is not None
+    if answer.status_code != 202:
+        try:
+            detail = answer.json().get("detail", answer.text)
+        except ValueError:
+            detail = answer.text
+        fail(f"{what} not accepted ({answer.status_code}): {detail}", 1)
+    return answer
+
+
+def progress(
+    steps: Annotated[
+        int, typer.Option(help="Steps (iterations) the job has done so far in this run.", min=0)
+    ],
+    output: Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")] = (
+        OutputFormat.table
+    ),
+) -> None:
+    """Report this job's progress to the service that runs it (hetsched up).
+
+    STEPS counts up within a run. The service measures the job's rate between two reports
+    on the device model it runs on (the first report of a run only starts the clock) and
+    keeps, per job type and model, a mean of those rates: later jobs of the type use it as
+    their speed for placement when neither they nor the profile give one. The other way to
+    report is to write {"steps": N} to $HETSCHED_PROGRESS_FILE (a temporary file, then a
+    rename).
+    """
+    _survive_the_notice()
+    answer = _post("/v1/progress", {"steps": steps}, "progress")
+    if output is OutputFormat.json:
+        print_json(answer.json())
+        return
+    console.print(f"progress reported: {steps} steps")

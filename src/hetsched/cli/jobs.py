@@ -362,6 +362,50 @@ def _checkpoint_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+_SOURCES = {
+    "job": "its own speed map",
+    "profile": "the profile's throughput table",
+    "learned": "learned from progress reports",
+    "none": "no speed information: every device model is equal",
+}
+
+
+def _rates(rates: dict[str, float]) -> str:
+    return ", ".join(f"{m} {r:.4g}" for m, r in sorted(rates.items(), key=lambda i: -i[1]))
+
+
+def _speed_lines(speed: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``speed``, ``learned`` and ``measured`` lines of a job (``why``'s ``speed`` object)."""
+    if not speed:
+        return []
+    kind = speed["job_type"]
+    text = (f"job type {kind}: " if kind else "") + _SOURCES.get(speed["source"], speed["source"])
+    if speed["rates"]:
+        text += f" ({_rates(speed['rates'])})"
+    out = [("speed", text)]
+    learned = {e["model"]: e for e in speed["estimates"]}
+    if learned:
+        out.append(
+            (
+                "learned",
+                ", ".join(
+                    f"{m} {e['steps_per_second']:.4g} steps/s per device ({e['samples']} intervals)"
+                    for m, e in sorted(learned.items())
+                ),
+            )
+        )
+    measured = speed.get("measured")
+    if measured and measured.get("steps_per_second") is not None:
+        out.append(
+            (
+                "measured",
+                f"{measured['steps_per_second']:.4g} steps/s on {measured['model']} this run "
+                f"(at step {measured['steps']})",
+            )
+        )
+    return out
+
+
 def logs(
     job_id: Annotated[str, typer.Argument(help="Job id.")],
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
@@ -401,7 +445,7 @@ def why(
         print_json(data)
         return
     console.print(f"[bold]{job_id}[/bold] is {data['state']}: {data['reason']}", highlight=False)
-    for key, value in _checkpoint_lines(data):
+    for key, value in [*_checkpoint_lines(data), *_speed_lines(data.get("speed"))]:
         console.print(f"{key}: {value}", markup=False, highlight=False)
     explanation = data.get("explanation")
     if explanation and data["state"] == "pending":

@@ -6,7 +6,7 @@ import typer
 
 from hetsched import __version__
 from hetsched.cli.check import check
-from hetsched.cli.checkpoint import checkpoint
+from hetsched.cli.checkpoint import checkpoint, progress
 from hetsched.cli.cluster import nodes, queues
 from hetsched.cli.devices import devices
 from hetsched.cli.federation import federation_app
@@ -39,6 +39,7 @@ app.command()(logs)
 app.command()(cancel)
 app.command()(why)
 app.command()(checkpoint)
+app.command()(progress)
 app.command()(nodes)
 app.command()(queues)
 app.command()(devices)

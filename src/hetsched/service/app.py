@@ -33,6 +33,7 @@ from hetsched.service.checkpoint_routes import add_checkpoint_routes
 from hetsched.service.context import Service
 from hetsched.service.member import add_member_routes
 from hetsched.service.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
+from hetsched.service.speed_routes import add_speed_routes, job_speed
 from hetsched.service.store import Principal
 from hetsched.service.submit import submit_batch, submit_one
 
@@ -156,6 +157,7 @@ def create_app(service: Service) -> FastAPI:
     _add_token_routes(app, service, admin_only)
     add_member_routes(app, service, authenticated, admin_only)
     add_checkpoint_routes(app, service)
+    add_speed_routes(app, service, authenticated)
     app.add_middleware(
         _BodyLimit, limit=MAX_BODY_BYTES, limits={"/v1/jobs/batch": MAX_BATCH_BODY_BYTES}
     )
@@ -259,7 +261,9 @@ def _add_job_routes(
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
         """Why the job is where it is: its pending explanation and its transition history."""
-        return _why_view(visible_job(job_id, who), service.store.job_transitions(job_id))
+        row = visible_job(job_id, who)
+        view = _why_view(row, service.store.job_transitions(job_id))
+        return {**view, "speed": job_speed(service, row)}
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
     def logs(

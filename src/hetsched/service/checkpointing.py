@@ -6,6 +6,8 @@ are :mod:`hetsched.agent.checkpoints`; task tokens are :mod:`hetsched.service.ta
 This module puts them together for the launcher and the reconcile loop: a report comes
 from the task's ``CHECKPOINT`` file (polled every turn) or from ``POST /v1/checkpoints``
 (``hetsched checkpoint``), and either way reaches the core as ``TaskCheckpointed``.
+Progress reports (steps done) come the same two ways (the ``PROGRESS`` file, ``POST
+/v1/progress``) and go to the service's speed learner, not to the core.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from hetsched.agent.checkpoints import CheckpointDirs, Report, ReportWatcher, task_env
 from hetsched.agent.executor import RunAs
+from hetsched.agent.progress import Progress, ProgressWatcher
 from hetsched.drivers import Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
@@ -47,18 +50,22 @@ class CheckpointProtocol:
         self.dirs = CheckpointDirs(home)
         self.tokens = TaskTokens(home)
         self.watcher = ReportWatcher(self.dirs)
+        self.progress_watcher = ProgressWatcher(self.dirs)
         #: the API's address as tasks reach it (set once the server listens)
         self.api = api
         self.bin_dir = hetsched_bin()
         self._polled_at = 0.0
         #: where a report made through the API goes (the reconcile loop sets it)
         self.deliver: Callable[[TaskKey, Report], None] | None = None
+        #: where a progress report made through the API goes (the reconcile loop sets it)
+        self.deliver_progress: Callable[[TaskKey, Progress], None] | None = None
 
     def env(self, start: Start, job: Job, run_as: RunAs | None, path: str | None) -> dict[str, str]:
         """Prepare the job's checkpoint directory and say what the task is told."""
         owner = (run_as.uid, run_as.gid) if run_as is not None else None
         directory = self.dirs.prepare(start.key.job, owner)
         self.watcher.watch(start.key.job)
+        self.progress_watcher.watch(start.key.job)
         return task_env(
             directory,
             start.resume,
@@ -81,15 +88,20 @@ class CheckpointProtocol:
         in ``running`` is no longer watched (its next run watches it again)."""
         self._polled_at = time.time()
         found = self.watcher.poll()
-        newest: dict[str, TaskKey] = {}
-        for key in running:
-            best = newest.get(key.job)
-            if best is None or (key.run, -key.task) > (best.run, -best.task):
-                newest[key.job] = key
+        newest = _newest(running)
         for job_id in self.watcher.watched():
             if job_id not in newest:
                 self.watcher.forget(job_id)
         return [(newest[job], report) for job, report in found if job in newest]
+
+    def progress(self, running: Iterable[TaskKey]) -> list[tuple[TaskKey, Progress]]:
+        """Progress files written since the last look (called right after :meth:`reports`),
+        each for the newest run's first task of its job that runs here."""
+        newest = _newest(running)
+        for job_id in self.progress_watcher.watched():
+            if job_id not in newest:
+                self.progress_watcher.forget(job_id)
+        return [(newest[j], p) for j, p in self.progress_watcher.poll() if j in newest]
 
     def next_due(self) -> float | None:
         """When the report files are next looked at (None: no job is watched)."""
@@ -97,3 +109,14 @@ class CheckpointProtocol:
 
     def forget(self, job_id: str) -> None:
         self.watcher.forget(job_id)
+        self.progress_watcher.forget(job_id)
+
+
+def _newest(running: Iterable[TaskKey]) -> dict[str, TaskKey]:
+    """Job -> the task of its newest run that reports for it (its first task)."""
+    newest: dict[str, TaskKey] = {}
+    for key in running:
+        best = newest.get(key.job)
+        if best is None or (key.run, -key.task) > (best.run, -best.task):
+            newest[key.job] = key
+    return newest

@@ -25,6 +25,7 @@ from hetsched.service.fencing import Fencing
 from hetsched.service.loopmetrics import LoopMetrics
 from hetsched.service.queues import QueuesSpec
 from hetsched.service.schemas import Feasibility, SubmitSpec
+from hetsched.service.speedlearn import SpeedLearner
 from hetsched.service.store import Store
 
 __all__ = ["LogReader", "Loop", "Service"]
@@ -106,3 +107,5 @@ class Service:
     #: class or class/model -> what one accelerator's typical job needs beside it, for the
     #: stranded-accelerators gauge (the profile's ``stranding`` score args; {}: proportional)
     stranding: Mapping[str, Typical] = field(default_factory=dict)
+    #: speeds learned from progress reports (``hetsched up``; None for a federation)
+    speeds: SpeedLearner | None = None

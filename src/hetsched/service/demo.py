@@ -166,6 +166,7 @@ def main() -> int:
         jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
         summary = summarize(jobs, nodes)
         _print_summary(summary)
+        _print_speeds(client, jobs, nodes)
         for name in ("allreduce", "batch-embed"):
             shown = next((j for j in jobs if j["name"] == name), jobs[0])
             log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
@@ -205,6 +206,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
     console.print(f"  preemptions: {summary['preemptions']}" + (f" ({victims})" if victims else ""))
     for name, lost in summary["lost_work_s"].items():
         console.print(f"  {name} lost {lost:.1f}s of work (since its last checkpoint)")
+
+
+def _print_speeds(client: httpx.Client, jobs: list[dict[str, Any]], nodes: list[Any]) -> None:
+    """Where the demo job type ran and the speeds the service learned from its progress."""
+    model_of = {d["id"]: d["model"] for n in nodes for d in n["devices"]}
+    for job in jobs:
+        if job["name"] != "train-speed":
+            continue
+        models = sorted({model_of.get(d["id"], "?") for t in job["tasks"] for d in t["devices"]})
+        console.print(f"  train-speed (job type demo-train) ran on {', '.join(models)}")
+    for e in client.get("/v1/speeds").json()["estimates"]:
+        console.print(
+            f"  learned: {e['job_type']} on {e['model']}: {e['steps_per_second']:.1f} steps/s "
+            f"per device ({e['samples']} intervals)"
+        )
 
 
 if __name__ == "__main__":

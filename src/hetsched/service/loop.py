@@ -37,12 +37,14 @@ from typing import Any
 from hetsched.agent.checkpoints import Report
 from hetsched.agent.executor import RunAs, TaskExit
 from hetsched.agent.guard import Guard
+from hetsched.agent.progress import Progress
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.drivers import Stop
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import TERMINAL
+from hetsched.model.speed import job_devices
 from hetsched.scheduler import (
     Action,
     Event,
@@ -61,6 +63,7 @@ from hetsched.service.loopmetrics import LoopMetrics
 from hetsched.service.planner import TurnPlan, TurnPlanner
 from hetsched.service.recovery import Recovered, recover
 from hetsched.service.schemas import SubmitSpec, from_stored
+from hetsched.service.speedlearn import Estimate, SpeedLearner
 from hetsched.service.store import Store
 from hetsched.service.views import node_view, quota_view
 
@@ -91,6 +94,7 @@ class ControlLoop:
         guard: Guard | None = None,
         fencing: Fencing | None = None,
         checkpoints: CheckpointProtocol | None = None,
+        speeds: SpeedLearner | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -98,8 +102,13 @@ class ControlLoop:
         self.launcher = Launcher(executor, list(nodes), run_as, guard, fencing, checkpoints)
         if checkpoints is not None:
             checkpoints.deliver = self.checkpointed
+            checkpoints.deliver_progress = self.progressed
         #: checkpoints reported through the API, for the next turn
         self._reports: list[tuple[TaskKey, Report]] = []
+        #: progress reported through the API, for the next turn
+        self._progress: list[tuple[TaskKey, Progress]] = []
+        #: learns per-(job type, model) speeds from progress; its table is the core's
+        self.speeds = speeds
         #: federations' leases (service/fencing.py): their jobs stop when one lapses
         self.fencing = fencing
         #: jobs cancelled because their federation's lease lapsed, until they end
@@ -172,6 +181,11 @@ class ControlLoop:
     def checkpointed(self, key: TaskKey, report: Report) -> None:
         """A task reported a checkpoint through the API (its token checked)."""
         self._inbox.put(("checkpoint", (key, report)))
+        self._wake.set()
+
+    def progressed(self, key: TaskKey, progress: Progress) -> None:
+        """A task reported its job's progress through the API (its token checked)."""
+        self._inbox.put(("progress", (key, progress)))
         self._wake.set()
 
     def device_events(self, events: list[Event]) -> None:
@@ -366,9 +380,12 @@ class ControlLoop:
             self._wake.set()
         exits, self._exits = [*self._exits, *self.launcher.poll(now)], []
         reports, self._reports = self._reports, []
+        progress, self._progress = self._progress, []
         protocol = self.launcher.checkpoints
         if protocol is not None:
             reports += protocol.reports(self.planner.live())
+            progress += protocol.progress(self.planner.live())
+        self._learn(progress)
         wakeup = self.planner.core.next_wakeup()
         core_due = wakeup is not None and wakeup <= now
         if (
@@ -389,6 +406,8 @@ class ControlLoop:
         for change in plan.transitions:
             if change.target in TERMINAL:
                 self.launcher.forget(change.job_id)
+                if self.speeds is not None:
+                    self.speeds.forget(change.job_id)
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
         self.store.record_launched(launched)
@@ -413,6 +432,8 @@ class ControlLoop:
                 events.append(self._submit_event(*payload))
             elif kind == "checkpoint":
                 self._reports.append(payload)
+            elif kind == "progress":
+                self._progress.append(payload)
             elif kind == "devices":
                 events.extend(
                     self.launcher.device_event(e) for e in payload if self._news(e, nodes)
@@ -486,6 +507,44 @@ class ControlLoop:
             )
             self.metrics.observe_checkpoints(plan, self._queue_of)
         return plan
+
+    def _learn(self, progress: list[tuple[TaskKey, Progress]]) -> None:
+        """Hand progress reports of running tasks to the speed learner, with the device
+        model their task holds; store what changed and give the core the new table."""
+        learner = self.speeds
+        if learner is None or not progress:
+            return
+        core = self.planner.core
+        changed: dict[tuple[str, str], Estimate] = {}
+        for key, report in progress:
+            known = self.launcher.jobs.get(key.job)
+            record = core.jobs.get(key.job)
+            if known is None or record is None or record.run != key.run:
+                continue
+            placement = record.placements.get(key.task)
+            models = (
+                {core.state.device_of(s.device_id).model for s in placement.devices}
+                if (placement is not None)
+                else set()
+            )
+            if len(models) != 1:
+                continue  # no device, or several models: no one model to credit
+            job = known[0]
+            estimate = learner.observe(
+                key.job,
+                key.run,
+                job.speed.job_type,
+                models.pop(),
+                job_devices(job),
+                report.steps,
+                report.at,
+            )
+            if estimate is not None:
+                changed[(estimate.job_type, estimate.model)] = estimate
+        if changed:
+            self.store.save_speed_estimates(list(changed.values()))
+            with self.lock:
+                core.speed_table = learner.table()
 
     def _queue_of(self, job_id: str) -> str:
         known = self.launcher.jobs.get(job_id)

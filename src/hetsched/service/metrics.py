@@ -158,6 +158,7 @@ class ServiceCollector(Collector):
         service = self.service
         now = time.time()
         yield from self._jobs(service)
+        yield from self._speeds(service)
         with service.loop.lock:
             view = service.loop.view
             metrics = [
@@ -178,6 +179,24 @@ class ServiceCollector(Collector):
         for item in service.store.queue_usage():
             jobs.add_metric([item["queue"], item["state"]], item["count"])
         yield jobs
+
+    def _speeds(self, service: Service) -> Iterator[Metric]:
+        rate = _gauge(
+            "hetsched_speed_estimate_steps_per_second",
+            "Throughput learned from progress reports per job type and device model: steps/s "
+            "of one device (an exponentially weighted mean over intervals between reports).",
+            ["job_type", "model"],
+        )
+        samples = _gauge(
+            "hetsched_speed_estimate_samples",
+            "Intervals between progress reports the speed estimate rests on.",
+            ["job_type", "model"],
+        )
+        for estimate in service.speeds.estimates() if service.speeds is not None else []:
+            rate.add_metric([estimate.job_type, estimate.model], estimate.rate)
+            samples.add_metric([estimate.job_type, estimate.model], estimate.samples)
+        yield rate
+        yield samples
 
     def _pending_age(self, view: SchedulerView, now: float) -> Iterator[Metric]:
         oldest = view.oldest_pending(now)

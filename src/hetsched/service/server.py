@@ -32,6 +32,7 @@ from hetsched.service.loop import ControlLoop
 from hetsched.service.options import Options, default_home, examples_dir
 from hetsched.service.queues import load_queues
 from hetsched.service.schemas import Feasibility
+from hetsched.service.speedlearn import SpeedLearner
 from hetsched.service.store import Store
 
 __all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
@@ -82,11 +83,12 @@ def build(options: Options) -> Built:
         store.close()
         raise
     nodes = engine.nodes
-    table = load_speed_table(profile.speeds)
+    # the profile's table, and the speeds learned from progress for the types it lacks
+    speeds = SpeedLearner(load_speed_table(profile.speeds), store.speed_estimates())
 
     def make_core() -> Scheduler:
         core = Scheduler(ClusterState(), profile, seed=options.seed)
-        core.speed_table = table  # job types resolve here (the speed score, upgrades)
+        core.speed_table = speeds.table()  # job types resolve here (speed score, upgrades)
         core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
         return core
 
@@ -107,6 +109,7 @@ def build(options: Options) -> Built:
             if options.executor == "local"
             else None
         ),
+        speeds=speeds,
     )
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
@@ -132,6 +135,7 @@ def build(options: Options) -> Built:
         docs_public=options.docs_public,
         fencing=engine.fencing,
         stranding=profile_typicals(profile),
+        speeds=speeds,
     )
     if engine.on_joined is not None:
         engine.on_joined(service.feasibility.extend)

@@ -26,6 +26,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
+from hetsched.service.speedstore import SpeedRecords
 from hetsched.service.tables import allocations, job_counts, jobs, tasks, tokens, transitions
 from hetsched.service.turnstore import TurnRecords
 
@@ -127,7 +128,7 @@ def _pending_row(
     }
 
 
-class Store(TurnRecords):
+class Store(TurnRecords, SpeedRecords):
     """Typed access to the tables. Thread-safe; every write commits before returning."""
 
     def __init__(self, url: str, sync: str = "FULL") -> None:

@@ -23,7 +23,16 @@ from sqlalchemy import (
     text,
 )
 
-__all__ = ["allocations", "job_counts", "jobs", "metadata", "tasks", "tokens", "transitions"]
+__all__ = [
+    "allocations",
+    "job_counts",
+    "jobs",
+    "metadata",
+    "speed_estimates",
+    "tasks",
+    "tokens",
+    "transitions",
+]
 
 metadata = MetaData()
 
@@ -145,4 +154,15 @@ allocations = Table(
         sqlite_where=text("live = 1 AND share = 1000"),
         postgresql_where=text("live AND share = 1000"),
     ),
+)
+
+#: learned throughput per (job type, device model): steps/s of one device (service/speedlearn.py)
+speed_estimates = Table(
+    "speed_estimates",
+    metadata,
+    Column("job_type", String(253), primary_key=True),
+    Column("model", String(253), primary_key=True),
+    Column("rate", Float, nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
 )

@@ -149,12 +149,13 @@ function setLive(text, cls) {
 async function refresh() {
   stop();
   try {
-    const [nodes, queues, jobs, history, alerts] = await Promise.all([
+    const [nodes, queues, jobs, history, alerts, speeds] = await Promise.all([
       api("/v1/nodes"),
       api("/v1/queues"),
       firstPages(),
       api("/v1/history"),
       api("/v1/alerts"),
+      api("/v1/speeds"),
     ]);
     const explained = await explain(jobs);
     const counts = jobCounts(queues);
@@ -164,6 +165,7 @@ async function refresh() {
     renderCharts(history);
     renderNodes(nodes);
     renderQueues(queues);
+    renderSpeeds(speeds);
     renderJobs(jobs, explained, counts);
     setLive(`live · ${clock(Date.now() / 1000)}`, "on");
   } catch (err) {
@@ -443,6 +445,30 @@ function renderQueues(queues) {
   });
   $("queues").replaceChildren(
     h("table", { class: "table" }, h("thead", {}, h("tr", {}, h("th", {}, "Queue"), h("th", {}, "Jobs"), h("th", {}, "Quota"))), h("tbody", {}, rows)),
+  );
+}
+
+// what the service learned of job types' speeds from progress reports (docs/heterogeneity.md)
+function renderSpeeds(speeds) {
+  const estimates = speeds.estimates || [];
+  const listed = new Set(speeds.profile_job_types || []);
+  if (!estimates.length) {
+    $("speeds").replaceChildren(h("p", { class: "muted" }, "No progress reported yet: every device model counts as equally fast for job types the profile's table does not list."));
+    return;
+  }
+  const rows = estimates.map((e) =>
+    h(
+      "tr",
+      { "data-job-type": e.job_type, "data-model": e.model },
+      h("td", {}, e.job_type, listed.has(e.job_type) ? h("div", { class: "muted" }, "placement uses the profile's table") : ""),
+      h("td", {}, e.model),
+      h("td", { class: "num" }, num(e.steps_per_second)),
+      h("td", { class: "num" }, String(e.samples)),
+      h("td", {}, `${ago(Date.now() / 1000 - e.updated_at)} ago`),
+    ),
+  );
+  $("speeds").replaceChildren(
+    h("table", { class: "table" }, h("thead", {}, h("tr", {}, h("th", {}, "Job type"), h("th", {}, "Model"), h("th", {}, "Steps/s per device"), h("th", {}, "Intervals"), h("th", {}, "Updated"))), h("tbody", {}, rows)),
   );
 }
 

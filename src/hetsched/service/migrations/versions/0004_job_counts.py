@@ -13,7 +13,7 @@ SQLite drops a table's triggers with the table: a later migration that rebuilds 
 (``create_triggers``); ``tests/service/test_store.py`` checks that they exist.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-30
 """
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
