@@ -119,6 +119,10 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
     ("GET", "/v1/tokens", None, {"none": 401, "bad": 401, "alice": 403, "bob": 403, "admin": 200}),
     # a task's checkpoint report takes that task's own token only, never a user's
     ("POST", "/v1/checkpoints", {"task": "j/0#1", "step": 1}, dict.fromkeys(CALLERS, 401)),
+    # progress: a task's own token only, as checkpoints
+    ("POST", "/v1/progress", {"task": "j/0#1", "steps": 1}, dict.fromkeys(CALLERS, 401)),
+    # learned speeds: any valid token (like the node view, no job of anybody's)
+    ("GET", "/v1/speeds", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     (
         "DELETE",
         "/v1/tokens/{token}",

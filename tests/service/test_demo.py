@@ -62,7 +62,11 @@ def test_the_demo_runs_every_job_kind_and_preempts_once() -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "jobs: 10 (10 succeeded)" in out
+    assert "jobs: 11 (11 succeeded)" in out
+    # the demo job type landed on a device model and taught the service its speed there
+    ran = re.search(r"train-speed \(job type demo-train\) ran on (\w+)", out)
+    assert ran is not None and ran.group(1) in ("A100", "V100", "T4"), out[-3000:]
+    assert re.search(rf"learned: demo-train on {ran.group(1)}: [\d.]+ steps/s per device", out)
     assert "preemptions: 1 (batch-embed)" in out
     for model in ("gpu A100", "gpu V100", "gpu T4", "fpga U250"):
         assert model in out

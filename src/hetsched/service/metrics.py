@@ -92,6 +92,8 @@ METRIC_NAMES = frozenset(
         "hetsched_loop_wedged",
         "hetsched_jobs",
         "hetsched_oldest_pending_job_age_seconds",
+        "hetsched_speed_estimate_steps_per_second",
+        "hetsched_speed_estimate_samples",
         "hetsched_nodes",
         "hetsched_cpu_capacity_cores",
         "hetsched_cpu_allocated_cores",
