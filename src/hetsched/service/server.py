@@ -83,12 +83,11 @@ def build(options: Options) -> Built:
         store.close()
         raise
     nodes = engine.nodes
-    # the profile's table, and the speeds learned from progress for the types it lacks
     speeds = SpeedLearner(load_speed_table(profile.speeds), store.speed_estimates())
 
     def make_core() -> Scheduler:
         core = Scheduler(ClusterState(), profile, seed=options.seed)
-        core.speed_table = speeds.table()  # job types resolve here (speed score, upgrades)
+        core.speed_table = speeds.table()  # the profile's table plus learned job types
         core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
         return core
 
