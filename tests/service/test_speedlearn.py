@@ -83,7 +83,7 @@ def test_the_profile_table_wins_and_learned_types_join_it() -> None:
 
 @given(
     st.lists(
-        st.tuples(st.integers(0, 10_000), st.floats(0.5, 100.0, allow_nan=False)),
+        st.tuples(st.integers(0, 10_000), st.floats(0.6, 100.0, allow_nan=False)),
         min_size=2,
         max_size=20,
     )
