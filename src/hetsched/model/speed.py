@@ -187,7 +187,8 @@ class SpeedTable:
                         f"{worker}: key {key!r} is not ('<job type>', <GPUs>)"
                     ) from None
                 alone = value.get("null") if isinstance(value, Mapping) else None
-                if isinstance(alone, int | float) and not isinstance(alone, bool) and alone > 0:
+                # a listed 0 is kept: the type cannot run there (it is not "unlisted")
+                if isinstance(alone, int | float) and not isinstance(alone, bool) and alone >= 0:
                     rows.setdefault((str(job_type), int(devices)), {})[model] = float(alone)
         return cls({k: MappingProxyType(v) for k, v in rows.items()})
 

@@ -65,7 +65,9 @@ class GavelOptions:
 
 
 def load_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]]:
-    """The isolated (``"null"``) throughput of every (job type, GPUs) per worker type."""
+    """The isolated (``"null"``) throughput of every (job type, GPUs) per worker type. A
+    listed 0 stays 0: the job cannot run there (Gavel's table has ResNet-50 at batch size
+    128 on 2-8 K80s at 0), and is not scaled up from a smaller size that can."""
     with open(path, encoding="utf-8") as handle:
         raw = json.load(handle)
     out: dict[str, dict[tuple[str, int], float]] = {}
@@ -74,7 +76,7 @@ def load_throughputs(path: str | Path) -> dict[str, dict[tuple[str, int], float]
         for key, value in table.items():
             job_type, gpus = ast.literal_eval(key)
             alone = value.get("null") if isinstance(value, dict) else None
-            if isinstance(alone, int | float) and alone > 0:
+            if isinstance(alone, int | float) and alone >= 0:
                 rows[(str(job_type), int(gpus))] = float(alone)
         out[str(worker)] = rows
     return out
