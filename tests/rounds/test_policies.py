@@ -285,3 +285,57 @@ def test_fair_srtf_keeps_every_job_at_its_floor(p: RoundInput, alpha: float) -> 
     a = solve("fair-srtf", p, PolicyOptions(alpha=alpha))
     assert a.check(p) == []
     assert _las_level(p, a) >= (1 - alpha) * top * (1 - 1e-5) - 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems(), st.integers(1, 4))
+def test_identical_jobs_get_identical_shares_and_the_same_optimum(
+    p: RoundInput, copies: int
+) -> None:
+    """las and its knob solve one row per class of identical jobs: copying every job
+    keeps the max-min level (the devices are shared by more jobs, so it scales by the
+    copies at most) and every copy gets the same row."""
+    rows = np.repeat(np.arange(p.n), copies)
+    twin = RoundInput.of(
+        [f"{p.job_ids[i]}-{k}" for i in range(p.n) for k in range(copies)],
+        p.models,
+        p.throughput[rows],
+        p.scale[rows],
+        p.capacity,
+        weight=p.weight[rows],
+        remaining=p.remaining[rows],
+        elapsed=p.elapsed[rows],
+        isolated_time=p.isolated_time[rows],
+    )
+    for name in ("las", "agnostic-las", "max-throughput", "fair-throughput"):
+        result = solve(name, twin)
+        assert result.check(twin) == [], name
+        x = result.x.reshape(p.n, copies, p.m)
+        assert np.allclose(x, x[:, :1, :], atol=1e-9), name
+    single = _las_level(p, solve("las", p))
+    level = _las_level(twin, solve("las", twin))
+    assert level <= single * (1 + 1e-6) + 1e-9
+    assert level >= single / copies * (1 - 1e-6) - 1e-9
+
+
+@settings(max_examples=20, deadline=None)
+@given(problems())
+def test_gavels_central_solutions_reach_the_same_optimum(p: RoundInput) -> None:
+    """With central=True (Gavel's interior-point solutions) las solves its max-min program
+    alone: the same level as the default, and never more effective throughput."""
+    central = solve("las", p, PolicyOptions(central=True))
+    vertex = solve("las", p)
+    assert central.check(p) == []
+    assert _las_level(p, central) == pytest.approx(_las_level(p, vertex), rel=1e-5, abs=1e-7)
+    assert _efficiency(p, central) <= _efficiency(p, vertex) * (1 + 1e-6) + 1e-7
+    if p.runnable().any():
+        assert (central.solves, vertex.solves) == (1, 2)
+
+
+def test_central_las_spreads_equally_good_time() -> None:
+    # two identical jobs, two identical devices of two models: any split is optimal; the
+    # interior point gives both jobs time on both models, a vertex does not need to
+    p = RoundInput.of(["a", "b"], ["m0", "m1"], [[1.0, 1.0], [1.0, 1.0]], [1, 1], [1, 1])
+    x = solve("las", p, PolicyOptions(central=True)).x
+    assert x.sum(axis=1) == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert (x > 0.1).all()

@@ -12,6 +12,7 @@ fractions of "running on its best model all the time" whatever the unit of the r
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,9 +43,12 @@ class Solution:
 
 class LinearProgram:
     """max ``objective . v`` over ``v = [X, extras]`` subject to the base constraints plus
-    rows added with :meth:`at_least`."""
+    rows added with :meth:`at_least`. ``counts[i]``: how many identical jobs row i stands
+    for (its devices count that many times against capacity; default 1)."""
 
-    def __init__(self, problem: RoundInput, extras: int = 0) -> None:
+    def __init__(
+        self, problem: RoundInput, extras: int = 0, counts: FloatArray | None = None
+    ) -> None:
         self.problem = problem
         n, m = problem.n, problem.m
         self.size = n * m
@@ -53,8 +57,12 @@ class LinearProgram:
         self._rows: list[scipy.sparse.coo_matrix] = []
         self._rhs: list[FloatArray] = []
         cols = np.arange(self.size)
-        # capacity: sum_i scale_i X[i, j] <= capacity_j
-        self._add(cols % m, cols, np.repeat(problem.scale.astype(np.float64), m), problem.capacity)
+        # capacity: sum_i scale_i X[i, j] <= capacity_j; a row that stands for ``counts[i]``
+        # identical jobs (one class, see policies) holds their devices together
+        held = problem.scale.astype(np.float64)
+        if counts is not None:
+            held = held * np.asarray(counts, np.float64)
+        self._add(cols % m, cols, np.repeat(held, m), problem.capacity)
         # time: sum_j X[i, j] <= 1
         self._add(cols // m, cols, np.ones(self.size), np.ones(n))
         upper = problem.runnable().reshape(-1).astype(np.float64)
@@ -99,15 +107,35 @@ class LinearProgram:
         rhs = np.zeros(k) if floor is None else -np.asarray(floor, dtype=np.float64)[jobs]
         self._add(rows, cols, values, rhs)
 
-    def solve(self) -> Solution:
+    def solve(self, central: bool = False) -> Solution:
+        """An optimal vertex (HiGHS' dual simplex); with ``central``, an interior point of
+        the optimal set instead (HiGHS' interior-point method without crossover), as an
+        interior-point solver such as Gavel's ECOS returns: among equally good
+        allocations, one that spreads time over every (job, model) pair it can."""
         import scipy.optimize
         import scipy.sparse
 
         a_ub = scipy.sparse.vstack(self._rows, format="csr")
         b_ub = np.concatenate(self._rhs)
-        result = scipy.optimize.linprog(
-            -self.objective, A_ub=a_ub, b_ub=b_ub, bounds=self.bounds, method="highs"
-        )
+        result = None
+        if central:
+            with warnings.catch_warnings():
+                # scipy passes HiGHS options it does not know on verbatim, with a warning
+                warnings.simplefilter("ignore", scipy.optimize.OptimizeWarning)
+                result = scipy.optimize.linprog(
+                    -self.objective,
+                    A_ub=a_ub,
+                    b_ub=b_ub,
+                    bounds=self.bounds,
+                    method="highs-ipm",
+                    options={"run_crossover": "off"},
+                )
+        if result is None or result.status != 0 or result.x is None:
+            # the interior-point method may stop short on a degenerate program: the
+            # simplex answer is optimal too
+            result = scipy.optimize.linprog(
+                -self.objective, A_ub=a_ub, b_ub=b_ub, bounds=self.bounds, method="highs"
+            )
         if result.status != 0 or result.x is None:
             raise SolveError(f"HiGHS: {result.message} (status {result.status})")
         values = np.asarray(result.x, dtype=np.float64)

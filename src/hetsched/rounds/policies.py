@@ -68,11 +68,16 @@ _SLACK = 1e-6
 class PolicyOptions:
     """``alpha``: the fairness-throughput knob (0 max-min fairness .. 1 throughput).
     ``rtol``: relative precision of the finish-time bisection. ``seed``: the agnostic
-    FIFO's random model choice (vary it per round)."""
+    FIFO's random model choice (vary it per round). ``central``: solve ``las``,
+    ``max-throughput`` and ``fair-throughput`` as Gavel does, one program for the policy's
+    own objective solved to an interior point of its optimal set (no second stage, see the
+    module); the default finds an optimal vertex and then spends what is left on
+    effective throughput."""
 
     alpha: float = 0.5
     rtol: float = 0.01
     seed: int = 0
+    central: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0:
@@ -99,13 +104,58 @@ def _efficiency(problem: RoundInput) -> FloatArray:
 
 
 def _fill(
-    problem: RoundInput, jobs: np.ndarray, coef: FloatArray, floor: FloatArray
+    problem: RoundInput,
+    jobs: np.ndarray,
+    coef: FloatArray,
+    floor: FloatArray,
+    counts: FloatArray | None = None,
+    central: bool = False,
 ) -> tuple[FloatArray, int]:
-    """Maximize effective throughput with ``coef . X[i] >= floor[i]`` for ``jobs``."""
-    lp = LinearProgram(problem)
-    lp.objective[: lp.size] = _efficiency(problem).reshape(-1)
+    """Maximize effective throughput with ``coef . X[i] >= floor[i]`` for ``jobs``
+    (``counts``: rows that stand for several identical jobs, see :func:`_classes`)."""
+    lp = LinearProgram(problem, counts=counts)
+    gain = _efficiency(problem)
+    if counts is not None:
+        gain = gain * counts[:, None]
+    lp.objective[: lp.size] = gain.reshape(-1)
     lp.at_least(jobs, coef, floor)
-    return lp.solve().x, 1
+    return lp.solve(central).x, 1
+
+
+def _classes(
+    problem: RoundInput, coef: FloatArray
+) -> tuple[RoundInput, FloatArray, np.ndarray, FloatArray]:
+    """Identical jobs (same rates, devices and policy coefficients) as one row each: the
+    reduced problem (one representative per class), its coefficients, each job's class
+    and each class's size.
+
+    The programs solved here are symmetric in identical jobs, so averaging an optimum
+    over them is an optimum too: solving one row per class and giving every job of a
+    class that row is exact, and gives identical jobs identical shares (as Gavel's
+    interior-point solver does; a vertex gives one job all and its twin nothing). Gavel's
+    workload has at most 83 (job type, GPUs) classes, so hundreds of active jobs solve
+    as at most 83 rows.
+    """
+    key = np.concatenate(
+        [coef, problem.throughput, problem.scale[:, None].astype(np.float64)], axis=1
+    )
+    _, first, inverse, counts = np.unique(
+        key, axis=0, return_index=True, return_inverse=True, return_counts=True
+    )
+    reduced = RoundInput.of(
+        [problem.job_ids[i] for i in first],
+        problem.models,
+        problem.throughput[first],
+        problem.scale[first],
+        problem.capacity,
+        weight=problem.weight[first],
+        remaining=problem.remaining[first],
+        elapsed=problem.elapsed[first],
+        isolated_time=problem.isolated_time[first],
+        current=problem.current[first],
+        reference=problem.reference,
+    )
+    return reduced, np.asarray(coef[first]), inverse.reshape(-1), counts.astype(np.float64)
 
 
 def _empty(name: str, problem: RoundInput, objective: float = 0.0) -> Allocation:
@@ -119,21 +169,27 @@ def _las_coef(problem: RoundInput) -> FloatArray:
     return np.asarray(np.where(problem.runnable(), problem.throughput * norm[:, None], 0.0))
 
 
-def _fair_throughput(name: str, problem: RoundInput, alpha: float) -> Allocation:
-    jobs = np.flatnonzero(problem.runnable().any(axis=1))
-    if jobs.size == 0:
+def _fair_throughput(
+    name: str, problem: RoundInput, alpha: float, central: bool = False
+) -> Allocation:
+    if not problem.runnable().any():
         return _empty(name, problem)
-    coef = _las_coef(problem)
+    reduced, coef, inverse, counts = _classes(problem, _las_coef(problem))
+    jobs = np.flatnonzero(reduced.runnable().any(axis=1))
     level, solves = 0.0, 0
     if alpha < 1.0:
-        lp = LinearProgram(problem, extras=1)
+        lp = LinearProgram(reduced, extras=1, counts=counts)
         lp.objective[lp.size] = 1.0
         lp.at_least(jobs, coef, extra=0)
-        level = float(lp.solve().extras[0])
+        solution = lp.solve(central)
+        level = float(solution.extras[0])
         solves += 1
-    floor = np.full(problem.n, max(level * (1.0 - alpha) * (1.0 - _SLACK), 0.0))
-    x, more = _fill(problem, jobs, coef, floor)
-    return Allocation(name, problem.job_ids, problem.models, x, level, solves + more)
+        if central and alpha == 0.0:  # Gavel's LAS: the max-min program alone
+            x = solution.x[inverse]
+            return Allocation(name, problem.job_ids, problem.models, x, level, solves)
+    floor = np.full(reduced.n, max(level * (1.0 - alpha) * (1.0 - _SLACK), 0.0))
+    x, more = _fill(reduced, jobs, coef, floor, counts, central)
+    return Allocation(name, problem.job_ids, problem.models, x[inverse], level, solves + more)
 
 
 def fair_srtf(problem: RoundInput, options: PolicyOptions) -> Allocation:
@@ -158,15 +214,15 @@ def fair_srtf(problem: RoundInput, options: PolicyOptions) -> Allocation:
 
 
 def las(problem: RoundInput, options: PolicyOptions) -> Allocation:
-    return _fair_throughput("las", problem, 0.0)
+    return _fair_throughput("las", problem, 0.0, options.central)
 
 
 def fair_throughput(problem: RoundInput, options: PolicyOptions) -> Allocation:
-    return _fair_throughput("fair-throughput", problem, options.alpha)
+    return _fair_throughput("fair-throughput", problem, options.alpha, options.central)
 
 
 def max_throughput(problem: RoundInput, options: PolicyOptions) -> Allocation:
-    return _fair_throughput("max-throughput", problem, 1.0)
+    return _fair_throughput("max-throughput", problem, 1.0, options.central)
 
 
 def min_makespan(problem: RoundInput, options: PolicyOptions) -> Allocation:
