@@ -89,6 +89,19 @@ PUBLISHED: dict[tuple[bool, str, float], float] = {
     (True, "ftf", 2.0): 21.80,
     (True, "ftf", 2.6): 33.90,
     (True, "ftf", 2.8): 41.56,
+    # Gavel's own space sharing ("LAS w/ SS", max_min_fairness_packed: pairs in the LP);
+    # hetsched's packed-las packs in the mechanism instead, so these are a reference
+    (False, "packed-las", 0.4): 18.42,
+    (False, "packed-las", 2.0): 18.26,
+    (False, "packed-las", 4.0): 16.96,
+    (False, "packed-las", 5.6): 19.64,
+    (False, "packed-las", 6.0): 20.42,
+    (True, "packed-las", 0.2): 18.72,
+    (True, "packed-las", 1.0): 19.01,
+    (True, "packed-las", 2.0): 20.85,
+    (True, "packed-las", 2.6): 30.51,
+    (True, "packed-las", 2.8): 38.25,
+    (True, "packed-las", 3.0): 46.94,
 }
 
 
@@ -99,7 +112,7 @@ def _run_point(point: GavelPoint) -> dict[str, Any]:
     return point_document(point, result, time.perf_counter() - started)
 
 
-def _key(doc: dict[str, Any]) -> tuple[bool, str, float, int, float | None, bool]:
+def _key(doc: dict[str, Any]) -> tuple[bool, str, float, int, float | None, bool, bool]:
     return (
         doc["multi_gpu"],
         doc["policy"],
@@ -107,6 +120,7 @@ def _key(doc: dict[str, Any]) -> tuple[bool, str, float, int, float | None, bool
         doc["seed"],
         doc.get("alpha"),
         bool(doc.get("solve_on_change")),
+        bool(doc.get("central", False)),
     )
 
 
@@ -133,6 +147,7 @@ def _table(docs: list[dict[str, Any]]) -> str:
         trace = "multi" if doc["multi_gpu"] else "single"
         name = doc["policy"] + (f" a={doc['alpha']}" if doc.get("alpha") is not None else "")
         name += " (solve on change)" if doc.get("solve_on_change") else ""
+        name += "" if doc.get("central", False) else " (vertex + throughput)"
         shown = "-" if jct is None else f"{jct:.2f}" + ("" if doc["complete"] else " (cut)")
         lines.append(
             f"| {trace} | {name} | {doc['rate']:g} | {doc['seed']} | {shown} "
@@ -241,6 +256,12 @@ def main() -> None:
     parser.add_argument(
         "--solve-on-change", action="store_true", help="solve at every change (not Gavel's rule)"
     )
+    parser.add_argument(
+        "--efficient",
+        action="store_true",
+        help="hetsched's allocations (an optimal vertex, the rest on effective throughput) "
+        "instead of Gavel's interior-point ones",
+    )
     parser.add_argument("--out", type=Path, default=Path("gavel-grid"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -258,6 +279,7 @@ def main() -> None:
             alpha=float(alpha),
             until_s=None if args.until_h is None else args.until_h * 3600,
             solve_on_change=args.solve_on_change,
+            central=not args.efficient,
         )
         for policy in args.policies.split(",")
         for rate in args.rates.split(",")
@@ -274,6 +296,7 @@ def main() -> None:
             p.seed,
             p.alpha if uses_alpha(p.policy) else None,
             p.solve_on_change,
+            p.central,
         )
         not in seen
     ]

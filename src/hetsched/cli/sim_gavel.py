@@ -13,9 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, err_console, fail, print_json
-from hetsched.rounds import policy_names
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_rounds import GavelPoint, parse_cluster, parse_window, point_document
+from hetsched.sim.gavel_rounds import (
+    GavelPoint,
+    gavel_policy_names,
+    parse_cluster,
+    parse_window,
+    point_document,
+)
 
 __all__ = ["gavel"]
 
@@ -23,7 +28,9 @@ _Policy = Annotated[
     str,
     typer.Option(
         help="Round policy: las, ftf, max-throughput, min-makespan, fifo, fair-throughput, "
-        "fair-srtf, or an agnostic- twin (agnostic-las: Gavel's heterogeneity-agnostic LAS)."
+        "fair-srtf, or an agnostic- twin (agnostic-las: Gavel's heterogeneity-agnostic LAS); "
+        "packed-P runs P with space sharing (waiting jobs share a running job's GPUs at "
+        "Gavel's co-located throughputs when the pair does more work: packed-las)."
     ),
 ]
 _Rate = Annotated[float, typer.Option(help="Input job rate in jobs per hour (Poisson).")]
@@ -52,7 +59,10 @@ _Until = Annotated[
 ]
 _Throughputs = Annotated[
     Path | None,
-    typer.Option(help="Gavel simulation_throughputs.json (default: the bundled copy)."),
+    typer.Option(
+        help="Gavel simulation_throughputs.json (default: the bundled copy); packed- policies "
+        "read its co-located throughputs too."
+    ),
 ]
 _OnChange = Annotated[
     bool,
@@ -62,7 +72,35 @@ _OnChange = Annotated[
         "per 1,920 s of shares).",
     ),
 ]
+_Central = Annotated[
+    bool,
+    typer.Option(
+        "--gavel-solutions/--efficient-solutions",
+        help="Allocations as Gavel's interior-point solver finds them (the default: the "
+        "reproduction), or hetsched's (an optimal vertex, then what is left spent on "
+        "effective throughput).",
+    ),
+]
 _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+
+
+def _problems(
+    policy: str, rate: float, round_s: float, alpha: float, until_h: float | None
+) -> list[str]:
+    """What is wrong with the scalar options, one line each, naming the flag."""
+    problems = []
+    if policy not in gavel_policy_names():
+        known = ", ".join(gavel_policy_names())
+        problems.append(f"--policy: unknown {policy!r} (known: {known})")
+    if not round_s > 0:
+        problems.append(f"--round: expected seconds > 0, got {round_s}")
+    if not 0.0 <= alpha <= 1.0:
+        problems.append(f"--alpha: expected 0..1, got {alpha}")
+    if not rate > 0:
+        problems.append(f"--rate: expected jobs/hour > 0, got {rate}")
+    if until_h is not None and not until_h > 0:
+        problems.append(f"--until: expected hours > 0, got {until_h}")
+    return problems
 
 
 @contextmanager
@@ -100,6 +138,7 @@ def gavel(
     until_h: _Until = None,
     throughputs: _Throughputs = None,
     solve_on_change: _OnChange = False,
+    central: _Central = True,
     output: _Output = OutputFormat.table,
 ) -> None:
     """Run one point of Gavel's continuous experiment (OSDI'20, Figs. 8-10).
@@ -110,17 +149,7 @@ def gavel(
     fairness. The run ends when every measured job finished (or at --until: the point is
     then marked incomplete).
     """
-    problems = []
-    if policy not in policy_names():
-        problems.append(f"--policy: unknown {policy!r} (known: {', '.join(policy_names())})")
-    if not round_s > 0:
-        problems.append(f"--round: expected seconds > 0, got {round_s}")
-    if not 0.0 <= alpha <= 1.0:
-        problems.append(f"--alpha: expected 0..1, got {alpha}")
-    if not rate > 0:
-        problems.append(f"--rate: expected jobs/hour > 0, got {rate}")
-    if until_h is not None and not until_h > 0:
-        problems.append(f"--until: expected hours > 0, got {until_h}")
+    problems = _problems(policy, rate, round_s, alpha, until_h)
     try:
         span = parse_window(window)
     except ValueError as exc:
@@ -136,7 +165,18 @@ def gavel(
     until_s = None if until_h is None else until_h * 3600.0
     try:
         point = GavelPoint(
-            policy, rate, seed, multi_gpu, span, counts, round_s, alpha, until_s, solve_on_change
+            policy,
+            rate,
+            seed,
+            multi_gpu,
+            span,
+            counts,
+            round_s,
+            alpha,
+            until_s,
+            solve_on_change,
+            None if throughputs is None else str(throughputs),
+            central,
         )
         table = load_throughputs(throughputs or BUNDLED_THROUGHPUTS)
     except (ValueError, OSError) as exc:
@@ -145,7 +185,7 @@ def gavel(
     with _bar(output is OutputFormat.table, span[1] - span[0]) as progress:
         try:
             result = point.run(table, progress)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:
             fail(str(exc), 2)
     document = point_document(point, result, time.perf_counter() - started)
     if output is OutputFormat.json:

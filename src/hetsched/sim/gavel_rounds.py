@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hetsched.rounds import policy_names
 from hetsched.sim.gavel import Throughputs
 from hetsched.sim.gavel_synth import GavelWorkloadSpec, iter_gavel
 from hetsched.sim.rounds_engine import (
@@ -21,9 +22,12 @@ from hetsched.sim.rounds_engine import (
     RoundResult,
     RoundSimulator,
 )
+from hetsched.sim.rounds_packing import BUNDLED_PAIRS, load_pair_rates
 
 __all__ = [
+    "PACKED",
     "GavelPoint",
+    "gavel_policy_names",
     "gavel_round_jobs",
     "parse_cluster",
     "parse_window",
@@ -33,6 +37,16 @@ __all__ = [
 
 #: Gavel's worker types, in the order of its ``-c V:P:K`` cluster spec
 GAVEL_MODELS = ("v100", "p100", "k80")
+
+#: prefix of a policy run with space sharing (``packed-las``: LAS, with waiting jobs packed
+#: onto running ones at Gavel's co-located rates; :mod:`hetsched.sim.rounds_packing`)
+PACKED = "packed-"
+
+
+def gavel_policy_names() -> list[str]:
+    """The policies ``hetsched sim gavel`` runs: every round policy, and ``packed-`` ones."""
+    base = policy_names()
+    return base + [PACKED + name for name in base if not name.startswith("agnostic-")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,22 +64,41 @@ class GavelPoint:
     alpha: float = 0.5
     until_s: float | None = None
     solve_on_change: bool = False
+    #: the co-located throughputs for ``packed-`` policies (default: the bundled pairs)
+    pairs_path: str | None = None
+    #: allocations as Gavel's interior-point solver finds them (``PolicyOptions.central``);
+    #: False: hetsched's optimal vertex, then the rest spent on effective throughput
+    central: bool = True
 
     def run(self, throughputs: Throughputs, progress: Progress | None = None) -> RoundResult:
         """Run the point (ValueError for bad input, naming the field)."""
         if len(self.cluster) != len(GAVEL_MODELS):
             raise ValueError(f"cluster: expected {len(GAVEL_MODELS)} counts (v100:p100:k80)")
+        if self.policy not in gavel_policy_names():
+            known = ", ".join(gavel_policy_names())
+            raise ValueError(f"policy: unknown {self.policy!r} (known: {known})")
+        pairs = None
+        if self.policy.startswith(PACKED):
+            path = self.pairs_path or BUNDLED_PAIRS
+            pairs = load_pair_rates(path, GAVEL_MODELS)
+            if not (pairs.host > 0).any():
+                raise ValueError(
+                    f"throughputs: {path} lists no co-located throughputs "
+                    f"({self.policy} needs them; Gavel's simulation_throughputs.json has them)"
+                )
         spec = GavelWorkloadSpec(
             jobs=self.window[1] * 20, rate_per_h=self.rate, seed=self.seed, multi_gpu=self.multi_gpu
         )
         config = RoundConfig(
-            self.policy,
+            self.policy.removeprefix(PACKED),
             round_s=self.round_s,
             alpha=self.alpha,
             seed=self.seed,
             window=self.window,
             until=self.until_s,
             solve_on_change=self.solve_on_change,
+            pairs=pairs,
+            central=self.central,
         )
         jobs = gavel_round_jobs(spec, throughputs, GAVEL_MODELS)
         return RoundSimulator(GAVEL_MODELS, self.cluster, jobs, config, progress).run()
@@ -87,12 +120,16 @@ def gavel_round_jobs(
             float(job.speed.work or 0.0),
             float(job.priority),
             job.user,
+            (job.name, gpus),
         )
 
 
 def uses_alpha(policy: str) -> bool:
     """Whether a round policy reads the fairness knob ``alpha``."""
-    return policy.removeprefix("agnostic-") in ("fair-throughput", "fair-srtf")
+    return policy.removeprefix(PACKED).removeprefix("agnostic-") in (
+        "fair-throughput",
+        "fair-srtf",
+    )
 
 
 def parse_window(text: str) -> tuple[int, int]:
@@ -135,6 +172,7 @@ def point_document(point: GavelPoint, result: RoundResult, wall_s: float) -> dic
         "cluster": dict(zip(GAVEL_MODELS, point.cluster, strict=True)),
         "round_s": point.round_s,
         "solve_on_change": point.solve_on_change,
+        "central": point.central,
         "alpha": point.alpha if uses_alpha(point.policy) else None,
         "mean_jct_h": _round(result.mean_jct_h()),
         "utilization": _round(result.utilization()),

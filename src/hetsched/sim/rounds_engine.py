@@ -45,14 +45,17 @@ from hetsched.rounds import (
     RoundInput,
     choose_round,
     policy_names,
+    priorities,
     record_round,
     reset_ledger,
     shuffled,
     solve,
 )
 from hetsched.rounds.problem import FloatArray, IntArray
+from hetsched.sim.rounds_packing import PairRates, pack_round
 
 __all__ = ["RoundConfig", "RoundJob", "RoundOutcome", "RoundResult", "RoundSimulator"]
+
 
 #: callback ``(measured jobs finished, measured jobs, virtual time)`` for progress bars
 Progress = Callable[[int, int, float], None]
@@ -71,6 +74,8 @@ class RoundJob:
     work: float
     weight: float = 1.0
     user: str = ""
+    #: (job type, GPUs): what the pair table of ``RoundConfig.pairs`` knows it as
+    kind: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,11 @@ class RoundConfig:
     indices ``[start, end)`` in arrival order to measure (None: every job). ``until``:
     stop at this virtual time even if measured jobs are left. ``reset_s``: the least time
     between two solves (Gavel's 1,920 s); ``solve_on_change`` solves whenever the active
-    set changed instead (the shares are still reset only every ``reset_s``)."""
+    set changed instead (the shares are still reset only every ``reset_s``). ``pairs``:
+    pack waiting jobs onto running ones with these co-located rates
+    (:mod:`hetsched.sim.rounds_packing`); None runs one job per device. ``central``: the
+    policies' allocations as Gavel's interior-point solver finds them
+    (``PolicyOptions.central``)."""
 
     policy: str = "las"
     round_s: float = 360.0
@@ -89,6 +98,8 @@ class RoundConfig:
     window: tuple[int, int] | None = None
     until: float | None = None
     solve_on_change: bool = False
+    pairs: PairRates | None = None
+    central: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -206,6 +217,8 @@ class _Active:
     remaining: FloatArray = field(default_factory=lambda: np.zeros(0))
     isolated: FloatArray = field(default_factory=lambda: np.zeros(0))
     last: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: each job's kind in the pair table (-1: never shares)
+    kinds: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 class RoundSimulator:
@@ -229,8 +242,14 @@ class RoundSimulator:
         self.config = config or RoundConfig()
         self._stream: Iterator[RoundJob] = iter(jobs)
         self._progress = progress
-        self._options = PolicyOptions(alpha=self.config.alpha, seed=self.config.seed)
+        self._options = PolicyOptions(
+            alpha=self.config.alpha, seed=self.config.seed, central=self.config.central
+        )
         self._agnostic = self.config.policy.startswith("agnostic-")
+        pairs = self.config.pairs
+        if pairs is not None and pairs.models != self.models:
+            raise ValueError(f"pairs: the table is for {pairs.models}, not {self.models}")
+        self._kind_index = {} if pairs is None else {k: i for i, k in enumerate(pairs.kinds)}
         self._outcomes: dict[str, RoundOutcome] = {}
         self._measured: list[RoundOutcome] = []
         self._arrived = 0
@@ -318,6 +337,8 @@ class RoundSimulator:
         active.remaining = np.concatenate([active.remaining, [job.work for job in new]])
         active.isolated = np.concatenate([active.isolated, np.zeros(len(new))])
         active.last = np.concatenate([active.last, np.full(len(new), -1, np.int64)])
+        kinds = [self._kind_index.get(job.kind, -1) if job.kind else -1 for job in new]
+        active.kinds = np.concatenate([active.kinds, np.asarray(kinds, np.int64)])
         return True
 
     def _isolated_rate(self, job: RoundJob, n: int) -> float:
@@ -390,28 +411,58 @@ class RoundSimulator:
         ledger = self._ledger
         fifo = self.config.policy.endswith("fifo")
         assignment = choose_round(self._x, ledger, problem, self._order(), not fifo)
-        rows = np.flatnonzero(assignment >= 0)
-        if rows.size == 0:
+        if not (assignment >= 0).any():
             self._ledger = ledger
             return None
+        placed, speed, host = self._pack(assignment, problem, ledger)
+        rows = np.flatnonzero(placed >= 0)
         active = self._active
-        rates = problem.throughput[rows, assignment[rows]]
+        rates = speed[rows]
         work = np.minimum(active.remaining[rows], rates * self.config.round_s)
         ran = np.zeros(len(active.ids))
         ran[rows] = work / rates
-        self._ledger = record_round(ledger, assignment, ran)
+        # the ledger counts time at the rate alone: a shared round counts in part
+        alone = problem.throughput[rows, placed[rows]]
+        charged = np.zeros(len(active.ids))
+        charged[rows] = ran[rows] * rates / alone
+        self._ledger = record_round(ledger, placed, charged)
         active.remaining[rows] -= work
         iso = problem.isolated_rates()[rows]
         active.isolated[rows] += np.where(iso > 0, work / np.where(iso > 0, iso, 1.0), 0.0)
-        self._count_moves(assignment)
+        self._count_moves(placed)
         if span_start is not None and now >= span_start:
-            np.add.at(self._busy, assignment[rows], ran[rows] * problem.scale[rows])
+            held = ran.copy()  # device time: a pair holds the host's devices once
+            guests = np.flatnonzero(host >= 0)
+            np.maximum.at(held, host[guests], ran[guests])
+            held[guests] = 0.0
+            np.add.at(self._busy, placed[rows], held[rows] * problem.scale[rows])
             best = problem.best_rates()[rows]
             self._effective += float((ran[rows] * problem.scale[rows] * rates / best).sum())
         length = float(ran.max())
         self._finish(now, ran, rows)
         self.rounds += 1
         return length
+
+    def _pack(
+        self, assignment: IntArray, problem: RoundInput, ledger: Ledger
+    ) -> tuple[IntArray, FloatArray, IntArray]:
+        """The model each job runs on, its rate this round and the job it shares with
+        (-1: none); without a pair table, the mechanism's assignment at the rates alone."""
+        pairs = self.config.pairs
+        n = problem.n
+        if pairs is None:
+            speed = np.zeros(n)
+            rows = np.flatnonzero(assignment >= 0)
+            speed[rows] = problem.throughput[rows, assignment[rows]]
+            return assignment, speed, np.full(n, -1, np.int64)
+        need = priorities(self._x, ledger).max(axis=1, initial=0.0)
+        host, speed = pack_round(
+            assignment, need, self._active.kinds, problem.scale, problem.throughput, pairs
+        )
+        placed = assignment.copy()
+        guests = np.flatnonzero(host >= 0)
+        placed[guests] = assignment[host[guests]]
+        return placed, speed, host
 
     def _count_moves(self, assignment: IntArray) -> None:
         active = self._active
@@ -445,6 +496,7 @@ class RoundSimulator:
         active.remaining = active.remaining[keep]
         active.isolated = active.isolated[keep]
         active.last = active.last[keep]
+        active.kinds = active.kinds[keep]
         self._problem = None  # the set changed: a new allocation next round
 
     def _report(self, now: float) -> None:
