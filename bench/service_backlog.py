@@ -13,11 +13,18 @@ through ``POST /v1/jobs/batch``, so N jobs stand pending. Then, with the backlog
    and the latency is the next job's start minus the previous job's end: the loop seeing
    the process exit, the turn, the spawn of ``sh``, as one number;
 4. the server process's resident memory with the backlog in and its peak (``VmHWM``), and
-   its CPU time.
+   its CPU time: in all, per single submission, and per job run in the handover phase (on
+   a shared machine the CPU figures, not the latencies, say what the service costs).
+
+Run alone, it measures several backlog sizes one after another, to show what grows:
+
+    .venv/bin/python bench/service_backlog.py --pending 5000 50000
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 import shutil
 import signal
@@ -112,25 +119,31 @@ def _reads(client: httpx.Client, ids: list[str], repeats: int) -> dict[str, dict
     return out
 
 
-def _handovers(client: httpx.Client, ids: list[str], count: int) -> list[float]:
-    """Cancel the hog (the caller did), wait for ``count + 1`` chain jobs to finish, and
-    the gaps between one's end and the next one's start."""
+def _wait_done(client: httpx.Client, ids: list[str], count: int) -> None:
+    """Wait (the caller cancelled the hog) until ``count + 1`` chain jobs have finished."""
     deadline = time.monotonic() + 60 + 2 * count
-    first = ids[: count + 1]
+    last = ids[count]
     while time.monotonic() < deadline:
-        last = client.get(f"/v1/jobs/{first[-1]}").json()
-        if last["state"] in {"succeeded", "failed"}:
-            break
+        if client.get(f"/v1/jobs/{last}").json()["state"] in {"succeeded", "failed"}:
+            return
         time.sleep(0.2)
-    else:
-        raise SystemExit("the backlog's first jobs did not finish in time")
+    raise SystemExit("the backlog's first jobs did not finish in time")
+
+
+def _handovers(client: httpx.Client, ids: list[str], count: int) -> list[float]:
+    """The gaps between one finished chain job's end and the next one's start."""
     spans: list[tuple[float, float]] = []
-    for job_id in first:
+    for job_id in ids[: count + 1]:
         data = client.get(f"/v1/jobs/{job_id}/logs").json()["data"]
         stamps = [float(t) for t in re.findall(r"^\d{9,}\.\d+$", data, re.MULTILINE)]
         spans.append((stamps[0], stamps[-1]))
     spans.sort()
     return [spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)]
+
+
+def _cpu_s(server: psutil.Process) -> float:
+    times = server.cpu_times()
+    return float(times.user + times.system)
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -153,6 +166,7 @@ def run(pending: int, submits: int, handovers: int, repeats: int) -> dict[str, A
             fill_s, ids = _fill(client, pending)
             time.sleep(5)  # let the loop take the backlog in before timing anything
             rss_backlog = server.memory_info().rss / 2**20
+            cpu_before = _cpu_s(server)
             submit = [
                 _timed(
                     client,
@@ -163,10 +177,13 @@ def run(pending: int, submits: int, handovers: int, repeats: int) -> dict[str, A
                 )
                 for _ in range(submits)
             ]
+            cpu_submits = _cpu_s(server) - cpu_before
             reads = _reads(client, ids, repeats)
+            cpu_before = _cpu_s(server)
             client.post(f"/v1/jobs/{hog}/cancel")
+            _wait_done(client, ids, handovers)
+            cpu_handovers = _cpu_s(server) - cpu_before
             gaps = _handovers(client, ids, handovers)
-            times = server.cpu_times()
             return {
                 "pending": pending,
                 "fill_s": round(fill_s, 1),
@@ -175,7 +192,11 @@ def run(pending: int, submits: int, handovers: int, repeats: int) -> dict[str, A
                 "replacement_start": _summary_ms(gaps),
                 "rss_mb_with_backlog": round(rss_backlog, 1),
                 "peak_rss_mb": round(_peak_rss_mb(proc.pid), 1),
-                "server_cpu_s": round(times.user + times.system, 1),
+                "server_cpu_s": round(_cpu_s(server), 1),
+                # server CPU per single submission, and per job run in the handover phase
+                # (its exit, the turn, the next spawn, and the client's state polls)
+                "cpu_ms_per_submit": round(1000 * cpu_submits / submits, 2),
+                "cpu_ms_per_handover": round(1000 * cpu_handovers / (handovers + 1), 2),
             }
     finally:
         tasks = server.children(recursive=True)
@@ -205,7 +226,33 @@ def print_table(result: dict[str, Any]) -> None:
             f"p99 {s['p99_ms']:>8.2f} ms  max {s['max_ms']:>8.2f} ms"
         )
     print(
+        f"  server CPU per single submission: {result['cpu_ms_per_submit']} ms; per job run "
+        f"in the handover phase: {result['cpu_ms_per_handover']} ms"
+    )
+    print(
         f"  resident memory with the backlog: {result['rss_mb_with_backlog']} MB; "
         f"peak (VmHWM): {result['peak_rss_mb']} MB",
         flush=True,
     )
+
+
+def main() -> None:
+    """Several backlog sizes one after another, to see what grows with the backlog."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pending", type=int, nargs="+", default=[5000, 50000])
+    parser.add_argument("--submits", type=int, default=300)
+    parser.add_argument("--handovers", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=20, help="of each read")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results = []
+    for pending in args.pending:
+        result = run(pending, args.submits, args.handovers, args.repeats)
+        print_table(result)
+        results.append(result)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

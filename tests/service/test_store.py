@@ -14,6 +14,12 @@ from alembic.migration import MigrationContext
 from sqlalchemy import bindparam, text
 from sqlalchemy.exc import IntegrityError
 
+from hetsched.agent.executor import TaskExit
+from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.drivers import Start, Stop
+from hetsched.keys import TaskKey
+from hetsched.service.launcher import Launched
+from hetsched.service.planner import TurnPlan
 from hetsched.service.store import Conflict, NewJob, Store
 from hetsched.service.tables import allocations, jobs, metadata
 
@@ -217,3 +223,33 @@ def test_concurrent_writers_keep_the_counts(store: Store) -> None:
         t.join()
     assert _counted(store) == _scanned(store)
     assert sum(_counted(store).values()) == 4 * 10 + 4 * 3 * 6
+
+
+def test_a_turn_with_several_starts_stops_launches_and_exits_is_recorded(store: Store) -> None:
+    """Each kind of row a turn writes goes in as one statement for many rows: two of each
+    in one turn, then two more turns that stop, launch and end them."""
+    for job_id in ("a", "b"):
+        _insert(store, job_id, None)
+    keys = [TaskKey("a", 0, 1), TaskKey("b", 0, 1)]
+    places = [
+        Placement("n", 1000, 64, (DeviceShare("n/gpu0", 1000),)),
+        Placement("n", 1000, 64, (DeviceShare("n/gpu1", 500),)),
+    ]
+    plan = TurnPlan(10.0, starts=[Start(k, p) for k, p in zip(keys, places, strict=True)])
+    plan.preempted = ["a", "b"]
+    store.record_turn([], plan)
+    assert {(t["job_id"], t["state"]) for t in store.tasks_in(["starting"])} == {
+        ("a", "starting"),
+        ("b", "starting"),
+    }
+    assert {a["device_id"] for a in store.live_allocations()} == {"n/gpu0", "n/gpu1"}
+    store.record_launched([Launched(k, 100 + i, 5.0, 11.0) for i, k in enumerate(keys)])
+    assert sorted(t["pid"] for t in store.tasks_in(["running"])) == [100, 101]
+    stops = [Stop(k, p, 0.0, 5.0, "preempted") for k, p in zip(keys, places, strict=True)]
+    store.record_turn([], TurnPlan(12.0, stops=stops))
+    assert len(store.tasks_in(["stopping"])) == 2
+    exits = [TaskExit(k.job, k.task, k.run, 0, True, "stopped") for k in keys]
+    store.record_turn(exits, TurnPlan(13.0))
+    assert len(store.tasks_in(["stopped"])) == 2
+    assert store.live_allocations() == []
+    assert {j["id"]: j["preemptions"] for j in store.jobs_by_ids(["a", "b"])} == {"a": 1, "b": 1}

@@ -60,6 +60,7 @@ from hetsched.federation.worker import (
 from hetsched.framework.runtime import Framework
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
+from hetsched.model.job import Job
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import (
     Action,
@@ -166,7 +167,10 @@ class FederationLoop:
 
     # -- the API and the workers -----------------------------------------------------------
 
-    def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None:
+    def submitted(
+        self, row: dict[str, Any], spec: SubmitSpec | None = None, job: Job | None = None
+    ) -> None:
+        """A job the API committed (``job``, the API's build of it, is not needed here)."""
         self._inbox.put(("submit", (row, spec)))
         self._wake.set()
 

@@ -17,6 +17,7 @@ from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.stranding import Typical
 from hetsched.model.device import Device
+from hetsched.model.job import Job
 from hetsched.scheduler.view import SchedulerView
 from hetsched.service.auth import Authenticator, RateLimiter
 from hetsched.service.checkpointing import CheckpointProtocol
@@ -65,7 +66,9 @@ class Loop(Protocol):
     @property
     def devices(self) -> Mapping[str, Device]: ...
 
-    def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None: ...
+    def submitted(
+        self, row: dict[str, Any], spec: SubmitSpec | None = None, job: Job | None = None
+    ) -> None: ...
 
     def cancelled(self, job_id: str, user: str) -> None: ...
 

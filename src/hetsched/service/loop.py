@@ -43,6 +43,7 @@ from hetsched.agent.watcher import NodeWatcher
 from hetsched.drivers import Stop
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
+from hetsched.model.job import Job
 from hetsched.model.lifecycle import TERMINAL
 from hetsched.model.speed import job_devices
 from hetsched.scheduler import (
@@ -164,10 +165,13 @@ class ControlLoop:
 
     # -- the API side --------------------------------------------------------------------
 
-    def submitted(self, row: dict[str, Any], spec: SubmitSpec | None = None) -> None:
+    def submitted(
+        self, row: dict[str, Any], spec: SubmitSpec | None = None, job: Job | None = None
+    ) -> None:
         """A job row the API has committed, with the spec it validated from the row's body
-        (then the loop need not validate it again)."""
-        self._inbox.put(("submit", (row, spec)))
+        and the job it built from it (then the loop need not validate nor build them
+        again; a job whose id or submit time is not the row's is built again)."""
+        self._inbox.put(("submit", (row, spec, job)))
         self._wake.set()
 
     def cancelled(self, job_id: str, user: str) -> None:
@@ -484,9 +488,17 @@ class ControlLoop:
             out.append(JobCancelled(job_id, reason))
         return out
 
-    def _submit_event(self, row: dict[str, Any], spec: SubmitSpec | None) -> Event:
+    def _submit_event(
+        self, row: dict[str, Any], spec: SubmitSpec | None, job: Job | None = None
+    ) -> Event:
         spec = spec if spec is not None else from_stored(row["spec"])
-        job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
+        submitted_at = float(row["submitted_at"])
+        if job is None or (job.id, job.submit_time, job.user) != (
+            row["id"],
+            submitted_at,
+            row["owner"],
+        ):
+            job = spec.to_job(row["id"], row["owner"], submitted_at)
         self.launcher.know(job, spec)
         # queued since the API committed it, as a restart will say
         return JobSubmitted(job, queued_since=job.submit_time)

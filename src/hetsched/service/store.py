@@ -250,8 +250,10 @@ class Store(TurnRecords, SpeedRecords):
         spec: dict[str, Any],
         request_key: str | None,
         body_digest: str | None,
+        submitted_at: float | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Store a submitted job as pending; returns (row, created) once it is committed.
+        ``submitted_at`` is when it was admitted (default: now).
 
         With a ``request_key`` already used by ``owner`` the stored job comes back with
         created False (a retried submit), or Conflict if the body differs.
@@ -282,6 +284,8 @@ class Store(TurnRecords, SpeedRecords):
             "ended_at": None,
             "exit_code": None,
         }
+        if submitted_at is not None:
+            row["submitted_at"] = submitted_at
         item = _Submission(row)
         self._ensure_writer()
         self._submissions.put(item)
@@ -299,9 +303,11 @@ class Store(TurnRecords, SpeedRecords):
         items: Sequence[NewJob],
         request_key: str | None,
         body_digest: str | None,
+        submitted_at: float | None = None,
     ) -> tuple[list[dict[str, Any]], bool]:
         """Store a batch of submitted jobs as pending, all in one transaction: every job is
         committed or none is. Returns (rows in order, created) once committed.
+        ``submitted_at`` is when they were admitted (default: now).
 
         With a ``request_key`` already used for a batch (by the same caller: the same jobs'
         owners), the batch it created comes back with created False, or Conflict if the body
@@ -309,7 +315,7 @@ class Store(TurnRecords, SpeedRecords):
         is derived from the batch's (``batch:<digest of the key>:<index>``), so a single
         submission's key never replays a batch.
         """
-        now = time.time()
+        now = time.time() if submitted_at is None else submitted_at
         keys = _batch_keys(request_key, len(items))
         rows = [
             _pending_row(item, key, body_digest, now) for item, key in zip(items, keys, strict=True)

@@ -128,12 +128,20 @@ def submit_one(
     job = admitted.job
     try:
         row, created = service.store.insert_job(
-            job.id, admitted.owner, spec.queue, spec.name, spec.priority, stored, key, body_digest
+            job.id,
+            admitted.owner,
+            spec.queue,
+            spec.name,
+            spec.priority,
+            stored,
+            key,
+            body_digest,
+            job.submit_time,
         )
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
     if created:
-        service.loop.submitted(row, spec)
+        service.loop.submitted(row, spec, job)
     return row, created
 
 
@@ -173,12 +181,12 @@ def submit_batch(
         for a, document in zip(admitted, documents, strict=True)
     ]
     try:
-        rows, created = service.store.insert_jobs(items, key, body_digest)
+        rows, created = service.store.insert_jobs(items, key, body_digest, now)
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
     if created:
         for row, admission in zip(rows, admitted, strict=True):
-            service.loop.submitted(row, admission.spec)
+            service.loop.submitted(row, admission.spec, admission.job)
     return rows, created
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence, Set
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, Update, and_, bindparam, select, update
+from sqlalchemy import Connection, Update, and_, bindparam, or_, select, update
 
 from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Alert
@@ -43,25 +43,11 @@ class TurnRecords:
         with self.write() as conn:
             for exit_ in exits:
                 _record_exit(conn, exit_, now)
-            for stop in plan.stops:
-                key = stop.key
-                conn.execute(
-                    update(tasks)
-                    .where(
-                        tasks.c.job_id == key.job,
-                        tasks.c.task == key.task,
-                        tasks.c.run == key.run,
-                        tasks.c.state.in_(("starting", "running")),
-                    )
-                    .values(state="stopping")
-                )
+            if plan.stops:
+                conn.execute(_STOPPING, [_key_params(stop.key) for stop in plan.stops])
             _record_starts(conn, plan.starts, now)
-            for job_id in plan.preempted:
-                conn.execute(
-                    update(jobs)
-                    .where(jobs.c.id == job_id)
-                    .values(preemptions=jobs.c.preemptions + 1)
-                )
+            if plan.preempted:
+                conn.execute(_PREEMPTED, [{"b_id": job_id} for job_id in plan.preempted])
             _record_checkpoints(conn, plan)
             _record_jobs(conn, plan)
 
@@ -70,23 +56,18 @@ class TurnRecords:
         if not launched:
             return
         with self.write() as conn:
-            for task in launched:
-                key = task.key
-                conn.execute(
-                    update(tasks)
-                    .where(
-                        tasks.c.job_id == key.job,
-                        tasks.c.task == key.task,
-                        tasks.c.run == key.run,
-                        tasks.c.state == "starting",
-                    )
-                    .values(
-                        state="running",
-                        pid=task.pid,
-                        pid_started=task.pid_started,
-                        started_at=task.at,
-                    )
-                )
+            conn.execute(
+                _LAUNCHED,
+                [
+                    {
+                        **_key_params(task.key),
+                        "v_pid": task.pid,
+                        "v_pid_started": task.pid_started,
+                        "v_at": task.at,
+                    }
+                    for task in launched
+                ],
+            )
 
     def record_alerts(self, alerts: Sequence[Alert]) -> None:
         """An overcommit alert goes into its job's history (``hetsched why``), where the
@@ -193,57 +174,59 @@ def _record_exit(conn: Connection, exit_: TaskExit, now: float) -> None:
     """Record a task's end. A stale exit (its task ended already: one recovery killed, an
     earlier report) changes nothing, not even its job's exit code."""
     state = "stopped" if exit_.stopped else ("exited" if exit_.exit_code is not None else "lost")
-    key = (tasks.c.job_id == exit_.job_id, tasks.c.task == exit_.task, tasks.c.run == exit_.run)
-    ended = conn.execute(
-        update(tasks)
-        .where(*key, tasks.c.ended_at.is_(None))
-        .values(state=state, ended_at=now, exit_code=exit_.exit_code, reason=exit_.reason)
-    )
+    key = _key_params(TaskKey(exit_.job_id, exit_.task, exit_.run))
+    values = {"v_state": state, "v_at": now, "v_code": exit_.exit_code, "v_reason": exit_.reason}
+    ended = conn.execute(_ENDED, {**key, **values})
     if ended.rowcount == 0:
         return
-    release_allocations(conn, exit_.job_id, exit_.task, exit_.run, now)
+    conn.execute(_RELEASED, {**key, "v_at": now})
     if not exit_.stopped and exit_.exit_code is not None:
-        conn.execute(
-            update(jobs).where(jobs.c.id == exit_.job_id).values(exit_code=exit_.exit_code)
-        )
+        code = {"b_id": exit_.job_id, "v_exit_code": exit_.exit_code}
+        conn.execute(_update_statement(("exit_code",)), code)
 
 
 def _record_starts(conn: Connection, starts: Sequence[Start], now: float) -> None:
+    """The new tasks, ``starting``, and the allocations their placements take."""
+    if not starts:
+        return
+    rows: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []
     for start in starts:
         key, placement = start.key, start.placement
-        conn.execute(
-            tasks.insert().values(
-                job_id=key.job,
-                task=key.task,
-                run=key.run,
-                node=placement.node,
-                placement=placement.to_dict(),
-                state="starting",
-                bound_at=now,
-                reason="",
-            )
+        ids = {"job_id": key.job, "task": key.task, "run": key.run}
+        rows.append(
+            {
+                **ids,
+                "node": placement.node,
+                "placement": placement.to_dict(),
+                "state": "starting",
+                "bound_at": now,
+                "reason": "",
+            }
         )
-        for share in placement.devices:
-            conn.execute(
-                allocations.insert().values(
-                    job_id=key.job,
-                    task=key.task,
-                    run=key.run,
-                    device_id=share.device_id,
-                    share=share.share,
-                    allocated_at=now,
-                    live=True,
-                )
-            )
+        held += [
+            {**ids, "device_id": d.device_id, "share": d.share, "allocated_at": now, "live": True}
+            for d in placement.devices
+        ]
+    conn.execute(tasks.insert(), rows)
+    if held:
+        conn.execute(allocations.insert(), held)
 
 
 def _record_checkpoints(conn: Connection, plan: TurnPlan) -> None:
     """Each job's last checkpoint (a new run starts from its Bind's, none: from scratch),
     the work lost by its stopped runs, and its moves."""
-    for start in plan.starts:
-        saved = start.resume
-        value = None if saved is None else checkpoint_dict(saved)
-        conn.execute(update(jobs).where(jobs.c.id == start.key.job).values(checkpoint=value))
+    if plan.starts:
+        conn.execute(
+            _update_statement(("checkpoint",)),
+            [
+                {
+                    "b_id": start.key.job,
+                    "v_checkpoint": None if start.resume is None else checkpoint_dict(start.resume),
+                }
+                for start in plan.starts
+            ],
+        )
     for report in plan.checkpoints:
         saved = SavedCheckpoint(
             plan.now if report.at is None else report.at, report.run, report.step, report.path
@@ -327,6 +310,58 @@ def _update_statement(names: tuple[str, ...]) -> Update:
         .where(jobs.c.id == bindparam("b_id"))
         .values({name: bindparam(f"v_{name}") for name in names})
     )
+
+
+def _key_params(key: TaskKey) -> dict[str, Any]:
+    return {"b_job": key.job, "b_task": key.task, "b_run": key.run}
+
+
+def _task_is(table: Any) -> Any:
+    """``WHERE`` a row of ``table`` (tasks, allocations) belongs to the task of the
+    ``b_job``, ``b_task``, ``b_run`` parameters."""
+    return and_(
+        table.c.job_id == bindparam("b_job"),
+        table.c.task == bindparam("b_task"),
+        table.c.run == bindparam("b_run"),
+    )
+
+
+# The turn's statements, built once: building a statement per row cost more than running
+# it (each row's values are parameters).
+_STOPPING = (
+    update(tasks)
+    # no IN (...): an expanding parameter cannot go into an executemany
+    .where(_task_is(tasks), or_(tasks.c.state == "starting", tasks.c.state == "running"))
+    .values(state="stopping")
+)
+_LAUNCHED = (
+    update(tasks)
+    .where(_task_is(tasks), tasks.c.state == "starting")
+    .values(
+        state="running",
+        pid=bindparam("v_pid"),
+        pid_started=bindparam("v_pid_started"),
+        started_at=bindparam("v_at"),
+    )
+)
+_ENDED = (
+    update(tasks)
+    .where(_task_is(tasks), tasks.c.ended_at.is_(None))
+    .values(
+        state=bindparam("v_state"),
+        ended_at=bindparam("v_at"),
+        exit_code=bindparam("v_code"),
+        reason=bindparam("v_reason"),
+    )
+)
+_RELEASED = (
+    update(allocations)
+    .where(_task_is(allocations), allocations.c.live.is_(True))
+    .values(live=None, released_at=bindparam("v_at"))
+)
+_PREEMPTED = (
+    update(jobs).where(jobs.c.id == bindparam("b_id")).values(preemptions=jobs.c.preemptions + 1)
+)
 
 
 def _transition_row(change: JobTransition) -> dict[str, Any]:
