@@ -1,26 +1,89 @@
-"""The ``hetsched`` command. Each command group lives in its own module."""
+"""The ``hetsched`` command. Each command group lives in its own module.
+
+Commands are imported when they run, not at start: ``hetsched place`` should not pay for
+the service, the simulator, Kubernetes and Ray (a fifth of a 5,000-job ``place`` run went to
+importing them). ``--help`` imports every command, to show its summary.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import Any, ClassVar
+
 import typer
+from typer.core import TyperGroup
 
 from hetsched import __version__
-from hetsched.cli.check import check
-from hetsched.cli.checkpoint import checkpoint, progress
-from hetsched.cli.cluster import nodes, queues
-from hetsched.cli.devices import devices
-from hetsched.cli.federation import federation_app
-from hetsched.cli.jobs import cancel, job, jobs, logs, submit, why
-from hetsched.cli.k8s import k8s_app
-from hetsched.cli.place import place
-from hetsched.cli.ray import ray_app
-from hetsched.cli.sim_gavel import gavel
-from hetsched.cli.sim_openb import openb
-from hetsched.cli.sim_replay import replay, synth
-from hetsched.cli.tokens import token_app
-from hetsched.cli.up import up
 
 __all__ = ["app", "main"]
+
+#: command name -> (module, attribute, context settings), in the order ``--help`` lists them;
+#: the attribute is a command function or a ``typer.Typer`` group
+_COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "place": ("hetsched.cli.place", "place", {}),
+    "check": ("hetsched.cli.check", "check", {}),
+    "up": ("hetsched.cli.up", "up", {}),
+    "submit": ("hetsched.cli.jobs", "submit", {"allow_interspersed_args": False}),
+    "jobs": ("hetsched.cli.jobs", "jobs", {}),
+    "job": ("hetsched.cli.jobs", "job", {}),
+    "logs": ("hetsched.cli.jobs", "logs", {}),
+    "cancel": ("hetsched.cli.jobs", "cancel", {}),
+    "why": ("hetsched.cli.jobs", "why", {}),
+    "checkpoint": ("hetsched.cli.checkpoint", "checkpoint", {}),
+    "progress": ("hetsched.cli.checkpoint", "progress", {}),
+    "nodes": ("hetsched.cli.cluster", "nodes", {}),
+    "queues": ("hetsched.cli.cluster", "queues", {}),
+    "devices": ("hetsched.cli.devices", "devices", {}),
+    "version": ("hetsched.cli.main", "version", {}),
+    "token": ("hetsched.cli.tokens", "token_app", {}),
+    "k8s": ("hetsched.cli.k8s", "k8s_app", {}),
+    "ray": ("hetsched.cli.ray", "ray_app", {}),
+    "federation": ("hetsched.cli.federation", "federation_app", {}),
+    "sim": ("hetsched.cli.sim", "sim_app", {}),
+}
+
+
+def load_command(name: str, module: str, attribute: str, settings: dict[str, Any]) -> Any:
+    """The click command of ``module.attribute`` under ``name``, built as typer builds it
+    (typed Any: which click typer builds on, its own copy or the package, depends on its
+    version)."""
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Any = typer.main.get_group(target)
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name, context_settings=settings or None)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class LazyGroup(TyperGroup):
+    """A typer group that imports a command's module the first time the command is looked
+    up; ``lazy`` maps names to (module, attribute, context settings)."""
+
+    lazy: ClassVar[dict[str, tuple[str, str, dict[str, Any]]]] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*self.lazy, *(name for name in self.commands if name not in self.lazy)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = self.commands.get(cmd_name)
+        if command is None and cmd_name in self.lazy:
+            command = self.commands[cmd_name] = load_command(cmd_name, *self.lazy[cmd_name])
+        return command
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and args[0] not in self.lazy:
+            # an unknown name: load every command, so typer's "did you mean" sees them all
+            for name in self.lazy:
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+
+class _Commands(LazyGroup):
+    lazy = _COMMANDS
+
 
 app = typer.Typer(
     name="hetsched",
@@ -28,38 +91,16 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_Commands,
 )
-app.command()(place)
-app.command()(check)
-app.command()(up)
-app.command(context_settings={"allow_interspersed_args": False})(submit)
-app.command()(jobs)
-app.command()(job)
-app.command()(logs)
-app.command()(cancel)
-app.command()(why)
-app.command()(checkpoint)
-app.command()(progress)
-app.command()(nodes)
-app.command()(queues)
-app.command()(devices)
-app.add_typer(token_app, name="token")
-app.add_typer(k8s_app, name="k8s")
-app.add_typer(ray_app, name="ray")
-app.add_typer(federation_app, name="federation")
-
-sim_app = typer.Typer(
-    help="Simulate: replay traces against scheduling policies on a virtual clock.",
-    no_args_is_help=True,
-)
-app.add_typer(sim_app, name="sim")
-sim_app.command("replay")(replay)
-sim_app.command("synth")(synth)
-sim_app.command("openb")(openb)
-sim_app.command("gavel")(gavel)
 
 
-@app.command()
+@app.callback()
+def _root() -> None:
+    # a callback makes typer build a group even though only ``version`` is registered here
+    pass
+
+
 def version() -> None:
     """Print the hetsched version."""
     typer.echo(__version__)

@@ -1,0 +1,101 @@
+"""The ``hetsched`` command imports a command's module only when that command runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hetsched.cli.main import app
+
+#: modules that ``hetsched place`` must not import: the service, the simulator, the
+#: drivers for Kubernetes and Ray, the round policies (each costs start-up time)
+NOT_FOR_PLACE = [
+    "hetsched.service",
+    "hetsched.sim",
+    "hetsched.k8s",
+    "hetsched.ray",
+    "hetsched.federation",
+    "hetsched.rounds",
+    "hetsched.cli.sim_replay",
+    "hetsched.cli.up",
+    "httpx",
+    "fastapi",
+    "sqlalchemy",
+]
+
+_PROBE = """
+import json, sys
+from hetsched.cli.main import main
+sys.argv = ["hetsched", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _imported(*args: str) -> tuple[str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120
+    )
+    modules = set(json.loads(done.stderr.strip().splitlines()[-1]))
+    return done.stdout, modules
+
+
+def test_place_imports_only_what_it_needs(examples: Path) -> None:
+    out, modules = _imported(
+        "place",
+        "--cluster",
+        str(examples / "clusters" / "mixed.yaml"),
+        "--jobs",
+        str(examples / "jobs" / "mixed.yaml"),
+        "-o",
+        "json",
+    )
+    assert json.loads(out)["placements"], out
+    loaded = [m for m in NOT_FOR_PLACE if m in modules]
+    assert loaded == [], f"hetsched place imported {loaded}"
+
+
+def test_help_lists_every_command_in_order() -> None:
+    result = CliRunner().invoke(app, ["--help"])
+    assert result.exit_code == 0, result.output
+    names = [
+        "place", "check", "up", "submit", "jobs", "job", "logs", "cancel", "why",
+        "checkpoint", "progress", "nodes", "queues", "devices", "version", "token", "k8s", "ray",
+        "federation", "sim",
+    ]  # fmt: skip
+    listed = [
+        line.strip("│ ").split()[0]
+        for line in result.output.splitlines()
+        if line.startswith("│ ") and line[2:3].isalpha()
+    ]
+    assert [n for n in listed if n in names] == names
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["version"], "0."),
+        (["sim", "--help"], "replay"),
+        (["sim", "replay", "--help"], "--policies"),
+        (["token", "--help"], "create"),
+        (["k8s", "--help"], "device-plugin"),
+    ],
+)
+def test_commands_and_groups_load(args: list[str], expected: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert expected in result.output
+
+
+def test_unknown_command_still_suggests() -> None:
+    result = CliRunner().invoke(app, ["plac"])
+    assert result.exit_code != 0
+    assert "place" in result.output
