@@ -149,16 +149,28 @@ class Fit:
 
     def prefilter(self, ctx: CycleContext) -> Status:
         state, request = ctx.state, ctx.request
-        cpu, mem = state.cpu_cap, state.mem_cap
-        if ctx.job.best_effort:
-            cpu = (cpu * state.cpu_factor).astype(np.int64)
-            mem = (mem * state.mem_factor).astype(np.int64)
-        if fit_mask(state, request, cpu, mem, _capacity(state)).any():
+        # whether some node could hold the request even empty depends on the topology
+        # alone (capacity, health, overcommit: all bump ``version``), so it is kept in the
+        # state's memo per request: one pass over the nodes per request class, not per job
+        known: dict[tuple[TaskRequest, bool], bool] = state.memo("fit_prefilter", dict)
+        key = (request, ctx.job.best_effort)
+        ever = known.get(key)
+        if ever is None:
+            ever = known[key] = self._ever_fits(state, request, ctx.job.best_effort)
+        if ever:
             return Status.success()
         return Status.unresolvable(
             f"no node of this cluster could hold {request.describe()} even when empty",
             plugin=self.name,
         )
+
+    @staticmethod
+    def _ever_fits(state: ClusterState, request: TaskRequest, best_effort: bool) -> bool:
+        cpu, mem = state.cpu_cap, state.mem_cap
+        if best_effort:
+            cpu = (cpu * state.cpu_factor).astype(np.int64)
+            mem = (mem * state.mem_factor).astype(np.int64)
+        return bool(fit_mask(state, request, cpu, mem, _capacity(state)).any())
 
     def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
         state = ctx.state

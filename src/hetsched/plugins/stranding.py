@@ -114,40 +114,31 @@ class _Headroom:
     A task that fits within both, plus the needs of the whole devices it takes, strands
     nothing new there (what is left feeds as many of the remaining free accelerators as
     were fed before), so only nodes whose headroom it exceeds are counted in full. Kept per
-    row and recomputed only for rows whose free CPU, memory or whole devices changed since
-    the last call (found by comparing snapshots, so any allocate or release, by anyone, is
-    noticed)."""
+    row and recomputed only for the rows allocated on or released from since the last call
+    (``ClusterState.changed_since``: every change of free capacity, by anyone, is an
+    allocation or a release, or a topology change that bumps ``version`` and recomputes
+    every row)."""
 
     def __init__(self) -> None:
         self._state: Any = None
         self._version = -1
-        self._snap: tuple[IntArray, IntArray, IntArray] = (np.zeros(0, np.int64),) * 3
+        self._tick = -1
         self.cpu: FloatArray = np.zeros(0)
         self.mem: FloatArray = np.zeros(0)
 
     def sync(self, state: Any, need_cpu: FloatArray, need_mem: FloatArray) -> None:
-        current = (state.cpu_free, state.mem_free, state.dev_whole_free)
+        rows: IntArray | None = None
         if (
-            state is not self._state
-            or state.version != self._version
-            or (self._snap[0].shape != state.cpu_free.shape)
+            state is self._state
+            and state.version == self._version
+            and self.cpu.shape == state.cpu_free.shape
         ):
-            self._state, self._version = state, state.version
-            self._snap = (current[0].copy(), current[1].copy(), current[2].copy())
-            rows: IntArray | None = None
-        else:
-            changed = (
-                (current[0] != self._snap[0])
-                | (current[1] != self._snap[1])
-                | (current[2] != self._snap[2])
-            )
-            if not changed.any():
+            if state.tick == self._tick:
                 return
-            rows = np.flatnonzero(changed)
-            for snap, now in zip(self._snap, current, strict=True):
-                snap[rows] = now[rows]
+            rows = state.changed_since(self._tick)
+        self._state, self._version, self._tick = state, state.version, state.tick
         pick = slice(None) if rows is None else rows
-        cpu, mem, whole = (a[pick] for a in current)
+        cpu, mem, whole = state.cpu_free[pick], state.mem_free[pick], state.dev_whole_free[pick]
         fed = np.minimum(
             whole,
             np.minimum(np.maximum(cpu, 0) // need_cpu[pick], np.maximum(mem, 0) // need_mem[pick]),
