@@ -168,16 +168,38 @@ class ClusterState:
         self.dev_free_total = np.concatenate([self.dev_free_total, np.zeros(count, np.int64)])
         self.dev_whole_free = np.concatenate([self.dev_whole_free, np.zeros(count, np.int64)])
         self.row_tick = np.concatenate([self.row_tick, np.zeros(count, np.int64)])
+        # the slots are gathered first and written in one go; devices of one kind usually
+        # share their attribute map, so a kind is worked out once per map (ids are stable
+        # here: every device is alive for the whole loop)
+        rows: list[int] = []
+        slots: list[int] = []
+        kinds: list[int] = []
+        healthy: list[bool] = []
+        known: dict[tuple[str, str, str, int], int] = {}
         for offset, node in enumerate(batch):
             row = first + offset
             self.nodes.append(node)
             self.node_index[node.name] = row
             for slot, device in enumerate(node.devices):
                 self.device_index[device.id] = (row, slot)
-                self.dev_free[row, slot] = SHARE_UNITS
-                self.dev_kind[row, slot] = self._kind_row(_kind_of(device))
-                self.dev_healthy[row, slot] = device.health is Health.HEALTHY
-            self._total(row)
+                seen = (device.device_class, device.vendor, device.model, id(device.attributes))
+                kind = known.get(seen)
+                if kind is None:
+                    kind = known[seen] = self._kind_row(_kind_of(device))
+                rows.append(row)
+                slots.append(slot)
+                kinds.append(kind)
+                healthy.append(device.health is Health.HEALTHY)
+        if rows:
+            where = (np.array(rows, np.int64), np.array(slots, np.int64))
+            self.dev_free[where] = SHARE_UNITS
+            self.dev_kind[where] = np.array(kinds, np.int32)
+            self.dev_healthy[where] = np.array(healthy, np.bool_)
+        added = slice(first, first + count)
+        free, usable = self.dev_free[added], self.dev_healthy[added]
+        # what _total computes row by row (integer sums: the same values)
+        self.dev_free_total[added] = np.where(usable, free, 0).sum(axis=1)
+        self.dev_whole_free[added] = ((free >= SHARE_UNITS) & usable).sum(axis=1)
         self._grown.extend(range(first, first + count))
         self.version += 1
         return list(range(first, first + count))

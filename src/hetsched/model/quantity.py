@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 __all__ = ["QuantityError", "format_cpu", "format_memory", "parse_cpu", "parse_memory"]
 
@@ -64,14 +65,32 @@ def _to_decimal(value: str | int | float) -> Decimal:
 
 def parse_cpu(value: str | int | float) -> int:
     """CPU in millicores; fractions of a millicore round up, as Kubernetes does."""
-    cores = _to_decimal(value)
-    return int((cores * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    if type(value) is str:
+        return _cpu_text(value)
+    return _cpu(value)
 
 
 def parse_memory(value: str | int | float) -> int:
     """Memory in MiB; a plain number is bytes, and partial MiB round up."""
+    if type(value) is str:
+        return _memory_text(value)
+    return _memory(value)
+
+
+def _cpu(value: str | int | float) -> int:
+    cores = _to_decimal(value)
+    return int((cores * 1000).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _memory(value: str | int | float) -> int:
     amount = _to_decimal(value)
     return int((amount / _MIB).to_integral_value(rounding="ROUND_CEILING"))
+
+
+# A spec file repeats few distinct quantities ("4", "16Gi") thousands of times: each text
+# is parsed once (an invalid one raises every time: exceptions are not cached).
+_cpu_text = lru_cache(maxsize=4096)(_cpu)
+_memory_text = lru_cache(maxsize=4096)(_memory)
 
 
 def format_cpu(milli: int) -> str:

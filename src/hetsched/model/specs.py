@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import (
@@ -265,6 +266,9 @@ class NodeSpec(_Strict):
         if self.replicas is not None:
             names = [self.name.replace("{i}", str(i)) for i in range(self.replicas)]
         out = []
+        # one read-only attribute map per group, shared by its devices (they never change)
+        frozen = {id(g): MappingProxyType(dict(g.attributes)) for g in self.devices}
+        numbered = list(number_devices(self.devices))
         for name in names:
             devices = [
                 Device(
@@ -272,10 +276,10 @@ class NodeSpec(_Strict):
                     device_class=group.device_class,
                     vendor=group.vendor,
                     model=group.model,
-                    attributes=group.attributes,
+                    attributes=frozen[id(group)],
                     health=group.health,
                 )
-                for group, index in number_devices(self.devices)
+                for group, index in numbered
             ]
             taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
             out.append(
@@ -491,10 +495,15 @@ class JobSpec(_Strict):
         work = None if self.work is None else parse_work(self.work)
         return build_speed(self.speed, work, self.job_type)
 
-    def build(self) -> Job:
+    def build(self, requests: dict[TaskRequest, TaskRequest] | None = None) -> Job:
+        """The job; with ``requests``, its request is the equal one already there (added
+        when new), so equal requests are one object."""
+        resources = self.resources.build()
+        if requests is not None:
+            resources = requests.setdefault(resources, resources)
         return Job(
             id=self.id or self.name,
-            resources=self.resources.build(),
+            resources=resources,
             name=self.name,
             user=self.user,
             queue=self.queue,
@@ -530,7 +539,10 @@ class JobsSpec(_Strict):
         return self
 
     def build(self) -> list[Job]:
-        return [j.build() for j in self.jobs]
+        # jobs of one request share one TaskRequest: the core's per-request caches then
+        # find it by identity instead of comparing requests field by field
+        requests: dict[TaskRequest, TaskRequest] = {}
+        return [j.build(requests) for j in self.jobs]
 
 
 # -- loading ----------------------------------------------------------------------------
