@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
-
 from hetsched.cluster.placement import DeviceShare
 from hetsched.cluster.state import ClusterState
 from hetsched.model.device import SHARE_UNITS
@@ -34,16 +32,18 @@ def choose_slots(
     eligible = state.device_mask(choice.device_class, choice.selector)[row]
     free = state.dev_free[row]
     need = SHARE_UNITS if choice.whole else choice.share
-    slots = [int(s) for s in np.flatnonzero(eligible & (free >= need)) if int(s) not in taken]
+    slots: list[int] = (eligible & (free >= need)).nonzero()[0].tolist()
+    if taken:
+        slots = [s for s in slots if s not in taken]
     if len(slots) < choice.count:
         return None
     if choice.whole:
         return slots[: choice.count]  # whole devices: lowest slots first
     # a fractional request: by free share, ascending (most used first) or descending
-    order = sorted(slots, key=lambda s: (int(free[s]), s))
+    left: list[int] = free.tolist()
     if prefer == "least_used":
-        order = sorted(slots, key=lambda s: (-int(free[s]), s))
-    return order[:1]
+        return [min(slots, key=lambda s: (-left[s], s))]
+    return [min(slots, key=lambda s: (left[s], s))]
 
 
 def assign_devices(
