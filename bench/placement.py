@@ -11,22 +11,31 @@ partly used nodes.
     .venv/bin/python bench/placement.py --nodes 10000 --tasks 20000 --repeats 5 -o json
     .venv/bin/python bench/placement.py --score bestfit,stranding   # the default profile's scores
     .venv/bin/python bench/placement.py --distinct 20    # 20 distinct requests, repeated
+    .venv/bin/python bench/placement.py --nodes 5000 --compare-src /path/to/older/checkout/src
 
 Reported per size (medians over repeats): placements/s through the framework (filter,
 score, device choice, allocate, and the steady-state release) per second of wall time and
 per second of this process's CPU time (steadier on a shared machine), filter+score time per job,
 and events/s through the full core (Scheduler.handle with submit and finish events).
+
+With ``--compare-src``, the script runs itself once per repeat for each of two checkouts
+(that ``src/`` directory and this one), alternating, and prints both side by side: on a
+shared machine a change of load then meets both.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -163,6 +172,36 @@ def bench_core(nodes: list[Node], requests: list[TaskRequest], live: int) -> flo
     return events / (time.perf_counter() - start)
 
 
+def compare(args: argparse.Namespace) -> None:
+    """This script once per repeat for each checkout, alternating; medians side by side."""
+    here = Path(__file__).resolve().parents[1] / "src"
+    checkouts = [(str(args.compare_src), args.compare_src), ("this checkout", here)]
+    argv = [sys.executable, __file__, "--tasks", str(args.tasks), "--repeats", "1"]
+    argv += ["--distinct", str(args.distinct), "--score", args.score, "-o", "json", "--nodes"]
+    argv += [str(n) for n in args.nodes]
+    runs: dict[str, list[list[dict[str, float]]]] = {label: [] for label, _ in checkouts}
+    for _ in range(args.repeats):
+        for label, src in checkouts:
+            env = dict(os.environ, PYTHONPATH=str(src))
+            done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+            runs[label].append(json.loads(done.stdout)["results"])
+    print(f"load average {os.getloadavg()[0]:.1f}; {args.tasks} tasks, {args.repeats} runs each")
+    print("| nodes | checkout | placements/s | per CPU s | filter+score us/job | core events/s |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for index, nodes in enumerate(args.nodes):
+        for label, _ in checkouts:
+            rows = [r[index] for r in runs[label]]
+
+            def med(key: str, rows: list[dict[str, float]] = rows) -> float:
+                return statistics.median(r[key] for r in rows)
+
+            print(
+                f"| {nodes:,} | {label} | {med('placements_per_s'):,.0f} | "
+                f"{med('placements_per_cpu_s'):,.0f} | {med('filter_score_us'):.0f} | "
+                f"{med('core_events_per_s'):,.0f} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -180,7 +219,15 @@ def main() -> None:
     parser.add_argument(
         "--score", default="bestfit", help="score plugins of the framework part, comma-separated"
     )
+    parser.add_argument(
+        "--compare-src",
+        type=Path,
+        help="also run the src/ directory of another checkout, alternating repeat by repeat",
+    )
     args = parser.parse_args()
+    if args.compare_src is not None:
+        compare(args)
+        return
     scores = [s.strip() for s in args.score.split(",") if s.strip()]
     results: list[Result] = []
     for size in args.nodes:
