@@ -13,14 +13,14 @@ from typer.testing import CliRunner
 from hetsched.cli.main import app
 
 #: modules that ``hetsched place`` must not import: the service, the simulator, the
-#: drivers for Kubernetes and Ray, the round policies (each costs start-up time)
+#: drivers for Kubernetes and Ray, the LP solver (each costs start-up time)
 NOT_FOR_PLACE = [
     "hetsched.service",
     "hetsched.sim",
     "hetsched.k8s",
     "hetsched.ray",
     "hetsched.federation",
-    "hetsched.rounds",
+    "scipy",
     "hetsched.cli.sim_replay",
     "hetsched.cli.up",
     "httpx",
