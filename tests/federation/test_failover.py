@@ -235,6 +235,8 @@ def test_a_federation_killed_and_restarted_takes_its_jobs_back(tmp_path: Path) -
                     lambda f=f, ids=ids: all(f.job(i)["state"] == "running" for i in ids.values()),
                     60,
                 )
+            # "running" says a member took the job; its task may not have started yet
+            fed.wait("every task started", lambda: _started(out, [*first, *second]), 60)
             one.kill()
             two.kill()
             one.start()  # within its lease: the members keep its jobs

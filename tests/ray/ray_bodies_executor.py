@@ -286,8 +286,13 @@ def adopt_after_crash(cluster: ClusterInfo, state: str) -> dict[str, Any]:
     for _ in range(20):
         extra += executor.poll()
         time.sleep(0.05)
-    time.sleep(1.5)
-    names_left = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
+    # an actor whose task ended is removed asynchronously: give Ray up to 30 s to drop them
+    deadline = time.monotonic() + 30
+    while True:
+        names_left = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
+        if not names_left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     _close(executor)
     return {
         "keys": keys,
