@@ -40,9 +40,11 @@ __all__ = [
     "PROGRESS_FILE",
     "REPORT_FILE",
     "CheckpointDirs",
+    "Mark",
     "Report",
     "ReportWatcher",
     "parse_report",
+    "read_small_file",
     "task_env",
 ]
 
@@ -53,6 +55,28 @@ MAX_REPORT_BYTES = 65536
 MAX_PATH_LENGTH = 4096
 #: steps are reported as integers up to this (a signed 64-bit integer)
 MAX_STEP = 2**63 - 1
+
+
+#: a file's identity: device, inode, size, mtime (ns); all 0 when there is no file
+Mark = tuple[int, int, int, int]
+
+
+def read_small_file(path: Path) -> tuple[Mark, bytes | None]:
+    """A file a task writes for the service, read safely: its identity and its bytes, or
+    None for the bytes when it is not a regular file (links are not followed) or is larger
+    than ``MAX_REPORT_BYTES``; ``((0, 0, 0, 0), None)`` when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return (0, 0, 0, 0), None
+    try:
+        info = os.fstat(fd)
+        mark = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_REPORT_BYTES:
+            return mark, None
+        return mark, os.read(fd, MAX_REPORT_BYTES + 1)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,22 +140,12 @@ class CheckpointDirs:
                 handle.write(body + "\n")
             os.replace(temporary, directory / NOTICE_FILE)
 
-    def read_report(self, job_id: str) -> tuple[tuple[int, int, int, int], Report | None]:
+    def read_report(self, job_id: str) -> tuple[Mark, Report | None]:
         """The report file's identity (device, inode, size, mtime) and its report, if it
         reads as one; ``((0, 0, 0, 0), None)`` when there is no regular file."""
-        path = self.of(job_id) / REPORT_FILE
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return (0, 0, 0, 0), None
-        try:
-            info = os.fstat(fd)
-            mark = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_REPORT_BYTES:
-                return mark, None
-            raw = os.read(fd, MAX_REPORT_BYTES + 1)
-        finally:
-            os.close(fd)
+        mark, raw = read_small_file(self.of(job_id) / REPORT_FILE)
+        if raw is None:
+            return mark, None
         try:
             return mark, parse_report(json.loads(raw))
         except (ValueError, UnicodeDecodeError):
@@ -144,7 +158,7 @@ class ReportWatcher:
     start of a run: a file already there (an earlier run's) is not a new report."""
 
     dirs: CheckpointDirs
-    _marks: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    _marks: dict[str, Mark] = field(default_factory=dict)
 
     def watch(self, job_id: str) -> None:
         """Start (or restart, for a new run) watching ``job_id``'s report file."""

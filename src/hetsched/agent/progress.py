@@ -14,15 +14,17 @@ links, from regular files of at most :data:`~hetsched.agent.checkpoints.MAX_REPO
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass, field
 
-from hetsched.agent.checkpoints import MAX_REPORT_BYTES, MAX_STEP, PROGRESS_FILE, CheckpointDirs
+from hetsched.agent.checkpoints import (
+    MAX_STEP,
+    PROGRESS_FILE,
+    CheckpointDirs,
+    Mark,
+    read_small_file,
+)
 
 __all__ = ["Progress", "ProgressWatcher", "parse_progress", "read_progress"]
-
-_Mark = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,23 +48,14 @@ def parse_progress(data: object) -> int:
     return steps
 
 
-def read_progress(dirs: CheckpointDirs, job_id: str) -> tuple[_Mark, Progress | None]:
+def read_progress(dirs: CheckpointDirs, job_id: str) -> tuple[Mark, Progress | None]:
     """The progress file's identity (device, inode, size, mtime) and its report, if it
     reads as one; ``((0, 0, 0, 0), None)`` when there is no regular file."""
+    mark, raw = read_small_file(dirs.of(job_id) / PROGRESS_FILE)
+    if raw is None:
+        return mark, None
     try:
-        fd = os.open(dirs.of(job_id) / PROGRESS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return (0, 0, 0, 0), None
-    try:
-        info = os.fstat(fd)
-        mark = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_REPORT_BYTES:
-            return mark, None
-        raw = os.read(fd, MAX_REPORT_BYTES + 1)
-    finally:
-        os.close(fd)
-    try:
-        return mark, Progress(parse_progress(json.loads(raw)), info.st_mtime_ns / 1e9)
+        return mark, Progress(parse_progress(json.loads(raw)), mark[3] / 1e9)
     except (ValueError, UnicodeDecodeError):
         return mark, None
 
@@ -73,7 +66,7 @@ class ProgressWatcher:
     start of a run: a file already there (an earlier run's) is not a new report."""
 
     dirs: CheckpointDirs
-    _marks: dict[str, _Mark] = field(default_factory=dict)
+    _marks: dict[str, Mark] = field(default_factory=dict)
 
     def watch(self, job_id: str) -> None:
         self._marks[job_id] = read_progress(self.dirs, job_id)[0]
