@@ -110,6 +110,26 @@ class JobBook:
         """Add an action to the answer of the ``handle`` call in progress."""
         self._out.append(action)
 
+    def _allocate_all(self, job: Job, placements: Mapping[int, Placement], run: int) -> None:
+        """Allocate a job the core does not know yet its tasks' ``placements`` of ``run``,
+        all or nothing: ValueError if the job is known, AllocationError (nothing held) if
+        its queue refuses it or a placement does not fit."""
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id} is already in the core")
+        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
+        if problem is not None:
+            raise AllocationError(f"job {job.id}: {problem}")
+        taken: list[TaskKey] = []
+        try:
+            for task, placement in sorted(placements.items()):
+                key = TaskKey(job.id, task, run)
+                self.allocate(key, placement, job)
+                taken.append(key)
+        except AllocationError:
+            for key in reversed(taken):
+                self.unallocate(key)
+            raise
+
     def restore(
         self,
         job: Job,
@@ -131,20 +151,11 @@ class JobBook:
         """
         if job.id in self.jobs:
             raise ValueError(f"job {job.id} is already in the core")
-        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
-        if problem is not None:
-            raise AllocationError(f"job {job.id}: {problem}")
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)
-        taken: list[TaskKey] = []
         try:
-            for task, placement in sorted(placements.items()):
-                key = TaskKey(job.id, task, run)
-                self.allocate(key, placement, job)
-                taken.append(key)
+            self._allocate_all(job, placements, run)
         except AllocationError:
-            for key in reversed(taken):
-                self.unallocate(key)
             self.state.best_effort_jobs.discard(job.id)
             raise
         record = JobRecord(job, self._seq, queued_since=job.submit_time)
@@ -185,21 +196,7 @@ class JobBook:
         (a checkpointable job does not start again before). Allocates as :meth:`restore`
         does, raising AllocationError and changing nothing when one does not fit; emits no
         action."""
-        if job.id in self.jobs:
-            raise ValueError(f"job {job.id} is already in the core")
-        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
-        if problem is not None:
-            raise AllocationError(f"job {job.id}: {problem}")
-        taken: list[TaskKey] = []
-        try:
-            for task, placement in sorted(stopping.items()):
-                key = TaskKey(job.id, task, run)
-                self.allocate(key, placement, job)
-                taken.append(key)
-        except AllocationError:
-            for key in reversed(taken):
-                self.unallocate(key)
-            raise
+        self._allocate_all(job, stopping, run)
         since = now if queued_since is None else min(queued_since, now)
         record = JobRecord(job, self._seq, queued_since=since, run=run, restarts=restarts)
         record.checkpoint = checkpoint
