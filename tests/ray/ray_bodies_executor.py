@@ -286,10 +286,14 @@ def adopt_after_crash(cluster: ClusterInfo, state: str) -> dict[str, Any]:
     for _ in range(20):
         extra += executor.poll()
         time.sleep(0.05)
-    # an actor whose task ended is removed asynchronously: give Ray up to 30 s to drop them
+    # an actor whose task ended is removed asynchronously: give Ray up to 30 s to drop them.
+    # Only this test's actors count: the cluster is shared with the other tests of the
+    # module, whose actors may still be on their way out.
     deadline = time.monotonic() + 30
+    mine = set(keys.values())
     while True:
-        names_left = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))
+        named = ray.util.list_named_actors(all_namespaces=True)
+        names_left = sorted(a["name"] for a in named if a["name"] in mine)
         if not names_left or time.monotonic() > deadline:
             break
         time.sleep(0.2)
