@@ -271,6 +271,14 @@ def raylet_dies(up: Up, scratch: Path, cluster: ClusterInfo) -> dict[str, Any]:
         second = _wait_started(up, scratch, moves, run=2, timeout_s=120)[0]
         _release(scratch, moves)
         jobs = up.wait([moves, fails], {"succeeded", "failed"})
+        # the run on the dead node ends when Ray reports its actor gone, which may come
+        # after the job's second run finished: wait for it (the test checks how it ended)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+            t["state"] == "stopping" for t in jobs[moves]["tasks"]
+        ):
+            time.sleep(0.2)
+            jobs[moves] = up.job(moves)
         return {
             "first_node": first["node"],
             "second_node": second["node"],
