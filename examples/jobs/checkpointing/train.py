@@ -97,6 +97,18 @@ def main() -> int:
         noticed = True
 
     signal.signal(notice_signal(), on_notice)
+    saved, said = step, False
+
+    def on_term(_signum: int, _frame: object) -> None:
+        # a checkpoint reported inside the notice ends it, and SIGTERM follows at once: it
+        # may come before the loop says so, so say it here and stop cleanly
+        if noticed:
+            if not said:
+                print(f"notice received: saved at step {saved}, stopping", flush=True)
+            os._exit(0)
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
 
     loss = float("nan")
     while step < args.steps:
@@ -108,10 +120,12 @@ def main() -> int:
         step += 1
         if step % args.every == 0 or noticed:
             path = save(directory, step, weights, loss)
+            saved = step
             report(directory, step, path, args.report)
             print(f"step {step}: loss {loss:.4f}, saved {path.name}", flush=True)
         if noticed:
-            print(f"notice received: saved at step {step}, stopping", flush=True)
+            said = True
+            print(f"notice received: saved at step {saved}, stopping", flush=True)
             return 0
     print(f"done at step {step}: loss {loss:.6f}", flush=True)
     return 0
