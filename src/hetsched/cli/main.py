@@ -7,6 +7,7 @@ importing them). ``--help`` imports every command, to show its summary.
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import Any, ClassVar
 
@@ -47,7 +48,16 @@ def load_command(name: str, module: str, attribute: str, settings: dict[str, Any
     """The click command of ``module.attribute`` under ``name``, built as typer builds it
     (typed Any: which click typer builds on, its own copy or the package, depends on its
     version)."""
-    target = getattr(importlib.import_module(module), attribute)
+    # importing builds tens of thousands of objects that all live to the end (classes,
+    # functions, pydantic validators): the cyclic collector would only walk them again and
+    # again, a tenth of a short command's start-up
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        target = getattr(importlib.import_module(module), attribute)
+    finally:
+        if paused:
+            gc.enable()
     if isinstance(target, typer.Typer):
         command: Any = typer.main.get_group(target)
     else:

@@ -33,49 +33,100 @@ C_LOADER = hasattr(yaml, "CSafeLoader")
 _STR = "tag:yaml.org,2002:str"
 _SEQ = "tag:yaml.org,2002:seq"
 _MAP = "tag:yaml.org,2002:map"
+#: tags whose values are immutable (the same text gives an equal, interchangeable value)
+_IMMUTABLE = frozenset(f"tag:yaml.org,2002:{name}" for name in ("int", "float", "bool", "null"))
+_MISSING = object()
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped classes
     """The safe loader with a fast path for plain strings, lists and mappings."""
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        # the composer asks for the tag of every node: a large file asks the same few
+        # questions (``"4"``, ``"gpu"``, a mapping) a hundred thousand times
+        self._tags: dict[tuple[Any, Any, Any], str] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        key = (kind, value, implicit)
+        tag = self._tags.get(key)
+        if tag is None:
+            tag = super().resolve(kind, value, implicit)
+            # a path resolver makes the tag depend on where the node is: no memo then
+            if not self.yaml_path_resolvers:
+                self._tags[key] = tag
+        return tag
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        if self.yaml_path_resolvers:  # the safe loader has none: skip the bookkeeping
+            super().descend_resolver(current_node, current_index)
+
+    def ascend_resolver(self) -> None:
+        if self.yaml_path_resolvers:
+            super().ascend_resolver()
+
     def construct_document(self, node: Node) -> Any:
         self._built: dict[int, Any] = {}
+        self._scalars: dict[tuple[str, str], Any] = {}
         try:
             return self._build(node)
         finally:
             self._built = {}
+            self._scalars = {}
             self.constructed_objects: dict[Node, Any] = {}
             self.recursive_objects: dict[Node, None] = {}
             self.deep_construct = False
 
     def _build(self, node: Node) -> Any:
-        if type(node) is ScalarNode and node.tag == _STR:
-            return node.value
-        if type(node) is SequenceNode and node.tag == _SEQ:
+        kind = type(node)
+        if kind is ScalarNode:
+            tag = node.tag
+            if tag == _STR:
+                return node.value
+            if tag in _IMMUTABLE:
+                # numbers, booleans and nulls are values: one per distinct text is enough
+                key = (tag, node.value)
+                value = self._scalars.get(key, _MISSING)
+                if value is _MISSING:
+                    value = self._scalars[key] = self.construct_object(node, deep=True)
+                return value
+        elif kind is MappingNode:
+            if node.tag == _MAP:
+                mapping = self._plain_mapping(node)
+                if mapping is not None:
+                    return mapping
+        elif kind is SequenceNode and node.tag == _SEQ:
             # an alias is the same node again: the same object, as PyYAML builds it
-            seen = self._built.get(id(node))
+            built = self._built
+            seen = built.get(id(node))
             if seen is not None:
                 return seen
             items: list[Any] = []
-            self._built[id(node)] = items
-            items.extend(self._build(child) for child in node.value)
+            built[id(node)] = items
+            build = self._build
+            items.extend([build(child) for child in node.value])
             return items
-        if type(node) is MappingNode and node.tag == _MAP and _plain_keys(node):
-            seen = self._built.get(id(node))
-            if seen is not None:
-                return seen
-            mapping: dict[str, Any] = {}
-            self._built[id(node)] = mapping
-            for key, value in node.value:
-                mapping[key.value] = self._build(value)
-            return mapping
         return self.construct_object(node, deep=True)
 
-
-def _plain_keys(node: MappingNode) -> bool:
-    """Every key a plain string (no merge key ``<<``, no number or collection as a key)."""
-    return all(type(key) is ScalarNode and key.tag == _STR for key, _ in node.value)
+    def _plain_mapping(self, node: Node) -> dict[str, Any] | None:
+        """The mapping when every key is a plain string (no merge key ``<<``, no number or
+        collection as a key), else None."""
+        built = self._built
+        seen = built.get(id(node))
+        if seen is not None:
+            return seen  # type: ignore[no-any-return]
+        children: dict[str, Node] = {}
+        for key, value in node.value:
+            if type(key) is not ScalarNode or key.tag != _STR:
+                return None
+            children[key.value] = value
+        mapping: dict[str, Any] = {}
+        built[id(node)] = mapping
+        build = self._build
+        for key, value in children.items():
+            mapping[key] = build(value)
+        return mapping
 
 
 @contextmanager
