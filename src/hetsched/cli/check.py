@@ -9,7 +9,9 @@ import typer
 import yaml
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.framework.profile import ProfileError, parse_profile
+from hetsched.model.selector import set_parser_source
 from hetsched.model.specs import (
     ClusterSpec,
     JobsSpec,
@@ -54,6 +56,7 @@ def check(
     The kind is recognised from the top-level key: ``nodes`` (cluster), ``jobs`` (jobs),
     otherwise a profile. Exit code 2 when there are errors.
     """
+    set_parser_source(load_cel_parser)  # a short run: the CEL parser's tables from the cache
     try:
         kind, normalized = check_document(file)
     except SpecError as exc:

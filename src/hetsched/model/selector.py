@@ -23,7 +23,7 @@ machine or its load.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -53,6 +53,7 @@ __all__ = [
     "attr_key",
     "compile_selector",
     "matches",
+    "set_parser_source",
     "warm",
 ]
 
@@ -79,10 +80,28 @@ def _device(attributes: Mapping[str, AttrValue]) -> dict[str, Any]:
     return device
 
 
+def _build_parser_as_celpy_does() -> None:
+    pass
+
+
+#: called once before celpy's environment is built: a driver may install the parser from
+#: a cache there (see :func:`set_parser_source`); the core itself reads no file
+_parser_source: Callable[[], None] = _build_parser_as_celpy_does
+
+
+def set_parser_source(source: Callable[[], None]) -> None:
+    """Have ``source`` put celpy's parser in place (``celpy.CELParser.CEL_PARSER``) before
+    the first selector is compiled; it must leave the parser unset when it cannot, and
+    then celpy builds it."""
+    global _parser_source
+    _parser_source = source
+
+
 @cache
 def _env() -> Any:
     """celpy's environment, built on first use: building its parser costs a noticeable part
     of a short command's run, and most commands never compile a selector."""
+    _parser_source()
     return celpy.Environment()
 
 
