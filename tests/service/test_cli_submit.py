@@ -1,4 +1,5 @@
-"""``hetsched submit FILE`` sends a file of many jobs as batches, against the real service."""
+"""``hetsched submit``: a file of many jobs goes as batches, one command as one job, against
+the real service."""
 
 from __future__ import annotations
 
@@ -53,3 +54,40 @@ def test_a_large_file_goes_in_several_batches(
     assert code == 0, out
     assert [j["name"] for j in json.loads(out)] == [f"m{i}" for i in range(5)]
     assert [len(b) for b in jobs_cli._batches([job_body()] * 5)] == [2, 2, 1]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ([], {"cpu": "1", "memory": "1Gi"}),
+        (["--gpu", "2"], {"devices": [{"class": "gpu", "count": 2}]}),
+        (
+            ["--cpu", "500m", "--memory", "2Gi", "--gpu-share", "300", "--gpu-model", "A100"],
+            {
+                "cpu": "500m",
+                "memory": "2Gi",
+                "devices": [{"class": "gpu", "count": 1, "share": 300, "model": ["A100"]}],
+            },
+        ),
+        (
+            ["--fpga", "1"],
+            {
+                "cpu": "1",
+                "memory": "1Gi",
+                "devices": [{"class": "fpga", "count": 1}],
+                "tolerations": [{"key": "dedicated"}],
+            },
+        ),
+    ],
+)
+def test_one_command_is_submitted_with_its_resources(
+    api: Api, options: list[str], expected: dict[str, object]
+) -> None:
+    env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": api.tokens["alice"]}
+    args = ["submit", "-o", "json", *options, "-e", "K=V", "--", "true"]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (job,) = json.loads(result.stdout)
+    assert job["command"] == ["true"] and job["name"] == "true"
+    resources = {k: v for k, v in job["resources"].items() if k in expected}
+    assert resources == expected, job["resources"]

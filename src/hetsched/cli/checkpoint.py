@@ -52,8 +52,8 @@ def checkpoint(
 ) -> None:
     """Report a checkpoint of this task to the service that runs it.
 
-    The next run of the job, on any node, gets HETSCHED_RESUME_FROM (PATH, else the
-    checkpoint directory) and HETSCHED_RESUME_STEP (STEP). A report made inside a notice
+    The next run of the job, on any node, gets HETSCHED_RESUME_FROM (``--path``, else the
+    checkpoint directory) and HETSCHED_RESUME_STEP (``--step``). A report made inside a notice
     (after the job's notice signal) ends the notice at once: the task is stopped without
     waiting out the rest of it.
 
@@ -144,7 +144,7 @@ def progress(
 ) -> None:
     """Report this job's progress to the service that runs it (hetsched up).
 
-    STEPS counts up within a run. The service measures the job's rate between two reports
+    ``--steps`` counts up within a run. The service measures the job's rate between two reports
     on the device model it runs on (the first report of a run only starts the clock) and
     keeps, per job type and model, a mean of those rates: later jobs of the type use it as
     their speed for placement when neither they nor the profile give one. The other way to

@@ -145,38 +145,29 @@ def submit(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
     output: Output = ListFormat.table,
 ) -> None:
-    """Submit a jobs file, or one command: ``hetsched submit --gpu 1 -- python train.py``.
+    """Submit a jobs file, or one command (after ``--``) as a job.
 
     A file of many jobs (``jobs: [...]``) is sent as one batch: every job is checked before
     any is stored, and a refusal lists each refused job by its index in the file. Files past
     5,000 jobs or 7 MiB go as several batches, each all or nothing.
+
+    Examples:
+
+        hetsched submit jobs.yaml
+        hetsched submit --gpu 1 --max-runtime 2h -- python train.py --epochs 10
     """
     items = list(args or [])
     client = Client()
     if len(items) == 1 and Path(items[0]).suffix in {".yaml", ".yml", ".json"}:
         bodies = load_submissions(Path(items[0]))
     elif items:
-        resources: dict[str, Any] = {"cpu": cpu or "1", "memory": memory or "1Gi"}
-        devices: list[dict[str, Any]] = []
-        if gpu or gpu_share:
-            choice: dict[str, Any] = {"class": "gpu", "count": max(gpu, 1)}
-            if gpu_share:
-                choice["share"] = gpu_share
-            if gpu_model:
-                choice["model"] = list(gpu_model)
-            devices.append(choice)
-        if fpga:
-            devices.append({"class": "fpga", "count": fpga})
-            resources["tolerations"] = [{"key": "dedicated"}]
-        if devices:
-            resources["devices"] = devices
         body: dict[str, Any] = {
             "name": name or Path(items[0]).name.replace(" ", "-")[:63] or "job",
             "queue": queue,
             "priority": priority,
             "replicas": replicas,
             "command": items,
-            "resources": resources,
+            "resources": _command_resources(cpu, memory, gpu, gpu_share, gpu_model, fpga),
         }
         if max_runtime:
             body["max_runtime"] = max_runtime
@@ -199,6 +190,32 @@ def submit(
             f"submitted [bold]{item['id']}[/bold] ({item['name']}, queue {item['queue']})",
             highlight=False,
         )
+
+
+def _command_resources(
+    cpu: str | None,
+    memory: str | None,
+    gpu: int,
+    gpu_share: int | None,
+    gpu_model: list[str] | None,
+    fpga: int,
+) -> dict[str, Any]:
+    """The ``resources`` of a job submitted as one command, from ``submit``'s options."""
+    resources: dict[str, Any] = {"cpu": cpu or "1", "memory": memory or "1Gi"}
+    devices: list[dict[str, Any]] = []
+    if gpu or gpu_share:
+        choice: dict[str, Any] = {"class": "gpu", "count": max(gpu, 1)}
+        if gpu_share:
+            choice["share"] = gpu_share
+        if gpu_model:
+            choice["model"] = list(gpu_model)
+        devices.append(choice)
+    if fpga:
+        devices.append({"class": "fpga", "count": fpga})
+        resources["tolerations"] = [{"key": "dedicated"}]
+    if devices:
+        resources["devices"] = devices
+    return resources
 
 
 def _age(ts: float | None, now: float) -> str:
@@ -408,9 +425,13 @@ def _speed_lines(speed: dict[str, Any] | None) -> list[tuple[str, str]]:
 
 def logs(
     job_id: Annotated[str, typer.Argument(help="Job id.")],
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing.")] = False,
+    follow: Annotated[
+        bool, typer.Option("-f", "--follow", help="Keep printing new output until the job ends.")
+    ] = False,
     task: Annotated[int, typer.Option(help="Task index.")] = 0,
-    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error.")] = False,
+    stderr: Annotated[
+        bool, typer.Option("--stderr", help="The task's standard error, not its standard output.")
+    ] = False,
 ) -> None:
     """Print a task's output (``-f`` follows it until the job ends)."""
     offset = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import inspect
 from typing import Any, ClassVar
 
 import typer
@@ -16,7 +17,7 @@ from typer.core import TyperGroup
 
 from hetsched import __version__
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "reflow"]
 
 #: command name -> (module, attribute, context settings), in the order ``--help`` lists them;
 #: the attribute is a command function or a ``typer.Typer`` group
@@ -65,7 +66,48 @@ def load_command(name: str, module: str, attribute: str, settings: dict[str, Any
         single.command(name, context_settings=settings or None)(target)
         command = typer.main.get_command(single)
     command.name = name
+    _reflow_help(command)
     return command
+
+
+def _reflow_help(command: Any) -> None:
+    """Make ``command``'s help, its options' and its subcommands' read as prose at any
+    width (once per command: a verbatim block loses its mark). Docstrings are wrapped for
+    the source, and typer's rich help keeps every line break of a paragraph after the
+    first, so at 80 columns each source line ended in a stub; joined, rich wraps them to
+    the terminal."""
+    if getattr(command, "_reflowed", False):
+        return
+    command._reflowed = True
+    if command.help:
+        command.help = reflow(command.help)
+    for param in command.params:
+        if getattr(param, "help", None):
+            param.help = reflow(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        _reflow_help(sub)
+
+
+def reflow(text: str) -> str:
+    """``text`` with each paragraph on one line, paragraphs apart by a blank line.
+
+    A verbatim block (examples) keeps its lines: a paragraph whose lines are all indented,
+    or that starts with ``\\b`` (click's mark, dropped here: rich help would print it as
+    a blank line). Double backquotes, the docstrings' literal markup, show as single ones.
+    What follows a form feed (what click keeps out of ``--help``) is left as it is.
+    """
+    body, feed, rest = inspect.cleandoc(text).partition("\f")
+    paragraphs: list[str] = []
+    for paragraph in body.strip().split("\n\n"):
+        lines = paragraph.splitlines()
+        if paragraph.startswith("\b"):
+            paragraphs.append(paragraph.removeprefix("\b").strip("\n"))
+        elif all(line[:1].isspace() for line in lines):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    tail = body[len(body.rstrip()) :] if feed else ""
+    return "\n\n".join(paragraphs).replace("``", "`") + tail + feed + rest
 
 
 class LazyGroup(TyperGroup):

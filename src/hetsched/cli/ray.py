@@ -58,8 +58,9 @@ def local(
 ) -> None:
     """Start a local Ray cluster: a head plus one raylet per node, until Ctrl-C or SIGTERM.
 
-    The first output line is the address (HOST:PORT), printed once every node has joined.
-    On exit it stops exactly the processes it started. Ray binds more than HOST (docs/ray.md).
+    The first output line is the address (HOST:PORT, HOST being ``--host``), printed once
+    every node has joined. On exit it stops exactly the processes it started. Ray binds
+    more addresses than ``--host`` (docs/ray.md).
     """
     from hetsched.ray.local import LocalCluster, LocalClusterError, parse_nodes
 

@@ -28,7 +28,8 @@ _Policy = Annotated[
     str,
     typer.Option(
         help="Round policy: las, ftf, max-throughput, min-makespan, fifo, fair-throughput, "
-        "fair-srtf, or an agnostic- twin (agnostic-las: Gavel's heterogeneity-agnostic LAS); "
+        "fair-srtf; agnostic-P is P blind to heterogeneity (agnostic-las: Gavel's "
+        "heterogeneity-agnostic LAS); "
         "packed-P runs P with space sharing (waiting jobs share a running job's GPUs at "
         "Gavel's co-located throughputs when the pair does more work: packed-las)."
     ),
@@ -60,7 +61,7 @@ _Until = Annotated[
 _Throughputs = Annotated[
     Path | None,
     typer.Option(
-        help="Gavel simulation_throughputs.json (default: the bundled copy); packed- policies "
+        help="Gavel simulation_throughputs.json (default: the bundled copy); packed-P policies "
         "read its co-located throughputs too."
     ),
 ]

@@ -18,7 +18,9 @@ token_app = typer.Typer(help="API tokens (admin only).", no_args_is_help=True)
 def create(
     user: Annotated[str, typer.Option(help="The hetsched user the token acts as.")],
     admin: Annotated[bool, typer.Option("--admin", help="Make it an admin token.")] = False,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = OutputFormat.table,
+    output: Annotated[
+        OutputFormat, typer.Option("-o", "--output", help="table or json.")
+    ] = OutputFormat.table,
 ) -> None:
     """Create a token; it is shown once and only its hash is stored."""
     data = call("POST", "/v1/tokens", json={"user": user, "admin": admin})
@@ -38,7 +40,9 @@ def revoke(token_id: Annotated[str, typer.Argument(help="Token id (from `token l
 
 @token_app.command("list")
 def list_tokens(
-    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = OutputFormat.table,
+    output: Annotated[
+        OutputFormat, typer.Option("-o", "--output", help="table or json.")
+    ] = OutputFormat.table,
 ) -> None:
     """Tokens (ids, users, roles; never the secrets)."""
     rows = get("/v1/tokens")
