@@ -23,6 +23,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from hetsched.sim.frontier import draw_frontier
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 from hetsched.sim.gavel_rounds import (
     GavelPoint,
@@ -196,44 +197,16 @@ def _plot(docs: list[dict[str, Any]], path: Path) -> None:
 
 
 def _frontier(docs: list[dict[str, Any]], path: Path) -> None:
-    """The knob's measured frontier: per (trace, rate, policy) with several alphas, mean
-    JCT against Jain's index and effective throughput against the worst FTF."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    """The knob's measured frontier: one series per (trace, rate, policy) of seed 0."""
     groups: dict[tuple[bool, float, str], list[dict[str, Any]]] = {}
     for doc in docs:
         if doc["seed"] == 0 and doc["mean_jct_h"] is not None:
             groups.setdefault((doc["multi_gpu"], doc["rate"], doc["policy"]), []).append(doc)
-    for index, ((multi, rate, policy), group) in enumerate(sorted(groups.items())):
-        group.sort(key=lambda d: d["alpha"] if d.get("alpha") is not None else -1)
-        label = f"{policy} {rate:g}/h {'multi' if multi else 'single'}"
-        style = "o-" if len(group) > 1 else "s"
-        jain = [d["jain"] for d in group]
-        left.plot(jain, [d["mean_jct_h"] for d in group], style, color=f"C{index}", label=label)
-        right.plot(
-            [d["worst_ftf"] for d in group],
-            [d["effective_throughput"] for d in group],
-            style,
-            color=f"C{index}",
-            label=label,
-        )
-        for d in group:
-            if d.get("alpha") is not None:
-                left.annotate(f"{d['alpha']:g}", (d["jain"], d["mean_jct_h"]), fontsize=7)
-    left.set_xlabel("Jain's index over users (isolated / actual JCT)")
-    left.set_ylabel("mean JCT [h]")
-    right.set_xlabel("worst finish-time fairness (JCT / isolated JCT)")
-    right.set_ylabel("effective throughput [best-GPU equivalents]")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    series = {
+        f"{policy} {rate:g}/h {'multi' if multi else 'single'}": group
+        for (multi, rate, policy), group in sorted(groups.items())
+    }
+    draw_frontier(series, path)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.model.device import Node
 from hetsched.model.speed import SpeedTable
 from hetsched.rounds import policy_names
+from hetsched.sim.frontier import draw_frontier
 from hetsched.sim.gavel_rounds import uses_alpha
 from hetsched.sim.rounds_engine import RoundConfig, RoundResult, RoundSimulator
 from hetsched.sim.rounds_workload import round_inputs
@@ -103,7 +104,10 @@ def replay_rounds(
         out.mkdir(parents=True, exist_ok=True)
         (out / "rounds.json").write_text(json.dumps(document, indent=2) + "\n")
         if len([r for r in rows if r["alpha"] is not None]) > 1:
-            _frontier(rows, out / "frontier.png")
+            by_policy: dict[str, list[dict[str, Any]]] = {}
+            for row in rows:
+                by_policy.setdefault(row["policy"], []).append(row)
+            draw_frontier(dict(sorted(by_policy.items())), out / "frontier.png")
 
 
 #: the table's columns: key in the JSON -> header
@@ -132,45 +136,3 @@ def _render(document: dict[str, Any]) -> None:
     console.print(table)
     if document["skipped"]:
         console.print(f"{len(document['skipped'])} job(s) without devices left out")
-
-
-def _frontier(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for index, policy in enumerate(sorted({r["policy"] for r in rows})):
-        mine = sorted(
-            (r for r in rows if r["policy"] == policy and r["mean_jct_h"] is not None),
-            key=lambda r: -1.0 if r["alpha"] is None else r["alpha"],
-        )
-        style = "o-" if len(mine) > 1 else "s"
-        left.plot(
-            [r["jain"] for r in mine],
-            [r["mean_jct_h"] for r in mine],
-            style,
-            color=f"C{index}",
-            label=policy,
-        )
-        right.plot(
-            [r["worst_ftf"] for r in mine],
-            [r["effective_throughput"] for r in mine],
-            style,
-            color=f"C{index}",
-            label=policy,
-        )
-        for r in mine:
-            if r["alpha"] is not None:
-                left.annotate(f"{r['alpha']:g}", (r["jain"], r["mean_jct_h"]), fontsize=7)
-    left.set_xlabel("Jain's index over users (isolated / actual JCT)")
-    left.set_ylabel("mean JCT [h]")
-    right.set_xlabel("worst finish-time fairness (JCT / isolated JCT)")
-    right.set_ylabel("effective throughput [best-device equivalents]")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -11,7 +11,9 @@ names are exported here.
 
 Rounds (Gavel's method): ``rounds_engine`` (allocation per round from
 :mod:`hetsched.rounds`, work at each job's speed on the model it got) and ``gavel_rounds``
-(one point of Gavel's continuous experiment: ``hetsched sim gavel``).
+(one point of Gavel's continuous experiment: ``hetsched sim gavel``); ``frontier``: the
+fairness-throughput frontier plot both ``sim replay --rounds`` and ``bench/gavel_grid.py``
+draw.
 """
 
 from hetsched.sim.engine import ClusterChange, EngineConfig, JobOutcome, SimResult, Simulator
