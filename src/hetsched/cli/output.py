@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import StrEnum
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
-from rich.console import Console
 
-__all__ = ["OutputFormat", "console", "fail", "print_json"]
+from hetsched.cli.json_text import dumps_indented
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    console: Console
+    err_console: Console
+
+__all__ = ["OutputFormat", "console", "err_console", "fail", "print_json"]
+
+
+def __getattr__(name: str) -> Any:
+    """``console`` (stdout) and ``err_console`` (stderr), rich consoles made on first use:
+    importing rich is a noticeable part of a short command's start, and a command that
+    prints JSON never needs it."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from rich.console import Console
+
+    made = globals()[name] = Console(stderr=name == "err_console")
+    return made
 
 
 class OutputFormat(StrEnum):
@@ -22,11 +37,12 @@ class OutputFormat(StrEnum):
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(dumps_indented(data) + "\n")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """Print an error (each line prefixed) to stderr and exit with ``code``."""
+    errors = __getattr__("err_console")
     for line in message.splitlines() or [""]:
-        err_console.print(f"[red]error:[/red] {line}", highlight=False, markup=True, soft_wrap=True)
+        errors.print(f"[red]error:[/red] {line}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code)

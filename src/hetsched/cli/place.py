@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli import output as out
+from hetsched.cli.output import OutputFormat, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.cluster.state import ClusterState
 from hetsched.cluster.stranding import stranded_accelerators
@@ -102,6 +102,13 @@ def place(
     if output is OutputFormat.json:
         print_json(result)
         return
+    _print_table(result)
+
+
+def _print_table(result: dict[str, Any]) -> None:
+    from rich.table import Table  # only for tables: importing rich costs start-up time
+
+    console = out.console
     table = Table(title=f"Placements ({len(result['placements'])} tasks)", title_justify="left")
     for column in ("job", "task", "node", "cpu", "memory", "devices"):
         table.add_column(column, no_wrap=column != "devices")

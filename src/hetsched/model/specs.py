@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -180,6 +181,10 @@ def parse_speed_map(value: Any) -> dict[str, float]:
     return out
 
 
+#: the speed of a job that says nothing about it (immutable, so shared)
+_NO_SPEED = JobSpeed()
+
+
 def build_speed(
     speed: dict[str, float] | None,
     work: tuple[float | None, float | None, str | None] | None,
@@ -187,6 +192,8 @@ def build_speed(
 ) -> JobSpeed:
     """The JobSpeed of a spec's ``speed``, ``work`` and ``job_type``; ValueError naming
     what does not fit together."""
+    if not speed and work is None and job_type is None:
+        return _NO_SPEED  # most jobs say nothing about speed: one shared, immutable value
     steps, seconds, model = work if work is not None else (None, None, None)
     listed = {m.casefold() for m in speed or {}}
     if (
@@ -268,18 +275,14 @@ class NodeSpec(_Strict):
         out = []
         # one read-only attribute map per group, shared by its devices (they never change)
         frozen = {id(g): MappingProxyType(dict(g.attributes)) for g in self.devices}
-        numbered = list(number_devices(self.devices))
+        numbered = [
+            (g.device_class, g.vendor, g.model, frozen[id(g)], g.health, index)
+            for g, index in number_devices(self.devices)
+        ]
         for name in names:
             devices = [
-                Device(
-                    id=f"{name}/{group.device_class}{index}",
-                    device_class=group.device_class,
-                    vendor=group.vendor,
-                    model=group.model,
-                    attributes=frozen[id(group)],
-                    health=group.health,
-                )
-                for group, index in numbered
+                Device(f"{name}/{cls}{index}", cls, vendor, model, attributes, health)
+                for cls, vendor, model, attributes, health, index in numbered
             ]
             taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
             out.append(
@@ -320,6 +323,15 @@ def _check_selector(value: str | None) -> str | None:
     return value
 
 
+@lru_cache(maxsize=4096)
+def _with_models(selector: str | None, models: tuple[str, ...]) -> str:
+    """The selector of a choice with the model shorthand (many jobs name the same models)."""
+    # JSON string literals are CEL string literals: a quote in a name cannot escape
+    quoted = ", ".join(json.dumps(m) for m in models)
+    by_model = f'device.attributes["model"] in [{quoted}]'
+    return by_model if selector is None else f"({selector}) && {by_model}"
+
+
 class DeviceChoiceSpec(_Strict):
     device_class: str = Field(alias="class", min_length=1)
     count: int = Field(default=1, ge=1, le=1024)
@@ -356,11 +368,8 @@ class DeviceChoiceSpec(_Strict):
     def _selector_with_models(self) -> str | None:
         if self.model is None:
             return self.selector
-        models = [self.model] if isinstance(self.model, str) else self.model
-        # JSON string literals are CEL string literals: a quote in a name cannot escape
-        quoted = ", ".join(json.dumps(m) for m in models)
-        by_model = f'device.attributes["model"] in [{quoted}]'
-        return by_model if self.selector is None else f"({self.selector}) && {by_model}"
+        models = (self.model,) if isinstance(self.model, str) else tuple(self.model)
+        return _with_models(self.selector, models)
 
     def build(self) -> DeviceChoice:
         selector = self._selector_with_models()
