@@ -14,13 +14,14 @@ from __future__ import annotations
 import math
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from hetsched.model.lifecycle import JobState
+from hetsched.sim.lazyrows import LazyRows
 
 __all__ = ["STATES", "STATE_CODE", "Columns", "JobOutcome", "OutcomeTable", "outcome_columns"]
 
@@ -129,7 +130,7 @@ def _filled(typecode: str, value: float, size: int) -> array[Any]:
     return array(typecode, [value]) * size
 
 
-class OutcomeTable(Sequence[JobOutcome]):
+class OutcomeTable(LazyRows[JobOutcome]):
     """Outcomes of up to ``size`` jobs (see the module docstring), one preallocated
     column per field. The engine appends a row per job with :meth:`add_job` and then
     writes the columns by row index (``table.end[row] = now``): plain arrays, so a write
@@ -213,16 +214,7 @@ class OutcomeTable(Sequence[JobOutcome]):
     def __len__(self) -> int:
         return len(self.ids)
 
-    @overload
-    def __getitem__(self, index: int) -> JobOutcome: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[JobOutcome]: ...
-
-    def __getitem__(self, index: int | slice) -> JobOutcome | Sequence[JobOutcome]:
-        if isinstance(index, slice):
-            return tuple(self[i] for i in range(*index.indices(len(self))))
-        row = range(len(self))[index]  # IndexError past the end, negative from the end
+    def _row(self, row: int) -> JobOutcome:
         first, last, end = self.first_start[row], self.last_start[row], self.end[row]
         return JobOutcome(
             job_id=self.ids[row],
@@ -248,17 +240,6 @@ class OutcomeTable(Sequence[JobOutcome]):
             demand_share=self.demand_share[row],
             contenders=self.contenders[row],
         )
-
-    def __iter__(self) -> Iterator[JobOutcome]:
-        for row in range(len(self)):
-            yield self[row]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"OutcomeTable({len(self)} jobs)"

@@ -9,15 +9,16 @@ equal tasks (16 GPUs on 8-GPU nodes: 2 tasks of 8).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.sim.lazyrows import LazyRows
 from hetsched.sim.philly import RuntimeDistribution
 from hetsched.sim.workload import Workload, WorkloadJob
 
@@ -155,7 +156,7 @@ def _packed(typecode: str, values: np.ndarray[Any, Any]) -> array[Any]:
     return packed
 
 
-class SyntheticJobs(Sequence[WorkloadJob]):
+class SyntheticJobs(LazyRows[WorkloadJob]):
     """The jobs of a synthetic workload, kept as columns (about 30 bytes a job): job ``i``
     is built when it is read, so a replay that streams arrivals never holds a million job
     objects. Jobs of one shape share one ``TaskRequest``; the same index gives an equal
@@ -186,16 +187,7 @@ class SyntheticJobs(Sequence[WorkloadJob]):
     def __len__(self) -> int:
         return self._size
 
-    @overload
-    def __getitem__(self, index: int) -> WorkloadJob: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[WorkloadJob]: ...
-
-    def __getitem__(self, index: int | slice) -> WorkloadJob | Sequence[WorkloadJob]:
-        if isinstance(index, slice):
-            return tuple(self[i] for i in range(*index.indices(len(self))))
-        i = range(len(self))[index]  # IndexError past the end, negative from the end
+    def _row(self, i: int) -> WorkloadJob:
         tasks, request = self._requests[self._kind[i]]
         user, queue = self._names[self._user[i]]
         job = Job(
@@ -208,17 +200,6 @@ class SyntheticJobs(Sequence[WorkloadJob]):
             submit_time=self._submit[i],
         )
         return WorkloadJob(job, self._duration[i])
-
-    def __iter__(self) -> Iterator[WorkloadJob]:
-        for i in range(len(self)):
-            yield self[i]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"SyntheticJobs({len(self)} jobs)"
