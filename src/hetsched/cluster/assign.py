@@ -29,18 +29,16 @@ def choose_slots(
     prefer: DevicePreference = "most_used",
 ) -> list[int] | None:
     """Slots of node ``row`` for one device choice, or None if it does not fit there."""
-    eligible = state.device_mask(choice.device_class, choice.selector)[row]
-    free = state.dev_free[row]
+    # plain lists: a node has a handful of slots, where numpy calls cost more than the work
+    eligible = state.eligible_slots(row, choice.device_class, choice.selector)
+    left: list[int] = state.dev_free[row].tolist()
     need = SHARE_UNITS if choice.whole else choice.share
-    slots: list[int] = (eligible & (free >= need)).nonzero()[0].tolist()
-    if taken:
-        slots = [s for s in slots if s not in taken]
+    slots = [s for s in eligible if left[s] >= need and s not in taken]
     if len(slots) < choice.count:
         return None
     if choice.whole:
         return slots[: choice.count]  # whole devices: lowest slots first
     # a fractional request: by free share, ascending (most used first) or descending
-    left: list[int] = free.tolist()
     if prefer == "least_used":
         return [min(slots, key=lambda s: (-left[s], s))]
     return [min(slots, key=lambda s: (left[s], s))]

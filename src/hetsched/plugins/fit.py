@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel
 
+from hetsched.cluster.ranked import choice_fits_free
 from hetsched.cluster.state import ClusterState, SlotArray
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
@@ -40,6 +41,8 @@ def choice_fits(state: ClusterState, choice: DeviceChoice, dev_free: SlotArray) 
 def _choice_fits(
     state: ClusterState, choice: DeviceChoice, dev_free: SlotArray, rows: IntArray | None
 ) -> BoolArray:
+    if dev_free is state.dev_free:
+        return choice_fits_free(state, choice, rows)
     eligible = state.device_mask(choice.device_class, choice.selector)
     if rows is not None:
         eligible, dev_free = eligible[rows], dev_free[rows]
