@@ -43,8 +43,11 @@ __all__ = [
     "TaskExit",
     "TaskHandle",
     "device_env",
+    "identity_env",
+    "job_folder",
     "local_indices",
     "task_key",
+    "task_log",
 ]
 
 #: the notice signals (model/checkpoint.py): a notice goes to the task's whole group, so
@@ -89,6 +92,31 @@ def task_key(job_id: str, task: int, run: int) -> str:
     """The executor's key of a task: the string form of its TaskKey (what its process
     carries in ``HETSCHED_TASK_KEY``)."""
     return str(TaskKey(job_id, task, run))
+
+
+def job_folder(home: Path, job_id: str) -> Path:
+    """A job's folder under an executor's home: its tasks' logs and exit files."""
+    return home / "jobs" / job_id
+
+
+def task_log(home: Path, job_id: str, task: int, stream: str) -> Path:
+    """A task's log of ``stream`` (stdout or stderr), which every run of the task appends
+    to: the layout both executors write (the Ray executor streams its tasks' output here)
+    and the service reads."""
+    return job_folder(home, job_id) / f"task-{task}.{'err' if stream == 'stderr' else 'out'}"
+
+
+def identity_env(job_id: str, task: int, run: int, node: str, instance: str) -> dict[str, str]:
+    """What a task learns of itself from its environment, whichever executor starts it
+    (``HETSCHED_TASK_KEY`` is what its reports to the service name it by)."""
+    return {
+        "HETSCHED_JOB_ID": job_id,
+        "HETSCHED_TASK_INDEX": str(task),
+        "HETSCHED_RUN": str(run),
+        "HETSCHED_NODE": node,
+        "HETSCHED_TASK_KEY": task_key(job_id, task, run),
+        "HETSCHED_INSTANCE": instance,
+    }
 
 
 @dataclass(slots=True)
@@ -231,10 +259,10 @@ class Executor:
         return min(times) if times else None
 
     def job_dir(self, job_id: str) -> Path:
-        return self.home / "jobs" / job_id
+        return job_folder(self.home, job_id)
 
     def log_path(self, job_id: str, task: int, stream: str) -> Path:
-        return self.job_dir(job_id) / f"task-{task}.{'err' if stream == 'stderr' else 'out'}"
+        return task_log(self.home, job_id, task, stream)
 
     def exit_file(self, job_id: str, task: int, run: int) -> Path:
         return self.job_dir(job_id) / f"task-{task}.run-{run}.exit"
@@ -262,7 +290,7 @@ class Executor:
         exit_file = self.exit_file(job_id, task, run)
         exit_file.unlink(missing_ok=True)
         key = task_key(job_id, task, run)
-        full_env = self._task_env(job_id, task, run, placement.node, key, devices, env)
+        full_env = self._task_env(job_id, task, run, placement.node, devices, env)
         cwd = workdir or str(directory)
         if run_as is not None and workdir is None:
             # the home is private to the service: start in the account's own home
@@ -300,7 +328,6 @@ class Executor:
         task: int,
         run: int,
         node: str,
-        key: str,
         devices: Sequence[tuple[Device, int, int]],
         env: Mapping[str, str],
     ) -> dict[str, str]:
@@ -309,16 +336,7 @@ class Executor:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
         full_env.update(env)
         full_env.update(device_env(devices))
-        full_env.update(
-            {
-                "HETSCHED_JOB_ID": job_id,
-                "HETSCHED_TASK_INDEX": str(task),
-                "HETSCHED_RUN": str(run),
-                "HETSCHED_NODE": node,
-                "HETSCHED_TASK_KEY": key,
-                "HETSCHED_INSTANCE": self.instance,
-            }
-        )
+        full_env.update(identity_env(job_id, task, run, node, self.instance))
         return full_env
 
     def _spawn(

@@ -52,7 +52,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsched.agent.executor import TaskExit, device_env, task_key
+from hetsched.agent.executor import (
+    TaskExit,
+    device_env,
+    identity_env,
+    job_folder,
+    task_key,
+    task_log,
+)
 from hetsched.cluster.placement import Placement
 from hetsched.model.device import Device
 from hetsched.ray import _api
@@ -140,10 +147,10 @@ class RayExecutor:
         return f"hetsched-{self.instance}"
 
     def job_dir(self, job_id: str) -> Path:
-        return self.home / "jobs" / job_id
+        return job_folder(self.home, job_id)
 
     def log_path(self, job_id: str, task: int, stream: str) -> Path:
-        return self.job_dir(job_id) / f"task-{task}.{'err' if stream == 'stderr' else 'out'}"
+        return task_log(self.home, job_id, task, stream)
 
     def _bases_path(self, job_id: str, task: int, run: int) -> Path:
         """Where this run's output starts in the log files (survives a control-plane crash)."""
@@ -178,16 +185,7 @@ class RayExecutor:
         self._write_header(job_id, task, run, placement.node, node_id)
         overlay = dict(env)
         overlay.update(device_env(devices))
-        overlay.update(
-            {
-                "HETSCHED_JOB_ID": job_id,
-                "HETSCHED_TASK_INDEX": str(task),
-                "HETSCHED_RUN": str(run),
-                "HETSCHED_NODE": placement.node,
-                "HETSCHED_TASK_KEY": key,
-                "HETSCHED_INSTANCE": self.instance,
-            }
-        )
+        overlay.update(identity_env(job_id, task, run, placement.node, self.instance))
         node_dir = Path(self.node_dir or Path(tempfile.gettempdir()) / "hetsched-ray")
         spec: dict[str, Any] = {
             "key": key,
