@@ -159,4 +159,11 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        # The process ends now. Python's shutdown runs one last full collection, which
+        # walks (and frees, one by one) everything the command built: a fifth of a
+        # 5,000-job ``place``. Frozen objects are left to the operating system instead;
+        # exit handlers still run and files are still flushed.
+        gc.freeze()

@@ -1,0 +1,33 @@
+"""``main`` leaves what the command built to the operating system at exit."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+import pytest
+
+from hetsched.cli.main import main
+
+
+@pytest.mark.parametrize("argv", [["version"], ["no-such-command"]], ids=["ok", "error"])
+def test_main_freezes_the_heap_when_the_command_ends(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["hetsched", *argv])
+    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit):
+            main()
+        assert gc.get_freeze_count() > 0  # the shutdown collection will skip them
+    finally:
+        gc.unfreeze()
+
+
+def test_output_and_exit_code_survive_the_frozen_shutdown() -> None:
+    argv = [sys.executable, "-c", "from hetsched.cli.main import main; main()"]
+    done = subprocess.run([*argv, "version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip()
+    bad = subprocess.run([*argv, "no-such-command"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "No such command" in bad.stderr
