@@ -19,21 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
-from hetsched.scheduler.events import (
-    DeviceAdded,
-    DeviceHealthChanged,
-    Event,
-    JobCancelled,
-    JobSubmitted,
-    NodeAdded,
-    NodeChanged,
-    NodeRemoved,
-    StartFailed,
-    TaskCheckpointed,
-    TaskFinished,
-    TaskStopped,
-    Tick,
-)
+from hetsched.scheduler import events as ev
 
 __all__ = ["EventOrder", "in_order", "order_of"]
 
@@ -49,22 +35,20 @@ class EventOrder(enum.IntEnum):
 
 
 _RANKS: dict[type, EventOrder] = {
-    TaskFinished: EventOrder.REPORT,
-    TaskStopped: EventOrder.REPORT,
-    StartFailed: EventOrder.REPORT,
-    TaskCheckpointed: EventOrder.REPORT,
-    NodeAdded: EventOrder.CLUSTER,
-    NodeRemoved: EventOrder.CLUSTER,
-    NodeChanged: EventOrder.CLUSTER,
-    DeviceHealthChanged: EventOrder.CLUSTER,
-    DeviceAdded: EventOrder.CLUSTER,
-    JobCancelled: EventOrder.CANCEL,
-    JobSubmitted: EventOrder.ARRIVAL,
-    Tick: EventOrder.TICK,
+    **dict.fromkeys(
+        (ev.TaskFinished, ev.TaskStopped, ev.StartFailed, ev.TaskCheckpointed), EventOrder.REPORT
+    ),
+    **dict.fromkeys(
+        (ev.NodeAdded, ev.NodeRemoved, ev.NodeChanged, ev.DeviceHealthChanged, ev.DeviceAdded),
+        EventOrder.CLUSTER,
+    ),
+    ev.JobCancelled: EventOrder.CANCEL,
+    ev.JobSubmitted: EventOrder.ARRIVAL,
+    ev.Tick: EventOrder.TICK,
 }
 
 
-def order_of(event: Event) -> EventOrder:
+def order_of(event: ev.Event) -> EventOrder:
     """The rank of ``event`` in a batch."""
     try:
         return _RANKS[type(event)]
@@ -72,6 +56,6 @@ def order_of(event: Event) -> EventOrder:
         raise TypeError(f"not a core event: {event!r}") from None
 
 
-def in_order(events: Iterable[Event]) -> list[Event]:
+def in_order(events: Iterable[ev.Event]) -> list[ev.Event]:
     """``events`` sorted by :func:`order_of`, stable within a rank."""
     return sorted(events, key=order_of)
