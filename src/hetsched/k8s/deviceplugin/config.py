@@ -24,50 +24,33 @@ pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock   # null: not 
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
 from hetsched.k8s.deviceplugin.plugin import DEFAULT_PLUGIN_DIR, PluginSettings
 from hetsched.k8s.deviceplugin.podresources import DEFAULT_POD_RESOURCES_SOCKET
-from hetsched.model.specs import SpecError, _Strict, format_errors, load_yaml
+from hetsched.k8s.nodeconfig import NodeAgentConfig, load_node_config
 
-__all__ = ["MountConfig", "PluginConfig", "load_config"]
-
-
-class MountConfig(_Strict):
-    host_path: str = Field(min_length=1)
-    container_path: str = Field(min_length=1)
-    read_only: bool = True
+__all__ = ["PluginConfig", "load_config"]
 
 
-class PluginConfig(_Strict):
-    node_name: str | None = None
+class PluginConfig(NodeAgentConfig):
+    """The plugin's own fields; the node agents' shared ones are in k8s/nodeconfig.py."""
+
     device_class: str = ""
     plugin_dir: Path = DEFAULT_PLUGIN_DIR
     shared_slots: int = Field(default=0, ge=0, le=1000)
     shared_resource: str = ""
     pre_start_required: bool = False
-    poll_interval_s: float = Field(default=2.0, gt=0)
-    socket_check_interval_s: float = Field(default=0.5, gt=0)
     annotation_resync_s: float = Field(default=60.0, gt=0)
-    fake_devices: Path | None = None
-    sysfs_root: Path = Path("/sys")
-    dev_root: Path = Path("/dev")
-    proc_root: Path = Path("/proc")
-    mounts: list[MountConfig] = Field(default_factory=list)
     kube_api: bool = True
-    kubeconfig: str | None = None
     pod_resources_socket: Path | None = DEFAULT_POD_RESOURCES_SOCKET
 
     def settings(self, resource: str) -> PluginSettings:
-        node = self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
         return PluginSettings(
             resource=resource,
-            node_name=node,
+            node_name=self.node(),
             device_class=self.device_class,
             plugin_dir=self.plugin_dir,
             shared_slots=self.shared_slots,
@@ -75,10 +58,8 @@ class PluginConfig(_Strict):
             pre_start_required=self.pre_start_required,
             socket_check_interval_s=self.socket_check_interval_s,
             annotation_resync_s=self.annotation_resync_s,
-            roots=Roots(dev=self.dev_root, sysfs=self.sysfs_root, proc=self.proc_root),
-            mounts=tuple(
-                MountSpec(m.host_path, m.container_path, m.read_only) for m in self.mounts
-            ),
+            roots=self.roots(),
+            mounts=self.mount_specs(),
             pod_resources_socket=self.pod_resources_socket,
         )
 
@@ -86,13 +67,4 @@ class PluginConfig(_Strict):
 def load_config(path: str | Path | None) -> PluginConfig:
     """The file's configuration (defaults without a file); SpecError with field paths.
     ``fake_devices`` is taken relative to the file."""
-    if path is None:
-        return PluginConfig()
-    data = load_yaml(path)
-    try:
-        config = PluginConfig.model_validate(data or {})
-    except ValidationError as exc:
-        raise SpecError(format_errors(exc), str(path)) from None
-    if config.fake_devices is not None and not config.fake_devices.is_absolute():
-        config.fake_devices = Path(path).parent / config.fake_devices
-    return config
+    return load_node_config(PluginConfig, path)

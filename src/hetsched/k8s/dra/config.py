@@ -23,14 +23,10 @@ kubeconfig: null               # default: in-cluster credentials
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from hetsched.k8s.deviceplugin.allocation import MountSpec, Roots
-from hetsched.k8s.deviceplugin.config import MountConfig
 from hetsched.k8s.dra.driver import (
     DEFAULT_CDI_DIR,
     DEFAULT_DRIVER,
@@ -38,7 +34,7 @@ from hetsched.k8s.dra.driver import (
     DEFAULT_REGISTRY_DIR,
     DriverSettings,
 )
-from hetsched.model.specs import SpecError, _Strict, format_errors, load_yaml
+from hetsched.k8s.nodeconfig import NodeAgentConfig, load_node_config
 
 __all__ = ["DriverConfig", "load_config"]
 
@@ -46,28 +42,20 @@ __all__ = ["DriverConfig", "load_config"]
 _DRIVER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
-class DriverConfig(_Strict):
-    node_name: str | None = None
+class DriverConfig(NodeAgentConfig):
+    """The driver's own fields; the node agents' shared ones are in k8s/nodeconfig.py."""
+
     driver_name: str = Field(default=DEFAULT_DRIVER, max_length=63, pattern=_DRIVER_NAME)
     plugins_dir: Path = DEFAULT_PLUGINS_DIR
     registry_dir: Path = DEFAULT_REGISTRY_DIR
     cdi_dir: Path = DEFAULT_CDI_DIR
     classes: list[str] = Field(default_factory=list)
     shareable: list[str] = Field(default_factory=lambda: ["gpu"])
-    poll_interval_s: float = Field(default=2.0, gt=0)
-    socket_check_interval_s: float = Field(default=0.5, gt=0)
     slice_resync_s: float = Field(default=60.0, gt=0)
-    fake_devices: Path | None = None
-    sysfs_root: Path = Path("/sys")
-    dev_root: Path = Path("/dev")
-    proc_root: Path = Path("/proc")
-    mounts: list[MountConfig] = Field(default_factory=list)
-    kubeconfig: str | None = None
 
     def settings(self) -> DriverSettings:
-        node = self.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
         return DriverSettings(
-            node_name=node,
+            node_name=self.node(),
             driver_name=self.driver_name,
             plugins_dir=self.plugins_dir,
             registry_dir=self.registry_dir,
@@ -76,23 +64,12 @@ class DriverConfig(_Strict):
             shareable=tuple(self.shareable),
             socket_check_interval_s=self.socket_check_interval_s,
             slice_resync_s=self.slice_resync_s,
-            roots=Roots(dev=self.dev_root, sysfs=self.sysfs_root, proc=self.proc_root),
-            mounts=tuple(
-                MountSpec(m.host_path, m.container_path, m.read_only) for m in self.mounts
-            ),
+            roots=self.roots(),
+            mounts=self.mount_specs(),
         )
 
 
 def load_config(path: str | Path | None) -> DriverConfig:
     """The file's configuration (defaults without a file); SpecError with field paths.
     ``fake_devices`` is taken relative to the file."""
-    if path is None:
-        return DriverConfig()
-    data = load_yaml(path)
-    try:
-        config = DriverConfig.model_validate(data or {})
-    except ValidationError as exc:
-        raise SpecError(format_errors(exc), str(path)) from None
-    if config.fake_devices is not None and not config.fake_devices.is_absolute():
-        config.fake_devices = Path(path).parent / config.fake_devices
-    return config
+    return load_node_config(DriverConfig, path)
