@@ -10,7 +10,9 @@ Starts ``hetsched up`` as a subprocess on a temporary home (SQLite) and a free l
 2. Throughput, batch: the same jobs in batches (``POST /v1/jobs/batch``), one client posting
    one batch after another; accepted/s is jobs over the wall time of the batch requests.
 3. Latency: with capacity free, jobs are submitted one at a time; the latency is from the
-   commit of the submission to the start of the task's process (store timestamps).
+   submission's admission to the start of the task's process (store timestamps), split into
+   the way to the loop and the turn (``bench/service_latency.py``, which also has
+   ``--phases`` and ``--compare-src``).
 4. Hostile selectors: the time to refuse a selector of three nested comprehensions over
    30-element lists (27,000 bodies; it took 11.6 s before selectors were bounded), and the
    median of ``GET /v1/jobs`` alone and while 8 clients send such selectors.
@@ -42,7 +44,9 @@ from typing import Any
 import httpx
 import psutil
 
+import service_latency
 from hetsched.service.testing import free_port
+from service_latency import print_latency
 
 CLUSTER = """
 nodes:
@@ -309,44 +313,6 @@ def _get_jobs_ms(client: httpx.Client, samples: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def latency(samples: int, sync: str) -> dict[str, float]:
-    home = Path(tempfile.mkdtemp(prefix="hetsched-bench-")) / "home"
-    proc, url = start_server(home, sync)
-    try:
-        token = (home / "admin.token").read_text().strip()
-        body = {"name": "lat", "command": ["true"], "resources": {"cpu": "100m", "memory": "64Mi"}}
-        values: list[float] = []
-        with httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        ) as client:
-            ids = []
-            for _ in range(samples):
-                ids.append(client.post("/v1/jobs", json=body).json()["id"])
-                time.sleep(0.05)
-            deadline = time.monotonic() + 120
-            for job_id in ids:
-                while True:
-                    job = client.get(f"/v1/jobs/{job_id}").json()
-                    tasks = job.get("tasks", [])
-                    if tasks and tasks[0]["started_at"]:
-                        values.append(tasks[0]["started_at"] - job["submitted_at"])
-                        break
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"job {job_id} did not start")
-                    time.sleep(0.05)
-        values.sort()
-        return {
-            "samples": len(values),
-            "p50_ms": 1000 * statistics.median(values),
-            "p99_ms": 1000 * values[min(len(values) - 1, int(0.99 * len(values)))],
-            "max_ms": 1000 * values[-1],
-        }
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        shutil.rmtree(home.parent, ignore_errors=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5000)
@@ -359,6 +325,11 @@ def main() -> None:
         "--only",
         default="single,batch,latency,hostile",
         help="comma-separated sections: single, batch, latency, hostile",
+    )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="latency: also time each step of a submission (bench/service_latency.py)",
     )
     args = parser.parse_args()
     sections = set(args.only.split(","))
@@ -393,15 +364,10 @@ def main() -> None:
                 f"{r['errors']:.0f} | {r['stored']:.0f} |"
             )
     if "latency" in sections:
-        print()
-        print("| SQLite synchronous | samples | submit-to-start p50 | p99 | max |")
-        print("|---|---|---|---|---|")
         for sync in modes:
-            r = latency(args.samples, sync)
-            print(
-                f"| {sync} | {r['samples']:.0f} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | "
-                f"{r['max_ms']:.1f} ms |"
-            )
+            print()
+            servers = [service_latency.Server("this checkout", sync, None, args.phases)]
+            print_latency(sync, service_latency.latency(args.samples, sync, servers))
     if "hostile" in sections:
         samples = min(args.samples, 50)
         r = hostile(samples)
