@@ -86,6 +86,27 @@ def test_an_idempotency_key_returns_the_first_job(store: Store) -> None:
     assert [j["id"] for j in store.list_jobs(include_terminal=True)] == ["j1"]
 
 
+def test_the_writer_hands_each_new_job_on_once_committed(store: Store) -> None:
+    """``on_commit`` runs before the caller returns, after the row is committed (another
+    connection reads it), once per new job; a replayed key hands nothing on."""
+    handed: list[tuple[str, bool]] = []
+
+    def on_commit(row: dict) -> None:
+        with store.engine.connect() as other:
+            seen = other.execute(text("SELECT id FROM jobs WHERE id = :i"), {"i": row["id"]})
+            handed.append((row["id"], seen.scalar() == row["id"]))
+
+    cases = [("j1", "k1", True), ("j2", "k1", False), ("j3", None, True), ("j4", "k2", True)]
+    for job_id, key, created in cases:
+        before = list(handed)
+        _row, was_created = store.insert_job(
+            job_id, "alice", "default", "n", 0, {"name": "n"}, key, "d1", on_commit=on_commit
+        )
+        assert was_created is created
+        assert handed == ([*before, (job_id, True)] if created else before)
+    assert [job for job, _ in handed] == ["j1", "j3", "j4"]
+
+
 def test_concurrent_retries_of_one_request_create_one_job(store: Store) -> None:
     results: list[str] = []
 

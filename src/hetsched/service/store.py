@@ -12,11 +12,12 @@ SQLite's busy-retry sleeps under concurrent submissions.
 from __future__ import annotations
 
 import hashlib
+import logging
 import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -32,6 +33,8 @@ from hetsched.service.turnstore import TurnRecords
 
 __all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
+log = logging.getLogger(__name__)
+
 #: states a job never leaves
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
 #: states of a task that has ended (it holds nothing)
@@ -43,9 +46,22 @@ class _Submission:
     """One submission waiting for the group commit that will hold it."""
 
     row: dict[str, Any]
+    #: called by the writer with the row once committed, if the row is new
+    on_commit: Callable[[dict[str, Any]], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     result: tuple[dict[str, Any], bool] | None = None
     error: BaseException | None = None
+
+
+def _committed(item: _Submission) -> None:
+    """Hand a committed submission on: to ``on_commit`` if it created a job, then its caller."""
+    try:
+        if item.on_commit is not None and item.result is not None and item.result[1]:
+            item.on_commit(item.result[0])
+    except Exception:
+        log.exception("handing a committed job on failed")
+    finally:
+        item.done.set()
 
 
 class Conflict(Exception):
@@ -251,9 +267,13 @@ class Store(TurnRecords, SpeedRecords):
         request_key: str | None,
         body_digest: str | None,
         submitted_at: float | None = None,
+        on_commit: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Store a submitted job as pending; returns (row, created) once it is committed.
-        ``submitted_at`` is when it was admitted (default: now).
+        ``submitted_at`` is when it was admitted (default: now). ``on_commit`` gets the row
+        of a new job (not a replay) from the writer thread as soon as it is committed, before
+        the caller is woken: the reconcile loop hears of the job one thread hand-over
+        sooner (it must not block: it holds up the group's other callers).
 
         With a ``request_key`` already used by ``owner`` the stored job comes back with
         created False (a retried submit), or Conflict if the body differs.
@@ -286,7 +306,7 @@ class Store(TurnRecords, SpeedRecords):
         }
         if submitted_at is not None:
             row["submitted_at"] = submitted_at
-        item = _Submission(row)
+        item = _Submission(row, on_commit)
         self._ensure_writer()
         self._submissions.put(item)
         item.done.wait()
@@ -395,11 +415,11 @@ class Store(TurnRecords, SpeedRecords):
                         item.result = self._insert_submissions(conn, [item])[0]
                 except Exception as exc:
                     item.error = exc
-                item.done.set()
+                _committed(item)
             return
         for item, result in zip(batch, results, strict=True):
             item.result = result
-            item.done.set()
+            _committed(item)
 
     def _insert_submissions(
         self, conn: Connection, batch: list[_Submission]

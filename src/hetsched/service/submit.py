@@ -137,11 +137,11 @@ def submit_one(
             key,
             body_digest,
             job.submit_time,
+            # the writer hands the job to the loop as it commits, one thread hop sooner
+            on_commit=lambda committed: service.loop.submitted(committed, spec, job),
         )
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
-    if created:
-        service.loop.submitted(row, spec, job)
     return row, created
 
 
