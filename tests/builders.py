@@ -79,3 +79,25 @@ def openb_mini_trace(folder: Path) -> Path:
     pods.append("p100,16000,32768,2,1000,V100")
     (folder / "openb_pod_list_mini.csv").write_text("\n".join(pods) + "\n", "utf-8")
     return folder
+
+
+def openb_grid_args(trace_dir: Path, out: Path, policies: str, *extra: str) -> list[str]:
+    """``hetsched sim openb`` over the ``mini`` trace (:func:`openb_mini_trace`) as a grid:
+    ``policies`` x seeds 1 and 2, one worker, results in ``out``."""
+    return [
+        "sim",
+        "openb",
+        "--trace-dir",
+        str(trace_dir),
+        "--traces",
+        "mini",
+        "--policies",
+        policies,
+        "--seeds",
+        "1-2",
+        "--workers",
+        "1",
+        *extra,
+        "--out",
+        str(out),
+    ]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from builders import openb_mini_trace
+from builders import openb_grid_args, openb_mini_trace
 from hetsched.cli.main import app
 from hetsched.cluster import ClusterState
 from hetsched.cluster.frag import TargetWorkload, cluster_frag
@@ -239,25 +239,7 @@ def test_cli_single_run_json(traces: Path) -> None:
 def test_cli_grid_writes_outputs(tmp_path: Path) -> None:
     mini_trace(tmp_path)
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "sim",
-            "openb",
-            "--trace-dir",
-            str(tmp_path),
-            "--traces",
-            "mini",
-            "--policies",
-            "bestfit,fgd",
-            "--seeds",
-            "1-2",
-            "--workers",
-            "1",
-            "--out",
-            str(out),
-        ],
-    )
+    result = CliRunner().invoke(app, openb_grid_args(tmp_path, out, "bestfit,fgd"))
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in out.iterdir())
     assert names == ["report.md", "results.csv", "unallocated_at_100.png", "unallocated_mini.png"]

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from builders import openb_grid_args
 from builders import openb_mini_trace as mini_trace
 from hetsched.cli.main import app
 from hetsched.model.device import SHARE_UNITS, Device, Node
@@ -330,26 +331,7 @@ def test_cli_single_run_with_bound(tmp_path: Path) -> None:
 def test_cli_grid_with_bound(tmp_path: Path) -> None:
     mini_trace(tmp_path)
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "sim",
-            "openb",
-            "--trace-dir",
-            str(tmp_path),
-            "--traces",
-            "mini",
-            "--policies",
-            "fgd,best",
-            "--seeds",
-            "1-2",
-            "--workers",
-            "1",
-            "--bound",
-            "--out",
-            str(out),
-        ],
-    )
+    result = CliRunner().invoke(app, openb_grid_args(tmp_path, out, "fgd,best", "--bound"))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
         "limits.csv",
