@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +106,22 @@ class Api:
             time.sleep(0.05)
 
 
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[Api]:
-    with running(service_options(tmp_path)) as svc:
+@contextmanager
+def serving(options: Options) -> Iterator[Api]:
+    """The service run with ``options`` and the clients of its admin, alice and bob
+    (``api.svc``: the running service); all stopped on exit."""
+    with running(options) as svc:
         client = Api(svc)
         try:
             yield client
         finally:
             client.close()
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    with serving(service_options(tmp_path)) as client:
+        yield client
 
 
 def job_body(**overrides: object) -> dict[str, object]:

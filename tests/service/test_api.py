@@ -9,9 +9,7 @@ import time
 from pathlib import Path
 
 import psutil
-from service_fixtures import Api, job_body, service_options
-
-from hetsched.service.testing import running
+from service_fixtures import Api, job_body, service_options, serving
 
 
 def test_a_job_runs_to_success_with_logs_history_and_devices(api: Api) -> None:
@@ -239,28 +237,24 @@ def test_queues_show_the_profile_quota_tree_with_usage(tmp_path: Path) -> None:
         "  - {name: org}\n"
         "  - {name: default, parent: org, nominal: {gpu: 1, cpu: 4}}\n"
     )
-    with running(service_options(tmp_path, profile=profile)) as svc:
-        api = Api(svc)
-        try:
-            gpus = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2}]}
-            body = job_body(command=["sleep", "30"], resources=gpus)
-            job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
-            api.wait(api.alice, job_id, {"running"})
-            deadline = time.monotonic() + 10
-            while True:
-                queues = {q["name"]: q for q in api.alice.get("/v1/queues").json()}
-                if queues["default"]["resources"].get("gpu", {}).get("used"):
-                    break
-                assert time.monotonic() < deadline, queues
-                time.sleep(0.1)
-            assert queues["default"]["quota_source"] == "profile"
-            assert queues["default"]["resources"]["gpu"] == {
-                "quota": 1.0,
-                "used": 2.0,
-                "borrowed": 1.0,
-                "free": 0.0,
-            }
-            assert queues["org"]["resources"]["cpu"]["used"] == 1000.0
-            api.alice.post(f"/v1/jobs/{job_id}/cancel")
-        finally:
-            api.close()
+    with serving(service_options(tmp_path, profile=profile)) as api:
+        gpus = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2}]}
+        body = job_body(command=["sleep", "30"], resources=gpus)
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        api.wait(api.alice, job_id, {"running"})
+        deadline = time.monotonic() + 10
+        while True:
+            queues = {q["name"]: q for q in api.alice.get("/v1/queues").json()}
+            if queues["default"]["resources"].get("gpu", {}).get("used"):
+                break
+            assert time.monotonic() < deadline, queues
+            time.sleep(0.1)
+        assert queues["default"]["quota_source"] == "profile"
+        assert queues["default"]["resources"]["gpu"] == {
+            "quota": 1.0,
+            "used": 2.0,
+            "borrowed": 1.0,
+            "free": 0.0,
+        }
+        assert queues["org"]["resources"]["cpu"]["used"] == 1000.0
+        api.alice.post(f"/v1/jobs/{job_id}/cancel")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_fixtures import Api, job_body, service_options
+from service_fixtures import Api, job_body, service_options, serving
 
 from hetsched.service.testing import running
 
@@ -134,12 +134,8 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
 
 @pytest.fixture(scope="module")
 def module_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    with running(service_options(tmp_path_factory.mktemp("authz"))) as svc:
-        api = Api(svc)
-        try:
-            yield api
-        finally:
-            api.close()
+    with serving(service_options(tmp_path_factory.mktemp("authz"))) as api:
+        yield api
 
 
 def _clients(api: Api) -> dict[str, httpx.Client]:
@@ -203,26 +199,18 @@ def test_public_docs_serves_the_api_description_without_a_token(tmp_path: Path) 
 
 
 def test_failed_authentication_is_rate_limited(tmp_path: Path) -> None:
-    with running(service_options(tmp_path, auth_failure_rate=0.5)) as svc:
-        api = Api(svc)
-        try:
-            bad = api.client("hs_wrong")
-            statuses = [bad.get("/v1/jobs").status_code for _ in range(10)]
-            assert statuses[0] == 401
-            assert 429 in statuses
-            # a valid token is not affected by someone else's failures
-            assert api.alice.get("/v1/jobs").status_code == 200
-        finally:
-            api.close()
+    with serving(service_options(tmp_path, auth_failure_rate=0.5)) as api:
+        bad = api.client("hs_wrong")
+        statuses = [bad.get("/v1/jobs").status_code for _ in range(10)]
+        assert statuses[0] == 401
+        assert 429 in statuses
+        # a valid token is not affected by someone else's failures
+        assert api.alice.get("/v1/jobs").status_code == 200
 
 
 def test_per_token_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
-    with running(service_options(tmp_path, rate_limit=1.0)) as svc:
-        api = Api(svc)
-        try:
-            answers = [api.alice.get("/v1/nodes") for _ in range(10)]
-            limited = [a for a in answers if a.status_code == 429]
-            assert limited and int(limited[0].headers["retry-after"]) >= 1
-            assert api.bob.get("/v1/nodes").status_code == 200
-        finally:
-            api.close()
+    with serving(service_options(tmp_path, rate_limit=1.0)) as api:
+        answers = [api.alice.get("/v1/nodes") for _ in range(10)]
+        limited = [a for a in answers if a.status_code == 429]
+        assert limited and int(limited[0].headers["retry-after"]) >= 1
+        assert api.bob.get("/v1/nodes").status_code == 200

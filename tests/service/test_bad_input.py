@@ -10,9 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from service_fixtures import Api, service_options
-
-from hetsched.service.testing import running
+from service_fixtures import Api, service_options, serving
 
 
 def _body(**changes: Any) -> dict[str, Any]:
@@ -121,12 +119,8 @@ CASES: list[tuple[str, Any, int, str]] = [
 
 @pytest.fixture(scope="module")
 def module_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    with running(service_options(tmp_path_factory.mktemp("bad"), rate_limit=0)) as svc:
-        api = Api(svc)
-        try:
-            yield api
-        finally:
-            api.close()
+    with serving(service_options(tmp_path_factory.mktemp("bad"), rate_limit=0)) as api:
+        yield api
 
 
 def _count(api: Api) -> int:

@@ -10,20 +10,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from service_fixtures import Api, job_body, service_options
+from service_fixtures import Api, job_body, service_options, serving
 
 from hetsched.service.schemas import MAX_BATCH_JOBS
-from hetsched.service.testing import running
 
 
 @pytest.fixture(scope="module")
 def module_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    with running(service_options(tmp_path_factory.mktemp("batch"), rate_limit=0)) as svc:
-        api = Api(svc)
-        try:
-            yield api
-        finally:
-            api.close()
+    with serving(service_options(tmp_path_factory.mktemp("batch"), rate_limit=0)) as api:
+        yield api
 
 
 def _count(api: Api) -> int:

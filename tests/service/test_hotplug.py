@@ -10,10 +10,9 @@ from typing import Any
 
 import psutil
 import pytest
-from service_fixtures import Api, job_body, service_options
+from service_fixtures import Api, job_body, service_options, serving
 
 from agent.sysfs import SysfsTree
-from hetsched.service.testing import running
 
 ADDRESS = "0000:1b:00.0"
 #: the bound the issue sets; the watcher polls every 0.1 s and stops tasks with a 1 s grace
@@ -77,47 +76,43 @@ def test_a_gpu_that_disappears_under_a_running_task(
         sysfs_root=tmp_path / "sys",
         watch_interval_s=0.1,
     )
-    with running(options) as svc:
-        api = Api(svc)
-        try:
-            job_id = api.alice.post("/v1/jobs", json=_h100_job(policy)).json()["id"]
-            job = _until(api, job_id, lambda j: _running_on_gpu(j, 1))
-            (task,) = job["tasks"]
-            assert task["devices"] == [{"id": "local/gpu0", "share": 1000}]
+    with serving(options) as api:
+        job_id = api.alice.post("/v1/jobs", json=_h100_job(policy)).json()["id"]
+        job = _until(api, job_id, lambda j: _running_on_gpu(j, 1))
+        (task,) = job["tasks"]
+        assert task["devices"] == [{"id": "local/gpu0", "share": 1000}]
 
-            unplugged = time.monotonic()
-            sysfs.unplug(ADDRESS)
-            job = _until(
-                api,
-                job_id,
-                lambda j: (
-                    j["state"] == after
-                    and all(t["state"] == "stopped" for t in j["tasks"])
-                    and not psutil.pid_exists(task["pid"])
-                ),
-                timeout=10,
-            )
-            assert time.monotonic() - unplugged < BOUND_S
-            history = api.alice.get(f"/v1/jobs/{job_id}/why").json()["history"]
-            causes = [h["cause"] for h in history]
-            assert "device local/gpu0 removed" in causes[-1]
-            _healthy(api, "local/gpu0", False, "removed")
+        unplugged = time.monotonic()
+        sysfs.unplug(ADDRESS)
+        job = _until(
+            api,
+            job_id,
+            lambda j: (
+                j["state"] == after
+                and all(t["state"] == "stopped" for t in j["tasks"])
+                and not psutil.pid_exists(task["pid"])
+            ),
+            timeout=10,
+        )
+        assert time.monotonic() - unplugged < BOUND_S
+        history = api.alice.get(f"/v1/jobs/{job_id}/why").json()["history"]
+        causes = [h["cause"] for h in history]
+        assert "device local/gpu0 removed" in causes[-1]
+        _healthy(api, "local/gpu0", False, "removed")
 
-            # no new work on it: another H100 job waits, and says why
-            other = api.alice.post("/v1/jobs", json=_h100_job("requeue")).json()["id"]
-            time.sleep(0.5)
-            waiting = api.alice.get(f"/v1/jobs/{other}").json()
-            assert waiting["state"] == "pending" and waiting["tasks"] == []
-            assert job_id and api.admin.get(f"/v1/jobs/{job_id}").json()["state"] == after
+        # no new work on it: another H100 job waits, and says why
+        other = api.alice.post("/v1/jobs", json=_h100_job("requeue")).json()["id"]
+        time.sleep(0.5)
+        waiting = api.alice.get(f"/v1/jobs/{other}").json()
+        assert waiting["state"] == "pending" and waiting["tasks"] == []
+        assert job_id and api.admin.get(f"/v1/jobs/{job_id}").json()["state"] == after
 
-            # it comes back: capacity grows and the oldest waiting H100 job runs on it
-            _plug(sysfs)
-            first = job_id if policy == "requeue" else other
-            resumed = _until(api, first, lambda j: _running_on_gpu(j, 2 if first == job_id else 1))
-            assert resumed["tasks"][-1]["devices"] == [{"id": "local/gpu0", "share": 1000}]
-            _healthy(api, "local/gpu0", True, "")
-        finally:
-            api.close()
+        # it comes back: capacity grows and the oldest waiting H100 job runs on it
+        _plug(sysfs)
+        first = job_id if policy == "requeue" else other
+        resumed = _until(api, first, lambda j: _running_on_gpu(j, 2 if first == job_id else 1))
+        assert resumed["tasks"][-1]["devices"] == [{"id": "local/gpu0", "share": 1000}]
+        _healthy(api, "local/gpu0", True, "")
 
 
 def test_a_gpu_plugged_in_after_start_up_makes_its_jobs_admissible(tmp_path: Path) -> None:
@@ -130,22 +125,18 @@ def test_a_gpu_plugged_in_after_start_up_makes_its_jobs_admissible(tmp_path: Pat
         sysfs_root=tmp_path / "sys",
         watch_interval_s=0.1,
     )
-    with running(options) as svc:
-        api = Api(svc)
-        try:
-            refused = api.alice.post("/v1/jobs", json=_h100_job("requeue"))
-            assert refused.status_code == 422
-            assert "no node could ever hold a task" in refused.text
-            _plug(sysfs)
-            deadline = time.monotonic() + 10
-            while True:
-                answer = api.alice.post("/v1/jobs", json=_h100_job("requeue"))
-                if answer.status_code == 201:
-                    break
-                assert answer.status_code == 422, answer.text
-                assert time.monotonic() < deadline, answer.text
-                time.sleep(0.05)
-            job = _until(api, answer.json()["id"], lambda j: _running_on_gpu(j, 1))
-            assert job["tasks"][0]["devices"] == [{"id": "local/gpu0", "share": 1000}]
-        finally:
-            api.close()
+    with serving(options) as api:
+        refused = api.alice.post("/v1/jobs", json=_h100_job("requeue"))
+        assert refused.status_code == 422
+        assert "no node could ever hold a task" in refused.text
+        _plug(sysfs)
+        deadline = time.monotonic() + 10
+        while True:
+            answer = api.alice.post("/v1/jobs", json=_h100_job("requeue"))
+            if answer.status_code == 201:
+                break
+            assert answer.status_code == 422, answer.text
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(0.05)
+        job = _until(api, answer.json()["id"], lambda j: _running_on_gpu(j, 1))
+        assert job["tasks"][0]["devices"] == [{"id": "local/gpu0", "share": 1000}]

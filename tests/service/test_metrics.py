@@ -10,7 +10,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
-from service_fixtures import Api, job_body, service_options
+from service_fixtures import Api, job_body, service_options, serving
 
 from hetsched.agent.guard import Guard, Watched
 from hetsched.cluster.state import ClusterState
@@ -164,32 +164,28 @@ def test_preemptions_are_counted(tmp_path: Path) -> None:
         "name: p\nqueue_sort: {name: priority}\n"
         "post_filter: [{name: preemption, args: {grace_s: 1, priority: true}}]\n"
     )
-    with running(service_options(tmp_path, profile=profile)) as svc:
-        api = Api(svc)
-        try:
-            low = api.alice.post(
-                "/v1/jobs",
-                json=job_body(
-                    name="low",
-                    priority=0,
-                    command=["sleep", "60"],
-                    resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "fpga"}]},
-                ),
-            ).json()
-            api.wait(api.alice, low["id"], {"running"})
-            high = api.bob.post(
-                "/v1/jobs",
-                json=job_body(
-                    name="high",
-                    priority=10,
-                    resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "fpga"}]},
-                ),
-            ).json()
-            api.wait(api.bob, high["id"], {"running", "succeeded"})
-            samples = scrape(api.admin)
-            assert value(samples, "hetsched_preemptions_total", queue="default") == 1
-        finally:
-            api.close()
+    with serving(service_options(tmp_path, profile=profile)) as api:
+        low = api.alice.post(
+            "/v1/jobs",
+            json=job_body(
+                name="low",
+                priority=0,
+                command=["sleep", "60"],
+                resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "fpga"}]},
+            ),
+        ).json()
+        api.wait(api.alice, low["id"], {"running"})
+        high = api.bob.post(
+            "/v1/jobs",
+            json=job_body(
+                name="high",
+                priority=10,
+                resources={"cpu": "1", "memory": "1Gi", "devices": [{"class": "fpga"}]},
+            ),
+        ).json()
+        api.wait(api.bob, high["id"], {"running", "succeeded"})
+        samples = scrape(api.admin)
+        assert value(samples, "hetsched_preemptions_total", queue="default") == 1
 
 
 def test_the_overcommit_guards_measures_and_alerts_are_exported(tmp_path: Path) -> None:
@@ -197,13 +193,9 @@ def test_the_overcommit_guards_measures_and_alerts_are_exported(tmp_path: Path) 
     # racing it
     profile = tmp_path / "profile.yaml"
     profile.write_text("name: hand-guard\nguard: {enabled: false}\n")
-    with running(service_options(tmp_path, profile=profile)) as svc:
-        api = Api(svc)
-        try:
-            assert svc.built.service.loop.guard is None
-            _guard_exports(api)
-        finally:
-            api.close()
+    with serving(service_options(tmp_path, profile=profile)) as api:
+        assert api.svc.built.service.loop.guard is None
+        _guard_exports(api)
 
 
 def _guard_exports(api: Api) -> None:
@@ -375,22 +367,18 @@ def test_history_keeps_one_sample_per_interval_and_the_newest() -> None:
 
 
 def test_stranded_accelerators_are_exported(tmp_path: Path) -> None:
-    with running(service_options(tmp_path)) as svc:
-        api = Api(svc)
-        try:
-            samples = scrape(api.admin)
-            assert value(samples, "hetsched_stranded_accelerators") == 0
-            # a CPU-only job that only gpu-node can host (16 cores) leaves it 4 cores for
-            # its three free GPUs, which need 16/3 each: all three are stranded; the FPGA
-            # node is untouched
-            job = api.alice.post(
-                "/v1/jobs",
-                json=job_body(command=["sleep", "30"], resources={"cpu": "12", "memory": "1Gi"}),
-            ).json()
-            api.wait(api.alice, job["id"], {"running"})
-            samples = scrape(api.admin)
-            assert value(samples, "hetsched_stranded_accelerators") == 3
-            assert value(samples, "hetsched_stranded_accelerators_ratio") == pytest.approx(3 / 4)
-            api.alice.post(f"/v1/jobs/{job['id']}/cancel")
-        finally:
-            api.close()
+    with serving(service_options(tmp_path)) as api:
+        samples = scrape(api.admin)
+        assert value(samples, "hetsched_stranded_accelerators") == 0
+        # a CPU-only job that only gpu-node can host (16 cores) leaves it 4 cores for
+        # its three free GPUs, which need 16/3 each: all three are stranded; the FPGA
+        # node is untouched
+        job = api.alice.post(
+            "/v1/jobs",
+            json=job_body(command=["sleep", "30"], resources={"cpu": "12", "memory": "1Gi"}),
+        ).json()
+        api.wait(api.alice, job["id"], {"running"})
+        samples = scrape(api.admin)
+        assert value(samples, "hetsched_stranded_accelerators") == 3
+        assert value(samples, "hetsched_stranded_accelerators_ratio") == pytest.approx(3 / 4)
+        api.alice.post(f"/v1/jobs/{job['id']}/cancel")

@@ -6,27 +6,20 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from service_fixtures import Api, job_body, service_options
+from service_fixtures import Api, job_body, service_options, serving
 from typer.testing import CliRunner
 
 from hetsched.cli.main import app
-from hetsched.service.testing import running
 
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     """One service for the module; each test lists the jobs of users of its own."""
-    home: Path = tmp_path_factory.mktemp("paging")
-    with running(service_options(home, rate_limit=0)) as svc:
-        client = Api(svc)
-        try:
-            yield client
-        finally:
-            client.close()
+    with serving(service_options(tmp_path_factory.mktemp("paging"), rate_limit=0)) as api:
+        yield api
 
 
 def _user(api: Api) -> tuple[httpx.Client, str]:

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_fixtures import Api, job_body, service_options
+from service_fixtures import Api, job_body, service_options, serving
 
 from hetsched.service.server import Options
-from hetsched.service.testing import running
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
@@ -68,12 +67,8 @@ def demo(tmp_path: Path) -> Iterator[Api]:
         fake_devices=devices,
         kill_grace_s=1.0,
     )
-    with running(options) as svc:
-        api = Api(svc)
-        try:
-            yield api
-        finally:
-            api.close()
+    with serving(options) as api:
+        yield api
 
 
 @pytest.fixture
@@ -211,43 +206,39 @@ def test_a_wedged_loop_is_the_first_banner(tmp_path: Path, browser: Any, artifac
     options = service_options(tmp_path)
     gpu = {"cpu": "1", "memory": "256Mi", "devices": [{"class": "gpu", "model": "A100"}]}
     mi250 = {"cpu": "1", "memory": "256Mi", "devices": [{"class": "gpu", "model": "MI250"}]}
-    with running(options) as svc:
-        api = Api(svc)
-        try:
-            held = api.alice.post(
-                "/v1/jobs", json=job_body(command=["sleep", "60"], resources=gpu)
-            ).json()
-            api.wait(api.alice, held["id"], {"running"})
-            db = sqlite3.connect(options.home / "hetsched.db")
-            with db:
-                db.execute("DELETE FROM allocations")
-                db.execute(
-                    "CREATE TRIGGER refuse BEFORE INSERT ON allocations "
-                    "BEGIN SELECT RAISE(ABORT, 'injected'); END"
-                )
-            db.close()
-            api.alice.post("/v1/jobs", json=job_body(name="trigger", resources=mi250))
-            deadline = time.monotonic() + 60
-            while not api.admin.get("/v1/alerts").json()["wedged"]:
-                assert time.monotonic() < deadline, "the loop did not wedge"
-                time.sleep(0.1)
-            wedged = api.admin.get("/v1/alerts").json()["wedged"]
-            assert "disagree" in wedged
+    with serving(options) as api:
+        held = api.alice.post(
+            "/v1/jobs", json=job_body(command=["sleep", "60"], resources=gpu)
+        ).json()
+        api.wait(api.alice, held["id"], {"running"})
+        db = sqlite3.connect(options.home / "hetsched.db")
+        with db:
+            db.execute("DELETE FROM allocations")
+            db.execute(
+                "CREATE TRIGGER refuse BEFORE INSERT ON allocations "
+                "BEGIN SELECT RAISE(ABORT, 'injected'); END"
+            )
+        db.close()
+        api.alice.post("/v1/jobs", json=job_body(name="trigger", resources=mi250))
+        deadline = time.monotonic() + 60
+        while not api.admin.get("/v1/alerts").json()["wedged"]:
+            assert time.monotonic() < deadline, "the loop did not wedge"
+            time.sleep(0.1)
+        wedged = api.admin.get("/v1/alerts").json()["wedged"]
+        assert "disagree" in wedged
 
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            expect = sync_api.expect
-            expect.set_options(timeout=30_000)
-            page.goto(f"{api.svc.url}/ui?refresh=0.5")
-            page.fill("#token", api.svc.admin_token)
-            page.click("#connect")
-            first = page.locator("#alerts .alert").first
-            expect(first).to_have_class(re.compile(r"\bwedge\b"))
-            expect(first).to_have_attribute("role", "alert")
-            expect(first).to_contain_text("Scheduling is stopped:")
-            expect(first).to_contain_text("disagree on what is allocated")
-            # said once: the retries' "wedged" alerts do not repeat it below
-            expect(page.locator("#alerts")).not_to_contain_text("Loop wedged")
-            page.screenshot(path=str(artifacts / "7-wedged.png"), full_page=True)
-            api.alice.post(f"/v1/jobs/{held['id']}/cancel")
-        finally:
-            api.close()
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        expect = sync_api.expect
+        expect.set_options(timeout=30_000)
+        page.goto(f"{api.svc.url}/ui?refresh=0.5")
+        page.fill("#token", api.svc.admin_token)
+        page.click("#connect")
+        first = page.locator("#alerts .alert").first
+        expect(first).to_have_class(re.compile(r"\bwedge\b"))
+        expect(first).to_have_attribute("role", "alert")
+        expect(first).to_contain_text("Scheduling is stopped:")
+        expect(first).to_contain_text("disagree on what is allocated")
+        # said once: the retries' "wedged" alerts do not repeat it below
+        expect(page.locator("#alerts")).not_to_contain_text("Loop wedged")
+        page.screenshot(path=str(artifacts / "7-wedged.png"), full_page=True)
+        api.alice.post(f"/v1/jobs/{held['id']}/cancel")
