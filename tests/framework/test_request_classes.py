@@ -74,7 +74,9 @@ steps = st.lists(
 
 def assert_fresh(framework: Framework, ctx: CycleContext) -> None:
     """The class's cached totals are, bit for bit, a fresh pass's (and -inf elsewhere)."""
-    entry = framework._classes[ctx.state][(ctx.request, ctx.job.best_effort)]
+    classes = framework._classes.get(ctx.state)
+    assert classes is not None
+    entry = classes[(ctx.request, ctx.job.best_effort)]
     rows = np.flatnonzero(framework.feasible(ctx))
     expected = np.full(len(ctx.state), -np.inf)
     if rows.size:

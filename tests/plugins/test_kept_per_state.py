@@ -5,6 +5,8 @@ allocations, releases, health changes and forks."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from builders import cpu_node, gpu_node
 from hetsched.cluster import ClusterState, DeviceShare, Placement, ranked
 from hetsched.cluster.assign import choose_slots
+from hetsched.cluster.perstate import PerState
 from hetsched.cluster.ranked import choice_fits_free, ranked_free
 from hetsched.framework import CycleContext
 from hetsched.model.device import SHARE_UNITS, Device, Health, Node
@@ -202,7 +205,7 @@ def test_ranked_free_shares_decide_as_counting_every_slot(
                 apply(state, step, keys, index)
                 if index % every:
                     continue
-                healthy = np.where(state.dev_healthy, state.dev_free, -1)
+                healthy = np.where(state.dev_healthy, state.dev_free, 0)
                 expected = -np.sort(-healthy, axis=1)
                 assert ranked_free(state).tolist() == expected.tolist()
                 rows = np.arange(len(state))[::-1][index % 3 :]
@@ -212,3 +215,20 @@ def test_ranked_free_shares_decide_as_counting_every_slot(
                     assert choice_fits_free(state, choice, rows).tolist() == fresh[rows].tolist()
 
     check()
+
+
+def test_per_state_values_belong_to_one_state_and_die_with_it() -> None:
+    kept: PerState[str] = PerState()
+    state = cluster()
+    fork = state.fork()
+    assert kept.get(state) is None
+    kept.set(state, "original")
+    assert kept.get(state) == "original" and kept.get(fork) is None
+    kept.set(fork, "fork")
+    assert (kept.get(state), kept.get(fork), kept.get(state)) == ("original", "fork", "original")
+    kept.pop(state)
+    assert kept.get(state) is None and kept.get(fork) == "fork"
+    witness = weakref.ref(fork)
+    del fork
+    gc.collect()
+    assert witness() is None and len(kept._map) == 0

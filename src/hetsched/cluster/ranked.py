@@ -15,20 +15,21 @@ health change (``version``) ranks every node again.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
+from hetsched.cluster.perstate import PerState
 from hetsched.cluster.state import BoolArray, ClusterState, IntArray, SlotArray
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import DeviceChoice
 
 __all__ = ["choice_fits_free", "ranked_free"]
 
-#: the rank of an absent or unhealthy slot (below any share a request can need)
-_ABSENT = -1
-#: past this many changed rows, ranks are refreshed by numpy, not row by row
+#: the rank of an absent or unhealthy slot (below any share a request can need: a choice
+#: needs at least 1)
+_ABSENT = 0
+#: past this many changes, ranks are refreshed by numpy, not row by row
 _BY_ROW = 4
 
 
@@ -37,11 +38,13 @@ class _Ranks:
     tick: int
     version: int
     ranked: SlotArray
+    #: rows with an unhealthy device (the others rank their free shares as they are)
+    sick: frozenset[int]
     #: (class, selector) -> :func:`_cover`, for this version
     covers: dict[tuple[str, str | None], tuple[BoolArray, IntArray]]
 
 
-_RANKS: weakref.WeakKeyDictionary[ClusterState, _Ranks] = weakref.WeakKeyDictionary()
+_RANKS: PerState[_Ranks] = PerState()
 
 
 def _forked(original: ClusterState, fork: ClusterState) -> None:
@@ -50,8 +53,7 @@ def _forked(original: ClusterState, fork: ClusterState) -> None:
     kept = _RANKS.get(original)
     if kept is not None and kept.version == original.version:
         ranked = kept.ranked.copy(order="F")
-        ranked.flags.writeable = False
-        _RANKS[fork] = _Ranks(kept.tick, kept.version, ranked, dict(kept.covers))
+        _RANKS.set(fork, _Ranks(kept.tick, kept.version, ranked, kept.sick, dict(kept.covers)))
 
 
 ClusterState.on_fork(_forked)
@@ -63,36 +65,40 @@ def _rank(state: ClusterState, rows: IntArray | slice) -> SlotArray:
 
 
 def ranked_free(state: ClusterState) -> SlotArray:
-    """``[node, k]``: the (k+1)-th largest free share among the node's healthy devices, -1
-    past its healthy devices; column-major, so a column is contiguous. Read-only."""
-    return _kept(state).ranked
+    """``[node, k]``: the (k+1)-th largest free share among the node's healthy devices, 0
+    past its healthy devices; column-major, so a column is contiguous. A read-only view."""
+    view = _kept(state).ranked.view()
+    view.flags.writeable = False
+    return view
 
 
 def _kept(state: ClusterState) -> _Ranks:
     kept = _RANKS.get(state)
     if kept is None or kept.version != state.version or kept.ranked.shape != state.dev_free.shape:
         ranked = np.asfortranarray(_rank(state, slice(None)), np.int32)
-        ranked.flags.writeable = False
-        kept = _RANKS[state] = _Ranks(state.tick, state.version, ranked, {})
+        sick = np.flatnonzero(((state.dev_kind >= 0) & ~state.dev_healthy).any(axis=1))
+        kept = _Ranks(state.tick, state.version, ranked, frozenset(sick.tolist()), {})
+        _RANKS.set(state, kept)
     elif kept.tick != state.tick:
-        changed = state.changed_since(kept.tick)
-        ranked = kept.ranked
-        ranked.flags.writeable = True
-        if changed.size > _BY_ROW:
-            ranked[changed] = _rank(state, changed)
+        rows = state.recent_changes(kept.tick, _BY_ROW)
+        if rows is None:
+            changed = state.changed_since(kept.tick)
+            kept.ranked[changed] = _rank(state, changed)
         else:
-            for row in changed.tolist():
-                shares = [
-                    free if healthy else _ABSENT
-                    for free, healthy in zip(
-                        state.dev_free[row].tolist(), state.dev_healthy[row].tolist(), strict=True
-                    )
-                ]
-                shares.sort(reverse=True)
-                ranked[row] = shares
-        ranked.flags.writeable = False
+            for row in set(rows):
+                _rerank(state, kept, row)
         kept.tick = state.tick
     return kept
+
+
+def _rerank(state: ClusterState, kept: _Ranks, row: int) -> None:
+    """One row ranked again on plain lists (a handful of slots: numpy calls cost more)."""
+    shares: list[int] = state.dev_free[row].tolist()
+    if row in kept.sick:
+        healthy = state.dev_healthy[row].tolist()
+        shares = [free if ok else _ABSENT for free, ok in zip(shares, healthy, strict=True)]
+    shares.sort(reverse=True)
+    kept.ranked[row] = shares
 
 
 def _cover(

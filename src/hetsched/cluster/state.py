@@ -487,6 +487,14 @@ class ClusterState:
             return np.frombuffer(self._touch_log[start:], dtype=np.int64)
         return (self.row_tick > tick).nonzero()[0]
 
+    def recent_changes(self, tick: int, limit: int) -> list[int] | None:
+        """The rows of the changes since ``tick``, in order (a row may repeat), when they
+        are at most ``limit`` and in the log; else None (ask :meth:`changed_since`)."""
+        start = tick - self._touch_base
+        if start < 0 or self.tick - tick > limit:
+            return None
+        return self._touch_log[start:].tolist()
+
     def growth_mark(self) -> int:
         """A position in the growth log, for ``grown_since``."""
         return self._grown_base + len(self._grown)
@@ -578,8 +586,10 @@ class ClusterState:
 
 
 _FORK_HOOKS: list[Callable[[ClusterState, ClusterState], None]] = []
-#: how many changes back ``changed_since`` reads the log rather than every row's tick
-_TOUCH_LOG = 64
+#: how many changes back ``changed_since`` reads the log rather than every row's tick (a
+#: request class comes back a few hundred placements later; the log then answers with a
+#: short copy, where the row ticks take a comparison and a nonzero over every row)
+_TOUCH_LOG = 256
 
 
 def _slack(capacity: IntArray, factor: float) -> IntArray:

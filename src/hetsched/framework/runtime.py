@@ -19,7 +19,6 @@ a queue sort that raises gives a :class:`SortFailure` key, ordered after every o
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -29,8 +28,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from hetsched.cluster.assign import assign_devices
+from hetsched.cluster.perstate import PerState
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import QueuedJob, SchedulerHandle
 from hetsched.framework.interfaces import (
@@ -166,9 +165,7 @@ class Framework:
         self.classes_cached = not any(self._normalizes) and all(
             getattr(p, "row_local", False) for p in placers
         )
-        self._classes: weakref.WeakKeyDictionary[
-            ClusterState, OrderedDict[tuple[Hashable, bool], _Class]
-        ] = weakref.WeakKeyDictionary()
+        self._classes: PerState[OrderedDict[tuple[Hashable, bool], _Class]] = PerState()
 
     # -- queue ---------------------------------------------------------------------------
 
@@ -292,7 +289,8 @@ class Framework:
         state = ctx.state
         classes = self._classes.get(state)
         if classes is None:
-            classes = self._classes[state] = OrderedDict()
+            classes = OrderedDict()
+            self._classes.set(state, classes)
         key = (ctx.request, ctx.job.best_effort)
         entry = classes.get(key)
         if entry is None or entry.version != state.version or entry.total.size != len(state):

@@ -13,12 +13,12 @@ since it was last read, so a score costs a few operations on the scored rows.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.cluster.perstate import PerState
 from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
@@ -63,7 +63,7 @@ class _WeightedFree:
     values: FloatArray
 
 
-#: past this many changed rows, the weighted free capacity is updated by numpy, not by row
+#: past this many changes, the weighted free capacity is updated by numpy, not row by row
 _BY_ROW = 8
 
 
@@ -81,9 +81,7 @@ class BestFit:
         assert isinstance(args, BestFitArgs)
         self._weights = args.weights.vector()
         self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate
-        self._free: weakref.WeakKeyDictionary[ClusterState, _WeightedFree] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._free: PerState[_WeightedFree] = PerState()
 
     def _coefficients(self, ctx: CycleContext) -> tuple[float, float, float, float]:
         """Per-dimension weights over the largest node's capacity, and the task's weighted
@@ -108,12 +106,13 @@ class BestFit:
             values: FloatArray = (
                 state.cpu_free * cpu + state.mem_free * mem + state.dev_free_total * dev
             )
-            self._free[state] = _WeightedFree(state.tick, state.version, values)
+            self._free.set(state, _WeightedFree(state.tick, state.version, values))
             return values
         if kept.tick != state.tick:
-            changed = state.changed_since(kept.tick)
             values = kept.values
-            if changed.size > _BY_ROW:
+            rows = state.recent_changes(kept.tick, _BY_ROW)
+            if rows is None:
+                changed = state.changed_since(kept.tick)
                 values[changed] = (
                     state.cpu_free[changed] * cpu
                     + state.mem_free[changed] * mem
@@ -121,7 +120,7 @@ class BestFit:
                 )
             else:
                 cpu_free, mem_free, dev_free = state.cpu_free, state.mem_free, state.dev_free_total
-                for row in changed.tolist():
+                for row in set(rows):
                     values[row] = (
                         cpu_free.item(row) * cpu + mem_free.item(row) * mem
                     ) + dev_free.item(row) * dev

@@ -11,12 +11,12 @@ also counts the nodes' oversubscription slack (the profile's ``overcommit``).
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel
 
+from hetsched.cluster.perstate import PerState
 from hetsched.cluster.ranked import choice_fits_free
 from hetsched.cluster.state import ClusterState, SlotArray
 from hetsched.framework.cycle import CycleContext
@@ -60,9 +60,7 @@ class _Fits:
 
 
 #: per cluster state, per device choice: where it fits now (see free_choice_fits)
-_FREE_FITS: weakref.WeakKeyDictionary[ClusterState, dict[DeviceChoice, _Fits]] = (
-    weakref.WeakKeyDictionary()
-)
+_FREE_FITS: PerState[dict[DeviceChoice, _Fits]] = PerState()
 #: past this fraction of rows changed, a choice's mask is recomputed whole
 _REFRESH_WHOLE = 0.1
 
@@ -73,7 +71,8 @@ def free_choice_fits(state: ClusterState, choice: DeviceChoice) -> BoolArray:
     distinct device choices, and each placement changes one or two rows). Read-only."""
     per_state = _FREE_FITS.get(state)
     if per_state is None:
-        per_state = _FREE_FITS[state] = {}
+        per_state = {}
+        _FREE_FITS.set(state, per_state)
     entry = per_state.get(choice)
     if entry is None or entry.version != state.version or entry.mask.size != len(state):
         entry = per_state[choice] = _Fits(state.tick, state.version, np.zeros(0, np.bool_))

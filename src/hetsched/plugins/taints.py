@@ -40,6 +40,16 @@ def untolerated_mask(state: ClusterState, tolerations: tuple[Toleration, ...]) -
     return state.memo(("taints", tolerations), compute)
 
 
+def _any_untolerated(state: ClusterState, tolerations: tuple[Toleration, ...]) -> bool:
+    """Whether some node has a hard taint that ``tolerations`` do not cover (most clusters:
+    no taints at all); cached per cluster version."""
+    known: dict[tuple[Toleration, ...], bool] = state.memo("taints.any", dict)
+    found = known.get(tolerations)
+    if found is None:
+        found = known[tolerations] = bool(untolerated_mask(state, tolerations).any())
+    return found
+
+
 @register("taints")
 class Taints:
     """The task tolerates every hard taint of the node."""
@@ -53,13 +63,13 @@ class Taints:
         pass
 
     def filter(self, ctx: CycleContext, candidates: BoolArray) -> BoolArray:
+        if not _any_untolerated(ctx.state, ctx.request.tolerations):
+            return candidates
         return candidates & ~untolerated_mask(ctx.state, ctx.request.tolerations)
 
     def filter_rows(self, ctx: CycleContext, rows: IntArray) -> BoolArray | None:
         state, tolerations = ctx.state, ctx.request.tolerations
-        if not state.memo(
-            ("taints.any", tolerations), lambda: bool(untolerated_mask(state, tolerations).any())
-        ):
+        if not _any_untolerated(state, tolerations):
             return None
         return ~untolerated_mask(state, tolerations)[rows]
 
