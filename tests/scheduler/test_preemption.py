@@ -114,14 +114,9 @@ jobs_strategy = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(specs=jobs_strategy, grace=st.sampled_from([0.0, 1.0, 3.0]), nodes=st.integers(1, 2))
-def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_start(
-    specs: list[tuple[int, int, int, int, bool]], grace: float, nodes: int
-) -> None:
-    min_runtime = 2.0
-    core = _core(nodes=nodes, grace_s=grace, min_runtime_s=min_runtime)
-    jobs = [
+def _jobs(specs: list[tuple[int, int, int, int, bool]]) -> list[Job]:
+    """The jobs of drawn (priority, gpus, duration, submit time, preemptible) tuples."""
+    return [
         job(
             f"j{i}",
             gpus=g,
@@ -132,6 +127,16 @@ def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_
         )
         for i, (p, g, d, t, pre) in enumerate(specs)
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(specs=jobs_strategy, grace=st.sampled_from([0.0, 1.0, 3.0]), nodes=st.integers(1, 2))
+def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_start(
+    specs: list[tuple[int, int, int, int, bool]], grace: float, nodes: int
+) -> None:
+    min_runtime = 2.0
+    core = _core(nodes=nodes, grace_s=grace, min_runtime_s=min_runtime)
+    jobs = _jobs(specs)
     h = Harness(core)
     h.submit(jobs)
     h.run(until=2000.0)
@@ -169,17 +174,7 @@ def test_every_pending_job_has_an_explanation(
     specs: list[tuple[int, int, int, int, bool]],
 ) -> None:
     core = _core(nodes=1, grace_s=1.0)
-    jobs = [
-        job(
-            f"j{i}",
-            gpus=g,
-            priority=p,
-            estimated_runtime_s=float(d),
-            submit_time=float(t),
-            preemptible=pre,
-        )
-        for i, (p, g, d, t, pre) in enumerate(specs)
-    ]
+    jobs = _jobs(specs)
 
     def check(now: float) -> None:
         for record in core.jobs.values():

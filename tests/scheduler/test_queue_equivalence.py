@@ -19,16 +19,17 @@ import os
 from typing import Any
 
 import pytest
+from generated_workloads import disturb, disturbances, drawn_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import gpu_node, job
+from builders import gpu_node
 from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
-from hetsched.model.device import Health, Node
+from hetsched.model.device import Node
 from hetsched.model.lifecycle import TERMINAL
-from hetsched.scheduler import DeviceHealthChanged, JobCancelled, Pending, Scheduler
+from hetsched.scheduler import Pending, Scheduler
 
 EXAMPLES = int(os.environ.get("HETSCHED_EQUIVALENCE_EXAMPLES", "30"))
 
@@ -116,15 +117,6 @@ jobs = st.lists(
     min_size=1,
     max_size=18,
 )
-#: (time, what, which): cancel a job, or take a device away / give it back
-disturbances = st.lists(
-    st.tuples(
-        st.integers(1, 80),
-        st.sampled_from(["cancel", "fail", "heal"]),
-        st.integers(0, 50),
-    ),
-    max_size=5,
-)
 
 
 def replay(
@@ -138,37 +130,10 @@ def replay(
     core.keep_ended = keep_ended
     if reference:
         core.use_reference_cycle()
-    specs = []
-    for i, w in enumerate(workload):
-        gpus, share = w["gpus"], w["share"]
-        if gpus != 1:
-            share = 1000
-        selector = f'device.attributes["model"] == "{w["model"]}"' if w["model"] else None
-        specs.append(
-            job(
-                f"j{i:02d}",
-                gpus=gpus,
-                share=share,
-                selector=selector if gpus else None,
-                replicas=w["replicas"],
-                gang=w["gang"],
-                user=w["user"],
-                queue=w["queue"],
-                priority=w["priority"],
-                preemptible=w["preemptible"],
-                estimated_runtime_s=float(w["duration"]),
-                submit_time=float(w["submit"]),
-            )
-        )
+    specs = [drawn_job(i, w) for i, w in enumerate(workload)]
     h = Harness(core, check_explanations=False)
     h.submit(specs)
-    devices = [d.id for n in core.state.nodes for d in n.devices]
-    for time, what, which in events:
-        if what == "cancel":
-            h.at(float(time), JobCancelled(specs[which % len(specs)].id))
-        else:
-            health = Health.UNHEALTHY if what == "fail" else Health.HEALTHY
-            h.at(float(time), DeviceHealthChanged(devices[which % len(devices)], health))
+    disturb(h, core, specs, events)
     h.run(until=2000.0)
     if not keep_ended:
         # the book holds only jobs that live or still hold something

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from generated_workloads import disturb, disturbances, drawn_job
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,9 +22,9 @@ from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.framework.profile import parse_profile
-from hetsched.model.device import SHARE_UNITS, Health
+from hetsched.model.device import SHARE_UNITS
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import DeviceHealthChanged, JobCancelled, JobSubmitted, Scheduler
+from hetsched.scheduler import JobCancelled, JobSubmitted, Scheduler
 from hetsched.scheduler.tally import Shape
 
 PREEMPTION = {"name": "preemption", "args": {"grace_s": 2, "min_runtime_s": 3}}
@@ -64,10 +65,6 @@ workloads = st.lists(
     ),
     min_size=1,
     max_size=16,
-)
-disturbances = st.lists(
-    st.tuples(st.integers(1, 80), st.sampled_from(["cancel", "fail", "heal"]), st.integers(0, 50)),
-    max_size=5,
 )
 
 
@@ -111,24 +108,7 @@ def check_tally(core: Scheduler, now: float) -> None:
 def replay(profile: dict[str, Any], workload: list[dict[str, Any]], events: list[Any]) -> int:
     nodes = [gpu_node("a0", gpus=4, cpu=16_000), gpu_node("v0", gpus=2, model="V100")]
     core = Scheduler(ClusterState(nodes), parse_profile(profile))
-    specs = []
-    for i, w in enumerate(workload):
-        gpus = w["gpus"]
-        selector = f'device.attributes["model"] == "{w["model"]}"' if w["model"] else None
-        specs.append(
-            job(
-                f"j{i:02d}",
-                gpus=gpus,
-                share=w["share"] if gpus == 1 else 1000,
-                selector=selector if gpus else None,
-                replicas=w["replicas"],
-                queue=w["queue"],
-                priority=w["priority"],
-                preemptible=w["preemptible"],
-                estimated_runtime_s=float(w["duration"]),
-                submit_time=float(w["submit"]),
-            )
-        )
+    specs = [drawn_job(i, w) for i, w in enumerate(workload)]
     calls = [0]
 
     def after(now: float) -> None:
@@ -137,13 +117,7 @@ def replay(profile: dict[str, Any], workload: list[dict[str, Any]], events: list
 
     h = Harness(core, check_explanations=False, after=after)
     h.submit(specs)
-    devices = [d.id for n in core.state.nodes for d in n.devices]
-    for time, what, which in events:
-        if what == "cancel":
-            h.at(float(time), JobCancelled(specs[which % len(specs)].id))
-        else:
-            health = Health.UNHEALTHY if what == "fail" else Health.HEALTHY
-            h.at(float(time), DeviceHealthChanged(devices[which % len(devices)], health))
+    disturb(h, core, specs, events)
     h.run(until=2000.0)
     check_tally(core, 2000.0)
     return calls[0]
