@@ -55,7 +55,7 @@ PHASES = (
     "restart",
 )
 TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
-LIVE_TASK = {"starting", "running", "stopping"}
+LIVE_TASK = {"starting", "running", "stopping", "reserved"}
 ADDRESS = "0000:1b:00.0"
 
 CLUSTER = """

@@ -213,6 +213,51 @@ class JobBook:
             self.state.best_effort_jobs.add(job.id)
         return record
 
+    def restore_moving(
+        self,
+        job: Job,
+        run: int,
+        stopping: Mapping[int, Placement],
+        moving: Mapping[int, Placement],
+        started: float,
+        moved_at: float,
+        now: float,
+        restarts: int = 0,
+        checkpoint: SavedCheckpoint | None = None,
+        migrations: int = 1,
+    ) -> JobRecord:
+        """Take back a job that was moving when the driver restarted (a Migrate's notice in
+        progress): it runs, the tasks of its run ``run`` (started at ``started``) are still
+        stopping and hold ``stopping``, and its destination ``moving`` is held for run
+        ``run + 1``, which starts there once each stopping task's TaskStopped has come, as
+        if no restart happened. Allocates all or nothing (AllocationError, nothing changed,
+        when one does not fit); emits no action."""
+        self._allocate_all(job, stopping, run)
+        taken: list[TaskKey] = []
+        try:
+            for task, placement in sorted(moving.items()):
+                self.allocate(TaskKey(job.id, task, run + 1), placement, job)
+                taken.append(TaskKey(job.id, task, run + 1))
+        except AllocationError:
+            for key in [*reversed(taken), *(TaskKey(job.id, t, run) for t in stopping)]:
+                self.unallocate(key)
+            raise
+        record = JobRecord(job, self._seq, queued_since=job.submit_time, run=run)
+        self._seq += 1
+        self.jobs[job.id] = record
+        record.move(JobState.PENDING, job.submit_time, "submitted")
+        record.restarts, record.started, record.checkpoint = restarts, started, checkpoint
+        record.stopping = {TaskKey(job.id, t, run): p for t, p in stopping.items()}
+        record.moving = dict(moving)
+        record.migrations, record.moved_at = migrations, moved_at
+        record.move(JobState.RUNNING, now, f"run {run}: restored after a restart, moving")
+        self._live[job.id] = record
+        self.tally.entered(record)
+        if job.best_effort:
+            self.state.best_effort_jobs.add(job.id)
+        self.deadlines.run_started(record, self._max_runtime(job))
+        return record
+
     # -- queries -------------------------------------------------------------------------
 
     def record(self, job_id: str) -> JobRecord:

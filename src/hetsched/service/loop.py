@@ -211,6 +211,7 @@ class ControlLoop:
             self.launcher.know(job, spec)
         for key, placement in found.adopted:
             self.planner.adopt(key, placement, found.runs.get(key.job))
+        self.planner.reserve(found.moving)
         gone = self._resume_notices(found)
         waiting = {e.job.id for e in found.events if isinstance(e, JobSubmitted)}
         self.faults.keep_only(waiting)
@@ -221,8 +222,9 @@ class ControlLoop:
         """Tasks adopted in their notice go on with it: the task gets its notice again (the
         notice file, the signal) with what is left of it, so SIGTERM follows at the deadline
         it was first given (at once when that has passed); the grace after SIGTERM is the
-        service's kill grace. Their report files, and those of the running tasks adopted,
-        are watched again."""
+        service's kill grace (one whose process ended meanwhile has its exit reported
+        already). Their report files, and those of the running tasks adopted, are watched
+        again."""
         now = time.time()
         grace = self.executor.kill_grace_s
         stops = []
@@ -230,7 +232,8 @@ class ControlLoop:
             key, placement = noticed.key, noticed.placement
             stop = Stop(key, placement, max(0.0, noticed.deadline - now), grace, noticed.reason)
             self.planner.adopt(key, placement, found.runs.get(key.job), stop, noticed.stopped_at)
-            stops.append(stop)
+            if noticed.alive:
+                stops.append(stop)
         if self.launcher.checkpoints is not None:
             jobs = {key.job for key, _ in found.adopted} | {n.key.job for n in found.stopping}
             for job_id in sorted(jobs):

@@ -61,6 +61,13 @@ class TurnPlan:
     checkpoints: list[TaskCheckpointed] = field(default_factory=list)
     #: (job, run, seconds) for each run stopped to be run again that ended this turn
     lost: list[tuple[str, int, float]] = field(default_factory=list)
+    #: where moving jobs go: their next run's tasks, held for them from the Migrate on
+    #: (``reserved`` rows in the store, so that a restart finds the move), the starts that
+    #: take up such a reservation, and the reservations given up (the job ended or was
+    #: requeued before it arrived)
+    reserved: list[tuple[TaskKey, Placement]] = field(default_factory=list)
+    arrived: set[TaskKey] = field(default_factory=set)
+    unreserved: list[TaskKey] = field(default_factory=list)
 
 
 def exit_of(exit_: TaskExit) -> Exit:
@@ -76,6 +83,14 @@ class TurnPlanner(Observer):
         self.core = core
         self.interpreter = Interpreter(_Recorder(self), self, kill_grace_s, lost_work=True)
         self._plan = TurnPlan(0.0)
+        #: moving job -> the next run's tasks held for it, until they start or are given up
+        self._moving: dict[str, frozenset[TaskKey]] = {}
+
+    def reserve(self, keys: Sequence[TaskKey]) -> None:
+        """Tasks of the next run of a job that is moving, held for it already (recovery
+        took the move back with ``Scheduler.restore_moving``)."""
+        for key in keys:
+            self._moving[key.job] = self._moving.get(key.job, frozenset()) | {key}
 
     def adopt(
         self,
@@ -140,6 +155,9 @@ class TurnPlanner(Observer):
         self._plan.transitions.append(change)
         if change.target is not JobState.PENDING:
             self._plan.explanations[change.job_id] = None
+        if change.target is not JobState.RUNNING and change.job_id in self._moving:
+            # it ends or waits again before it arrived: where it was moving is free
+            self._plan.unreserved += sorted(self._moving.pop(change.job_id))
 
     def pending(self, action: Pending) -> None:
         self._plan.explanations[action.job_id] = action
@@ -149,6 +167,9 @@ class TurnPlanner(Observer):
 
     def migrating(self, action: Migrate) -> None:
         self._plan.migrated.append(action.job_id)
+        held = [(TaskKey(action.job_id, t, action.run + 1), p) for t, p in action.placements]
+        self._plan.reserved += held
+        self._moving[action.job_id] = frozenset(key for key, _ in held)
 
     def lost_work(self, job_id: str, run: int, lost_s: float) -> None:
         self._plan.lost.append((job_id, run, lost_s))
@@ -157,6 +178,10 @@ class TurnPlanner(Observer):
 
     def started(self, tasks: Sequence[Start]) -> None:
         self._plan.starts.extend(tasks)
+        held = self._moving.get(tasks[0].key.job) if self._moving and tasks else None
+        if held is not None and any(t.key in held for t in tasks):
+            del self._moving[tasks[0].key.job]
+            self._plan.arrived.update(t.key for t in tasks if t.key in held)
 
     def stopped(self, tasks: Sequence[Stop]) -> None:
         self._plan.stops.extend(tasks)

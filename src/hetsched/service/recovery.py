@@ -11,7 +11,12 @@ The store is the truth; the core is a cache. On start (and after a failed loop t
    job that waits in the queue, in the run it was stopped in. Its process is adopted, its
    job taken back with the task still stopping (``Scheduler.restore_stopping``: it holds
    its devices until it ends), and its notice goes on to the deadline it was given (the
-   job's requeue time, from its history, plus its ``notice_s``): :attr:`Recovered.stopping`;
+   job's requeue time, from its history, plus its ``notice_s``): :attr:`Recovered.stopping`.
+   So is a job that was moving (a running job with ``reserved`` tasks of its next run,
+   where it moves): its stopping tasks are adopted, its destination held again
+   (``Scheduler.restore_moving``), its notice goes on to the Migrate's time (the reserved
+   rows' bind) plus ``notice_s``, and its next run starts there once they have stopped
+   (:attr:`Recovered.moving`); a reservation of a job that no longer moves is dropped;
 2. tasks of running jobs are checked against the executor: a process with the recorded
    pid *and* start time is adopted, and so is one found by its task key when no pid was
    recorded (a crash between the two commits of a turn, or an executor that learns pids
@@ -80,8 +85,11 @@ class Recovered:
     adopted: list[tuple[TaskKey, Placement]] = field(default_factory=list)
     #: executor keys of the processes adopted
     processes: list[str] = field(default_factory=list)
-    #: tasks adopted in their notice (their jobs wait in the core with them stopping)
+    #: tasks adopted in their notice (their jobs wait in the core with them stopping, or
+    #: run moving)
     stopping: list[Noticed] = field(default_factory=list)
+    #: the next run's tasks of jobs moving, held for them where they move
+    moving: list[TaskKey] = field(default_factory=list)
     #: job id -> when its current run started and the time of its last checkpoint in that
     #: run (None: none), for the lost work of the runs adopted
     runs: dict[str, tuple[float, float | None]] = field(default_factory=dict)
@@ -98,6 +106,9 @@ class Noticed:
     deadline: float
     stopped_at: float
     reason: str
+    #: False: its process ended while the service was down (its exit is in
+    #: :attr:`Recovered.exits`): nothing to signal
+    alive: bool = True
 
 
 @dataclass(slots=True)
@@ -125,9 +136,16 @@ def recover(
     live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
     leaders = executor.find_leaders()
     resubmit: list[tuple[Job, int, int, Any]] = []
+    unfinished = store.unfinished_tasks()
+    moving = _moves(live_rows, unfinished)
     with store.write() as conn:
-        for t in store.unfinished_tasks():
-            why = _must_end(t, runs.get(t["job_id"]), t["job_id"] in noticed)
+        for t in unfinished:
+            if t["state"] == "reserved":
+                if t["job_id"] not in moving:
+                    store.drop_reserved(conn, t, now)
+                continue
+            kept = t["job_id"] in noticed or t["job_id"] in moving
+            why = _must_end(t, runs.get(t["job_id"]), kept)
             if why is None:
                 live_tasks[t["job_id"]].append(t)
             else:
@@ -138,6 +156,15 @@ def recover(
             item.run = int(row["run"])
             found.jobs.append((item.job, spec))
             rows = live_tasks.get(item.job.id, [])
+            if item.job.id in moving:
+                reserved = moving[item.job.id]
+                if not _keep_moving(
+                    store, conn, core, executor, leaders, item, rows, reserved, found, now
+                ):
+                    resubmit.append(
+                        (item.job, item.run, int(row["restarts"]), row.get("checkpoint"))
+                    )
+                continue
             if item.job.id in noticed:
                 at = queued.get(item.job.id, now)
                 if _keep_noticed(store, conn, core, executor, item, rows, found, at, now):
@@ -241,6 +268,106 @@ def _keep_noticed(
     checkpointed = saved.time if saved is not None and saved.run == run else None
     found.runs[job.id] = (started, checkpointed)
     return True
+
+
+def _moves(
+    live_rows: list[dict[str, Any]], unfinished: list[dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Jobs that were moving (a Migrate's notice in progress): running jobs with
+    ``reserved`` tasks of their next run (where they move), with those rows."""
+    runs = {row["id"]: int(row["run"]) for row in live_rows if row["state"] == "running"}
+    reserved: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in unfinished:
+        if t["state"] == "reserved" and runs.get(t["job_id"], -2) + 1 == int(t["run"]):
+            reserved[t["job_id"]].append(t)
+    return dict(reserved)
+
+
+def _keep_moving(
+    store: Store,
+    conn: Connection,
+    core: Scheduler,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
+    item: _Job,
+    rows: list[dict[str, Any]],
+    reserved: list[dict[str, Any]],
+    found: Recovered,
+    now: float,
+) -> bool:
+    """Take back a job that was moving (``rows``: the unfinished tasks of its run, being
+    stopped; ``reserved``: its next run's, where it moves) as it was: its destination held,
+    its tasks stopping, their notice going on to the deadline it was given (the Migrate's
+    time, when the reserved rows were bound, plus ``notice_s``). A task that ended meanwhile
+    is reported stopped in the first turn, so the job arrives once the last has stopped.
+    False when the move cannot be kept (its tasks are ended, its destination given up, and
+    the job is submitted again)."""
+    job, run, row = item.job, item.run, item.row
+    saved = checkpoint_of(row.get("checkpoint"))
+    stopping = {int(t["task"]): Placement.from_dict(t["placement"]) for t in rows}
+    moving = {int(t["task"]): Placement.from_dict(t["placement"]) for t in reserved}
+    moved_at = min(float(t["bound_at"]) for t in reserved)
+    started = min((float(t["bound_at"]) for t in rows), default=moved_at)
+    try:
+        core.restore_moving(
+            job,
+            run,
+            stopping,
+            moving,
+            started,
+            moved_at,
+            now,
+            int(row["restarts"]),
+            saved,
+            max(1, int(row.get("migrations") or 0)),
+        )
+    except AllocationError as exc:
+        log.warning("job %s: cannot keep its move: %s", job.id, exc)
+        for t in rows:
+            _finish_task(
+                store, conn, executor, leaders, t, "stopped", now, f"not restorable: {exc}"
+            )
+        for t in reserved:
+            store.drop_reserved(conn, t, now)
+        return False
+    # a checkpoint reported inside the notice ended it already: SIGTERM now
+    ended = saved is not None and saved.run == run and saved.time >= moved_at
+    deadline = moved_at if ended else moved_at + job.notice_s
+    for t in rows:
+        task = int(t["task"])
+        handle = _adopt_stopping(executor, leaders, job.id, t)
+        if handle is None:
+            code = executor.recorded_exit(job.id, task, run)
+            found.exits.append(TaskExit(job.id, task, run, code, True, "ended during a restart"))
+        else:
+            found.processes.append(handle)
+        key, placement = TaskKey(job.id, task, run), stopping[task]
+        reason = "moving; its notice goes on after a restart"
+        found.stopping.append(
+            Noticed(key, placement, deadline, moved_at, reason, handle is not None)
+        )
+    found.moving += [TaskKey(job.id, task, run + 1) for task in sorted(moving)]
+    checkpointed = saved.time if saved is not None and saved.run == run else None
+    found.runs[job.id] = (started, checkpointed)
+    return True
+
+
+def _adopt_stopping(
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
+    job_id: str,
+    t: dict[str, Any],
+) -> str | None:
+    """Adopt a stopping task's process, by its recorded pid or else by its key; the
+    executor's key, or None when none runs."""
+    task, run = int(t["task"]), int(t["run"])
+    pid, started = t["pid"], t["pid_started"]
+    if not pid:
+        pid, started = leaders.get(task_key(job_id, task, run), (None, None))
+    if not pid:
+        return None
+    handle = executor.adopt(job_id, task, run, int(pid), float(started or 0.0), None)
+    return None if handle is None else handle.key
 
 
 def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> str | None:

@@ -108,7 +108,9 @@ transitions = Table(
 )
 
 #: task states: starting (bound, process not yet recorded), running, stopping (asked to stop),
-#: exited (ended on its own), stopped (ended on our request), lost (gone without a trace)
+#: exited (ended on its own), stopped (ended on our request), lost (gone without a trace);
+#: reserved: where a moving job's next run goes (its allocations held from the Migrate on;
+#: ``starting`` when the run before has stopped, deleted if the move is given up)
 tasks = Table(
     "tasks",
     metadata,

@@ -13,10 +13,11 @@ from collections.abc import Sequence, Set
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, Update, and_, bindparam, or_, select, update
+from sqlalchemy import Connection, Update, and_, bindparam, delete, or_, select, update
 
 from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Alert
+from hetsched.cluster.placement import Placement
 from hetsched.drivers import Start
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import SavedCheckpoint
@@ -45,7 +46,11 @@ class TurnRecords:
                 _record_exit(conn, exit_, now)
             if plan.stops:
                 conn.execute(_STOPPING, [_key_params(stop.key) for stop in plan.stops])
-            _record_starts(conn, plan.starts, now)
+            if plan.reserved:
+                _record_reserved(conn, plan.reserved, now)
+            _record_starts(conn, plan.starts, now, plan.arrived)
+            if plan.unreserved:
+                _drop_reserved(conn, plan.unreserved, now)
             if plan.preempted:
                 conn.execute(_PREEMPTED, [{"b_id": job_id} for job_id in plan.preempted])
             _record_checkpoints(conn, plan)
@@ -124,6 +129,10 @@ class TurnRecords:
         )
         release_allocations(conn, row["job_id"], row["task"], row["run"], now)
 
+    def drop_reserved(self, conn: Connection, row: dict[str, Any], now: float) -> None:
+        """A move recovery gives up: its reserved task goes, what it held is released."""
+        _drop_reserved(conn, [TaskKey(row["job_id"], int(row["task"]), int(row["run"]))], now)
+
     def release_unheld(
         self, conn: Connection, held: Set[TaskKey], now: float
     ) -> list[dict[str, Any]]:
@@ -185,32 +194,69 @@ def _record_exit(conn: Connection, exit_: TaskExit, now: float) -> None:
         conn.execute(_update_statement(("exit_code",)), code)
 
 
-def _record_starts(conn: Connection, starts: Sequence[Start], now: float) -> None:
-    """The new tasks, ``starting``, and the allocations their placements take."""
+def _record_reserved(
+    conn: Connection, reserved: Sequence[tuple[TaskKey, Placement]], now: float
+) -> None:
+    """Where moving jobs go: their next run's tasks, ``reserved`` (no process yet), bound
+    at the Migrate's time, and the allocations they hold from then on."""
+    why = "where its job moves: starts once the run before has stopped"
+    rows, held = _task_rows(reserved, "reserved", now, why)
+    conn.execute(tasks.insert(), rows)
+    if held:
+        conn.execute(allocations.insert(), held)
+
+
+def _drop_reserved(conn: Connection, keys: Sequence[TaskKey], now: float) -> None:
+    """Moves given up: their reserved tasks never ran, so they go (a later run may take
+    the same key); what they held is released, and stays in the allocation history."""
+    params = [_key_params(key) for key in keys]
+    conn.execute(_UNRESERVED, params)
+    conn.execute(_RELEASED, [{**p, "v_at": now} for p in params])
+
+
+def _record_starts(
+    conn: Connection, starts: Sequence[Start], now: float, arrived: Set[TaskKey] = frozenset()
+) -> None:
+    """The new tasks, ``starting``, and the allocations their placements take; a task
+    that ``arrived`` where its job moved takes up its reserved row, which holds its
+    allocations already."""
     if not starts:
         return
+    if arrived:
+        taken = [_key_params(s.key) | {"v_at": now} for s in starts if s.key in arrived]
+        conn.execute(_ARRIVED, taken)
+        starts = [s for s in starts if s.key not in arrived]
+    rows, held = _task_rows([(s.key, s.placement) for s in starts], "starting", now)
+    if rows:
+        conn.execute(tasks.insert(), rows)
+    if held:
+        conn.execute(allocations.insert(), held)
+
+
+def _task_rows(
+    placed: Sequence[tuple[TaskKey, Placement]], state: str, now: float, reason: str = ""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Task rows in ``state``, bound ``now``, and the allocation rows their placements
+    take."""
     rows: list[dict[str, Any]] = []
     held: list[dict[str, Any]] = []
-    for start in starts:
-        key, placement = start.key, start.placement
+    for key, placement in placed:
         ids = {"job_id": key.job, "task": key.task, "run": key.run}
         rows.append(
             {
                 **ids,
                 "node": placement.node,
                 "placement": placement.to_dict(),
-                "state": "starting",
+                "state": state,
                 "bound_at": now,
-                "reason": "",
+                "reason": reason,
             }
         )
         held += [
             {**ids, "device_id": d.device_id, "share": d.share, "allocated_at": now, "live": True}
             for d in placement.devices
         ]
-    conn.execute(tasks.insert(), rows)
-    if held:
-        conn.execute(allocations.insert(), held)
+    return rows, held
 
 
 def _record_checkpoints(conn: Connection, plan: TurnPlan) -> None:
@@ -359,6 +405,12 @@ _RELEASED = (
     .where(_task_is(allocations), allocations.c.live.is_(True))
     .values(live=None, released_at=bindparam("v_at"))
 )
+_ARRIVED = (
+    update(tasks)
+    .where(_task_is(tasks), tasks.c.state == "reserved")
+    .values(state="starting", bound_at=bindparam("v_at"), reason="")
+)
+_UNRESERVED = delete(tasks).where(_task_is(tasks), tasks.c.state == "reserved")
 _PREEMPTED = (
     update(jobs).where(jobs.c.id == bindparam("b_id")).values(preemptions=jobs.c.preemptions + 1)
 )
