@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import cpu_node, gpu_node, job
 from hetsched.cluster.state import ClusterState
@@ -183,3 +185,62 @@ def test_defaults() -> None:
     assert spec == RoundsSpec()
     assert (spec.policy, spec.round_s, spec.arrivals, spec.min_runtime) == ("las", 360, "wait", 180)
     assert parse_profile({}).rounds is None
+
+
+@pytest.mark.parametrize(
+    ("gpus", "replicas", "nodes"),
+    [
+        # one task of 4: the A100s add up to 4 but no node holds 4; the V100 node does
+        (4, 1, {"v"}),
+        # two tasks of 2: each A100 node holds one, so the faster model is fine
+        (2, 2, {"a1", "a2"}),
+        # four tasks of 1: anywhere on the A100s
+        (1, 4, {"a1", "a2"}),
+        # two tasks of 3: no A100 node holds 3, the V100 node holds one only: no model can
+        # hold the job at once; the ordinary cycle places what fits (nothing here)
+        (3, 2, set()),
+    ],
+)
+def test_a_round_gives_a_multi_device_job_only_a_model_whose_nodes_can_hold_it(
+    gpus: int, replicas: int, nodes: set[str]
+) -> None:
+    cluster = [gpu_node("a1", 2, "A100"), gpu_node("a2", 2, "A100"), gpu_node("v", 4, "V100")]
+    profile = parse_profile({"rounds": {"policy": "las", "round_s": 360}})
+    core = Scheduler(ClusterState(cluster), profile)
+    speed = JobSpeed({"A100": 2.0, "V100": 1.0}, work=1e6)
+    big = job("big", gpus=gpus, replicas=replicas, speed=speed, checkpoint=CONTINUOUS)
+    actions = core.handle([JobSubmitted(big)], 0.0)
+    placed = {p.node for bind in _of(actions, Bind) for _, p in bind.placements}
+    # started at once, in the first round, not a round later
+    assert placed == nodes
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(
+        st.tuples(st.sampled_from(["A100", "V100"]), st.integers(1, 4)), min_size=1, max_size=4
+    ),
+    gpus=st.integers(1, 4),
+    replicas=st.integers(1, 3),
+)
+def test_a_round_job_starts_in_the_first_round_when_some_model_can_hold_it(
+    sizes: list[tuple[str, int]], gpus: int, replicas: int
+) -> None:
+    cluster = [gpu_node(f"n{i}", count, model) for i, (model, count) in enumerate(sizes)]
+    core = Scheduler(
+        ClusterState(cluster), parse_profile({"rounds": {"policy": "las", "round_s": 360}})
+    )
+    speed = JobSpeed({"A100": 2.0, "V100": 1.0}, work=1e6)
+    big = job("big", gpus=gpus, replicas=replicas, speed=speed, checkpoint=CONTINUOUS)
+    actions = core.handle([JobSubmitted(big)], 0.0)
+    held = {
+        model: sum(count // gpus for m, count in sizes if m == model) >= replicas
+        for model in ("A100", "V100")
+    }
+    model_of = {f"n{i}": model for i, (model, _) in enumerate(sizes)}
+    models = {model_of[p.node] for bind in _of(actions, Bind) for _, p in bind.placements}
+    if any(held.values()):
+        # all its tasks at once, on one model that can hold them, in the first round
+        assert sum(len(b.placements) for b in _of(actions, Bind)) == replicas
+        (model,) = models
+        assert held[model]

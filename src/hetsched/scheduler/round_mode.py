@@ -5,8 +5,11 @@ Every ``round_s`` (a *boundary*; the core asks for a wakeup there through
 
 1. takes the *round jobs*: active jobs whose one device request asks for whole devices of
    ``device_class`` and that can run on some device model of the cluster (a positive rate,
-   a model their selector admits). Other jobs (CPU-only, fractional devices) are placed
-   by the ordinary cycle at any time;
+   a model their selector admits, whose nodes can hold every task of the job at once: a
+   task's devices are on one node, so a model is offered to a multi-device or gang job
+   only if enough of its nodes hold a task's count each). Other jobs (CPU-only,
+   fractional devices, or too large for any single model's nodes) are placed by the
+   ordinary cycle at any time;
 2. charges each round job with the time it ran on its model since the last boundary
    (``rounds.record_round``), builds the problem from its books (``RoundInput``: per job
    its rate on each model from its speed model, its devices, its queue's weight, its
@@ -107,7 +110,7 @@ class RoundBook:
         if known is not None and known[0] == state.version:
             return known[1]
         answer = bool(_choices(job, self.spec.device_class)) and any(
-            _admits(job, self.spec.device_class, model, state) for model in _models(state, self)
+            _hosts(job, self.spec.device_class, model, state) for model in _models(state, self)
         )
         self._member[job.id] = (state.version, answer)
         return answer
@@ -150,26 +153,51 @@ def _models(state: ClusterState, book: RoundBook) -> list[str]:
     return [m for m in state.models(cls) if state.device_count(cls, m) > 0]
 
 
-def _choices(job: Job, device_class: str) -> list[str | None]:
-    """The selectors of the whole-device alternatives of the job's one device request of
-    the class (empty: it does not run in rounds)."""
+def _choices(job: Job, device_class: str) -> list[tuple[str | None, int]]:
+    """The selectors and per-task counts of the whole-device alternatives of the job's one
+    device request of the class (empty: it does not run in rounds)."""
     requests = job.resources.devices
     if len(requests) != 1:
         return []
     return [
-        c.selector
+        (c.selector, c.count)
         for c in requests[0].choices
         if c.device_class == device_class and c.share == SHARE_UNITS and c.count >= 1
     ]
 
 
-def _admits(job: Job, device_class: str, model: str, state: ClusterState) -> bool:
-    """Some alternative of the job's request admits some device kind of ``model``."""
-    kinds = [k for k in state.kinds if k.device_class == device_class and k.model == model]
-    for selector in _choices(job, device_class):
-        if selector is None or any(matches(selector, k.attributes) for k in kinds):
+def _hosts(job: Job, device_class: str, model: str, state: ClusterState) -> bool:
+    """Could the cluster's devices of ``model`` hold all the job's tasks at once, each task
+    on one node (an alternative of its request admits them), were nothing else running?
+    A model whose devices add up to the job's size but are spread over nodes none of which
+    holds a task's count does not: a round that chose it would leave the job waiting."""
+    for selector, count in _choices(job, device_class):
+        if _tasks_held(state, device_class, model, selector, count) >= job.replicas:
             return True
     return False
+
+
+def _tasks_held(
+    state: ClusterState, device_class: str, model: str, selector: str | None, count: int
+) -> int:
+    """How many tasks of ``count`` whole devices of ``model`` (that ``selector`` admits)
+    the healthy devices of active nodes hold, each task on one node (cached until the
+    topology or health changes)."""
+
+    def compute() -> int:
+        per_kind = np.array(
+            [
+                k.device_class == device_class
+                and k.model == model
+                and (selector is None or matches(selector, k.attributes))
+                for k in state.kinds
+            ]
+            + [False]
+        )
+        per_node = (per_kind[state.dev_kind] & state.dev_healthy).sum(axis=1)
+        return int((np.where(state.active, per_node, 0) // count).sum())
+
+    return state.memo(("round_tasks", device_class, model, selector, count), compute)
 
 
 def _model_rows(state: ClusterState, device_class: str, model: str) -> np.ndarray:
@@ -287,7 +315,7 @@ class _Rows:
         for i, record in enumerate(records):
             speeds = _speeds(sched, record.job)
             for j, model in enumerate(book.models):
-                if _admits(record.job, spec.device_class, model, state):
+                if _hosts(record.job, spec.device_class, model, state):
                     out.rates[i, j] = speeds.on(model)
             out.scale[i] = job_devices(record.job)
             held = list(record.placements.values()) or list(record.moving.values())
