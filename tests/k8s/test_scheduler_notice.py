@@ -380,3 +380,56 @@ def test_a_moved_job_gets_its_notice_and_its_recreated_pod_binds_where_it_moved(
         assert sched.owner["default/low-2"] == (victim, 0)
     finally:
         sched.stop()
+
+
+def test_a_checkpointable_bare_pod_is_never_moved_and_the_waiting_pod_is_told_why(
+    server: ApiServer, api: KubeClusterAPI
+) -> None:
+    """As above, but low-1 is a bare pod: once deleted nothing would recreate it, so moving
+    it would end its job. It is not a candidate: it keeps running, gets no notice, and the
+    two-GPU pod's FailedScheduling event says why defragmentation moved nothing."""
+    profile = parse_profile(
+        {
+            "queue_sort": "priority",
+            "migration": {"min_runtime_s": 0, "defrag": {"enabled": True, "min_interval_s": 0}},
+        }
+    )
+    api.core.create_node(node_json("a", devices=gpus("a", 2)))
+    clock = Clock()
+    sched = PodScheduler(api, profile, watch_timeout_s=2, clock=clock)
+    sched.sync()
+    sched.start_watches()
+    try:
+        bare = pod_json("low-1", devices={"gpu": 1}, annotations={CHECKPOINT: DECLARED})
+        api.core.create_namespaced_pod("default", bare)
+        wait(sched, lambda: bound(server, "low-1"))
+        victim = sched.owner["default/low-1"][0]
+        api.core.create_node(node_json("b", devices=gpus("b", 2), labels={"pool": "b"}))
+        pinned = pod_json("pinned", devices={"gpu": 1})
+        pinned["spec"]["nodeSelector"] = {"pool": "b"}
+        api.core.create_namespaced_pod("default", pinned)
+        wait(sched, lambda: bound(server, "pinned"))
+        clock.now += 1
+        api.core.create_namespaced_pod("default", pod_json("wide", devices={"gpu": 2}))
+        wait(
+            sched,
+            lambda: any(
+                "no controller recreates" in e["message"]
+                for e in events(server, "wide", "FailedScheduling")
+            ),
+        )
+        assert notice_condition(server, "low-1") is None
+        assert PREEMPTION_NOTICE not in annotations(server, "low-1")
+        assert bound(server, "low-1") and not bound(server, "wide")
+        view = sched.core.view.job(victim)
+        assert view is not None and (view.state, view.run) == (JobState.RUNNING, 1)
+        # once the bare pod ends on its own, the wide one gets node a
+        sched.step()
+        obj = pod(server, "low-1")
+        assert obj is not None
+        obj["status"]["phase"] = "Succeeded"
+        api.core.replace_namespaced_pod_status("low-1", "default", obj)
+        wait(sched, lambda: bound(server, "wide"))
+        assert pod(server, "wide")["spec"]["nodeName"] == "a"  # type: ignore[index]
+    finally:
+        sched.stop()

@@ -11,12 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsched.cluster.placement import DeviceShare, Placement
-from hetsched.k8s.names import DEFAULT_SLOT_SHARE
+from hetsched.k8s.names import DEFAULT_SLOT_SHARE, POD_GROUP
 from hetsched.k8s.podrequest import device_requests
 from hetsched.k8s.translate import (
     TranslateError,
     assigned_devices,
     assignment_annotations,
+    controller_uid,
     devices_annotation,
     group_job,
     node_from_k8s,
@@ -27,6 +28,7 @@ from hetsched.k8s.translate import (
 )
 from hetsched.model.device import Device, Health, Taint, TaintEffect
 from hetsched.model.job import DeviceRequest, Toleration
+from k8s.apiserver import pod_json
 
 GPU = {
     "id": "g0",
@@ -501,3 +503,32 @@ def test_pod_speed_annotations(
 def test_bad_pod_speed_annotations(annotations: dict[str, str], message: str) -> None:
     with pytest.raises(TranslateError, match=message):
         pod_job(pod([c()], annotations))
+
+
+_RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u1", "controller": True}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "uid"),
+    [
+        (None, None),
+        ({}, None),
+        ({"ownerReferences": "not a list"}, None),
+        ({"ownerReferences": [None, 3]}, None),
+        ({"ownerReferences": [{**_RS, "controller": False}]}, None),
+        ({"ownerReferences": [{**_RS, "uid": ""}]}, None),
+        ({"ownerReferences": [_RS]}, "u1"),
+    ],
+)
+def test_the_controller_of_a_pod_is_read_from_its_owner_references(
+    metadata: Any, uid: str | None
+) -> None:
+    assert controller_uid({"metadata": metadata}) == uid
+
+
+def test_only_a_pod_something_recreates_makes_a_movable_job() -> None:
+    bare = pod_json("bare", devices={"gpu": 1})
+    owned = pod_json("owned", devices={"gpu": 1})
+    owned["metadata"]["ownerReferences"] = [_RS]
+    grouped = pod_json("grouped", devices={"gpu": 1}, labels={POD_GROUP: "g"})
+    assert [pod_job(p).movable for p in (bare, owned, grouped)] == [False, True, True]

@@ -221,3 +221,14 @@ def test_the_upgrade_pass(speed: JobSpeed, moves: bool) -> None:
     core.handle([JobSubmitted(job("j", gpus=1, checkpoint=SAVES, speed=speed))], 0)
     actions = core.handle([TaskFinished("hog", 0, 1)], 100)
     assert bool(_of(actions, Migrate)) is moves
+
+
+def test_a_job_its_driver_cannot_move_is_never_moved_and_the_waiting_job_says_why() -> None:
+    core = _core()
+    _spread(core, a=job("a", gpus=1, checkpoint=SAVES, movable=False))
+    actions = core.handle([JobSubmitted(job("c", gpus=2))], 100)
+    assert not _of(actions, Migrate)
+    assert core.record("a").state is JobState.RUNNING and not core.record("a").moving
+    explanation = core.record("c").explanation
+    assert explanation is not None
+    assert any("checkpointable a may not move" in line for line in explanation.reasons)

@@ -244,3 +244,14 @@ def test_a_round_job_starts_in_the_first_round_when_some_model_can_hold_it(
         assert sum(len(b.placements) for b in _of(actions, Bind)) == replicas
         (model,) = models
         assert held[model]
+
+
+def test_a_job_its_driver_cannot_move_keeps_its_devices_across_rounds() -> None:
+    core = _core(solve_on_change=True)
+    pinned = [_job("j0", movable=False), _job("j1", a100=1.5, movable=False)]
+    core.handle([JobSubmitted(j) for j in pinned], 0.0)
+    core.handle([JobSubmitted(_job("j2"))], 10.0)
+    boundary = core.handle([Tick()], 360.0)
+    # without movable=False one of them yields to j2 here (the test above)
+    assert not _of(boundary, Preempt) and not _of(boundary, Migrate)
+    assert {r.id for r in core.holding_jobs()} == {"j0", "j1"}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetsched.cluster.placement import Placement
-from hetsched.k8s.translate import PodInfo
+from hetsched.k8s.translate import PodInfo, controller_uid
 from hetsched.keys import TaskKey
 
 __all__ = ["Vacancies", "Vacancy", "workload_of"]
@@ -22,9 +22,9 @@ __all__ = ["Vacancies", "Vacancy", "workload_of"]
 def workload_of(obj: dict[str, Any], info: PodInfo) -> str | None:
     """What recreates the pod when it is deleted: its controller (by uid), or its pod
     group; None for a bare pod."""
-    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") and ref.get("uid"):
-            return f"controller:{ref['uid']}"
+    uid = controller_uid(obj)
+    if uid is not None:
+        return f"controller:{uid}"
     if info.group is not None:
         return f"group:{info.namespace}/{info.group}"
     return None

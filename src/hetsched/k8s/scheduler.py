@@ -556,7 +556,8 @@ class PodScheduler(Observer):
 
     def migrating(self, action: Migrate) -> None:
         """Pods cannot move: once stopped, they wait to be recreated (as a preempted job's),
-        then bound where the core moved the job (bare pods: the job is cancelled)."""
+        then bound where the core moved the job. Bare pods are never moved (their job is
+        not movable, ``pod_job``); should one be, its job is cancelled once it is gone."""
         self._moving.append(action.job_id)
 
     def _waits_for_room(self, job_id: str) -> bool:

@@ -61,6 +61,7 @@ __all__ = [
     "TranslateError",
     "assigned_devices",
     "assignment_annotations",
+    "controller_uid",
     "devices_annotation",
     "group_job",
     "node_from_k8s",
@@ -263,8 +264,21 @@ def pod_speed(obj: JSON) -> JobSpeed:
         raise TranslateError(f"{where}s {SPEED}/{SPEED_WORK}: {exc}") from None
 
 
+def controller_uid(obj: JSON) -> str | None:
+    """The uid of the pod's controller (a Job, a ReplicaSet, ...: what recreates it once it
+    is deleted), None for a pod that has none (or an object that is no pod: no answer)."""
+    meta = obj.get("metadata")
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("uid"):
+            return str(ref["uid"])
+    return None
+
+
 def pod_job(obj: JSON, job_id: str | None = None, submit_time: float = 0.0) -> Job:
-    """One pod as a one-task job (id ``namespace/name`` unless given)."""
+    """One pod as a one-task job (id ``namespace/name`` unless given). A bare pod (no
+    controller recreates it) is not movable: moving a job deletes its pods for their
+    controller to recreate them where the job goes (docs/kubernetes.md)."""
     info = pod_info(obj)
     return Job(
         id=job_id or info.key,
@@ -276,6 +290,7 @@ def pod_job(obj: JSON, job_id: str | None = None, submit_time: float = 0.0) -> J
         submit_time=submit_time,
         speed=pod_speed(obj),
         checkpoint=_checkpointing(obj),
+        movable=controller_uid(obj) is not None or info.group is not None,
     )
 
 

@@ -181,6 +181,10 @@ class Job:
     #: how it saves its state (see :mod:`hetsched.model.checkpoint`); None: it does not,
     #: so a stop loses its run's work and it gets no notice
     checkpoint: Checkpointing | None = None
+    #: may be moved while it runs (migration) or stopped to take turns (a round policy).
+    #: False for work its driver cannot start again elsewhere once stopped (a Kubernetes
+    #: pod that no controller recreates): the core never chooses it to move or to yield
+    movable: bool = True
 
     def __post_init__(self) -> None:
         if self.replicas < 1:

@@ -1,9 +1,11 @@
 """Moving running jobs: defragmentation and upgrades, on the core's ``Migrate``.
 
-A job may move when it is checkpointable (it declares ``checkpoint``), preemptible, runs
-whole (every task placed, none finished, no move in progress, not stopping for anyone) and
-has run at least the profile's ``migration.min_runtime_s`` in its current run. A move
-starts a new run, so no job moves twice within that time.
+A job may move when it is checkpointable (it declares ``checkpoint``), preemptible, movable
+(``Job.movable``: its driver can start it again elsewhere, which a Kubernetes pod that no
+controller recreates is not), runs whole (every task placed, none finished, no move in
+progress, not stopping for anyone) and has run at least the profile's
+``migration.min_runtime_s`` in its current run. A move starts a new run, so no job moves
+twice within that time.
 
 **Defragmentation** (:func:`defragment`, the profile's ``migration.defrag``): when a
 pending job fails for room, the planner (:mod:`hetsched.scheduler.defrag`) looks for at
@@ -52,13 +54,46 @@ __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
 def movable(sched: Books, record: JobRecord, now: float) -> bool:
     """May ``record`` move now (see the module docstring)?"""
     job = record.job
-    if job.checkpoint is None or not job.preemptible or record.state is not JobState.RUNNING:
+    if job.checkpoint is None or not job.preemptible or not job.movable:
+        return False
+    if record.state is not JobState.RUNNING:
         return False
     if record.moving or record.stopping or record.finished or record.has_unplaced:
         return False
     if record.started is None or now - record.started < sched.profile.migration.min_runtime_s:
         return False
     return record.id not in sched.nominations and not record.promised
+
+
+def _candidates(sched: Books, record: JobRecord, now: float) -> tuple[list[Mover], list[str]]:
+    """The jobs that may move for ``record`` now, and the running checkpointable ones that
+    never may (``Job.movable``), by id."""
+    movers: list[Mover] = []
+    pinned: list[str] = []
+    for other in sched.active_jobs():
+        if other is record:
+            continue
+        if movable(sched, other, now):
+            movers.append(_mover(other))
+        elif (
+            not other.job.movable
+            and other.job.checkpoint is not None
+            and other.state is JobState.RUNNING
+        ):
+            pinned.append(other.id)
+    return movers, pinned
+
+
+def _unmovable(pinned: list[str]) -> list[str]:
+    """The checkpointable jobs defragmentation may not move, as their driver cannot start
+    them again elsewhere (``Job.movable``): part of why it moved nothing."""
+    if not pinned:
+        return []
+    names = ", ".join(pinned[:5]) + (f" and {len(pinned) - 5} more" if len(pinned) > 5 else "")
+    return [
+        f"defragmentation: checkpointable {names} may not move, as its driver "
+        "could not start it again elsewhere (a Kubernetes pod that no controller recreates)"
+    ]
 
 
 def _mover(record: JobRecord) -> Mover:
@@ -100,9 +135,9 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
     budget = min(spec.defrag.max_moves, _budget(sched, now))
     if budget <= 0:
         return []
-    movers = [_mover(r) for r in sched.active_jobs() if r is not record and movable(sched, r, now)]
+    movers, pinned = _candidates(sched, record, now)
     if not movers:
-        return []
+        return _unmovable(pinned)
     state = sched.state
 
     def accept(mover: Mover, placements: Sequence[Placement]) -> bool:
@@ -127,7 +162,8 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
     if plan is None:
         book.fail(record.id, now, interval)
         return [
-            f"defragmentation: moving at most {budget} checkpointable job(s) would not make room"
+            f"defragmentation: moving at most {budget} checkpointable job(s) would not make room",
+            *_unmovable(pinned),
         ]
     moved: list[str] = []
     for mover, placements in plan.moves:

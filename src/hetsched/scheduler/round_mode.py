@@ -239,7 +239,7 @@ def _movable(sched: Books, book: RoundBook, record: JobRecord, now: float) -> bo
     job = record.job
     if record.state is not JobState.RUNNING:
         return True
-    if job.checkpoint is None or not job.preemptible:
+    if job.checkpoint is None or not job.preemptible or not job.movable:
         return False
     if record.moving or record.stopping or record.finished or record.has_unplaced:
         return False
