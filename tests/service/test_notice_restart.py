@@ -6,6 +6,8 @@ the same home, with a real process."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -279,6 +281,13 @@ def test_a_job_cancelled_while_moving_gives_up_where_it_moved(tmp_path: Path) ->
         _cancel_and_check(api, api.alice, svc, move["pinned"])
 
 
+def _group_of(process: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(process.pid)
+    except ProcessLookupError:
+        return None
+
+
 def _cancel_and_check(api: Api, client: Any, svc: Any, job_id: str) -> None:
     """Cancel the last job; then nothing is held, and no device ever was twice."""
     client.post(f"/v1/jobs/{job_id}/cancel")
@@ -287,3 +296,35 @@ def _cancel_and_check(api: Api, client: Any, svc: Any, job_id: str) -> None:
     assert over_capacity(history) == []
     assert _until(lambda: not [r for r in svc.built.service.store.live_allocations()])
     api.close()
+
+
+def test_a_move_whose_task_ended_while_the_service_was_down_arrives_after_the_restart(
+    tmp_path: Path,
+) -> None:
+    """The mover's task dies while the service is down, inside its notice: after the
+    restart its run counts as stopped in the first turn and the next run starts where the
+    job was moving to (the move is kept, not turned into a requeue)."""
+    options = _two_nodes(tmp_path)
+    signals = tmp_path / "signals.log"
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        move = _start_move(api, signals)
+        alice_token = api.tokens["alice"]
+        api.close()
+    # the whole task (its wrapper and the command, one process group) ends
+    victim = psutil.Process(int(move["pid"]))
+    group = [p for p in psutil.process_iter() if _group_of(p) == os.getpgid(victim.pid)]
+    os.killpg(os.getpgid(victim.pid), signal.SIGKILL)
+    psutil.wait_procs(group, timeout=30)
+    with running(options) as svc:
+        api = Api(svc)
+        alice = api.client(alice_token)
+        job = api.wait(alice, move["mover"], {"succeeded", "failed"}, timeout=60)
+        assert job["state"] == "succeeded", job
+        assert (job["migrations"], job["preemptions"], job["restarts"]) == (1, 0, 0)
+        assert [(t["run"], t["state"]) for t in job["tasks"]] == [(1, "stopped"), (2, "exited")]
+        assert job["tasks"][0]["reason"] == "ended during a restart"
+        assert job["tasks"][1]["node"] == move["target"]
+        big_job = api.wait(alice, move["big"], {"succeeded", "failed"}, timeout=60)
+        assert big_job["state"] == "succeeded" and big_job["tasks"][0]["node"] == move["origin"]
+        _cancel_and_check(api, alice, svc, move["pinned"])
