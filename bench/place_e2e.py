@@ -12,7 +12,8 @@ jobs fit. Then:
    pure-Python loader, with its C loader (libyaml) and with hetsched's loader
    (``hetsched.model.yamlio``: the C loader, a fast path for plain nodes, the garbage
    collector paused) side by side; validation with the collector on and paused; the whole
-   ``place_jobs`` (read, validate, schedule); JSON output.
+   ``place_jobs`` (read, validate, schedule); JSON output with ``json.dumps`` and with
+   hetsched's encoder (``hetsched.cli.json_text``, the same text).
 
 CPU time is reported beside wall time because the machine is shared: under load, wall time
 measures the other work as much as this one.
@@ -46,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from hetsched.cli.json_text import dumps_indented
 from hetsched.cli.place import place_jobs
 from hetsched.model.specs import parse_cluster, parse_jobs
 from hetsched.model.yamlio import C_LOADER, gc_paused, safe_load
@@ -193,7 +195,12 @@ def phases(cluster: Path, jobs: Path, repeats: int) -> dict[str, tuple[float, fl
     *out["place_jobs: read, validate, schedule"], result = _timed(
         lambda: place_jobs(cluster, jobs, None), repeats
     )
-    *out["JSON output"], _ = _timed(lambda: json.dumps(result, indent=2), repeats)
+    *out["JSON output: json.dumps(indent=2)"], _ = _timed(
+        lambda: json.dumps(result, indent=2), repeats
+    )
+    *out["JSON output: hetsched's dumps_indented"], _ = _timed(
+        lambda: dumps_indented(result), repeats
+    )
     return out
 
 
