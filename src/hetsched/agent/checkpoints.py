@@ -28,8 +28,10 @@ import contextlib
 import json
 import os
 import stat
-from dataclasses import dataclass, field
+from abc import abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from hetsched.model.checkpoint import DEFAULT_SIGNAL, Checkpointing, SavedCheckpoint
 
@@ -40,6 +42,7 @@ __all__ = [
     "PROGRESS_FILE",
     "REPORT_FILE",
     "CheckpointDirs",
+    "JobFileWatcher",
     "Mark",
     "Report",
     "ReportWatcher",
@@ -56,6 +59,8 @@ MAX_PATH_LENGTH = 4096
 #: steps are reported as integers up to this (a signed 64-bit integer)
 MAX_STEP = 2**63 - 1
 
+
+R = TypeVar("R")
 
 #: a file's identity: device, inode, size, mtime (ns); all 0 when there is no file
 Mark = tuple[int, int, int, int]
@@ -152,17 +157,23 @@ class CheckpointDirs:
             return mark, None
 
 
-@dataclass(slots=True)
-class ReportWatcher:
-    """Notices new ``CHECKPOINT`` files of the jobs that run here. A job is watched from the
-    start of a run: a file already there (an earlier run's) is not a new report."""
+class JobFileWatcher(Generic[R]):
+    """Notices new versions of a file each job's tasks write (a report), through
+    :meth:`_read`. A job is watched from the start of a run: a file already there (an
+    earlier run's) is not a new report; one that does not read as a report is skipped
+    until it changes again."""
 
-    dirs: CheckpointDirs
-    _marks: dict[str, Mark] = field(default_factory=dict)
+    def __init__(self, dirs: CheckpointDirs) -> None:
+        self.dirs = dirs
+        self._marks: dict[str, Mark] = {}
+
+    @abstractmethod
+    def _read(self, job_id: str) -> tuple[Mark, R | None]:
+        """The file's identity and the report it holds, if it reads as one."""
 
     def watch(self, job_id: str) -> None:
-        """Start (or restart, for a new run) watching ``job_id``'s report file."""
-        self._marks[job_id] = self.dirs.read_report(job_id)[0]
+        """Start (or restart, for a new run) watching ``job_id``'s file."""
+        self._marks[job_id] = self._read(job_id)[0]
 
     def forget(self, job_id: str) -> None:
         self._marks.pop(job_id, None)
@@ -171,18 +182,24 @@ class ReportWatcher:
         """The jobs watched."""
         return list(self._marks)
 
-    def poll(self) -> list[tuple[str, Report]]:
-        """Jobs whose report file changed since the last look, with the report read (a
-        file that does not read as a report is skipped until it changes again)."""
-        out: list[tuple[str, Report]] = []
+    def poll(self) -> list[tuple[str, R]]:
+        """Jobs whose file changed since the last look, with the report read."""
+        out: list[tuple[str, R]] = []
         for job_id, last in list(self._marks.items()):
-            mark, report = self.dirs.read_report(job_id)
+            mark, report = self._read(job_id)
             if mark == last:
                 continue
             self._marks[job_id] = mark
             if report is not None:
                 out.append((job_id, report))
         return out
+
+
+class ReportWatcher(JobFileWatcher[Report]):
+    """Notices new ``CHECKPOINT`` files of the jobs that run here."""
+
+    def _read(self, job_id: str) -> tuple[Mark, Report | None]:
+        return self.dirs.read_report(job_id)
 
 
 def task_env(

@@ -14,12 +14,13 @@ links, from regular files of at most :data:`~hetsched.agent.checkpoints.MAX_REPO
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hetsched.agent.checkpoints import (
     MAX_STEP,
     PROGRESS_FILE,
     CheckpointDirs,
+    JobFileWatcher,
     Mark,
     read_small_file,
 )
@@ -60,31 +61,8 @@ def read_progress(dirs: CheckpointDirs, job_id: str) -> tuple[Mark, Progress | N
         return mark, None
 
 
-@dataclass(slots=True)
-class ProgressWatcher:
-    """Notices new ``PROGRESS`` files of the jobs that run here. A job is watched from the
-    start of a run: a file already there (an earlier run's) is not a new report."""
+class ProgressWatcher(JobFileWatcher[Progress]):
+    """Notices new ``PROGRESS`` files of the jobs that run here."""
 
-    dirs: CheckpointDirs
-    _marks: dict[str, Mark] = field(default_factory=dict)
-
-    def watch(self, job_id: str) -> None:
-        self._marks[job_id] = read_progress(self.dirs, job_id)[0]
-
-    def forget(self, job_id: str) -> None:
-        self._marks.pop(job_id, None)
-
-    def watched(self) -> list[str]:
-        return list(self._marks)
-
-    def poll(self) -> list[tuple[str, Progress]]:
-        """Jobs whose progress file changed since the last look, with the report read."""
-        out: list[tuple[str, Progress]] = []
-        for job_id, last in list(self._marks.items()):
-            mark, report = read_progress(self.dirs, job_id)
-            if mark == last:
-                continue
-            self._marks[job_id] = mark
-            if report is not None:
-                out.append((job_id, report))
-        return out
+    def _read(self, job_id: str) -> tuple[Mark, Progress | None]:
+        return read_progress(self.dirs, job_id)
