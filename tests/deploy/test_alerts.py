@@ -67,24 +67,19 @@ def _promtool() -> str:
     return found
 
 
-def test_promtool_checks_the_rules() -> None:
-    answer = subprocess.run(
-        [_promtool(), "check", "rules", "alerts.yaml"],
-        cwd=RULES,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def _run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    """``promtool ARGS`` in the rules' folder (skips without promtool)."""
+    return subprocess.run(
+        [_promtool(), *args], cwd=RULES, capture_output=True, text=True, timeout=60
     )
+
+
+def test_promtool_checks_the_rules() -> None:
+    answer = _run_promtool("check", "rules", "alerts.yaml")
     assert answer.returncode == 0, answer.stdout + answer.stderr
     assert f"SUCCESS: {len(rules())} rules found" in answer.stdout
 
 
 def test_promtool_unit_tests_fire_the_alerts_when_they_should() -> None:
-    answer = subprocess.run(
-        [_promtool(), "test", "rules", "alerts_test.yaml"],
-        cwd=RULES,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    answer = _run_promtool("test", "rules", "alerts_test.yaml")
     assert answer.returncode == 0, answer.stdout + answer.stderr
