@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import cpu_node, gpu_node
-from hetsched.cluster import ClusterState
+from hetsched.cluster import ClusterState, Placement
 from hetsched.framework import CycleContext, Framework, parse_profile, runtime
 from hetsched.model.device import Health
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
@@ -60,13 +60,14 @@ requests = st.builds(
     st.sampled_from([None, "A100", "V100"]),
     st.booleans(),
 )
-#: place one of a few requests (so classes repeat), release the n-th oldest placement, or
-#: flip a device's health
+#: place one of a few requests (so classes repeat), release the n-th oldest placement,
+#: flip a device's health, or take a node out
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("place"), st.integers(0, 3), st.booleans()),
         st.tuples(st.just("release"), st.integers(0, 20), st.just(False)),
         st.tuples(st.just("health"), st.integers(0, 17), st.booleans()),
+        st.tuples(st.just("remove"), st.integers(0, 4), st.just(False)),
     ),
     max_size=60,
 )
@@ -138,6 +139,9 @@ def test_cached_classes_place_as_a_fresh_pass_does(
                     for key in keys:
                         state.release(key)
                         held.remove(key)
+                elif op == "remove" and state.active[arg]:
+                    # its tasks stay held: released by later steps, on an inactive row
+                    state.remove_node(state.nodes[arg].name)
             runs.append(out)
         assert runs[0] == runs[1]
 
@@ -166,3 +170,20 @@ def test_a_class_is_refreshed_only_where_rows_changed() -> None:
     state.allocate("b", second)
     framework.select(ctx)
     assert calls == [1, 1]
+
+
+def test_a_row_taken_out_stays_out_when_its_tasks_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A removed node's row changes again when its tasks are released: the refresh of a
+    class, row by row, must still leave it out (best fit would pick it)."""
+    monkeypatch.setattr(runtime, "_REFRESH_WHOLE", 1.0)
+    state = ClusterState([cpu_node("big", cpu=64_000), cpu_node("small", cpu=8_000)])
+    framework = Framework(parse_profile({"score": ["bestfit"]}))
+    request = TaskRequest(4000, 1024)
+    ctx = CycleContext(state, Job("a", request), request)
+    state.allocate("held", Placement("small", 4000, 1024))
+    assert framework.select(ctx) == Placement("small", 4000, 1024)  # best fit: the fuller
+    state.remove_node("small")
+    assert framework.select(ctx) == Placement("big", 4000, 1024)
+    state.release("held")  # the inactive row gains room
+    assert framework.select(ctx) == Placement("big", 4000, 1024)
+    assert_fresh(framework, ctx)

@@ -30,7 +30,7 @@ def choose_slots(
 ) -> list[int] | None:
     """Slots of node ``row`` for one device choice, or None if it does not fit there."""
     # plain lists: a node has a handful of slots, where numpy calls cost more than the work
-    eligible = state.eligible_slots(row, choice.device_class, choice.selector)
+    eligible = _eligible_slots(state, row, choice.device_class, choice.selector)
     left: list[int] = state.dev_free[row].tolist()
     need = SHARE_UNITS if choice.whole else choice.share
     slots = [s for s in eligible if left[s] >= need and s not in taken]
@@ -42,6 +42,18 @@ def choose_slots(
     if prefer == "least_used":
         return [min(slots, key=lambda s: (-left[s], s))]
     return [min(slots, key=lambda s: (left[s], s))]
+
+
+def _eligible_slots(
+    state: ClusterState, row: int, device_class: str, selector: str | None
+) -> list[int]:
+    """The slots of ``row`` that ``state.device_mask`` admits, in slot order (a list per
+    row, kept like the mask until the topology or health changes)."""
+    per_row: dict[int, list[int]] = state.memo(("eligible_slots", device_class, selector), dict)
+    slots = per_row.get(row)
+    if slots is None:
+        slots = per_row[row] = state.device_mask(device_class, selector)[row].nonzero()[0].tolist()
+    return slots
 
 
 def assign_devices(

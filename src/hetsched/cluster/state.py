@@ -335,16 +335,6 @@ class ClusterState:
             lambda: self._device_mask(device_class, selector),
         )
 
-    def eligible_slots(self, row: int, device_class: str, selector: str | None = None) -> list[int]:
-        """The slots of ``row`` that :meth:`device_mask` admits, in slot order (a list per
-        row, kept like the mask until the topology or health changes)."""
-        per_row: dict[int, list[int]] = self.memo(("eligible_slots", device_class, selector), dict)
-        slots = per_row.get(row)
-        if slots is None:
-            mask = self.device_mask(device_class, selector)
-            slots = per_row[row] = mask[row].nonzero()[0].tolist()
-        return slots
-
     def _device_mask(self, device_class: str, selector: str | None) -> BoolArray:
         per_kind = np.array(
             [
@@ -358,6 +348,13 @@ class ClusterState:
         mask = np.asfortranarray(per_kind[self.dev_kind] & self.dev_healthy & self.active[:, None])
         mask.flags.writeable = False
         return mask
+
+    def all_active(self) -> bool:
+        """Whether every node row is active (no node was removed); cached per version."""
+        return self.memo("all_active", self._all_active)
+
+    def _all_active(self) -> bool:
+        return bool(self.active.all())
 
     def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
         """A value derived from topology, labels or health, cached until ``version`` changes.

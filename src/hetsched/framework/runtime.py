@@ -307,9 +307,8 @@ class Framework:
             self._rescore(ctx, entry.total, self.feasible(ctx).nonzero()[0])
         elif changed.size:
             entry.total[changed] = -np.inf
-            self._rescore(
-                ctx, entry.total, self._feasible_rows(ctx, changed[state.active[changed]])
-            )
+            active = changed if state.all_active() else changed[state.active[changed]]
+            self._rescore(ctx, entry.total, self._feasible_rows(ctx, active))
         entry.tick = state.tick
         return entry.total
 

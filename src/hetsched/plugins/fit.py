@@ -120,7 +120,9 @@ def fit_rows(
     cpu, mem = state.cpu_free[rows], state.mem_free[rows]
     if best_effort:
         cpu, mem = cpu + state.cpu_slack[rows], mem + state.mem_slack[rows]
-    mask = (cpu >= request.cpu_milli) & (mem >= request.memory_mib) & state.active[rows]
+    mask = (cpu >= request.cpu_milli) & (mem >= request.memory_mib)
+    if not state.all_active():
+        mask &= state.active[rows]
     for device_request in request.devices:
         fits = _choice_fits(state, device_request.choices[0], state.dev_free, rows)
         for choice in device_request.choices[1:]:
