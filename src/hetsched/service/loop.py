@@ -12,7 +12,10 @@ Each turn:
 A crash between 3 and 5 leaves tasks ``starting`` without a pid: recovery treats them as
 lost and sweeps away any process that carries their key. A crash before 3 loses only
 decisions, which the rebuilt core takes again. Tasks that could not start, and stops of
-tasks with no process, are reported as exits in the next turn.
+tasks with no process, are reported as exits in the next turn. With the local executor a
+turn that only starts tasks commits without waiting for the disk (``Store.record_turn``):
+a power loss that undoes such a commit also ends the tasks it started, which is a crash
+before 3; a turn that records anything else (an exit, a stop, a job's end) is durable.
 
 When turns run: at once when the API commits a submission or a cancel, when a task's
 process ends (the executor's exit watcher, agent/exits.py), when the device watcher reports
@@ -35,7 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from hetsched.agent.checkpoints import Report
-from hetsched.agent.executor import RunAs, TaskExit
+from hetsched.agent.executor import Executor, RunAs, TaskExit
 from hetsched.agent.guard import Guard
 from hetsched.agent.progress import Progress
 from hetsched.agent.protocol import ProcessExecutor
@@ -149,6 +152,9 @@ class ControlLoop:
         self._concerns: set[str] = set()
         # a task's process that ends wakes the loop at once (where pidfds work)
         executor.on_exit = self._wake.set
+        #: the tasks are this machine's processes: a power loss ends them with the service,
+        #: so recording their start need not wait for the disk (Store.record_turn)
+        self._tasks_here = isinstance(executor, Executor)
 
     @property
     def view(self) -> SchedulerView:
@@ -409,7 +415,7 @@ class ControlLoop:
         plan = self._plan(events, exits, reports, now)
         starting = {start.key.job for start in plan.starts}
         self._concerns = starting or self._concerns | {t.job_id for t in plan.transitions}
-        self.store.record_turn(exits, plan)
+        self.store.record_turn(exits, plan, starts_die_with_host=self._tasks_here)
         for change in plan.transitions:
             if change.target in TERMINAL:
                 self.launcher.forget(change.job_id)
@@ -417,7 +423,7 @@ class ControlLoop:
                     self.speeds.forget(change.job_id)
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
-        self.store.record_launched(launched)
+        self.store.record_launched(launched, durable=not self._tasks_here)
         # reported in the next turn: tasks that could not start, stops with no process
         self._exits = [*failed, *gone]
         if self._exits:

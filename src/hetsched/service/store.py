@@ -97,6 +97,23 @@ def _sqlite_pragmas(sync: str) -> Any:
     return connect
 
 
+def _set_synchronous(conn: Connection, level: str) -> None:
+    # on the driver's connection: through SQLAlchemy the statement would begin a transaction
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    driver.execute(f"PRAGMA synchronous={level}")
+
+
+def _restore_synchronous(conn: Connection, level: str) -> None:
+    """Put the connection back to ``level`` before the pool hands it out again; a
+    connection that cannot be is discarded, never reused for a durable write."""
+    try:
+        _set_synchronous(conn, level)
+    except Exception:
+        log.warning("could not restore synchronous=%s; connection discarded", level)
+        conn.invalidate()
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """A job of a batch as the API admitted it."""
@@ -160,6 +177,9 @@ class Store(TurnRecords, SpeedRecords):
         if self.sqlite:
             event.listen(self.engine, "connect", _sqlite_pragmas(sync.upper()))
         self._write_lock = threading.Lock() if self.sqlite else None
+        #: the SQLite ``synchronous`` of every connection; a write that need not survive a
+        #: power loss lowers it to NORMAL for its own commit (:meth:`write`)
+        self._sync = sync.upper() if self.sqlite else None
         self._submissions: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -184,14 +204,29 @@ class Store(TurnRecords, SpeedRecords):
     # -- transactions --------------------------------------------------------------------
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
-        """One write transaction, committed when the block ends without an exception."""
+    def write(self, durable: bool = True) -> Iterator[Connection]:
+        """One write transaction, committed when the block ends without an exception.
+
+        ``durable=False`` is for a write that is worthless after a power loss: on SQLite
+        with ``synchronous=FULL`` it commits without waiting for the disk (NORMAL: the WAL
+        is written, not flushed), so it survives the service's own crash, and a power loss
+        loses at most the last such writes, never one before a durable commit (the WAL is
+        replayed in order up to the last intact commit). Elsewhere it is an ordinary write.
+        """
         if self._write_lock is None:
             with self.engine.begin() as conn:
                 yield conn
             return
-        with self._write_lock, self.engine.begin() as conn:
-            yield conn
+        relaxed = not durable and self._sync == "FULL"
+        with self._write_lock, self.engine.connect() as conn:
+            if relaxed:
+                _set_synchronous(conn, "NORMAL")
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                if relaxed:
+                    _restore_synchronous(conn, "FULL")
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -33,15 +33,24 @@ __all__ = ["TurnRecords", "checkpoint_dict", "checkpoint_of", "release_allocatio
 class TurnRecords:
     """The loop's and recovery's writes (a part of Store, which provides ``write``)."""
 
-    def write(self) -> AbstractContextManager[Connection]:  # provided by Store
-        raise NotImplementedError
+    def write(self, durable: bool = True) -> AbstractContextManager[Connection]:
+        raise NotImplementedError  # provided by Store
 
-    def record_turn(self, exits: Sequence[TaskExit], plan: TurnPlan) -> None:
+    def record_turn(
+        self, exits: Sequence[TaskExit], plan: TurnPlan, starts_die_with_host: bool = False
+    ) -> None:
         """One transaction: the exits reported this turn and the allocations they free,
         tasks asked to stop, new tasks and their allocations, preemptions, and each job's
-        transitions, state and explanation."""
+        transitions, state and explanation.
+
+        With ``starts_die_with_host`` (the tasks run on this machine), a turn that only
+        starts tasks (and explains waiting jobs) is not made durable (``Store.write``): a
+        power loss that loses it kills its tasks too, which leaves what recovery finds
+        after a crash before the commit. Anything else a turn records (an exit, a stop, a
+        job's end, a checkpoint) is durable before the turn goes on."""
         now = plan.now
-        with self.write() as conn:
+        durable = not (starts_die_with_host and not exits and _only_starts(plan))
+        with self.write(durable) as conn:
             for exit_ in exits:
                 _record_exit(conn, exit_, now)
             if plan.stops:
@@ -56,11 +65,12 @@ class TurnRecords:
             _record_checkpoints(conn, plan)
             _record_jobs(conn, plan)
 
-    def record_launched(self, launched: Sequence[Launched]) -> None:
-        """The pids and start times of spawned tasks (``Launcher.launch``)."""
+    def record_launched(self, launched: Sequence[Launched], durable: bool = True) -> None:
+        """The pids and start times of spawned tasks (``Launcher.launch``); ``durable=False``
+        where the tasks run on this machine (a power loss ends them and their pids)."""
         if not launched:
             return
-        with self.write() as conn:
+        with self.write(durable) as conn:
             conn.execute(
                 _LAUNCHED,
                 [
@@ -162,6 +172,15 @@ class TurnRecords:
             .where(tasks.c.id == row["id"])
             .values(state="running", pid=pid, pid_started=at, started_at=at)
         )
+
+
+def _only_starts(plan: TurnPlan) -> bool:
+    """Whether the plan only starts tasks: binds, jobs becoming ``running``, explanations."""
+    if plan.stops or plan.preempted or plan.migrated or plan.checkpoints or plan.lost:
+        return False
+    return all(
+        t.change is Change.SUBMITTED or t.target is JobState.RUNNING for t in plan.transitions
+    )
 
 
 def release_allocations(conn: Connection, job_id: str, task: int, run: int, now: float) -> None:
