@@ -191,6 +191,34 @@ def exits_and_logs(cluster: ClusterInfo) -> dict[str, Any]:
     }
 
 
+def planted_logs(cluster: ClusterInfo) -> dict[str, Any]:
+    """A hard link to another file planted under a task's log name, before the task starts
+    (an earlier run's leftover) and by the task itself while it runs: the control plane
+    never appends through it."""
+    _inventory, executor, nodes = _setup(cluster, "planted-logs")
+    node = nodes["cpu-0"]
+    victims = {}
+    for job in ("before", "during"):
+        victims[job] = Path(cluster.scratch) / f"victim-{job}.txt"
+        victims[job].write_text("untouched\n")
+    early = executor.log_path("before", 0, "stdout")
+    early.parent.mkdir(parents=True, exist_ok=True)
+    os.link(victims["before"], early)
+    _start(executor, node, ["echo", "written"], "before")
+    late = executor.log_path("during", 0, "stdout")
+    # the header is written before the task starts; its output after the link is planted
+    script = f"rm -f '{late}'; ln '{victims['during']}' '{late}'; echo written"
+    _start(executor, node, ["sh", "-c", script], "during")
+    exits = [_exit(e) for e in _wait(executor, 2, 90)]
+    _close(executor)
+    return {
+        "exits": sorted(exits),
+        "victims": {job: path.read_text() for job, path in victims.items()},
+        "links": {job: executor.log_path(job, 0, "stdout").lstat().st_nlink for job in victims},
+        "logs": {job: _log(executor, job) for job in victims},
+    }
+
+
 def stops(cluster: ClusterInfo) -> dict[str, Any]:
     """Cancel (SIGTERM), a graceful stop within the grace, and escalation to SIGKILL that
     reaches grandchildren."""

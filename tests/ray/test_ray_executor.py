@@ -9,6 +9,8 @@ from pathlib import Path
 
 from ray_fixtures import check
 
+from hetsched.agent import executor as agent_executor
+from hetsched.ray import executor as ray_executor
 from hetsched.ray.testing import NamespacedCluster
 
 
@@ -89,6 +91,27 @@ def test_exit_codes_logs_and_runtime_limits(ray_cluster: NamespacedCluster) -> N
     assert value["missing_err"] == "hetsched-task: /no/such/program: not found\n"
     assert value["mode"] == "0o600"
     assert value["unknown"] == "node nowhere is not in the Ray cluster"
+
+
+def test_a_hard_link_planted_as_a_task_log_is_replaced_never_written_through(
+    ray_cluster: NamespacedCluster,
+) -> None:
+    value = check(ray_cluster.run("ray_bodies_executor:planted_logs", timeout_s=150))
+    assert isinstance(value, dict)
+    assert value["exits"] == [
+        ["before", 0, 1, 0, False, "exit code 0"],
+        ["during", 0, 1, 0, False, "exit code 0"],
+    ]
+    assert value["victims"] == {"before": "untouched\n", "during": "untouched\n"}
+    assert value["links"] == {"before": 1, "during": 1}
+    assert value["logs"]["before"] == "--- hetsched: run 1 of task 0 on cpu-0 ---\nwritten\n"
+    # the task's own link replaced the file holding the header: only its output is left
+    assert value["logs"]["during"] == "written\n"
+
+
+def test_the_ray_executor_opens_logs_with_the_local_executors_opener() -> None:
+    # one opener for both: a guard added to it reaches Ray tasks' logs too
+    assert ray_executor.open_task_log is agent_executor.open_task_log
 
 
 def test_stop_with_grace_then_kill_reaching_the_whole_group(

@@ -46,6 +46,7 @@ __all__ = [
     "identity_env",
     "job_folder",
     "local_indices",
+    "open_task_log",
     "task_key",
     "task_log",
 ]
@@ -352,8 +353,8 @@ class Executor:
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` in a session of its own, its output appended to the task's logs
         (after ``header``) and the exit file as the wrapper's stdin."""
-        out_fd = _open_log(self.log_path(job_id, task, "stdout"))
-        err_fd = _open_log(self.log_path(job_id, task, "stderr"))
+        out_fd = open_task_log(self.log_path(job_id, task, "stdout"))
+        err_fd = open_task_log(self.log_path(job_id, task, "stderr"))
         exit_fd = os.open(exit_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(out_fd, header)
@@ -595,8 +596,9 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _open_log(path: Path) -> int:
-    """Open a task's log for appending (later runs of the task append to it).
+def open_task_log(path: Path) -> int:
+    """Open a task's log for appending (later runs of the task append to it); the one
+    opener of both executors (the Ray executor appends its tasks' output here too).
 
     An earlier run could have replaced the file in its job directory by a hard link to a
     file it can read, or by something that is not a file; appending to that would write

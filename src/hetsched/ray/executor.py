@@ -57,6 +57,7 @@ from hetsched.agent.executor import (
     device_env,
     identity_env,
     job_folder,
+    open_task_log,
     task_key,
     task_log,
 )
@@ -236,7 +237,7 @@ class RayExecutor:
         header = f"--- hetsched: run {run} of task {task} on {node} ---\n".encode()
         bases = {}
         for stream in ("stdout", "stderr"):
-            fd = _open_log(self.log_path(job_id, task, stream))
+            fd = open_task_log(self.log_path(job_id, task, stream))
             try:
                 if stream == "stdout":
                     os.write(fd, header)
@@ -476,11 +477,7 @@ class RayExecutor:
         for index, stream in enumerate(("stdout", "stderr")):
             data: bytes = reply["out" if index == 0 else "err"]
             if data:
-                fd = _open_log(self.log_path(handle.job_id, handle.task, stream))
-                try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
+                _append(self.log_path(handle.job_id, handle.task, stream), data, handle.key)
                 handle.received[index] += len(data)
         if reply["error"]:
             return TaskExit(
@@ -607,13 +604,25 @@ class RayExecutor:
         self.handles.clear()
 
 
-def _open_log(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+def _append(path: Path, data: bytes, key: str) -> None:
+    """Append a task's output to its log through the local executor's opener (a task shares
+    the machine with the control plane and can plant a link under its log's name). The task
+    can also make that fail (a directory under the name, its job directory removed): its
+    output is dropped then, and the other tasks' answers are still taken."""
+    try:
+        fd = open_task_log(path)
+    except OSError as exc:
+        log.warning("task %s: output dropped, its log cannot be opened: %s", key, exc)
+        return
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _size(path: Path) -> int:
     try:
-        return path.stat().st_size
+        return path.lstat().st_size
     except OSError:
         return 0
 
