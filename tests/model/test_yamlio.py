@@ -117,3 +117,15 @@ def test_any_text_loads_as_pyyaml_s_loader_of_the_same_kind_loads_it(text: str) 
             safe_load(text)
         return
     assert safe_load(text) == expected
+
+
+def test_a_loader_with_path_resolvers_still_resolves_by_path() -> None:
+    class Tagged(yamlio._Loader):
+        pass
+
+    Tagged.add_constructor("!port", lambda loader, node: int(loader.construct_scalar(node)))
+    Tagged.add_path_resolver("!port", ["server", "port"], yaml.ScalarNode)
+    doc = yaml.load("server: {port: '8080', name: '9'}\n", Loader=Tagged)
+    assert doc == {"server": {"port": 8080, "name": "9"}}
+    plain = safe_load("server: {port: '8080', name: '9'}\n")
+    assert plain == {"server": {"port": "8080", "name": "9"}}

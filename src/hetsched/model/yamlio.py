@@ -16,7 +16,8 @@ faster on the large cluster and job files ``place`` and the simulator read:
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -36,6 +37,9 @@ _MAP = "tag:yaml.org,2002:map"
 #: tags whose values are immutable (the same text gives an equal, interchangeable value)
 _IMMUTABLE = frozenset(f"tag:yaml.org,2002:{name}" for name in ("int", "float", "bool", "null"))
 _MISSING = object()
+#: C functions without effects, of two arguments and of none (see _Loader.__init__)
+_IGNORE_TWO: Callable[[Any, Any], object] = operator.is_
+_IGNORE_NONE: Callable[[], object] = tuple
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -47,6 +51,12 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         # the composer asks for the tag of every node: a large file asks the same few
         # questions (``"4"``, ``"gpu"``, a mapping) a hundred thousand times
         self._tags: dict[tuple[Any, Any, Any], str] = {}
+        if not self.yaml_path_resolvers:
+            # the composer calls these two around every node, for path resolvers the safe
+            # loader does not have: C callables that take the same arguments and do
+            # nothing with them cost less than Python no-ops (a few % of the composer)
+            self.descend_resolver = _IGNORE_TWO
+            self.ascend_resolver = _IGNORE_NONE
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
         key = (kind, value, implicit)
@@ -57,14 +67,6 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
             if not self.yaml_path_resolvers:
                 self._tags[key] = tag
         return tag
-
-    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-        if self.yaml_path_resolvers:  # the safe loader has none: skip the bookkeeping
-            super().descend_resolver(current_node, current_index)
-
-    def ascend_resolver(self) -> None:
-        if self.yaml_path_resolvers:
-            super().ascend_resolver()
 
     def construct_document(self, node: Node) -> Any:
         self._built: dict[int, Any] = {}
