@@ -23,6 +23,7 @@ from hetsched.framework import CycleContext
 from hetsched.model.device import SHARE_UNITS, Device, Health, Node
 from hetsched.model.job import DeviceChoice, DeviceRequest, Job, TaskRequest
 from hetsched.plugins import bestfit
+from hetsched.plugins._resources import demand, scale
 from hetsched.plugins.bestfit import BestFit, BestFitScoreArgs, DimensionWeights
 
 
@@ -89,8 +90,10 @@ def apply(state: ClusterState, step: tuple[Any, ...], held: list[str], index: in
 
 def fresh_bestfit(plugin: BestFit, ctx: CycleContext, rows: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
     """Best fit's score as one expression over the arrays (no kept values)."""
-    cpu, mem, devices, offset = plugin._coefficients(ctx)
     state = ctx.state
+    coef = plugin._weights / scale(state)
+    cpu, mem, devices = float(coef[0]), float(coef[1]), float(coef[2])
+    offset = float(demand(ctx) @ coef)
     leftover = (
         state.cpu_free[rows] * cpu
         + state.mem_free[rows] * mem

@@ -61,6 +61,11 @@ class _WeightedFree:
     tick: int
     version: int
     values: FloatArray
+    #: the weights over the largest node's capacity per dimension (cpu, memory, devices)
+    coef: FloatArray
+    per_dimension: tuple[float, float, float]
+    #: request -> its weighted demand
+    offsets: dict[TaskRequest, float]
 
 
 #: past this many changes, the weighted free capacity is updated by numpy, not row by row
@@ -83,33 +88,25 @@ class BestFit:
         self._truncate = isinstance(args, BestFitScoreArgs) and args.truncate
         self._free: PerState[_WeightedFree] = PerState()
 
-    def _coefficients(self, ctx: CycleContext) -> tuple[float, float, float, float]:
-        """Per-dimension weights over the largest node's capacity, and the task's weighted
-        demand: the same for every row of one cluster version and request (kept in the
-        state's memo, which a topology change clears)."""
-        state = ctx.state
-        cached: dict[TaskRequest, tuple[float, float, float, float]] = state.memo(
-            ("bestfit", id(self)), dict
-        )
-        found = cached.get(ctx.request)
-        if found is None:
-            coef = self._weights / scale(state)
-            found = (float(coef[0]), float(coef[1]), float(coef[2]), float(demand(ctx) @ coef))
-            cached[ctx.request] = found
-        return found
-
-    def _weighted_free(self, state: ClusterState, cpu: float, mem: float, dev: float) -> FloatArray:
-        """Weighted free capacity per row (the arithmetic of the whole-array expression,
-        element by element, so a row updated on its own has the same bits)."""
+    def _kept(self, state: ClusterState) -> _WeightedFree:
+        """The weighted free capacity of ``state`` brought up to date (the arithmetic of
+        the whole-array expression, element by element, so a row updated on its own has
+        the same bits)."""
         kept = self._free.get(state)
         if kept is None or kept.version != state.version or kept.values.size != len(state):
+            # per-dimension weights over the largest node's capacity: the same for every row
+            # of one cluster version
+            coef = self._weights / scale(state)
+            cpu, mem, dev = float(coef[0]), float(coef[1]), float(coef[2])
             values: FloatArray = (
                 state.cpu_free * cpu + state.mem_free * mem + state.dev_free_total * dev
             )
-            self._free.set(state, _WeightedFree(state.tick, state.version, values))
-            return values
+            kept = _WeightedFree(state.tick, state.version, values, coef, (cpu, mem, dev), {})
+            self._free.set(state, kept)
+            return kept
         if kept.tick != state.tick:
             values = kept.values
+            cpu, mem, dev = kept.per_dimension
             rows = state.recent_changes(kept.tick, _BY_ROW)
             if rows is None:
                 changed = state.changed_since(kept.tick)
@@ -125,12 +122,16 @@ class BestFit:
                         cpu_free.item(row) * cpu + mem_free.item(row) * mem
                     ) + dev_free.item(row) * dev
             kept.tick = state.tick
-        return kept.values
+        return kept
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
         # (free - demand) / scale @ w, written out per dimension: a matrix product may
         # round a row differently depending on the rows around it
-        cpu, mem, devices, offset = self._coefficients(ctx)
-        leftover = self._weighted_free(ctx.state, cpu, mem, devices)[rows] - offset
+        kept = self._kept(ctx.state)
+        offset = kept.offsets.get(ctx.request)
+        if offset is None:
+            # the task's weighted demand
+            offset = kept.offsets[ctx.request] = float(demand(ctx) @ kept.coef)
+        leftover = kept.values[rows] - offset
         score = 100.0 * (1.0 - leftover)
         return np.asarray(np.floor(score + 1e-9) if self._truncate else score, np.float64)
