@@ -11,9 +11,12 @@ from typer.testing import CliRunner
 
 from builders import EXAMPLES, TRACES, gpu_node, job
 from hetsched.cli.main import app
-from hetsched.sim.engine import Simulator
+from hetsched.model.specs import load_cluster
+from hetsched.sim.engine import EngineConfig, Simulator
 from hetsched.sim.metrics import finish_time_fairness, jain_index, percentiles, summarize
-from hetsched.sim.replay import available_policies
+from hetsched.sim.replay import available_policies, policy_from_name
+from hetsched.sim.replay import replay as run_replay
+from hetsched.sim.replay_report import report_document
 from hetsched.sim.workload import COLUMNS, Workload, WorkloadJob, read_workload
 
 runner = CliRunner()
@@ -48,6 +51,35 @@ def test_replay_json_compares_every_registered_policy() -> None:
         assert entry["series"]["time"] and set(entry["series"]["utilization"]) == set(
             summary["utilization"]
         )
+
+
+def test_replay_json_streams_the_text_of_the_whole_document() -> None:
+    # -o json writes the per-job rows as they are built; the text is byte for byte the
+    # whole document's json.dumps, as it was printed before it was streamed
+    code, out = invoke(
+        "sim", "replay", "--cluster", CLUSTER, "--workload", SMALL, "--policies", "fifo,drf",
+        "-o", "json", "--limit", "150", "--seed", "2",
+    )  # fmt: skip
+    assert code == 0, out
+    nodes = load_cluster(CLUSTER)
+    workload = read_workload(SMALL)
+    workload = Workload(workload.jobs[:150], workload.source)
+    results = [
+        run_replay(nodes, workload, policy_from_name(name), 2, EngineConfig(tick_s=60.0))
+        for name in ("fifo", "drf")
+    ]
+    meta = {
+        "workload": SMALL,
+        "jobs": 150,
+        "cluster": CLUSTER,
+        "nodes": len(nodes),
+        "seed": 2,
+        "tick_s": 60.0,
+        "policies": ["fifo", "drf"],
+    }
+    document = report_document(results, meta, jobs=True)
+    assert len(document["replays"][1]["jobs"]) == 150
+    assert out == json.dumps(document, indent=2) + "\n"
 
 
 def test_replay_is_deterministic_for_a_seed() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.json_stream import write_json
+from hetsched.cli.output import OutputFormat, console, fail
 from hetsched.cli.sim_rounds import replay_rounds
 from hetsched.framework.profile import ProfileError
 from hetsched.framework.speeds import load_speed_table
@@ -273,13 +275,20 @@ def replay(
                 run_replay(nodes, loaded, policy, seed, config, progress=start(policy.name))
             )
     if output is OutputFormat.json:
-        print_json(report_document(results, meta, jobs=jobs))
+        _print_report(results, meta, jobs)
     else:
         render(results, meta, console)
     if out is not None:
         written = write_report(out, results, meta)
         if output is OutputFormat.table:
             console.print(f"report written to {out}: {', '.join(written)}", highlight=False)
+
+
+def _print_report(results: Sequence[Replay], meta: dict[str, Any], jobs: bool) -> None:
+    """Print the JSON report, its per-job rows as they are built (a 100,000-job report's
+    rows are never all in memory at once): the text of the whole document's json.dumps."""
+    write_json(report_document(results, meta, jobs=jobs, stream=True), sys.stdout.write)
+    sys.stdout.write("\n")
 
 
 def _mix(text: str, option: str, key: Callable[[str], Any]) -> dict[Any, float]:

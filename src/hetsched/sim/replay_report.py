@@ -62,15 +62,20 @@ def downsample(series: TimeSeries, points: int = SERIES_POINTS) -> dict[str, Any
 
 
 def report_document(
-    replays: Sequence[Replay], meta: dict[str, Any], jobs: bool = True
+    replays: Sequence[Replay], meta: dict[str, Any], jobs: bool = True, stream: bool = False
 ) -> dict[str, Any]:
-    """The JSON document ``-o json`` prints and ``summary.json`` holds (without jobs)."""
-    return {
-        **meta,
-        "replays": [
-            {**r.to_dict(jobs=jobs), "series": downsample(r.result.series)} for r in replays
-        ],
-    }
+    """The JSON document ``-o json`` prints and ``summary.json`` holds (without jobs).
+
+    With ``stream``, each replay's ``jobs`` is an iterator of its per-job rows, built as
+    they are read (a writer that streams iterators prints them without holding them all).
+    """
+    documents = []
+    for r in replays:
+        document = r.to_dict(jobs=jobs and not stream)
+        if jobs and stream:
+            document["jobs"] = job_rows(r.result.jobs)
+        documents.append({**document, "series": downsample(r.result.series)})
+    return {**meta, "replays": documents}
 
 
 def comparison_rows(replays: Sequence[Replay]) -> list[tuple[str, list[str]]]:
