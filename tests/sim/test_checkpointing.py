@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import gpu_node, job
-from hetsched.framework.profile import parse_profile
+from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import Checkpointing
+from hetsched.model.device import Node
 from hetsched.model.lifecycle import JobState
 from hetsched.model.selector import compile_selector
 from hetsched.model.speed import JobSpeed
@@ -220,27 +221,16 @@ _job = st.tuples(
 )
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
-    models=st.lists(st.sampled_from(["A", "B"]), min_size=2, max_size=4),
-    jobs=st.lists(_job, min_size=2, max_size=12),
-    min_runtime=st.sampled_from([30.0, 120.0]),
-    max_moves=st.integers(1, 3),
-    interval=st.sampled_from([0.0, 60.0]),
-    upgrades=st.booleans(),
-)
-def test_migration_properties(
+def _migration_case(
     models: list[str],
     jobs: list[tuple[int, float, float, int, Checkpointing | None, str | None]],
     min_runtime: float,
     max_moves: int,
     interval: float,
     upgrades: bool,
-) -> None:
+) -> tuple[list[Node], Workload, ProfileSpec]:
+    """Nodes of the drawn models, the drawn jobs (every other one with speeds per model),
+    and a profile that preempts and migrates."""
     nodes = [gpu_node(f"n{i}", gpus=2, model=m) for i, m in enumerate(models)]
     present = set(models)
     items = []
@@ -277,8 +267,36 @@ def test_migration_properties(
             },
         }
     )
+    return nodes, Workload(tuple(items)), profile
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    models=st.lists(st.sampled_from(["A", "B"]), min_size=2, max_size=4),
+    jobs=st.lists(_job, min_size=2, max_size=12),
+    min_runtime=st.sampled_from([30.0, 120.0]),
+    max_moves=st.integers(1, 3),
+    interval=st.sampled_from([0.0, 60.0]),
+    upgrades=st.booleans(),
+)
+def test_migration_properties(
+    models: list[str],
+    jobs: list[tuple[int, float, float, int, Checkpointing | None, str | None]],
+    min_runtime: float,
+    max_moves: int,
+    interval: float,
+    upgrades: bool,
+) -> None:
+    nodes, workload, profile = _migration_case(
+        models, jobs, min_runtime, max_moves, interval, upgrades
+    )
+    items = workload.jobs
     config = EngineConfig(tick_s=30, keep_ended_jobs=True)  # the core's books are read below
-    sim = _Watched(nodes, Workload(tuple(items)), profile, config=config)
+    sim = _Watched(nodes, workload, profile, config=config)
     result = sim.run()
     # every job ends
     assert all(o.state is JobState.SUCCEEDED for o in result.jobs), [
@@ -303,3 +321,46 @@ def test_migration_properties(
         spec = specs[job_id]
         if spec is not None and spec.interval_s is not None:
             assert saving.lost_s <= spec.interval_s + 1e-6, (job_id, spec, saving)
+
+
+class _Keeping(Simulator):
+    """Keeps the work of every ended job (its book is never told a job ended)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.work.forget = lambda job_id: None  # type: ignore[method-assign]
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    models=st.lists(st.sampled_from(["A", "B"]), min_size=2, max_size=3),
+    jobs=st.lists(_job, min_size=2, max_size=10),
+    min_runtime=st.sampled_from([30.0, 120.0]),
+    interval=st.sampled_from([0.0, 60.0]),
+)
+def test_an_ended_jobs_work_is_dropped_and_no_outcome_changes(
+    models: list[str],
+    jobs: list[tuple[int, float, float, int, Checkpointing | None, str | None]],
+    min_runtime: float,
+    interval: float,
+) -> None:
+    nodes, workload, profile = _migration_case(models, jobs, min_runtime, 2, interval, True)
+    config = EngineConfig(tick_s=30)
+    forgetting = Simulator(nodes, workload, profile, config=config)
+    keeping = _Keeping(nodes, workload, profile, config=config)
+    dropped, kept = forgetting.run(), keeping.run()
+    assert list(dropped.jobs) == list(kept.jobs)
+    totals = ("lost_work_s", "checkpoint_s", "migrations", "preemptions", "steps", "end_time")
+    assert [getattr(dropped, n) for n in totals] == [getattr(kept, n) for n in totals]
+    ids = [item.job.id for item in workload.jobs]
+    # the jobs that run on work (every other job has speeds)
+    tracked = [i.job.id for i in workload.jobs if i.job.speed.known or i.job.checkpoint]
+    assert tracked
+    # every job ended; the book that was told so holds nothing of any, the other all
+    assert all(o.end is not None for o in dropped.jobs)
+    assert [i for i in ids if forgetting.work.held(i)] == []
+    assert [i for i in ids if keeping.work.held(i)] == tracked

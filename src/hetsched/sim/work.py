@@ -55,8 +55,9 @@ class Work:
         self._model = {d.id: d.model for n in nodes for d in n.devices}
         self._jobs: dict[str, tuple[Job, float]] = {}
         self._speeds: dict[str, Speeds] = {}
-        #: (job, run) -> its run; the last run of each job is kept for resumes
-        self._runs: dict[tuple[str, int], _Run] = {}
+        #: job -> run -> its run: the last run of each job, and the runs a later run resumed
+        #: from (a run after it can resume from the same checkpoint); dropped when it ends
+        self._runs: dict[str, dict[int, _Run]] = {}
         self._last: dict[str, int] = {}
         self._saves: list[tuple[float, int, str, int]] = []
         self._seq = 0
@@ -96,7 +97,8 @@ class Work:
         """Tasks of run ``key.run`` start (the run's first Bind, or more of its tasks):
         when they finish."""
         job_id = key.job
-        run = self._runs.get((job_id, key.run))
+        runs = self._runs.setdefault(job_id, {})
+        run = runs.get(key.run)
         if run is not None:
             return run.progress.end()
         job, _ = self._jobs[job_id]
@@ -112,9 +114,9 @@ class Work:
         )
         last = self._last.get(job_id)
         if last is not None and (resume is None or resume.run != last):
-            self._runs.pop((job_id, last), None)
+            runs.pop(last, None)
         self._last[job_id] = key.run
-        self._runs[(job_id, key.run)] = _Run(progress, key)
+        runs[key.run] = _Run(progress, key)
         self._schedule(job_id, key.run, now)
         return progress.end()
 
@@ -124,11 +126,11 @@ class Work:
             return 0.0
         if resume.progress is not None:
             return resume.progress
-        earlier = self._runs.get((job_id, resume.run))
+        earlier = self._run(job_id, resume.run)
         return 0.0 if earlier is None else earlier.progress.work_at(resume.time)
 
     def _schedule(self, job_id: str, run: int, after: float) -> None:
-        entry = self._runs[(job_id, run)]
+        entry = self._runs[job_id][run]
         at = entry.progress.next_save(after)
         if at is not None:
             self._seq += 1
@@ -140,7 +142,7 @@ class Work:
         saves = self._saves
         while saves and saves[0][0] <= now:
             at, _, job_id, run = heapq.heappop(saves)
-            entry = self._runs.get((job_id, run))
+            entry = self._run(job_id, run)
             if entry is None or (entry.stopped is not None and entry.stopped < at):
                 continue
             work, _ = entry.progress.saved_at(at)
@@ -153,7 +155,7 @@ class Work:
         """The run of task ``key`` is stopped at ``now``: what it keeps, and whether this is
         the run's first stopped task (the answer is the run's, the same for each of its
         tasks); None for a run this book does not know."""
-        entry = self._runs.get((key.job, key.run))
+        entry = self._run(key.job, key.run)
         if entry is None:
             return None
         if entry.saving is not None:
@@ -165,11 +167,23 @@ class Work:
 
     def finished(self, key: TaskKey, now: float) -> float:
         """Task ``key`` finished its work: the seconds its run spent writing checkpoints."""
-        entry = self._runs.get((key.job, key.run))
+        entry = self._run(key.job, key.run)
         return 0.0 if entry is None else entry.progress.writing_s(now)
 
     def forget(self, job_id: str) -> None:
-        """The job ended: its runs are no longer needed."""
-        last = self._last.pop(job_id, None)
-        if last is not None:
-            self._runs.pop((job_id, last), None)
+        """The job ended: nothing of it is read again (a stop or exit reported for it after
+        its end finds no run and counts nothing, as before it was forgotten), so all of it
+        goes: its job, speeds and runs. Its next periodic save, if one was queued, stays
+        on the heap until its time and is skipped then."""
+        self._jobs.pop(job_id, None)
+        self._speeds.pop(job_id, None)
+        self._runs.pop(job_id, None)
+        self._last.pop(job_id, None)
+
+    def held(self, job_id: str) -> bool:
+        """Whether anything of the job is still kept (False once it is forgotten)."""
+        return any(job_id in book for book in (self._jobs, self._speeds, self._runs, self._last))
+
+    def _run(self, job_id: str, run: int) -> _Run | None:
+        runs = self._runs.get(job_id)
+        return None if runs is None else runs.get(run)
