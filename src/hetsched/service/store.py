@@ -30,6 +30,12 @@ from sqlalchemy import Connection, Engine, create_engine, event, func, select, u
 from hetsched.service.speedstore import SpeedRecords
 from hetsched.service.tables import allocations, job_counts, jobs, tasks, tokens, transitions
 from hetsched.service.turnstore import TurnRecords
+from hetsched.service.walmode import (
+    Checkpointer,
+    restore_synchronous,
+    set_synchronous,
+    sqlite_pragmas,
+)
 
 __all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
@@ -83,35 +89,6 @@ def digest(token: str) -> str:
 
 def new_token() -> str:
     return "hs_" + secrets.token_urlsafe(32)
-
-
-def _sqlite_pragmas(sync: str) -> Any:
-    def connect(dbapi_connection: Any, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={sync}")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    return connect
-
-
-def _set_synchronous(conn: Connection, level: str) -> None:
-    # on the driver's connection: through SQLAlchemy the statement would begin a transaction
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    driver.execute(f"PRAGMA synchronous={level}")
-
-
-def _restore_synchronous(conn: Connection, level: str) -> None:
-    """Put the connection back to ``level`` before the pool hands it out again; a
-    connection that cannot be is discarded, never reused for a durable write."""
-    try:
-        _set_synchronous(conn, level)
-    except Exception:
-        log.warning("could not restore synchronous=%s; connection discarded", level)
-        conn.invalidate()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +152,13 @@ class Store(TurnRecords, SpeedRecords):
             kwargs["max_overflow"] = 20
         self.engine: Engine = create_engine(url, **kwargs)
         if self.sqlite:
-            event.listen(self.engine, "connect", _sqlite_pragmas(sync.upper()))
+            event.listen(self.engine, "connect", sqlite_pragmas(sync.upper()))
         self._write_lock = threading.Lock() if self.sqlite else None
         #: the SQLite ``synchronous`` of every connection; a write that need not survive a
         #: power loss lowers it to NORMAL for its own commit (:meth:`write`)
         self._sync = sync.upper() if self.sqlite else None
+        #: WAL checkpoints, off the commit path (service/walmode.py)
+        self.checkpointer = Checkpointer(self.engine) if self.sqlite else None
         self._submissions: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -188,6 +167,8 @@ class Store(TurnRecords, SpeedRecords):
         if self._writer is not None:
             self._submissions.put(None)
             self._writer.join(timeout=10)
+        if self.checkpointer is not None:
+            self.checkpointer.close()
         self.engine.dispose()
 
     # -- schema --------------------------------------------------------------------------
@@ -220,13 +201,15 @@ class Store(TurnRecords, SpeedRecords):
         relaxed = not durable and self._sync == "FULL"
         with self._write_lock, self.engine.connect() as conn:
             if relaxed:
-                _set_synchronous(conn, "NORMAL")
+                set_synchronous(conn, "NORMAL")
             try:
                 with conn.begin():
                     yield conn
             finally:
                 if relaxed:
-                    _restore_synchronous(conn, "FULL")
+                    restore_synchronous(conn, "FULL")
+        if self.checkpointer is not None:
+            self.checkpointer.wrote()
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
