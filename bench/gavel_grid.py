@@ -227,7 +227,19 @@ def main() -> None:
     parser.add_argument("--until-h", type=float, default=None, help="give up on a point here")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
-        "--solve-on-change", action="store_true", help="solve at every change (not Gavel's rule)"
+        "--solve-on-change",
+        action="store_const",
+        const=True,
+        default=None,
+        help="solve at every change for every policy (default: each policy's own rule: "
+        "fair-catchup on change, Gavel's policies by Gavel's rule)",
+    )
+    parser.add_argument(
+        "--solve-every-reset",
+        dest="solve_on_change",
+        action="store_const",
+        const=False,
+        help="Gavel's rule for every policy",
     )
     parser.add_argument(
         "--efficient",
@@ -268,7 +280,7 @@ def main() -> None:
             p.rate,
             p.seed,
             p.alpha if uses_alpha(p.policy) else None,
-            p.solve_on_change,
+            p.on_change(),
             p.central,
         )
         not in seen

@@ -68,11 +68,12 @@ def main() -> None:
     for jobs in args.jobs:
         problem = round_input(jobs)
         for name in names:
-            times = []
+            times, cpu = [], []
             for repeat in range(args.repeats):
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 result = solve(name, problem, PolicyOptions(seed=repeat))
                 times.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - start_cpu)
             assert result.check(problem) == [], result.check(problem)
             rows.append(
                 {
@@ -80,6 +81,7 @@ def main() -> None:
                     "policy": name,
                     "median_s": statistics.median(times),
                     "max_s": max(times),
+                    "cpu_median_s": statistics.median(cpu),
                     "lps": result.solves,
                 }
             )
@@ -93,10 +95,14 @@ def main() -> None:
         print(json.dumps({"meta": meta, "results": rows}, indent=2))
         return
     print(f"python {meta['python']}, {meta['cpus']} cpus, load {meta['load']:.1f}")
-    print(f"{'jobs':>6} {'policy':<26} {'median ms':>10} {'max ms':>9} {'LPs':>4}")
+    print(f"{'jobs':>6} {'policy':<26} {'median ms':>10} {'max ms':>9} {'CPU ms':>8} {'LPs':>4}")
     for row in rows:
         median, worst = 1000 * float(row["median_s"]), 1000 * float(row["max_s"])
-        print(f"{row['jobs']:>6} {row['policy']:<26} {median:>10.1f} {worst:>9.1f} {row['lps']:>4}")
+        used = 1000 * float(row["cpu_median_s"])
+        print(
+            f"{row['jobs']:>6} {row['policy']:<26} {median:>10.1f} {worst:>9.1f} {used:>8.1f}"
+            f" {row['lps']:>4}"
+        )
 
 
 if __name__ == "__main__":

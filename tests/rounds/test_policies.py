@@ -14,8 +14,10 @@ from hetsched.rounds import (
     PolicyOptions,
     RoundInput,
     RoundInputError,
+    catchup_need,
     policy_names,
     solve,
+    solves_on_change,
 )
 
 
@@ -339,3 +341,65 @@ def test_central_las_spreads_equally_good_time() -> None:
     x = solve("las", p, PolicyOptions(central=True)).x
     assert x.sum(axis=1) == pytest.approx([1.0, 1.0], abs=1e-6)
     assert (x > 0.1).all()
+
+
+@pytest.mark.parametrize(
+    ("rates", "las_rates", "catchup_rates"),
+    [
+        # the same speed everywhere: las splits the spare device time between the twins
+        # (7 of 8 devices after j2's one: 0.875 each); fair-catchup gives j1, which is
+        # behind its isolated pace, all the time it can use and j0 the rest
+        ([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]], [0.875, 0.875, 1.0], [0.75, 1.0, 1.0]),
+        # m0 twice as fast for the twins: j1 gets m0 all the time (rate 2), j0 keeps its
+        # floor and more on m1 (0.75), where las gives both the same mix (1.375)
+        ([[2.0, 1.0], [2.0, 1.0], [1.0, 1.0]], [1.375, 1.375, 1.0], [0.75, 2.0, 1.0]),
+    ],
+)
+def test_fair_catchup_gives_what_las_leaves_to_the_job_behind(
+    rates: list[list[float]], las_rates: list[float], catchup_rates: list[float]
+) -> None:
+    # twins j0 and j1 (4 devices each) and a 1-device j2 that bounds the max-min level at 1;
+    # both twins are 2 h old, j0 made 2 h of isolated progress (on pace), j1 only 0.5 h
+    p = problem(
+        rates,
+        [4, 4, 1],
+        [4, 4],
+        elapsed=[7200.0, 7200.0, 7200.0],
+        isolated_time=[7200.0, 1800.0, 7200.0],
+    )
+    las, catchup = solve("las", p), solve("fair-catchup", p)
+    assert las.rates(p.throughput).tolist() == pytest.approx(las_rates, abs=1e-5)
+    assert catchup.rates(p.throughput).tolist() == pytest.approx(catchup_rates, abs=1e-5)
+    # the same max-min level: every job keeps its las share
+    assert catchup.objective == pytest.approx(las.objective, rel=1e-6)
+    assert _las_level(p, catchup) == pytest.approx(_las_level(p, las), rel=1e-5)
+    assert catchup.check(p) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems())
+def test_fair_catchup_keeps_every_job_at_its_las_floor(p: RoundInput) -> None:
+    top = _las_level(p, solve("las", p))
+    a = solve("fair-catchup", p)
+    assert a.check(p) == []
+    assert _las_level(p, a) >= top * (1 - 1e-5) - 1e-9
+    assert solve("agnostic-fair-catchup", p).check(p) == []
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.floats(0.0, 1e6), st.floats(0.0, 1e6), st.floats(0.0, 1e6), st.floats(0.0, 1e6))
+def test_catchup_need_grows_with_waiting_and_falls_with_progress(
+    e1: float, e2: float, i1: float, i2: float
+) -> None:
+    p = problem([[1.0]] * 4, [1] * 4, [1], elapsed=[e1, e2, e1, e1], isolated_time=[i1, i1, i1, i2])
+    need = catchup_need(p)
+    assert ((need >= 1 / 16 - 1e-12) & (need <= 16 + 1e-12)).all()
+    assert (need[1] - need[0]) * (e2 - e1) >= -1e-12  # later, same progress: needier
+    assert (need[3] - need[2]) * (i2 - i1) <= 1e-12  # more progress, same age: less needy
+    # a new job (no age, no progress) is neutral
+    assert catchup_need(problem([[1.0]], [1], [1])).tolist() == [1.0]
+
+
+def test_only_feedback_policies_solve_on_change_by_default() -> None:
+    assert solves_on_change("fair-catchup") and solves_on_change("agnostic-fair-catchup")
+    assert not any(solves_on_change(n) for n in policy_names() if "fair-catchup" not in n)

@@ -223,3 +223,18 @@ def test_gavels_rule_solves_at_most_once_per_reset_interval() -> None:
     assert gavel.complete and eager.complete
     assert gavel.solves <= gavel.end_time / 1920.0 + 2
     assert eager.solves > gavel.solves
+
+
+def test_fair_catchup_solves_on_change_unless_told_otherwise() -> None:
+    jobs = [RoundJob(f"j{i}", 400.0 * i, (1.0, 2.0), 1, 3000.0) for i in range(30)]
+    assert RoundConfig("fair-catchup").on_change() and not RoundConfig("las").on_change()
+    assert not RoundConfig("fair-catchup", solve_on_change=False).on_change()
+    assert RoundConfig("las", solve_on_change=True).on_change()
+    own = _run(jobs, [2, 2], "fair-catchup")
+    gavel = _run(jobs, [2, 2], "fair-catchup", solve_on_change=False)
+    assert own.complete and gavel.complete
+    assert own.solves > gavel.solves
+    # the sweep's point reports the rule it ran under
+    point = GavelPoint("packed-fair-catchup", 4.0, 0, False, (0, 20))
+    assert point.on_change() and not GavelPoint("las").on_change()
+    assert not GavelPoint("packed-fair-catchup", solve_on_change=False).on_change()

@@ -66,11 +66,13 @@ _Throughputs = Annotated[
     ),
 ]
 _OnChange = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--solve-on-change/--solve-every-reset",
-        help="Solve whenever jobs arrive or finish, instead of Gavel's rule (at most once "
-        "per 1,920 s of shares).",
+        help="Solve whenever jobs arrive or finish, or by Gavel's rule (at most once per "
+        "1,920 s of shares). Default: the policy's own rule (fair-catchup solves on "
+        "change, Gavel's policies by Gavel's rule).",
+        show_default=False,
     ),
 ]
 _Central = Annotated[
@@ -138,7 +140,7 @@ def gavel(
     alpha: _Alpha = 0.5,
     until_h: _Until = None,
     throughputs: _Throughputs = None,
-    solve_on_change: _OnChange = False,
+    solve_on_change: _OnChange = None,
     central: _Central = True,
     output: _Output = OutputFormat.table,
 ) -> None:

@@ -15,7 +15,14 @@ from hetsched.rounds.mechanism import (
     reset_ledger,
     shuffled,
 )
-from hetsched.rounds.policies import POLICIES, PolicyOptions, policy_names, solve
+from hetsched.rounds.policies import (
+    POLICIES,
+    PolicyOptions,
+    catchup_need,
+    policy_names,
+    solve,
+    solves_on_change,
+)
 from hetsched.rounds.problem import Allocation, RoundInput, RoundInputError
 
 __all__ = [
@@ -25,6 +32,7 @@ __all__ = [
     "PolicyOptions",
     "RoundInput",
     "RoundInputError",
+    "catchup_need",
     "choose_round",
     "policy_names",
     "priorities",
@@ -32,4 +40,5 @@ __all__ = [
     "reset_ledger",
     "shuffled",
     "solve",
+    "solves_on_change",
 ]

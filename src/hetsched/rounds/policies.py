@@ -38,6 +38,17 @@ as Gavel's baselines do. Each is a function ``(problem, options) -> Allocation``
     effective throughput weighted by ``1 / (remaining / best rate)``, the time each job
     still needs on its fastest model (shortest remaining time first, heterogeneity-aware).
     It needs ``remaining`` (the jobs' declared work, as ``ftf`` and ``min-makespan`` do).
+``fair-catchup``
+    Beyond Gavel: every job keeps its whole LAS share (the max-min level is a floor), and
+    the second LP spends what LAS leaves on effective throughput weighted by each job's
+    **need**: its finish-time fairness so far, ``rho = (elapsed + s) / (isolated_time +
+    s)`` (``s`` = 360 s), clipped to 1/4..4 and squared. A job behind the pace of its
+    isolated 1/n share (rho > 1) gets the devices LAS does not need first, one ahead of it
+    last; so the throughput a second stage gains (each job where it is relatively fast)
+    goes where it evens out finish-time fairness instead of to whichever jobs a vertex
+    happens to favour. It reads only ``elapsed`` and ``isolated_time`` (no declared work),
+    and is meant to be solved whenever the active jobs change (:func:`solves_on_change`):
+    its weights follow the jobs' progress.
 
 After the policy's own optimum is found, a second LP spends what is left: it maximizes the
 effective throughput while keeping every job at least at its optimal level (max-min
@@ -57,7 +68,7 @@ from hetsched.rounds.fifo import fifo_allocation
 from hetsched.rounds.lp import LinearProgram
 from hetsched.rounds.problem import Allocation, FloatArray, RoundInput
 
-__all__ = ["POLICIES", "PolicyOptions", "policy_names", "solve"]
+__all__ = ["POLICIES", "PolicyOptions", "catchup_need", "policy_names", "solve", "solves_on_change"]
 
 #: floors of the second stage are the first stage's optimum minus this fraction, so the
 #: second LP stays feasible under HiGHS' tolerances
@@ -213,6 +224,43 @@ def fair_srtf(problem: RoundInput, options: PolicyOptions) -> Allocation:
     return Allocation("fair-srtf", problem.job_ids, problem.models, x, level, 2)
 
 
+#: fair-catchup's need: ``clip(rho, 1/_CATCHUP_CAP, _CATCHUP_CAP) ** _CATCHUP_POWER``
+_CATCHUP_POWER = 2.0
+_CATCHUP_CAP = 4.0
+#: seconds added to both sides of rho: a job's first minutes (the wait for a round
+#: boundary, its first round) do not swing its need, while a job that waits round after
+#: round without progress becomes needy within a few rounds
+_CATCHUP_SETTLE_S = 360.0
+
+
+def catchup_need(problem: RoundInput) -> FloatArray:
+    """``fair-catchup``'s weight per job: its finish-time fairness so far (elapsed time over
+    the time its progress would have taken on its isolated share), clipped and squared."""
+    rho = (problem.elapsed + _CATCHUP_SETTLE_S) / (problem.isolated_time + _CATCHUP_SETTLE_S)
+    clipped = np.clip(rho, 1.0 / _CATCHUP_CAP, _CATCHUP_CAP)
+    return np.asarray(clipped**_CATCHUP_POWER, np.float64)
+
+
+def fair_catchup(problem: RoundInput, options: PolicyOptions) -> Allocation:
+    if not problem.runnable().any():
+        return _empty("fair-catchup", problem)
+    # the max-min level (identical jobs as one row: the level is the same, see _classes)
+    reduced, coef, _, counts = _classes(problem, _las_coef(problem))
+    lp = LinearProgram(reduced, extras=1, counts=counts)
+    lp.objective[lp.size] = 1.0
+    lp.at_least(np.flatnonzero(reduced.runnable().any(axis=1)), coef, extra=0)
+    level = float(lp.solve().extras[0])
+    # what is left, by need: every job its own row (needs differ)
+    jobs = np.flatnonzero(problem.runnable().any(axis=1))
+    fill = LinearProgram(problem)
+    gain = _efficiency(problem) * catchup_need(problem)[:, None]
+    fill.objective[: fill.size] = gain.reshape(-1)
+    floor = np.full(problem.n, max(level * (1.0 - _SLACK), 0.0))
+    fill.at_least(jobs, _las_coef(problem), floor)
+    x = fill.solve().x
+    return Allocation("fair-catchup", problem.job_ids, problem.models, x, level, 2)
+
+
 def las(problem: RoundInput, options: PolicyOptions) -> Allocation:
     return _fair_throughput("las", problem, 0.0, options.central)
 
@@ -344,6 +392,7 @@ _AWARE: dict[str, Callable[[RoundInput, PolicyOptions], Allocation]] = {
     "fifo": fifo,
     "fair-throughput": fair_throughput,
     "fair-srtf": fair_srtf,
+    "fair-catchup": fair_catchup,
 }
 
 #: policy name -> ``(problem, options) -> Allocation``
@@ -356,6 +405,17 @@ POLICIES: Mapping[str, Callable[[RoundInput, PolicyOptions], Allocation]] = {
 
 def policy_names() -> list[str]:
     return list(POLICIES)
+
+
+#: policies whose allocation follows the jobs' progress, so a driver should solve anew
+#: whenever the active jobs change rather than keep a stale allocation (Gavel's rule)
+_ON_CHANGE = frozenset({"fair-catchup", "agnostic-fair-catchup"})
+
+
+def solves_on_change(name: str) -> bool:
+    """Whether policy ``name`` is meant to be solved at every arrival and completion (a
+    driver's default when not told otherwise)."""
+    return name in _ON_CHANGE
 
 
 def solve(name: str, problem: RoundInput, options: PolicyOptions | None = None) -> Allocation:

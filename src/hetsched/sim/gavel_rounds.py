@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hetsched.rounds import policy_names
+from hetsched.rounds import policy_names, solves_on_change
 from hetsched.sim.gavel import Throughputs
 from hetsched.sim.gavel_synth import GavelWorkloadSpec, iter_gavel
 from hetsched.sim.rounds_engine import (
@@ -63,12 +63,20 @@ class GavelPoint:
     round_s: float = 360.0
     alpha: float = 0.5
     until_s: float | None = None
-    solve_on_change: bool = False
+    #: None: the policy's own rule (``rounds.solves_on_change``)
+    solve_on_change: bool | None = None
     #: the co-located throughputs for ``packed-`` policies (default: the bundled pairs)
     pairs_path: str | None = None
     #: allocations as Gavel's interior-point solver finds them (``PolicyOptions.central``);
     #: False: hetsched's optimal vertex, then the rest spent on effective throughput
     central: bool = True
+
+    def on_change(self) -> bool:
+        """Whether the point solves at every arrival and completion (``solve_on_change``,
+        else the policy's own rule: ``fair-catchup`` does, Gavel's policies do not)."""
+        if self.solve_on_change is None:
+            return solves_on_change(self.policy.removeprefix(PACKED))
+        return self.solve_on_change
 
     def run(self, throughputs: Throughputs, progress: Progress | None = None) -> RoundResult:
         """Run the point (ValueError for bad input, naming the field)."""
@@ -96,7 +104,7 @@ class GavelPoint:
             seed=self.seed,
             window=self.window,
             until=self.until_s,
-            solve_on_change=self.solve_on_change,
+            solve_on_change=self.on_change(),
             pairs=pairs,
             central=self.central,
         )
@@ -171,7 +179,7 @@ def point_document(point: GavelPoint, result: RoundResult, wall_s: float) -> dic
         "window": list(point.window),
         "cluster": dict(zip(GAVEL_MODELS, point.cluster, strict=True)),
         "round_s": point.round_s,
-        "solve_on_change": point.solve_on_change,
+        "solve_on_change": point.on_change(),
         "central": point.central,
         "alpha": point.alpha if uses_alpha(point.policy) else None,
         "mean_jct_h": _round(result.mean_jct_h()),

@@ -50,6 +50,7 @@ from hetsched.rounds import (
     reset_ledger,
     shuffled,
     solve,
+    solves_on_change,
 )
 from hetsched.rounds.problem import FloatArray, IntArray
 from hetsched.sim.rounds_packing import PairRates, pack_round
@@ -84,7 +85,9 @@ class RoundConfig:
     indices ``[start, end)`` in arrival order to measure (None: every job). ``until``:
     stop at this virtual time even if measured jobs are left. ``reset_s``: the least time
     between two solves (Gavel's 1,920 s); ``solve_on_change`` solves whenever the active
-    set changed instead (the shares are still reset only every ``reset_s``). ``pairs``:
+    set changed instead (the shares are still reset only every ``reset_s``); None: the
+    policy's own default (``rounds.solves_on_change``: on change for ``fair-catchup``,
+    Gavel's rule for the others). ``pairs``:
     pack waiting jobs onto running ones with these co-located rates
     (:mod:`hetsched.sim.rounds_packing`); None runs one job per device. ``central``: the
     policies' allocations as Gavel's interior-point solver finds them
@@ -97,7 +100,7 @@ class RoundConfig:
     seed: int = 0
     window: tuple[int, int] | None = None
     until: float | None = None
-    solve_on_change: bool = False
+    solve_on_change: bool | None = None
     pairs: PairRates | None = None
     central: bool = False
 
@@ -115,6 +118,13 @@ class RoundConfig:
             problems.append(f"window: expected 0 <= start < end, got {self.window}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def on_change(self) -> bool:
+        """Whether to solve at every change of the active jobs (``solve_on_change``, or the
+        policy's default when it is None)."""
+        if self.solve_on_change is None:
+            return solves_on_change(self.policy)
+        return self.solve_on_change
 
 
 @dataclass(slots=True)
@@ -246,6 +256,7 @@ class RoundSimulator:
             alpha=self.config.alpha, seed=self.config.seed, central=self.config.central
         )
         self._agnostic = self.config.policy.startswith("agnostic-")
+        self._on_change = self.config.on_change()
         pairs = self.config.pairs
         if pairs is not None and pairs.models != self.models:
             raise ValueError(f"pairs: the table is for {pairs.models}, not {self.models}")
@@ -384,7 +395,7 @@ class RoundSimulator:
         due = self.solves == 0 or now - self._ledger.since >= self.config.reset_s
         if due:
             self._ledger = reset_ledger(self._ledger, self._x, now)
-        elif not self.config.solve_on_change:
+        elif not self._on_change:
             return
         problem = self._problem
         assert problem is not None
