@@ -26,6 +26,31 @@ def _wait_exit(executor: Executor, timeout: float = 10) -> TaskExit:
     raise AssertionError("no exit")
 
 
+def _descendants(
+    pid: int, at_least: int, name: str | None = None, timeout: float = 30
+) -> list[psutil.Process]:
+    """Process ``pid``'s descendants (named ``name``, if given) once there are
+    ``at_least`` of them: waited for, never assumed after a fixed pause."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [
+            p
+            for p in psutil.Process(pid).children(recursive=True)
+            if name is None or _name(p) == name
+        ]
+        if len(found) >= at_least:
+            return found
+        assert time.monotonic() < deadline, f"{pid}: {len(found)} of {at_least} descendants"
+        time.sleep(0.02)
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:  # it ended meanwhile
+        return ""
+
+
 def _start(executor: Executor, command: list[str], **kwargs: object) -> int:
     handle = executor.start(
         "job1",
@@ -94,9 +119,7 @@ def test_each_task_is_its_own_process_group(executor: Executor) -> None:
 
 def test_stop_reaches_grandchildren_and_escalates_to_sigkill(executor: Executor) -> None:
     pid = _start(executor, ["sh", "-c", "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60"])
-    time.sleep(0.3)
-    family = psutil.Process(pid).children(recursive=True)
-    assert len(family) >= 2
+    family = _descendants(pid, 2)
     executor.stop("job1/0#1", grace_s=0.3)
     done = _wait_exit(executor)
     assert done.stopped and done.exit_code == -9
@@ -105,8 +128,9 @@ def test_stop_reaches_grandchildren_and_escalates_to_sigkill(executor: Executor)
 
 
 def test_a_graceful_task_keeps_its_exit_status_when_stopped(executor: Executor) -> None:
-    _start(executor, ["sh", "-c", "trap 'echo bye; exit 0' TERM; sleep 30 & wait"])
-    time.sleep(0.3)
+    pid = _start(executor, ["sh", "-c", "trap 'echo bye; exit 0' TERM; sleep 30 & wait"])
+    # its sleep runs: the trap is set (a fixed pause may end before, on a busy machine)
+    _descendants(pid, 1, "sleep")
     executor.stop("job1/0#1", grace_s=5)
     done = _wait_exit(executor)
     assert done.stopped and done.exit_code == 0

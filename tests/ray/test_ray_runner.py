@@ -36,6 +36,16 @@ def _runner(tmp_path: Path, command: list[str], **spec: Any) -> TaskRunner:
     )
 
 
+def _family(group: int, at_least: int, timeout_s: float = 30) -> list[psutil.Process]:
+    """The processes of group ``group`` once there are ``at_least`` of them (the task's
+    shell has started its children): waited for, never assumed after a fixed pause."""
+    deadline = time.monotonic() + timeout_s
+    while len(family := [p for p in psutil.process_iter() if _pgid(p.pid) == group]) < at_least:
+        assert time.monotonic() < deadline, f"group {group}: {len(family)} processes"
+        time.sleep(0.02)
+    return family
+
+
 def _drain(
     runner: TaskRunner, limit: int = 1 << 20, timeout_s: float = 30
 ) -> tuple[bytes, bytes, int | None, int]:
@@ -121,15 +131,14 @@ def test_signals_reach_the_group_and_the_supervisor_waits_for_the_status(
     tmp_path: Path,
 ) -> None:
     graceful = _runner(tmp_path, ["sh", "-c", "trap 'echo bye; exit 0' TERM; sleep 30 & wait"])
-    time.sleep(0.3)
+    # its sleep runs: the shell has set its trap (a fixed pause may end before, when busy)
+    _family(graceful.pid, 2)
     assert graceful.signal(signal.SIGTERM)
     out, _err, code, _ = _drain(graceful)
     assert (code, out) == (0, b"bye\n")
     assert not graceful.signal(signal.SIGTERM)  # it has ended
     stubborn = _runner(tmp_path, ["sh", "-c", "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60"])
-    time.sleep(0.3)
-    family = [p for p in psutil.process_iter() if _pgid(p.pid) == stubborn.pid]
-    assert len(family) >= 3
+    family = _family(stubborn.pid, 3)
     stubborn.signal(signal.SIGTERM)
     time.sleep(0.3)
     assert stubborn.signal(signal.SIGKILL)
@@ -140,10 +149,7 @@ def test_signals_reach_the_group_and_the_supervisor_waits_for_the_status(
 
 def test_the_task_dies_with_its_runner(tmp_path: Path) -> None:
     runner = _runner(tmp_path, ["sh", "-c", "sleep 60 & sleep 60"])
-    time.sleep(0.3)
-    group = runner.pid
-    family = [p for p in psutil.process_iter() if _pgid(p.pid) == group]
-    assert len(family) >= 3
+    family = _family(runner.pid, 3)
     # what the actor's death does: its end of the guard pipe closes
     runner.retire()
     _gone, alive = psutil.wait_procs(family, timeout=5)

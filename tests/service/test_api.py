@@ -124,10 +124,15 @@ def test_cancel_stops_the_whole_process_group(api: Api) -> None:
 
 
 def test_a_task_that_ignores_sigterm_is_killed_after_the_grace_period(api: Api) -> None:
-    body = job_body(command=["sh", "-c", "trap '' TERM; sleep 60 & wait; sleep 60"])
+    body = job_body(command=["sh", "-c", "trap '' TERM; echo ready; sleep 60 & wait; sleep 60"])
     job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
     api.wait(api.alice, job_id, {"running"})
-    time.sleep(0.3)
+    # cancelled once it ignores SIGTERM (it says so), not before: on a busy machine a fixed
+    # pause may end before the shell has set its trap
+    deadline = time.monotonic() + 30
+    while "ready" not in api.alice.get(f"/v1/jobs/{job_id}/logs").json()["data"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     api.alice.post(f"/v1/jobs/{job_id}/cancel")
     api.wait(api.alice, job_id, {"cancelled"})
     deadline = time.monotonic() + 10

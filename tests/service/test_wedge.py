@@ -47,6 +47,21 @@ def _wait(client: httpx.Client, job_id: str, pred: Any, timeout: float = 60) -> 
         time.sleep(0.05)
 
 
+def _until_sleeping(pid: int, timeout: float = 60) -> None:
+    """Until a ``sleep`` runs under process ``pid``."""
+    deadline = time.monotonic() + timeout
+    while not any(_name(p) == "sleep" for p in psutil.Process(pid).children(recursive=True)):
+        assert time.monotonic() < deadline, "the task's sleep did not start"
+        time.sleep(0.05)
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return process.name()
+    except psutil.Error:  # it ended meanwhile
+        return ""
+
+
 def _failures(client: httpx.Client) -> float:
     text = client.get("/metrics").text
     line = next(x for x in text.splitlines() if x.startswith("hetsched_loop_turn_failures_total"))
@@ -69,6 +84,9 @@ def test_sigkill_during_a_cancelled_tasks_stop_grace_does_not_wedge(tmp_path: Pa
             stubborn = client.post("/v1/jobs", json=body).json()["id"]
             job = _wait(client, stubborn, lambda j: any(t["pid"] for t in j.get("tasks", [])))
             pid = job["tasks"][0]["pid"]
+            # its sleep runs, so its shell ignores SIGTERM already: a cancel before that
+            # (a busy machine) would end it at once and never reach the grace
+            _until_sleeping(pid)
             assert client.post(f"/v1/jobs/{stubborn}/cancel").status_code == 202
             _wait(client, stubborn, lambda j: j["state"] == "cancelled")
         time.sleep(1.0)
