@@ -239,12 +239,18 @@ def stops(cluster: ClusterInfo) -> dict[str, Any]:
     while time.monotonic() < deadline and not all(h.pid for h in executor.handles.values()):
         executor.poll()
         time.sleep(0.05)
-    time.sleep(0.5)
     groups = {key: executor.handles[key].pid for key in (plain, graceful, stubborn)}
-    family = {
-        key: [p.pid for p in psutil.process_iter() if _pgid(p.pid) == pgid]
-        for key, pgid in groups.items()
-    }
+    # until each shell has started its children (so its trap is set): a fixed pause may
+    # end before on a busy machine, and a SIGTERM then ends the graceful one with -15
+    wanted = {plain: 1, graceful: 2, stubborn: 3}
+    while True:
+        family = {
+            key: [p.pid for p in psutil.process_iter() if _pgid(p.pid) == pgid]
+            for key, pgid in groups.items()
+        }
+        if all(len(family[k]) >= n for k, n in wanted.items()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     executor.stop(plain)
     executor.stop(graceful, grace_s=10)
     executor.stop(stubborn, grace_s=0.5)
