@@ -3,6 +3,7 @@ federation in front of them, all on 127.0.0.1."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -73,6 +74,8 @@ def members_yaml(
     lease: float = 4.0,
     labels: dict[str, dict[str, str]] | None = None,
     name: str = "fed",
+    timeout: float = 2.0,
+    margin: float = 0.5,
 ) -> Path:
     members = []
     for member, url in urls.items():
@@ -84,14 +87,14 @@ def members_yaml(
                 "kind": "hetsched",
                 "url": url,
                 "token_file": str(token_file),
-                "timeout": "2s",
+                "timeout": f"{timeout:g}s",
                 "labels": (labels or {}).get(member, {"region": f"r-{member}"}),
             }
         )
     path = tmp / f"members-{name}.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"federation": name, "lease": f"{lease}s", "margin": "0.5s", "members": members}
+            {"federation": name, "lease": f"{lease}s", "margin": f"{margin:g}s", "members": members}
         )
     )
     return path
@@ -103,7 +106,11 @@ class Fed:
     client: httpx.Client
     members: dict[str, Running]
 
-    def wait(self, what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    def wait(
+        self, what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.05
+    ) -> Any:
+        """Until ``check`` answers (its answer), asking every ``every`` seconds: an
+        AssertionError after ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
             value = check()
@@ -111,7 +118,7 @@ class Fed:
                 return value
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
-            time.sleep(0.05)
+            time.sleep(every)
 
     def states(self) -> dict[str, str]:
         return {m["name"]: m["state"] for m in self.running.built.loop.members_view}
@@ -236,6 +243,16 @@ def events(out: Path) -> list[Line]:
         else:
             lines.append(Line(parts[0], parts[1], "", 0.0))
     return lines
+
+
+def load_factor(cap: float = 10.0) -> float:
+    """How many times slower than a quiet machine this one runs now, read from the 1-minute
+    load per core (at least 1, at most ``cap``). The heavy end-to-end tests scale their
+    lease and their deadlines by it: on a machine the test suite shares, a lease of a few
+    seconds lapses for want of CPU, not for a fault, and a fenced member's jobs run again,
+    so a fixed short lease turns load into an endless failover."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return min(cap, max(1.0, load))
 
 
 def job_body(name: str = "job", **overrides: Any) -> dict[str, Any]:

@@ -28,7 +28,9 @@ GPU = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 1}]}
 
 
 @contextmanager
-def processes(tmp: Path, names: str = "abc") -> Iterator[dict[str, MemberProcess]]:
+def processes(
+    tmp: Path, names: str = "abc", timeout: float = 90.0
+) -> Iterator[dict[str, MemberProcess]]:
     with ExitStack() as stack:
         members = {}
         for name in names:
@@ -37,7 +39,7 @@ def processes(tmp: Path, names: str = "abc") -> Iterator[dict[str, MemberProcess
             member.launch()
             members[name] = member
         for member in members.values():
-            member.wait()
+            member.wait(timeout)
         yield members
 
 
