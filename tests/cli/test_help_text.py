@@ -106,3 +106,18 @@ def test_help_paragraphs_wrap_to_the_terminal(path: list[str]) -> None:
 def test_every_option_says_what_it_is_for(path: list[str]) -> None:
     silent = [p.name for p in find_command(path).params if not getattr(p, "help", None)]
     assert silent == []
+
+
+@pytest.mark.parametrize("path", command_paths(), ids=" ".join)
+def test_no_option_name_or_help_word_is_cut_at_80_columns(path: list[str]) -> None:
+    # rich cut every column of an options panel alike once the help column was as narrow
+    # as the names: --max-gpus-per-task showed as --max-gpus-per-ta…
+    output = render_help(path)
+    names = [
+        name
+        for param in find_command(path).params
+        for name in (*param.opts, *getattr(param, "secondary_opts", ()))
+        if name.startswith("--")
+    ]
+    assert [name for name in names if name not in output] == []
+    assert [line for line in output.splitlines() if "…" in line] == []

@@ -16,8 +16,12 @@ import typer
 from typer.core import TyperGroup
 
 from hetsched import __version__
+from hetsched.cli.help_layout import install as _install_help_layout
 
 __all__ = ["app", "main", "reflow"]
+
+# at 80 columns typer's help cut long option names (--max-gpus-per-ta…)
+_install_help_layout()
 
 #: command name -> (module, attribute, context settings), in the order ``--help`` lists them;
 #: the attribute is a command function or a ``typer.Typer`` group
