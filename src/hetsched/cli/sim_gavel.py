@@ -28,7 +28,9 @@ _Policy = Annotated[
     str,
     typer.Option(
         help="Round policy: las, ftf, max-throughput, min-makespan, fifo, fair-throughput, "
-        "fair-srtf; agnostic-P is P blind to heterogeneity (agnostic-las: Gavel's "
+        "fair-srtf, fair-catchup (LAS floors, the spare capacity to the jobs furthest behind "
+        "their finish-time-fair pace; solved on every change); agnostic-P is P blind to "
+        "heterogeneity (agnostic-las: Gavel's "
         "heterogeneity-agnostic LAS); "
         "packed-P runs P with space sharing (waiting jobs share a running job's GPUs at "
         "Gavel's co-located throughputs when the pair does more work: packed-las)."

@@ -190,7 +190,8 @@ _ReplayRounds = Annotated[
     str | None,
     typer.Option(
         help="Replay in rounds under these round policies instead (comma-separated: las, "
-        "ftf, max-throughput, min-makespan, fifo, fair-throughput, fair-srtf, agnostic-*)."
+        "ftf, max-throughput, min-makespan, fifo, fair-throughput, fair-srtf, fair-catchup, "
+        "agnostic-*)."
     ),
 ]
 _ReplayAlphas = Annotated[
