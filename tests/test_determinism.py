@@ -142,10 +142,12 @@ class MemoryStore:
     def __init__(self) -> None:
         self.plans: list[Any] = []
 
-    def record_turn(self, exits: Sequence[TaskExit], plan: Any) -> None:
+    def record_turn(
+        self, exits: Sequence[TaskExit], plan: Any, starts_die_with_host: bool = False
+    ) -> None:
         self.plans.append((list(exits), plan))
 
-    def record_launched(self, launched: Sequence[Any]) -> None:
+    def record_launched(self, launched: Sequence[Any], durable: bool = True) -> None:
         pass
 
     def record_alerts(self, alerts: Sequence[Any]) -> None:
