@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -327,4 +328,41 @@ def test_a_move_whose_task_ended_while_the_service_was_down_arrives_after_the_re
         assert job["tasks"][1]["node"] == move["target"]
         big_job = api.wait(alice, move["big"], {"succeeded", "failed"}, timeout=60)
         assert big_job["state"] == "succeeded" and big_job["tasks"][0]["node"] == move["origin"]
+        _cancel_and_check(api, alice, svc, move["pinned"])
+
+
+def test_a_reservation_with_nothing_left_to_stop_is_dropped_and_the_job_runs_again(
+    tmp_path: Path,
+) -> None:
+    """A store where a moving job's old run has ended but its reservation is still there
+    (no turn writes that; a store edited by hand, say): nothing would ever stop, so the
+    move could never arrive. Recovery gives the reservation back and submits the job again:
+    it runs, and the service starts (store and core agree)."""
+    options = _two_nodes(tmp_path)
+    signals = tmp_path / "signals.log"
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        move = _start_move(api, signals)
+        alice_token = api.tokens["alice"]
+        api.close()
+    os.killpg(os.getpgid(int(move["pid"])), signal.SIGKILL)
+    db = sqlite3.connect(tmp_path / "home" / "hetsched.db")
+    with db:
+        db.execute(
+            "UPDATE tasks SET state = 'stopped', ended_at = 1 WHERE job_id = ? AND run = 1",
+            (move["mover"],),
+        )
+        db.execute(
+            "UPDATE allocations SET live = NULL, released_at = 1 WHERE job_id = ? AND run = 1",
+            (move["mover"],),
+        )
+    db.close()
+    with running(options) as svc:
+        api = Api(svc)
+        alice = api.client(alice_token)
+        job = api.wait(alice, move["mover"], {"succeeded", "failed"}, timeout=60)
+        assert job["state"] == "succeeded", job
+        assert [(t["run"], t["state"]) for t in job["tasks"]] == [(1, "stopped"), (2, "exited")]
+        big_job = api.wait(alice, move["big"], {"succeeded", "failed"}, timeout=60)
+        assert big_job["state"] == "succeeded"
         _cancel_and_check(api, alice, svc, move["pinned"])

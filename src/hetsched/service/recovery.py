@@ -303,11 +303,17 @@ def _keep_moving(
     False when the move cannot be kept (its tasks are ended, its destination given up, and
     the job is submitted again)."""
     job, run, row = item.job, item.run, item.row
+    if not rows:
+        # nothing left to stop (never written so: an arrival and the last stop share a
+        # turn), so no TaskStopped would ever start the next run: submitted again instead
+        for t in reserved:
+            store.drop_reserved(conn, t, now)
+        return False
     saved = checkpoint_of(row.get("checkpoint"))
     stopping = {int(t["task"]): Placement.from_dict(t["placement"]) for t in rows}
     moving = {int(t["task"]): Placement.from_dict(t["placement"]) for t in reserved}
     moved_at = min(float(t["bound_at"]) for t in reserved)
-    started = min((float(t["bound_at"]) for t in rows), default=moved_at)
+    started = min(float(t["bound_at"]) for t in rows)
     try:
         core.restore_moving(
             job,
