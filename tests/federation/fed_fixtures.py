@@ -105,13 +105,15 @@ class Fed:
     running: RunningFederation
     client: httpx.Client
     members: dict[str, Running]
+    #: every wait's timeout is multiplied by it (``load_factor``, where the lease is too)
+    slow: float = 1.0
 
     def wait(
         self, what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.05
     ) -> Any:
         """Until ``check`` answers (its answer), asking every ``every`` seconds: an
-        AssertionError after ``timeout``."""
-        deadline = time.monotonic() + timeout
+        AssertionError after ``timeout`` (times ``slow``)."""
+        deadline = time.monotonic() + timeout * self.slow
         while True:
             value = check()
             if value:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fed_fixtures import Fed, Line, events, job_body, members_yaml, task
+from fed_fixtures import Fed, Line, events, job_body, load_factor, members_yaml, task
 from procs import FederationProcess, MemberProcess, Proxy
 
 from hetsched.federation.server import FederationOptions
@@ -45,15 +45,21 @@ def processes(
 
 @contextmanager
 def federation_over(tmp: Path, urls: dict[str, str], tokens: dict[str, str]) -> Iterator[Fed]:
-    path = members_yaml(tmp, urls, tokens, LEASE)
+    """A federation over the members at ``urls``; its lease, call timeout and fencing
+    margin, and the returned Fed's waits, scaled by the machine's load (``load_factor``,
+    as test_many explains: a short lease lapses for want of CPU on a busy machine)."""
+    slow = load_factor()
+    path = members_yaml(tmp, urls, tokens, LEASE * slow, timeout=2.0 * slow, margin=0.5 * slow)
     options = FederationOptions(members=path, home=tmp / "federation", rate_limit=0.0)
     with (
         running_federation(options) as fed,
         httpx.Client(
-            base_url=fed.url, headers={"Authorization": f"Bearer {fed.admin_token}"}, timeout=30
+            base_url=fed.url,
+            headers={"Authorization": f"Bearer {fed.admin_token}"},
+            timeout=30 * slow,
         ) as client,
     ):
-        yield Fed(fed, client, {})
+        yield Fed(fed, client, {}, slow)
 
 
 def _member(line: Line) -> str:
