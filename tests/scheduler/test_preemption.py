@@ -20,6 +20,7 @@ from hetsched.scheduler import (
     Preempt,
     Scheduler,
     TaskCheckpointed,
+    TaskFinished,
     TaskStopped,
 )
 
@@ -184,3 +185,26 @@ def test_every_pending_job_has_an_explanation(
     h = Harness(core, after=check)
     h.submit(jobs)
     h.run(until=2000.0)
+
+
+def test_a_victim_chosen_again_before_its_last_run_stopped_releases_both_preemptors() -> None:
+    """A preempted job may start again elsewhere while its last run is still stopping; a
+    second preemptor may then choose it again. Each preemptor waits for it to stop, and
+    neither waits for ever (the first used to stay nominated on it after it stopped)."""
+    core = _core(gpus=1, nodes=2, grace_s=30)
+    core.handle([JobSubmitted(job("v", gpus=1)), JobSubmitted(job("x", gpus=1, priority=1))], 0)
+    actions = core.handle([JobSubmitted(job("a", gpus=1, priority=5))], 1)
+    assert _preempted(actions) == ["v"]
+    # x ends: v (pending, its run 1 still stopping) starts again on x's node
+    actions = core.handle([TaskFinished("x", 0, 1)], 2)
+    assert [a.job_id for a in actions if isinstance(a, Bind)] == ["v"]
+    actions = core.handle([JobSubmitted(job("b", gpus=1, priority=9))], 3)
+    assert _preempted(actions) == ["v"]
+    core.handle([TaskStopped("v", 0, 1)], 4)  # the first run stops
+    actions = core.handle([TaskStopped("v", 0, 2)], 5)  # and the second
+    assert sorted(a.job_id for a in actions if isinstance(a, Bind)) == ["a", "b"]
+    assert not core.record("a").nominated and not core.record("b").nominated
+    # v waits for room; once a and b end it runs and ends without a trace left behind
+    core.handle([TaskFinished("a", 0, 1), TaskFinished("b", 0, 1)], 6)
+    core.handle([TaskFinished("v", 0, 3)], 7)
+    assert core.record("v").state is JobState.SUCCEEDED

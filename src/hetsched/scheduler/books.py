@@ -101,8 +101,8 @@ class Books(Protocol):
     def now(self) -> float: ...
 
     @property
-    def nominations(self) -> Mapping[str, str]:
-        """Job stopping (preempted or moving) -> the job that waits for it."""
+    def nominations(self) -> Mapping[str, list[str]]:
+        """Job stopping (preempted or moving) -> the jobs that wait for it."""
         ...
 
     @property

@@ -77,8 +77,10 @@ class JobBook:
         self.capacity_epoch = 0
         #: the one job allowed to hold part of its gang (so gangs never deadlock)
         self.holder: str | None = None
-        #: victim id -> the job that preempted it, while the victim is stopping
-        self._nominations: dict[str, str] = {}
+        #: victim id -> the jobs that wait for it to stop, in the order they chose it, while
+        #: the victim is stopping: a victim that started again before its last run stopped
+        #: may be chosen again, and every preemptor waits for it
+        self._nominations: dict[str, list[str]] = {}
         #: jobs not in a terminal state, in arrival order
         self._live: dict[str, JobRecord] = {}
         #: the live jobs counted by queue and state, as they move (never by a scan)
@@ -267,8 +269,8 @@ class JobBook:
             raise KeyError(f"unknown job {job_id!r}") from None
 
     @property
-    def nominations(self) -> Mapping[str, str]:
-        """Job stopping (preempted or moving) -> the job that waits for it."""
+    def nominations(self) -> Mapping[str, list[str]]:
+        """Job stopping (preempted or moving) -> the jobs that wait for it."""
         return self._nominations
 
     @property
@@ -387,9 +389,9 @@ class JobBook:
         checkpointable job waiting for its run to stop may start again."""
         if victim.stopping:
             return
-        if victim.id in self._nominations:
+        for waiting in self._nominations.pop(victim.id, ()):
             # a preemptor that ended may be forgotten already (see ``keep_ended``)
-            preemptor = self.jobs.get(self._nominations.pop(victim.id))
+            preemptor = self.jobs.get(waiting)
             if preemptor is not None:
                 preemptor.nominated.discard(victim.id)
                 self.queue.touch(preemptor)
@@ -451,7 +453,7 @@ class JobBook:
         victim.preempted_by.add(preemptor.id)
         preemptor.preempted_jobs.add(victim.id)
         preemptor.nominated.add(victim.id)
-        self._nominations[victim.id] = preemptor.id
+        self._nominations.setdefault(victim.id, []).append(preemptor.id)
         notice = victim.job.notice_s
         self.emit(Preempt(victim.id, run, tasks, grace_s, reason, preemptor.id, kind, notice))
         self._requeue(victim, now, reason, Change.PREEMPTED)
@@ -551,7 +553,7 @@ class JobBook:
             record.stopping[TaskKey(record.id, task, run)] = record.placements.pop(task)
         if for_job is not None:
             for_job.nominated.add(record.id)
-            self._nominations[record.id] = for_job.id
+            self._nominations.setdefault(record.id, []).append(for_job.id)
         self._move(record, JobState.RUNNING, now, reason, Change.MIGRATING)
         target = for_job.id if for_job is not None else ""
         notice = record.job.notice_s
