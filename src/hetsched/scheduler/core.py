@@ -23,6 +23,7 @@ The books (records, allocations kept in step with the usage ledger, transitions)
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.framework.handle import DecayedView, UsageView
@@ -64,8 +65,10 @@ from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.jobbook import JobBook
 from hetsched.scheduler.migration import run_upgrades
 from hetsched.scheduler.records import JobRecord
-from hetsched.scheduler.round_mode import RoundBook, run_rounds
 from hetsched.scheduler.view import SchedulerView
+
+if TYPE_CHECKING:
+    from hetsched.scheduler.round_mode import RoundBook
 
 __all__ = ["Scheduler"]
 
@@ -98,6 +101,10 @@ class Scheduler(JobBook):
         #: round-based allocation (the profile's ``rounds``), None when off
         self.rounds: RoundBook | None = None
         if self.profile.rounds is not None:
+            # round mode brings in the round policies and their solvers (hetsched.rounds):
+            # imported only by a profile that has a ``rounds`` section
+            from hetsched.scheduler.round_mode import RoundBook
+
             self.rounds = RoundBook(self.profile.rounds, seed)
 
     def use_reference_cycle(self) -> None:
@@ -116,6 +123,8 @@ class Scheduler(JobBook):
         self._timers(now)
         start = len(out)
         if self.rounds is not None:
+            from hetsched.scheduler.round_mode import run_rounds
+
             run_rounds(self, self.rounds, now)
         run_cycle(self, now)
         run_upgrades(self, now)
