@@ -31,6 +31,11 @@ _MIN_GC_S = 0.0005
 def _install(out: Any) -> None:
     from hetsched.service import launcher, loop, store
 
+    try:  # the group-commit writer's own module, in checkouts that have it
+        from hetsched.service import groupcommit
+    except ImportError:
+        groupcommit = None
+
     guard = threading.Lock()
     turn: dict[str, float] = {}
 
@@ -74,6 +79,8 @@ def _install(out: Any) -> None:
         return launched, failed
 
     wrap(store.Store, "_commit_submissions", commit)
+    if groupcommit is not None:
+        wrap(groupcommit.GroupCommit, "_commit_submissions", commit)
     wrap(loop.ControlLoop, "submitted", submitted)
     wrap(loop.ControlLoop, "turn", timed("turn", "turn1"))
     wrap(loop.ControlLoop, "_plan", timed("plan0", "plan1"))

@@ -12,14 +12,12 @@ SQLite's busy-retry sleeps under concurrent submissions.
 from __future__ import annotations
 
 import hashlib
-import logging
-import queue
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -27,6 +25,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
+from hetsched.service.groupcommit import GroupCommit
 from hetsched.service.speedstore import SpeedRecords
 from hetsched.service.tables import allocations, job_counts, jobs, tasks, tokens, transitions
 from hetsched.service.turnstore import TurnRecords
@@ -39,35 +38,10 @@ from hetsched.service.walmode import (
 
 __all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
-log = logging.getLogger(__name__)
-
 #: states a job never leaves
 TERMINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
 #: states of a task that has ended (it holds nothing)
 TASK_ENDED = ("exited", "stopped", "lost")
-
-
-@dataclass(slots=True)
-class _Submission:
-    """One submission waiting for the group commit that will hold it."""
-
-    row: dict[str, Any]
-    #: called by the writer with the row once committed, if the row is new
-    on_commit: Callable[[dict[str, Any]], None] | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    result: tuple[dict[str, Any], bool] | None = None
-    error: BaseException | None = None
-
-
-def _committed(item: _Submission) -> None:
-    """Hand a committed submission on: to ``on_commit`` if it created a job, then its caller."""
-    try:
-        if item.on_commit is not None and item.result is not None and item.result[1]:
-            item.on_commit(item.result[0])
-    except Exception:
-        log.exception("handing a committed job on failed")
-    finally:
-        item.done.set()
 
 
 class Conflict(Exception):
@@ -159,14 +133,11 @@ class Store(TurnRecords, SpeedRecords):
         self._sync = sync.upper() if self.sqlite else None
         #: WAL checkpoints, off the commit path (service/walmode.py)
         self.checkpointer = Checkpointer(self.engine) if self.sqlite else None
-        self._submissions: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
-        self._writer_lock = threading.Lock()
+        #: the writer thread that commits single submissions in groups (service/groupcommit.py)
+        self._group = GroupCommit(self.write)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._submissions.put(None)
-            self._writer.join(timeout=10)
+        self._group.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
         self.engine.dispose()
@@ -300,38 +271,10 @@ class Store(TurnRecords, SpeedRecords):
         only after the transaction holding its job has committed, but concurrent callers
         share one commit (one fsync) instead of queueing for one each.
         """
-        row: dict[str, Any] = {
-            "id": job_id,
-            "owner": owner,
-            "queue": queue,
-            "name": name,
-            "priority": priority,
-            "spec": spec,
-            "request_key": request_key,
-            "body_digest": body_digest,
-            "state": "pending",
-            "reason": "submitted",
-            "explanation": None,
-            "run": 0,
-            "restarts": 0,
-            "preemptions": 0,
-            "cancel_requested": False,
-            "submitted_at": time.time(),
-            "started_at": None,
-            "first_started_at": None,
-            "ended_at": None,
-            "exit_code": None,
-        }
-        if submitted_at is not None:
-            row["submitted_at"] = submitted_at
-        item = _Submission(row, on_commit)
-        self._ensure_writer()
-        self._submissions.put(item)
-        item.done.wait()
-        if item.error is not None:
-            raise item.error
-        assert item.result is not None
-        stored, created = item.result
+        now = time.time() if submitted_at is None else submitted_at
+        item = NewJob(job_id, owner, queue, name, priority, spec)
+        row = _pending_row(item, request_key, body_digest, now)
+        stored, created = self._group.submit(row, on_commit)
         if not created:
             return self._replay(stored, body_digest), False
         return stored, True
@@ -395,85 +338,6 @@ class Store(TurnRecords, SpeedRecords):
                 ],
             )
         return rows, True
-
-    def _ensure_writer(self) -> None:
-        with self._writer_lock:
-            if self._writer is None or not self._writer.is_alive():
-                self._writer = threading.Thread(
-                    target=self._write_submissions, name="hetsched-store-writer", daemon=True
-                )
-                self._writer.start()
-
-    def _write_submissions(self) -> None:
-        while True:
-            first = self._submissions.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < 512:
-                try:
-                    item = self._submissions.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._submissions.put(None)
-                    break
-                batch.append(item)
-            self._commit_submissions(batch)
-
-    def _commit_submissions(self, batch: list[_Submission]) -> None:
-        try:
-            with self.write() as conn:
-                results = self._insert_submissions(conn, batch)
-        except Exception:
-            # one bad row must not fail the others: retry each in its own transaction
-            for item in batch:
-                try:
-                    with self.write() as conn:
-                        item.result = self._insert_submissions(conn, [item])[0]
-                except Exception as exc:
-                    item.error = exc
-                _committed(item)
-            return
-        for item, result in zip(batch, results, strict=True):
-            item.result = result
-            _committed(item)
-
-    def _insert_submissions(
-        self, conn: Connection, batch: list[_Submission]
-    ) -> list[tuple[dict[str, Any], bool]]:
-        results: list[tuple[dict[str, Any], bool]] = []
-        new_rows: list[dict[str, Any]] = []
-        # checked again inside the transaction (a retry may have won meanwhile), with one
-        # query per owner for the whole group
-        keyed = _stored_by_key(conn, [i.row for i in batch if i.row["request_key"] is not None])
-        for item in batch:
-            row = item.row
-            key = row["request_key"]
-            if key is not None:
-                earlier = keyed.get((row["owner"], key))
-                if earlier is not None:
-                    results.append((earlier, False))
-                    continue
-                keyed[(row["owner"], key)] = row
-            new_rows.append(row)
-            results.append((row, True))
-        if new_rows:
-            conn.execute(jobs.insert(), new_rows)
-            conn.execute(
-                transitions.insert(),
-                [
-                    {
-                        "job_id": r["id"],
-                        "time": r["submitted_at"],
-                        "source": None,
-                        "target": "pending",
-                        "cause": "submitted",
-                    }
-                    for r in new_rows
-                ],
-            )
-        return results
 
     def _replay(self, row: dict[str, Any], body_digest: str | None) -> dict[str, Any]:
         if row["body_digest"] != body_digest:
@@ -625,18 +489,3 @@ class Store(TurnRecords, SpeedRecords):
         with self.read() as conn:
             rows = conn.execute(select(allocations).order_by(allocations.c.id)).all()
         return [dict(r._mapping) for r in rows]
-
-
-def _stored_by_key(
-    conn: Connection, rows: list[dict[str, Any]]
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """(owner, request key) -> the stored job row, for the keys ``rows`` carry."""
-    wanted: dict[str, set[str]] = {}
-    for row in rows:
-        wanted.setdefault(row["owner"], set()).add(row["request_key"])
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for owner, keys in wanted.items():
-        query = select(jobs).where(jobs.c.owner == owner, jobs.c.request_key.in_(sorted(keys)))
-        for match in conn.execute(query):
-            found[(owner, match.request_key)] = dict(match._mapping)
-    return found
