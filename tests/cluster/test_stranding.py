@@ -302,3 +302,44 @@ def test_score_bound_never_changes_a_score(
             assert dict(zip(names, got.tolist(), strict=True)) == pytest.approx(
                 _unpruned(state, request, args)
             )
+
+
+@settings(max_examples=80, deadline=None)
+@given(_steps, st.lists(_requests, min_size=1, max_size=4), st.booleans())
+def test_score_of_one_row_is_bit_identical_to_the_same_row_among_many(
+    steps: list[tuple[str, int, int, int, bool]],
+    requests: list[tuple[int, int, tuple[object, ...]]],
+    typical: bool,
+) -> None:
+    """One row is scored in plain Python (the request-class cache rescores one node at a
+    time), many rows with numpy: the same float, bit for bit, on any state and request."""
+    state = ClusterState(
+        [
+            gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
+            gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
+            cpu_node("c"),
+        ]
+    )
+    args = StrandingArgs(typical={"gpu": {"cpu": "6", "memory": "16Gi"}} if typical else {})
+    plugin = Stranding(args)
+    for index, (node, cpu, mem, gpus, _) in enumerate(steps):
+        row = state.row(node)
+        slots = [s for s in range(state.width) if state.dev_free[row, s] == 1000][:gpus]
+        shares = [
+            DeviceShare(state.device_id(row, s), 1000 if k else 400) for k, s in enumerate(slots)
+        ]
+        placement = Placement(node, cpu, mem, tuple(shares))
+        if state.check(placement) is None:
+            state.allocate(f"j{index}/0", placement)
+        for cpu_r, mem_r, kind in requests:
+            devices: tuple[DeviceRequest, ...] = ()
+            if kind and kind[0] == "whole":
+                devices = (DeviceRequest.of("gpu", int(str(kind[1]))),)
+            elif kind:
+                devices = (DeviceRequest.of("gpu", 1, 300),)
+            request = TaskRequest(cpu_r, mem_r, devices)
+            ctx = CycleContext(state, Job("j", request), request)
+            rows = np.arange(len(state))
+            many = plugin.score(ctx, rows).tolist()
+            one = [plugin.score(ctx, rows[i : i + 1]).tolist()[0] for i in range(rows.size)]
+            assert [v.hex() for v in one] == [v.hex() for v in many]

@@ -13,6 +13,7 @@ other scores decide alone.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -182,10 +183,25 @@ class Stranding:
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
         state = ctx.state
-        request = ctx.request
         counts = accelerators(state)
         need_cpu, need_mem = self._needs(state)
         self._headroom.sync(state, need_cpu, need_mem)
+        if rows.size == 1:
+            # a cached request class rescores the one node the last placement changed:
+            # numpy's per-call cost on one element is most of the work, so plain Python
+            return np.array([self._score_row(ctx, int(rows[0]), counts, need_cpu, need_mem)])
+        return self._score_rows(ctx, rows, counts, need_cpu, need_mem)
+
+    def _score_rows(
+        self,
+        ctx: CycleContext,
+        rows: IntArray,
+        counts: IntArray,
+        need_cpu: FloatArray,
+        need_mem: FloatArray,
+    ) -> FloatArray:
+        state = ctx.state
+        request = ctx.request
         room_cpu, room_mem = self._headroom.cpu[rows], self._headroom.mem[rows]
         whole, shares = _least_taken(request)
         if whole or shares:
@@ -212,8 +228,64 @@ class Stranding:
                 need_cpu[sub],
                 need_mem[sub],
             )
-            scale = max(int(counts.max(initial=0)), 1)
-            score[hit] -= 100.0 * np.maximum(after - before, 0) / scale
+            score[hit] -= 100.0 * np.maximum(after - before, 0) / _scale(state, counts)
         if not request.devices:
             score -= np.where(counts[rows] > 0, self._penalty, 0.0)
         return np.asarray(np.clip(score, 0.0, 100.0), np.float64)
+
+    def _score_row(
+        self,
+        ctx: CycleContext,
+        row: int,
+        counts: IntArray,
+        need_cpu: FloatArray,
+        need_mem: FloatArray,
+    ) -> float:
+        """:meth:`_score_rows` for one row, operation for operation in IEEE doubles (the
+        same bits: numpy's float64 arithmetic and Python's float arithmetic are one)."""
+        state = ctx.state
+        request = ctx.request
+        nc, nm = need_cpu.item(row), need_mem.item(row)
+        room_cpu, room_mem = self._headroom.cpu.item(row), self._headroom.mem.item(row)
+        whole, shares = _least_taken(request)
+        if whole or shares:
+            taken = whole
+            if shares and state.dev_free_total.item(row) == SHARE_UNITS * state.dev_whole_free.item(
+                row
+            ):
+                taken += shares
+            room_cpu = room_cpu + taken * nc
+            room_mem = room_mem + taken * nm
+        score = 100.0
+        if room_cpu < request.cpu_milli or room_mem < request.memory_mib:
+            free = state.dev_whole_free.item(row) * int(state.active.item(row))
+            cpu, mem = state.cpu_free.item(row), state.mem_free.item(row)
+            before = _stranded_row(free, cpu, mem, nc, nm)
+            rows = np.array([row])
+            after = _stranded_row(
+                max(free - int(_taken(ctx, rows)[0]), 0),
+                cpu - request.cpu_milli,
+                mem - request.memory_mib,
+                nc,
+                nm,
+            )
+            score -= 100.0 * max(after - before, 0) / _scale(state, counts)
+        if not request.devices and counts.item(row) > 0:
+            score -= self._penalty
+        return min(max(score, 0.0), 100.0)
+
+
+def _scale(state: Any, counts: IntArray) -> int:
+    """The most accelerators any node has (at least 1), per topology version."""
+    return state.memo("stranding_scale", lambda: max(int(counts.max(initial=0)), 1))  # type: ignore[no-any-return]
+
+
+def _stranded_row(free: int, cpu_free: int, mem_free: int, need_cpu: float, need_mem: float) -> int:
+    """``stranded_count`` for one row whose needs are positive (``_needs``), with its
+    arithmetic: floor of a true division, not floor division (the two can differ)."""
+    usable = min(
+        free,
+        math.floor(max(cpu_free, 0) / need_cpu),
+        math.floor(max(mem_free, 0) / need_mem),
+    )
+    return free - usable
