@@ -21,7 +21,7 @@ from hetsched.framework.profile import ProfileError, parse_profile
 from hetsched.model.device import Health
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.plugins.fit import Fit
-from hetsched.plugins.stranding import Stranding, StrandingArgs
+from hetsched.plugins.stranding import _PYTHON_ROWS, Stranding, StrandingArgs
 from hetsched.sim.engine import Simulator
 from hetsched.sim.metrics import summarize
 from hetsched.sim.workload import Workload, WorkloadJob
@@ -311,13 +311,15 @@ def test_score_of_one_row_is_bit_identical_to_the_same_row_among_many(
     requests: list[tuple[int, int, tuple[object, ...]]],
     typical: bool,
 ) -> None:
-    """One row is scored in plain Python (the request-class cache rescores one node at a
-    time), many rows with numpy: the same float, bit for bit, on any state and request."""
+    """A few rows are scored in plain Python (the request-class cache rescores the few
+    nodes that changed), many with numpy: the same floats, bit for bit, on any state and
+    request. Idle nodes make the cluster large enough for the numpy path."""
     state = ClusterState(
         [
             gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
             gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
             cpu_node("c"),
+            *(gpu_node(f"idle{i}", gpus=2, cpu=8_000, memory=64 * 1024) for i in range(16)),
         ]
     )
     args = StrandingArgs(typical={"gpu": {"cpu": "6", "memory": "16Gi"}} if typical else {})
@@ -341,5 +343,8 @@ def test_score_of_one_row_is_bit_identical_to_the_same_row_among_many(
             ctx = CycleContext(state, Job("j", request), request)
             rows = np.arange(len(state))
             many = plugin.score(ctx, rows).tolist()
+            assert rows.size > _PYTHON_ROWS
             one = [plugin.score(ctx, rows[i : i + 1]).tolist()[0] for i in range(rows.size)]
             assert [v.hex() for v in one] == [v.hex() for v in many]
+            few = plugin.score(ctx, rows[:3]).tolist()
+            assert [v.hex() for v in few] == [v.hex() for v in many[:3]]

@@ -36,6 +36,8 @@ from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 __all__ = ["Stranding", "StrandingArgs", "TypicalArgs", "profile_typicals"]
 
 _TINY = 1e-9
+#: up to this many rows are scored one by one in plain Python, more with numpy
+_PYTHON_ROWS = 16
 
 
 class TypicalArgs(BaseModel):
@@ -186,10 +188,14 @@ class Stranding:
         counts = accelerators(state)
         need_cpu, need_mem = self._needs(state)
         self._headroom.sync(state, need_cpu, need_mem)
-        if rows.size == 1:
-            # a cached request class rescores the one node the last placement changed:
-            # numpy's per-call cost on one element is most of the work, so plain Python
-            return np.array([self._score_row(ctx, int(rows[0]), counts, need_cpu, need_mem)])
+        if rows.size <= _PYTHON_ROWS:
+            # a cached request class rescores the few nodes placements changed since it was
+            # last used: numpy's per-call cost on so few elements is most of the work
+            taken = _least_taken(ctx.request)
+            return np.array(
+                [self._score_row(ctx, r, taken, counts, need_cpu, need_mem) for r in rows.tolist()],
+                np.float64,
+            )
         return self._score_rows(ctx, rows, counts, need_cpu, need_mem)
 
     def _score_rows(
@@ -237,6 +243,7 @@ class Stranding:
         self,
         ctx: CycleContext,
         row: int,
+        least_taken: tuple[int, int],
         counts: IntArray,
         need_cpu: FloatArray,
         need_mem: FloatArray,
@@ -247,7 +254,7 @@ class Stranding:
         request = ctx.request
         nc, nm = need_cpu.item(row), need_mem.item(row)
         room_cpu, room_mem = self._headroom.cpu.item(row), self._headroom.mem.item(row)
-        whole, shares = _least_taken(request)
+        whole, shares = least_taken
         if whole or shares:
             taken = whole
             if shares and state.dev_free_total.item(row) == SHARE_UNITS * state.dev_whole_free.item(

@@ -95,10 +95,12 @@ class JobRecord:
     preemptions: int = 0
     #: backfill: start times reserved for it while it was the head job, in order
     reserved_starts: list[float] = field(default_factory=list)
+    #: the job's id: a field, not a property, since the books read it several times per
+    #: placement (the job of a record never changes)
+    id: str = field(init=False, repr=False)
 
-    @property
-    def id(self) -> str:
-        return self.job.id
+    def __post_init__(self) -> None:
+        self.id = self.job.id
 
     @property
     def reserved_start(self) -> float | None:

@@ -153,12 +153,18 @@ class Ledger:
 
     def charge(self, key: AllocKey, job: Job, usage: Usage) -> None:
         self.by_key[key] = (job, usage)
+        # what Counter.update does, without its per-call type checks (once per placement)
         for book, name in (
             (self.by_job, job.id),
             (self.by_user, job.user),
             (self.by_queue, job.queue),
         ):
-            book.setdefault(name, Counter()).update(usage)
+            held = book.get(name)
+            if held is None:
+                book[name] = Counter(usage)
+            else:
+                for flavor, amount in usage.items():
+                    held[flavor] = held.get(flavor, 0) + amount
         self._touch(job)
 
     def refund(self, key: AllocKey) -> None:
