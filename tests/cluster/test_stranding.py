@@ -348,3 +348,44 @@ def test_score_of_one_row_is_bit_identical_to_the_same_row_among_many(
             assert [v.hex() for v in one] == [v.hex() for v in many]
             few = plugin.score(ctx, rows[:3]).tolist()
             assert [v.hex() for v in few] == [v.hex() for v in many[:3]]
+
+
+@settings(max_examples=80, deadline=None)
+@given(_steps, st.booleans())
+def test_headroom_kept_row_by_row_is_bit_identical_to_a_fresh_pass(
+    steps: list[tuple[str, int, int, int, bool]], release: bool
+) -> None:
+    """The headroom is refreshed on the few rows allocations changed in plain Python,
+    and computed over every row with numpy: after any allocations (and releases), the
+    kept values are the fresh ones, bit for bit."""
+    from hetsched.plugins.stranding import _Headroom
+
+    state = ClusterState(
+        [
+            gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
+            gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
+            cpu_node("c"),
+        ]
+    )
+    need_cpu, need_mem = node_needs(state, {})
+    need_cpu, need_mem = np.maximum(need_cpu, 1e-9), np.maximum(need_mem, 1e-9)
+    kept = _Headroom()
+    kept.sync(state, need_cpu, need_mem)
+    held: list[str] = []
+    for index, (node, cpu, mem, gpus, _) in enumerate(steps):
+        row = state.row(node)
+        slots = [s for s in range(state.width) if state.dev_free[row, s] == 1000][:gpus]
+        shares = [
+            DeviceShare(state.device_id(row, s), 1000 if k else 400) for k, s in enumerate(slots)
+        ]
+        placement = Placement(node, cpu, mem, tuple(shares))
+        if state.check(placement) is None:
+            state.allocate(f"j{index}/0", placement)
+            held.append(f"j{index}/0")
+        if release and held and index % 3 == 2:
+            state.release(held.pop(0))
+        kept.sync(state, need_cpu, need_mem)
+        fresh = _Headroom()
+        fresh.sync(state, need_cpu, need_mem)
+        assert [v.hex() for v in kept.cpu.tolist()] == [v.hex() for v in fresh.cpu.tolist()]
+        assert [v.hex() for v in kept.mem.tolist()] == [v.hex() for v in fresh.mem.tolist()]

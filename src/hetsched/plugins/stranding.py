@@ -140,6 +140,9 @@ class _Headroom:
                 return
             rows = state.changed_since(self._tick)
         self._state, self._version, self._tick = state, state.version, state.tick
+        if rows is not None and rows.size <= _PYTHON_ROWS:
+            self._sync_rows(state, rows.tolist(), need_cpu, need_mem)
+            return
         pick = slice(None) if rows is None else rows
         cpu, mem, whole = state.cpu_free[pick], state.mem_free[pick], state.dev_whole_free[pick]
         fed = np.minimum(
@@ -152,6 +155,19 @@ class _Headroom:
         else:
             self.cpu[rows] = cpu - fed * need_cpu[rows]
             self.mem[rows] = mem - fed * need_mem[rows]
+
+    def _sync_rows(
+        self, state: Any, rows: list[int], need_cpu: FloatArray, need_mem: FloatArray
+    ) -> None:
+        """The update of :meth:`sync` for a few rows in plain Python: the same operations
+        on the same doubles (Python's float ``//`` is numpy's), so the same bits."""
+        cpu_free, mem_free, whole_free = state.cpu_free, state.mem_free, state.dev_whole_free
+        for row in rows:
+            cpu, mem = cpu_free.item(row), mem_free.item(row)
+            nc, nm = need_cpu.item(row), need_mem.item(row)
+            fed = min(float(whole_free.item(row)), min(max(cpu, 0) // nc, max(mem, 0) // nm))
+            self.cpu[row] = cpu - fed * nc
+            self.mem[row] = mem - fed * nm
 
 
 @register("stranding", args=StrandingArgs)
