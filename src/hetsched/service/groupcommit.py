@@ -23,7 +23,7 @@ from sqlalchemy import Connection, select
 
 from hetsched.service.tables import jobs, transitions
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "insert_submitted"]
 
 log = logging.getLogger(__name__)
 
@@ -150,20 +150,7 @@ def _insert_submissions(
         new_rows.append(row)
         results.append((row, True))
     if new_rows:
-        conn.execute(jobs.insert(), new_rows)
-        conn.execute(
-            transitions.insert(),
-            [
-                {
-                    "job_id": r["id"],
-                    "time": r["submitted_at"],
-                    "source": None,
-                    "target": "pending",
-                    "cause": "submitted",
-                }
-                for r in new_rows
-            ],
-        )
+        insert_submitted(conn, new_rows)
     return results
 
 
@@ -180,3 +167,21 @@ def _stored_by_key(
         for match in conn.execute(query):
             found[(owner, match.request_key)] = dict(match._mapping)
     return found
+
+
+def insert_submitted(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert new jobs' rows with the transition that says each was submitted pending."""
+    conn.execute(jobs.insert(), rows)
+    conn.execute(
+        transitions.insert(),
+        [
+            {
+                "job_id": r["id"],
+                "time": r["submitted_at"],
+                "source": None,
+                "target": "pending",
+                "cause": "submitted",
+            }
+            for r in rows
+        ],
+    )

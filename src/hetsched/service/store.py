@@ -25,7 +25,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
-from hetsched.service.groupcommit import GroupCommit
+from hetsched.service.groupcommit import GroupCommit, insert_submitted
 from hetsched.service.speedstore import SpeedRecords
 from hetsched.service.tables import allocations, job_counts, jobs, tasks, tokens, transitions
 from hetsched.service.turnstore import TurnRecords
@@ -323,20 +323,7 @@ class Store(TurnRecords, SpeedRecords):
                             "idempotency key already used for a batch with a different body"
                         )
                     return earlier, False
-            conn.execute(jobs.insert(), rows)
-            conn.execute(
-                transitions.insert(),
-                [
-                    {
-                        "job_id": r["id"],
-                        "time": r["submitted_at"],
-                        "source": None,
-                        "target": "pending",
-                        "cause": "submitted",
-                    }
-                    for r in rows
-                ],
-            )
+            insert_submitted(conn, rows)
         return rows, True
 
     def _replay(self, row: dict[str, Any], body_digest: str | None) -> dict[str, Any]:
