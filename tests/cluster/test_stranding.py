@@ -104,6 +104,34 @@ _steps = st.lists(
 )
 
 
+def _small_cluster(idle: int = 0) -> ClusterState:
+    """A 4-GPU A100 node, an 8-GPU V100 node, a CPU node, and ``idle`` small GPU nodes."""
+    return ClusterState(
+        [
+            gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
+            gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
+            cpu_node("c"),
+            *(gpu_node(f"idle{i}", gpus=2, cpu=8_000, memory=64 * 1024) for i in range(idle)),
+        ]
+    )
+
+
+def _place_step(
+    state: ClusterState, index: int, step: tuple[str, int, int, int, bool]
+) -> str | None:
+    """Allocate a drawn step (its first device whole, the others 40 %) where it fits; the
+    allocation's key, or None when it did not fit."""
+    node, cpu, mem, gpus, _ = step
+    row = state.row(node)
+    slots = [s for s in range(state.width) if state.dev_free[row, s] == 1000][:gpus]
+    shares = [DeviceShare(state.device_id(row, s), 1000 if k else 400) for k, s in enumerate(slots)]
+    placement = Placement(node, cpu, mem, tuple(shares))
+    if state.check(placement) is not None:
+        return None
+    state.allocate(f"j{index}/0", placement)
+    return f"j{index}/0"
+
+
 @settings(max_examples=80, deadline=None)
 @given(_steps)
 def test_meter_matches_the_pure_measure(steps: list[tuple[str, int, int, int, bool]]) -> None:
@@ -259,24 +287,11 @@ def test_score_bound_never_changes_a_score(
     """The headroom bound only skips nodes whose score is 100 anyway: on any cluster state
     the plugin gives every node the score of the unpruned definition. One plugin scores
     several requests while the state changes, so its cache is exercised too."""
-    state = ClusterState(
-        [
-            gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
-            gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
-            cpu_node("c"),
-        ]
-    )
+    state = _small_cluster()
     args = StrandingArgs(typical={"gpu": {"cpu": "6", "memory": "16Gi"}} if typical else {})
     plugin = Stranding(args)
-    for index, (node, cpu, mem, gpus, _) in enumerate(steps):
-        row = state.row(node)
-        slots = [s for s in range(state.width) if state.dev_free[row, s] == 1000][:gpus]
-        shares = [
-            DeviceShare(state.device_id(row, s), 1000 if k else 400) for k, s in enumerate(slots)
-        ]
-        placement = Placement(node, cpu, mem, tuple(shares))
-        if state.check(placement) is None:
-            state.allocate(f"j{index}/0", placement)
+    for index, step in enumerate(steps):
+        _place_step(state, index, step)
         for cpu_r, mem_r, kind in requests:
             devices: tuple[DeviceRequest, ...] = ()
             if kind and kind[0] == "whole":
@@ -314,25 +329,11 @@ def test_score_of_one_row_is_bit_identical_to_the_same_row_among_many(
     """A few rows are scored in plain Python (the request-class cache rescores the few
     nodes that changed), many with numpy: the same floats, bit for bit, on any state and
     request. Idle nodes make the cluster large enough for the numpy path."""
-    state = ClusterState(
-        [
-            gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
-            gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
-            cpu_node("c"),
-            *(gpu_node(f"idle{i}", gpus=2, cpu=8_000, memory=64 * 1024) for i in range(16)),
-        ]
-    )
+    state = _small_cluster(idle=16)
     args = StrandingArgs(typical={"gpu": {"cpu": "6", "memory": "16Gi"}} if typical else {})
     plugin = Stranding(args)
-    for index, (node, cpu, mem, gpus, _) in enumerate(steps):
-        row = state.row(node)
-        slots = [s for s in range(state.width) if state.dev_free[row, s] == 1000][:gpus]
-        shares = [
-            DeviceShare(state.device_id(row, s), 1000 if k else 400) for k, s in enumerate(slots)
-        ]
-        placement = Placement(node, cpu, mem, tuple(shares))
-        if state.check(placement) is None:
-            state.allocate(f"j{index}/0", placement)
+    for index, step in enumerate(steps):
+        _place_step(state, index, step)
         for cpu_r, mem_r, kind in requests:
             devices: tuple[DeviceRequest, ...] = ()
             if kind and kind[0] == "whole":
@@ -360,28 +361,16 @@ def test_headroom_kept_row_by_row_is_bit_identical_to_a_fresh_pass(
     kept values are the fresh ones, bit for bit."""
     from hetsched.plugins.stranding import _Headroom
 
-    state = ClusterState(
-        [
-            gpu_node("g", gpus=4, cpu=32_000, memory=128 * 1024),
-            gpu_node("h", gpus=8, cpu=64_000, memory=256 * 1024, model="V100"),
-            cpu_node("c"),
-        ]
-    )
+    state = _small_cluster()
     need_cpu, need_mem = node_needs(state, {})
     need_cpu, need_mem = np.maximum(need_cpu, 1e-9), np.maximum(need_mem, 1e-9)
     kept = _Headroom()
     kept.sync(state, need_cpu, need_mem)
     held: list[str] = []
-    for index, (node, cpu, mem, gpus, _) in enumerate(steps):
-        row = state.row(node)
-        slots = [s for s in range(state.width) if state.dev_free[row, s] == 1000][:gpus]
-        shares = [
-            DeviceShare(state.device_id(row, s), 1000 if k else 400) for k, s in enumerate(slots)
-        ]
-        placement = Placement(node, cpu, mem, tuple(shares))
-        if state.check(placement) is None:
-            state.allocate(f"j{index}/0", placement)
-            held.append(f"j{index}/0")
+    for index, step in enumerate(steps):
+        key = _place_step(state, index, step)
+        if key is not None:
+            held.append(key)
         if release and held and index % 3 == 2:
             state.release(held.pop(0))
         kept.sync(state, need_cpu, need_mem)
