@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# The checkout's modules compiled as pip compiles an installed package's: where
+# PYTHONDONTWRITEBYTECODE is set, Python would otherwise compile them at every start (about
+# 60 ms of each `hetsched` command). Rerun at every setup (and so before lint, typecheck and
+# tests): it recompiles only the modules whose source changed since, in well under a second.
 setup: $(STAMP)
+	$(BIN)/python -m compileall -q src
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -19,10 +19,14 @@ CPU time is reported beside wall time because the machine is shared: under load,
 measures the other work as much as this one.
 
 Each checkout runs once unmeasured first (as a user's first run after installing: it fills
-the CEL parser cache, kept here in a temporary folder, and the file cache). By default
-every run compiles hetsched's modules from source, as a checkout does where
-``PYTHONDONTWRITEBYTECODE`` is set; ``--bytecode-cache`` keeps compiled modules (in a
-temporary folder, ``PYTHONPYCACHEPREFIX``) as an installed package has them.
+the CEL parser cache, kept here in a temporary folder, and the file cache). Each checkout's
+``hetsched`` package is copied (without any ``__pycache__``) into a temporary folder and run
+from there (``PYTHONPATH``), ``PYTHONDONTWRITEBYTECODE=1`` set, two ways side by side:
+"compiled at every start" (the copy has no compiled modules, so every start compiles
+hetsched's modules from source, as a checkout without them does) and "compiled modules"
+(the copy compiled once with ``compileall``, as pip does when it installs a package and as
+``make setup`` does for the checkout). Both checkouts are measured the same way, whatever
+compiled modules their own folders hold; third-party modules keep theirs.
 
     .venv/bin/python bench/place_e2e.py                     # 5,000 jobs on 5,000 nodes
     .venv/bin/python bench/place_e2e.py --jobs 20000 --nodes 10000 --repeats 5
@@ -33,10 +37,12 @@ temporary folder, ``PYTHONPYCACHEPREFIX``) as an installed package has them.
 from __future__ import annotations
 
 import argparse
+import compileall
 import hashlib
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +53,7 @@ from typing import Any
 
 import yaml
 
+import hetsched
 from hetsched.cli.json_text import dumps_indented
 from hetsched.cli.place import place_jobs
 from hetsched.model.specs import parse_cluster, parse_jobs
@@ -130,18 +137,26 @@ def _timed(fn: Any, repeats: int) -> tuple[float, float, Any]:
 OUTPUTS: set[str] = set()
 
 
-def run_env(src: Path | None, scratch: Path, bytecode_cache: bool) -> dict[str, str]:
-    """The environment of one checkout's runs: its own parser cache (and compiled modules
-    with ``bytecode_cache``) under ``scratch``; with ``src``, the hetsched package under
-    that directory instead of this one."""
+#: the two ways hetsched's modules are found at a start (see the module's docstring)
+MODES = {"source": "compiled at every start", "compiled": "compiled modules"}
+
+
+def run_env(src: Path | None, scratch: Path, mode: str) -> dict[str, str]:
+    """The environment of one checkout's runs in ``mode`` (a key of :data:`MODES`): its
+    ``hetsched`` package (of ``src``, else of this checkout) copied under ``scratch`` without
+    compiled modules, then compiled there for ``compiled``; its own parser cache there."""
+    package = Path(hetsched.__file__).parent if src is None else src / "hetsched"
+    copy = scratch / "src"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(package, copy / "hetsched", ignore=shutil.ignore_patterns("__pycache__"))
+    if mode == "compiled" and not compileall.compile_dir(copy, quiet=1):
+        raise SystemExit(f"{package}: does not compile")
     env = dict(os.environ)
     env["XDG_CACHE_HOME"] = str(scratch / "cache")
     env.pop("HETSCHED_NO_CACHE", None)
-    if src is not None:
-        env["PYTHONPATH"] = str(src)
-    if bytecode_cache:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # a run leaves the copy as it found it
+    env["PYTHONPATH"] = str(copy)
     return env
 
 
@@ -209,11 +224,18 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument(
         "--bytecode-cache",
         action="store_true",
-        help="keep compiled modules between runs, as an installed package does (default: "
-        "compile at every start, as a checkout with PYTHONDONTWRITEBYTECODE=1 does)",
+        help="measure only with compiled modules, as an installed package (or a checkout after "
+        "make setup) has them (default: that and compiling hetsched's modules at every "
+        "start, side by side)",
+    )
+    only.add_argument(
+        "--source-only",
+        action="store_true",
+        help="measure only compiling hetsched's modules at every start",
     )
     parser.add_argument(
         "--compare-src",
@@ -227,13 +249,17 @@ def main() -> None:
         cluster.write_text(yaml.safe_dump(cluster_doc(args.nodes), sort_keys=False))
         jobs.write_text(yaml.safe_dump(jobs_doc(args.jobs), sort_keys=False))
         sizes = f"{os.path.getsize(cluster) >> 10} KiB + {os.path.getsize(jobs) >> 10} KiB"
-        runs = [("this checkout", run_env(None, Path(tmp) / "this", args.bytecode_cache))]
+        modes = ["compiled"] if args.bytecode_cache else ["source"] if args.source_only else []
+        runs: list[tuple[str, dict[str, str]]] = []
+        checkouts: list[tuple[str, Path | None]] = [("this checkout", None)]
         if args.compare_src is not None:
-            other = run_env(args.compare_src, Path(tmp) / "other", args.bytecode_cache)
-            runs.insert(0, (str(args.compare_src), other))
-        compiled = "kept between runs" if args.bytecode_cache else "compiled at every start"
+            checkouts.insert(0, (str(args.compare_src), args.compare_src))
+        for mode in modes or list(MODES):
+            for i, (label, src) in enumerate(checkouts):
+                scratch = Path(tmp) / f"{mode}-{i}"
+                runs.append((f"{label}, {MODES[mode]}", run_env(src, scratch, mode)))
         print(f"{args.jobs} jobs on {args.nodes} nodes ({sizes} of YAML), {args.repeats} runs")
-        print(f"modules {compiled}; load average before: {os.getloadavg()[0]:.1f}")
+        print(f"load average before: {os.getloadavg()[0]:.1f}")
         print()
         print("| hetsched place -o json | placed | wall | placements/s (wall) | CPU | /s (CPU) |")
         print("|---|---|---|---|---|---|")
