@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.keys import TaskKey
-from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint
+from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint
 from hetsched.model.selector import AttrKey, attr_key, matches
 
 __all__ = ["AllocKey", "AllocationError", "ClusterState", "DeviceKind"]
@@ -116,6 +116,8 @@ class ClusterState:
         self.version = 0
         self._memo: dict[Hashable, Any] = {}
         self._memo_version = 0
+        self._all_active = True
+        self._all_active_version = -1
         self.add_nodes(nodes)
 
     # -- shape ---------------------------------------------------------------------------
@@ -138,18 +140,8 @@ class ClusterState:
         Checks every name and device id first: on a duplicate nothing is added.
         """
         batch = list(nodes)
-        names: set[str] = set()
-        ids: set[str] = set()
-        for node in batch:
-            if node.name in names or (
-                node.name in self.node_index and self.active[self.node_index[node.name]]
-            ):
-                raise ValueError(f"node {node.name} already exists")
-            names.add(node.name)
-            for device in node.devices:
-                if device.id in ids or device.id in self.device_index:
-                    raise ValueError(f"device id {device.id} already exists")
-                ids.add(device.id)
+        ids = [d.id for node in batch for d in node.devices]
+        self._check_new(batch, ids)
         first = len(self.nodes)
         count = len(batch)
         width = max([self.width, *(len(n.devices) for n in batch)])
@@ -168,41 +160,99 @@ class ClusterState:
         self.dev_free_total = np.concatenate([self.dev_free_total, np.zeros(count, np.int64)])
         self.dev_whole_free = np.concatenate([self.dev_whole_free, np.zeros(count, np.int64)])
         self.row_tick = np.concatenate([self.row_tick, np.zeros(count, np.int64)])
-        # the slots are gathered first and written in one go; devices of one kind usually
-        # share their attribute map, so a kind is worked out once per map (ids are stable
-        # here: every device is alive for the whole loop)
-        rows: list[int] = []
-        slots: list[int] = []
-        kinds: list[int] = []
-        healthy: list[bool] = []
-        known: dict[tuple[str, str, str, int], int] = {}
-        for offset, node in enumerate(batch):
-            row = first + offset
-            self.nodes.append(node)
-            self.node_index[node.name] = row
-            for slot, device in enumerate(node.devices):
-                self.device_index[device.id] = (row, slot)
-                seen = (device.device_class, device.vendor, device.model, id(device.attributes))
-                kind = known.get(seen)
-                if kind is None:
-                    kind = known[seen] = self._kind_row(_kind_of(device))
-                rows.append(row)
-                slots.append(slot)
-                kinds.append(kind)
-                healthy.append(device.health is Health.HEALTHY)
-        if rows:
-            where = (np.array(rows, np.int64), np.array(slots, np.int64))
-            self.dev_free[where] = SHARE_UNITS
-            self.dev_kind[where] = np.array(kinds, np.int32)
-            self.dev_healthy[where] = np.array(healthy, np.bool_)
+        rows = range(first, first + count)
+        self.nodes.extend(batch)
+        self.node_index.update(zip((n.name for n in batch), rows, strict=True))
+        self._fill_slots(batch, first, ids)
         added = slice(first, first + count)
         free, usable = self.dev_free[added], self.dev_healthy[added]
         # what _total computes row by row (integer sums: the same values)
         self.dev_free_total[added] = np.where(usable, free, 0).sum(axis=1)
         self.dev_whole_free[added] = ((free >= SHARE_UNITS) & usable).sum(axis=1)
-        self._grown.extend(range(first, first + count))
+        self._grown.extend(rows)
         self.version += 1
-        return list(range(first, first + count))
+        return list(rows)
+
+    def _check_new(self, batch: list[Node], ids: list[str]) -> None:
+        """Raise ValueError naming the first duplicate node name or device id of ``batch``
+        (in node order, a node's name before its devices), changing nothing."""
+        names = {n.name for n in batch}
+        unique = set(ids)
+        if (
+            len(names) == len(batch)
+            and len(unique) == len(ids)
+            and not any(
+                name in self.node_index and self.active[self.node_index[name]] for name in names
+            )
+            and unique.isdisjoint(self.device_index)
+        ):
+            return
+        seen_names: set[str] = set()
+        seen_ids: set[str] = set()
+        for node in batch:
+            if node.name in seen_names or (
+                node.name in self.node_index and self.active[self.node_index[node.name]]
+            ):
+                raise ValueError(f"node {node.name} already exists")
+            seen_names.add(node.name)
+            for device in node.devices:
+                if device.id in seen_ids or device.id in self.device_index:
+                    raise ValueError(f"device id {device.id} already exists")
+                seen_ids.add(device.id)
+
+    def _fill_slots(self, batch: list[Node], first: int, ids: list[str]) -> None:
+        """Index the devices of ``batch`` (rows from ``first``; ``ids`` their ids in order)
+        and write their slots: gathered first and written in one go. Devices of one kind
+        usually share their attribute map, so a kind is worked out once per map, and a node
+        whose devices are all healthy and of one kind (the usual node) is written as a run
+        of slots (ids are stable here: every device is alive for the whole loop)."""
+        where: list[tuple[int, int]] = []
+        rows: list[int] = []
+        slots: list[int] = []
+        kinds: list[int] = []
+        healthy: list[bool] = []
+        known: dict[tuple[str, str, str, int], int] = {}
+        alike: dict[tuple[str, str, str, tuple[tuple[str, AttrValue], ...]], int] = {}
+        healthy_state = Health.HEALTHY
+        for row, node in enumerate(batch, first):
+            devices = node.devices
+            if not devices:
+                continue
+            span = range(len(devices))
+            where += zip([row] * len(devices), span, strict=True)
+            lead = devices[0]
+            seen = (lead.device_class, lead.vendor, lead.model, id(lead.attributes))
+            kind = known.get(seen)
+            if kind is None:
+                kind = known[seen] = self._kind_by_content(lead, alike)
+            if all(
+                d.health is healthy_state
+                and d.attributes is lead.attributes
+                and d.device_class == seen[0]
+                and d.vendor == seen[1]
+                and d.model == seen[2]
+                for d in devices
+            ):
+                rows += [row] * len(devices)
+                slots += span
+                kinds += [kind] * len(devices)
+                healthy += [True] * len(devices)
+                continue
+            for slot, device in enumerate(devices):
+                seen = (device.device_class, device.vendor, device.model, id(device.attributes))
+                kind = known.get(seen)
+                if kind is None:
+                    kind = known[seen] = self._kind_by_content(device, alike)
+                rows.append(row)
+                slots.append(slot)
+                kinds.append(kind)
+                healthy.append(device.health is healthy_state)
+        self.device_index.update(zip(ids, where, strict=True))
+        if rows:
+            at = (np.array(rows, np.int64), np.array(slots, np.int64))
+            self.dev_free[at] = SHARE_UNITS
+            self.dev_kind[at] = np.array(kinds, np.int32)
+            self.dev_healthy[at] = np.array(healthy, np.bool_)
 
     def add_device(self, node: str, device: Device) -> int:
         """A device appears on an active node (hot-plug): it takes the node's next slot with
@@ -299,6 +349,24 @@ class ClusterState:
         job = key.job if isinstance(key, TaskKey) else key.rsplit("/", 1)[0]
         return job in self.best_effort_jobs
 
+    def _kind_by_content(
+        self,
+        device: Device,
+        alike: dict[tuple[str, str, str, tuple[tuple[str, AttrValue], ...]], int],
+    ) -> int:
+        """The kind row of ``device``, found first among devices of equal attribute maps
+        listed in the same order (nodes parsed one by one each have their own map)."""
+        content = (
+            device.device_class,
+            device.vendor,
+            device.model,
+            tuple(device.attributes.items()),
+        )
+        kind = alike.get(content)
+        if kind is None:
+            kind = alike[content] = self._kind_row(_kind_of(device))
+        return kind
+
     def _kind_row(self, kind: DeviceKind) -> int:
         row = self._kind_index.get(kind)
         if row is None:
@@ -350,11 +418,12 @@ class ClusterState:
         return mask
 
     def all_active(self) -> bool:
-        """Whether every node row is active (no node was removed); cached per version."""
-        return self.memo("all_active", self._all_active)
-
-    def _all_active(self) -> bool:
-        return bool(self.active.all())
+        """Whether every node row is active (no node was removed); cached per version (read
+        at every placement: an attribute check, not a memo lookup)."""
+        if self._all_active_version != self.version:
+            self._all_active = bool(self.active.all())
+            self._all_active_version = self.version
+        return self._all_active
 
     def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
         """A value derived from topology, labels or health, cached until ``version`` changes.

@@ -114,7 +114,9 @@ def needed(record: JobRecord) -> int:
     more task at a time for a running job."""
     if record.state is JobState.RUNNING:
         return 1
-    return min(record.job.gang_min, len(record.unplaced))
+    if record.placements or record.moving or record.finished:
+        return min(record.job.gang_min, len(record.unplaced))
+    return record.job.gang_min  # every task unplaced: gang_min <= replicas
 
 
 def shape_of(record: JobRecord) -> Shape:

@@ -258,7 +258,11 @@ class Scheduler(JobBook):
         record.checkpoint = checkpoint  # its next run resumes from it
         self._seq += 1
         self.jobs[job.id] = record
-        problem = self.quotas.submit_error(job, self.request_of(job, job.gang_min))
+        # quotas off: nothing to check, and the request's usage is not worked out for it
+        quotas = self.quotas
+        problem = (
+            quotas.submit_error(job, self.request_of(job, job.gang_min)) if quotas.enabled else None
+        )
         if problem is not None:
             record.explanation = Explanation(Code.UNRESOLVABLE, problem)
             self._end(record, JobState.REJECTED, now, problem)
