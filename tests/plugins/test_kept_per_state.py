@@ -103,12 +103,14 @@ def fresh_bestfit(plugin: BestFit, ctx: CycleContext, rows: np.ndarray) -> np.nd
     return np.asarray(np.floor(score + 1e-9) if plugin._truncate else score, np.float64)
 
 
-@pytest.mark.parametrize("by_row", [0, 8, 1000])
+@pytest.mark.parametrize(("by_row", "python_rows"), [(0, 0), (8, 0), (1000, 0), (8, 16)])
 def test_bestfit_kept_free_scores_as_a_fresh_pass(
-    by_row: int, monkeypatch: pytest.MonkeyPatch
+    by_row: int, python_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``by_row``: how many changed rows are updated one by one (0: always by numpy)."""
+    """``by_row``: how many changed rows are updated one by one (0: always by numpy);
+    ``python_rows``: up to how many rows are scored in plain Python (0: never)."""
     monkeypatch.setattr(bestfit, "_BY_ROW", by_row)
+    monkeypatch.setattr(bestfit, "_PYTHON_ROWS", python_rows)
     request = TaskRequest(2000, 3000, (DeviceRequest.of("gpu", 1, 300),))
 
     @settings(max_examples=80, deadline=None)
@@ -128,6 +130,9 @@ def test_bestfit_kept_free_scores_as_a_fresh_pass(
             if index % every == 0:  # read after one change or after several
                 kept = plugin.score(ctx, rows)
                 assert kept.tobytes() == fresh_bestfit(plugin, ctx, rows).tobytes()
+                some = rows[index % 2 :: 2]  # a few rows, as a class refresh scores
+                kept = plugin.score(ctx, some)
+                assert kept.tobytes() == fresh_bestfit(plugin, ctx, some).tobytes()
         assert plugin.score(ctx, rows).tobytes() == fresh_bestfit(plugin, ctx, rows).tobytes()
 
     check()
@@ -235,3 +240,40 @@ def test_per_state_values_belong_to_one_state_and_die_with_it() -> None:
     del fork
     gc.collect()
     assert witness() is None and len(kept._map) == 0
+
+
+STRANDING_REQUESTS = [
+    TaskRequest(2000, 3000, (DeviceRequest.of("gpu", 1, 300),)),
+    TaskRequest(8000, 64 * 1024, (DeviceRequest.of("gpu", 2),)),
+    TaskRequest(4000, 1024),
+    TaskRequest(1000, 1024, (DeviceRequest.of("gpu", 1, 1000, CHOICES[1].selector),)),
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(script=steps, fork_at=st.integers(0, 50), typical=st.booleans())
+def test_stranding_kept_across_states_scores_as_a_fresh_plugin(
+    script: list[tuple[Any, ...]], fork_at: int, typical: bool
+) -> None:
+    """One stranding plugin scores several requests on a state (and on a fork of it) while
+    allocations, releases and health changes go on; a plugin made afresh for every read
+    gives the same floats, bit for bit."""
+    from hetsched.plugins.stranding import Stranding, StrandingArgs
+
+    args = StrandingArgs(typical={"gpu": {"cpu": "6", "memory": "16Gi"}} if typical else {})
+    kept = Stranding(args)
+    state = cluster()
+    states = [state]
+    held: list[list[str]] = [[]]
+    for index, step in enumerate(script):
+        if index == fork_at:
+            states.append(state.fork())
+            held.append(list(held[0]))
+        for which, current in enumerate(states):
+            apply(current, step, held[which], index)
+            for request in STRANDING_REQUESTS:
+                ctx = CycleContext(current, Job("j", request), request)
+                for rows in (np.arange(len(current)), np.array([index % len(current)])):
+                    got = kept.score(ctx, rows)
+                    fresh = Stranding(args).score(ctx, rows)
+                    assert got.tobytes() == fresh.tobytes()

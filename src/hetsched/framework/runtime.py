@@ -226,7 +226,8 @@ class Framework:
                     raw = plugin.normalize(ctx, raw)  # type: ignore[attr-defined]
             except Exception as exc:
                 raise PluginError.of(plugin.name, exc) from exc
-            total += weight * raw
+            # 1.0 x raw is raw, bit for bit: the product is skipped at the usual weight
+            total += raw if weight == 1.0 else weight * raw
         return total
 
     def select(self, ctx: CycleContext, candidates: BoolArray | None = None) -> Placement | None:
@@ -257,18 +258,18 @@ class Framework:
         """:meth:`select` from the request class's scores: the same choice, since a row's
         total is the same sum, and rows keep their order."""
         total = self._classed(ctx)
-        rank = self._ranks(len(ctx.state))
+        rank = self._ranks(len(ctx.state.nodes))
         while total.size:
             # argmax finds the first maximum in one pass, several times faster than max
-            top = float(total[total.argmax()])
+            first = int(total.argmax())
+            top = total.item(first)
             if top == -np.inf:
                 break
-            near = total >= top - 1e-9
             if rank.size:
-                best = near.nonzero()[0]
+                best = (total >= top - 1e-9).nonzero()[0]
                 row = int(best[np.argmin(rank[best])])
             else:
-                row = int(near.argmax())  # the lowest row of the best
+                row = _lowest_near(total, first, top - 1e-9)
             placement = self._placement(ctx, row)
             if placement is not None:
                 return placement
@@ -296,16 +297,19 @@ class Framework:
             self._classes.set(state, classes)
         key = (ctx.request, ctx.job.best_effort)
         entry = classes.get(key)
-        if entry is None or entry.version != state.version or entry.total.size != len(state):
-            entry = classes[key] = _Class(state.tick, state.version, np.full(len(state), -np.inf))
+        size = len(state.nodes)
+        if entry is None or entry.version != state.version or entry.total.size != size:
+            entry = classes[key] = _Class(state.tick, state.version, np.full(size, -np.inf))
             self._rescore(ctx, entry.total, self.feasible(ctx).nonzero()[0])
-            budget = CLASS_CACHE_BYTES // max(1, 8 * len(state))
+            budget = CLASS_CACHE_BYTES // max(1, 8 * size)
             while len(classes) > max(1, budget):
                 classes.popitem(last=False)
             return entry.total
         classes.move_to_end(key)
+        if entry.tick == state.tick:
+            return entry.total
         changed = state.changed_since(entry.tick)
-        if changed.size > _REFRESH_WHOLE * len(state):
+        if changed.size > _REFRESH_WHOLE * size:
             entry.total.fill(-np.inf)
             self._rescore(ctx, entry.total, self.feasible(ctx).nonzero()[0])
         elif changed.size:
@@ -458,6 +462,18 @@ class Framework:
             if not status.ok:
                 return Status(status.code, status.reasons, status.plugin or plugin.name)
         return Status.success()
+
+
+def _lowest_near(total: FloatArray, first: int, cut: float) -> int:
+    """The lowest row whose total is at least ``cut``, given ``first``, the first row of
+    the maximum (at least ``cut``): only rows before it can be lower, and one of them is
+    at least ``cut`` only if their maximum is."""
+    if first == 0:
+        return 0
+    before = total[:first]
+    if before.item(before.argmax()) < cut:
+        return first
+    return int((before >= cut).argmax())
 
 
 def _failed(plugin: str, exc: Exception) -> Status:

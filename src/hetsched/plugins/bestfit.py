@@ -70,6 +70,8 @@ class _WeightedFree:
 
 #: past this many changes, the weighted free capacity is updated by numpy, not row by row
 _BY_ROW = 8
+#: up to this many rows are scored one by one in plain Python, more with numpy
+_PYTHON_ROWS = 16
 
 
 @register("bestfit", args=BestFitScoreArgs)
@@ -132,6 +134,15 @@ class BestFit:
         if offset is None:
             # the task's weighted demand
             offset = kept.offsets[ctx.request] = float(demand(ctx) @ kept.coef)
+        if rows.size <= _PYTHON_ROWS and not self._truncate:
+            # a cached request class rescores the few rows placements changed since it was
+            # last used: the same operations on the same doubles in plain Python (numpy's
+            # float64 arithmetic is Python's), without numpy's per-call cost
+            values = kept.values
+            return np.array(
+                [100.0 * (1.0 - (values.item(row) - offset)) for row in rows.tolist()],
+                np.float64,
+            )
         leftover = kept.values[rows] - offset
         score = 100.0 * (1.0 - leftover)
         return np.asarray(np.floor(score + 1e-9) if self._truncate else score, np.float64)

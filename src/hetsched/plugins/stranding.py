@@ -188,16 +188,28 @@ class Stranding:
         self._typical_key = tuple(
             sorted((k, v.cpu_milli, v.memory_mib) for k, v in self._typical.items())
         )
+        self._last_needs: tuple[Any, int, tuple[FloatArray, FloatArray]] | None = None
+        #: request -> :func:`_least_taken` (requests are few and immutable)
+        self._taken_by_request: dict[Any, tuple[int, int]] = {}
 
     def _needs(self, state: Any) -> tuple[FloatArray, FloatArray]:
         """Per row (CPU, memory) one accelerator needs, with 0 made a tiny positive need so
-        the hot path divides without masking (a tiny need never limits)."""
+        the hot path divides without masking (a tiny need never limits). Kept in the
+        state's memo (per topology version); the last state's pair is also kept here, as
+        it is read at every score."""
+        last = self._last_needs
+        if last is not None and last[0] is state and last[1] == state.version:
+            return last[2]
 
         def compute() -> tuple[FloatArray, FloatArray]:
             cpu, mem = node_needs(state, self._typical)
             return np.maximum(cpu, _TINY), np.maximum(mem, _TINY)
 
-        return state.memo(("stranding_effective", self._typical_key), compute)  # type: ignore[no-any-return]
+        needs: tuple[FloatArray, FloatArray] = state.memo(
+            ("stranding_effective", self._typical_key), compute
+        )
+        self._last_needs = (state, state.version, needs)
+        return needs
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
         state = ctx.state
@@ -207,7 +219,9 @@ class Stranding:
         if rows.size <= _PYTHON_ROWS:
             # a cached request class rescores the few nodes placements changed since it was
             # last used: numpy's per-call cost on so few elements is most of the work
-            taken = _least_taken(ctx.request)
+            taken = self._taken_by_request.get(ctx.request)
+            if taken is None:
+                taken = self._taken_by_request[ctx.request] = _least_taken(ctx.request)
             return np.array(
                 [self._score_row(ctx, r, taken, counts, need_cpu, need_mem) for r in rows.tolist()],
                 np.float64,

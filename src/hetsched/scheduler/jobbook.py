@@ -501,10 +501,7 @@ class JobBook:
         if record.state is not JobState.RUNNING:
             record.run += 1
             record.started = now
-            usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
-            record.borrowing = self.quotas.borrowing(
-                record.job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
-            )
+            record.borrowing = self.quotas.enabled and self._borrowing(record)
             nodes = sorted({p.node for _, p in placed})
             cause = (
                 f"run {record.run}: bound {len(placed)} task(s) to "
@@ -513,6 +510,12 @@ class JobBook:
             )
             self._move(record, JobState.RUNNING, now, cause, Change.STARTED)
         self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint))
+
+    def _borrowing(self, record: JobRecord) -> bool:
+        """Whether the run starting now is admitted above a guarantee on its queue's path."""
+        usage: Mapping[str, int] = self.ledger.by_job.get(record.id, {})
+        flavors = {f for f, a in usage.items() if a > 0}
+        return self.quotas.borrowing(record.job.queue, self.ledger, flavors)
 
     # -- migration -----------------------------------------------------------------------
 

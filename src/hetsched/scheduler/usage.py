@@ -46,12 +46,18 @@ def placement_usage(
     """What one task's placement holds, per flavor (device model read from the cluster).
     With ``scale``, a device share counts ``scale(model)`` times under its class flavor
     (rounded to a milli-unit); its ``class/model`` flavor always counts the share itself."""
-    usage: Usage = Counter({"cpu": placement.cpu_milli, "memory": placement.memory_mib})
+    # filled as a plain dict would be: Counter's own constructor and ``+=`` (through
+    # __missing__) cost more than the rest, once per placement
+    usage: Usage = Counter()
+    usage["cpu"] = placement.cpu_milli
+    usage["memory"] = placement.memory_mib
     for share in placement.devices:
         device = state.device_of(share.device_id)
         amount = share.share if scale is None else round(share.share * scale(device.model))
-        usage[device.device_class] += amount
-        usage[f"{device.device_class}/{device.model}"] += share.share
+        flavor = device.device_class
+        usage[flavor] = usage.get(flavor, 0) + amount
+        flavor = f"{flavor}/{device.model}"
+        usage[flavor] = usage.get(flavor, 0) + share.share
     return usage
 
 
@@ -126,6 +132,18 @@ class DecayedUsage:
         self.last = now
 
 
+def _add(book: dict[str, Usage], name: str, usage: Usage) -> None:
+    """``book[name] += usage``: what Counter.update does, without its per-call type checks
+    (three times per placement)."""
+    held = book.get(name)
+    if held is None:
+        book[name] = Counter(usage)
+        return
+    get = held.get
+    for flavor, amount in usage.items():
+        held[flavor] = get(flavor, 0) + amount
+
+
 class Ledger:
     """Usage held per allocation key, summed per job, user and leaf queue."""
 
@@ -153,18 +171,9 @@ class Ledger:
 
     def charge(self, key: AllocKey, job: Job, usage: Usage) -> None:
         self.by_key[key] = (job, usage)
-        # what Counter.update does, without its per-call type checks (once per placement)
-        for book, name in (
-            (self.by_job, job.id),
-            (self.by_user, job.user),
-            (self.by_queue, job.queue),
-        ):
-            held = book.get(name)
-            if held is None:
-                book[name] = Counter(usage)
-            else:
-                for flavor, amount in usage.items():
-                    held[flavor] = held.get(flavor, 0) + amount
+        _add(self.by_job, job.id, usage)
+        _add(self.by_user, job.user, usage)
+        _add(self.by_queue, job.queue, usage)
         self._touch(job)
 
     def refund(self, key: AllocKey) -> None:
