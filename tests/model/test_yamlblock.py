@@ -1,0 +1,439 @@
+"""The block-subset reader gives what PyYAML gives, and declines whatever it cannot read so.
+
+Every comparison is typed (``True`` is not ``1``, ``1`` is not ``1.0``) and ordered (a
+mapping's keys in PyYAML's order). Where the reader accepts a document, its value must equal
+both PyYAML's C loader and its pure-Python loader; where it declines, ``safe_load`` gives
+the C loader's value or raises the C loader's error.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from builders import ROOT
+from hetsched.model import yamlio
+from hetsched.model.yamlblock import DECLINED, load_block
+from hetsched.model.yamlio import safe_load
+
+_C_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def typed(value: Any) -> Any:
+    """The value with every type spelled out, and mappings as ordered pairs."""
+    if isinstance(value, dict):
+        return ("dict", [(typed(k), typed(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [typed(v) for v in value])
+    return (type(value).__name__, repr(value))
+
+
+def fast(text: str | bytes) -> Any:
+    return load_block(text, yamlio._Loader(""))
+
+
+def outcome(load: Any, text: str | bytes) -> Any:
+    """The typed value, or the error's type and message."""
+    try:
+        return typed(load(text))
+    except Exception as error:  # the error is the outcome compared
+        return (type(error).__name__, str(error))
+
+
+def c_load(text: str | bytes) -> Any:
+    return yaml.load(text, Loader=_C_LOADER)
+
+
+def check(text: str) -> bool:
+    """Assert ``safe_load`` agrees with PyYAML on ``text``; answers whether the block reader
+    read it (then PyYAML's pure-Python loader must agree too)."""
+    expected = outcome(c_load, text)
+    assert outcome(safe_load, text) == expected
+    assert outcome(safe_load, text.encode()) == outcome(c_load, text.encode())
+    value = fast(text)
+    if value is DECLINED:
+        return False
+    assert typed(value) == expected
+    assert typed(value) == outcome(yaml.safe_load, text)
+    return True
+
+
+# (text, read by the block reader)
+CASES = [
+    ("a: 1\n", True),
+    ("a: 1", True),
+    ("a:  b\nc:   \nd:", True),
+    ("a: [b] # c\nd: [ a , b ]\ne: [-1, -x]\n", True),
+    ("\"a #b\": 1\n'c: d': 2\n", True),
+    ("a: 1\n  # deeper comment\nb: 2\n", True),
+    ("---\n- - - - a\n      - b\n    - c\n", True),
+    ("---\na: 1\n", True),
+    ("--- \na: 1\n", True),
+    ("  a: 1\n  b: 2\n", True),
+    ("- a\n- b\n", True),
+    ("- - a\n  - b\n- c\n", True),
+    ("- - - a\n", True),
+    ("- -\n", True),
+    ("-\n", True),
+    ("-\n- a\n", True),
+    ("-\n  a: 1\n", True),
+    ("-\n  - a\n", True),
+    ("- - \n    x: 1\n  - b\n", True),
+    ("a:\n", True),
+    ("a:\nb:\n", True),
+    ("a:\n- x\n- y\nb: 1\n", True),
+    ("a:\n  - x\n  - y\nb:\n  c: 1\n", True),
+    ("- a:\n  - x\n  b: 1\n", True),
+    ("- a:\n- x\n", True),
+    ("- a:\n    b: 1\n  c: 2\n", True),
+    ("a:\n   b: 1\nc: 2\n", True),
+    ("a: 1\nb: 2\na: 3\n", True),
+    ("a: 1\nb: 2\na:\n  c: 3\n", True),
+    ("# top\n\na: 1 # one\n  # deeper comment\nb: 'x' # two\n#c: 3\n", True),
+    ("a: # the list\n  - x\n", True),
+    ("- # null\n- x\n", True),
+    ("a: b#c\nd: e #f\n", True),
+    ("a: 'it''s'\nb: \"say 'hi'\"\nc: ''\nd: \"\"\n", True),
+    ("'a b': 1\n\"c: d\": 2\n'': 3\n", True),
+    ("a: b c  d\n", True),
+    ("a: x]\nb: x}\nc: a, b\nd: x [y]\n", True),
+    ("a:b: c\n", True),
+    ("- a:b\n- a :b\n", True),
+    ("a: -x\nb: -1\nc: --x\n", True),
+    ("url: http://example.com:80/x\n", True),
+    ("a: [A100, H100]\nb: []\nc: {}\nd: [ ]\ne: { }\n", True),
+    ("a: [1, 'x, y', \"z\", 2.5, true, ~, a b]\n", True),
+    ("- [a, b]\n- []\n", True),
+    ("a: [1,2]\n", True),
+    ("a: yes\nb: No\nc: on\nd: OFF\ne: y\nf: n\n", True),
+    ("a: 0o17\nb: 017\nc: 0x1F\nd: 1_000\ne: 1:30\nf: 190:20:30\ng: 0b101\n", True),
+    ("a: ~\nb: null\nc: Null\nd: NULL\ne: nULL\n", True),
+    ("a: .inf\nb: -.Inf\nc: .NaN\nd: 1e3\ne: 1.0e+3\nf: 6.8523015e+5\ng: 1_0.5\n", True),
+    ("a: 2001-12-14\nb: 2001-12-14t21:59:43.10-05:00\nc: 2001-12-14 21:59:43.10\n", True),
+    ("1: one\n2.5: two\ntrue: three\nnull: four\n~: five\n2001-12-14: six\n", True),
+    ("1: a\n1.0: b\ntrue: c\n", True),
+    (".nan: a\n.nan: b\n", True),
+    ("yes: 1\non: 2\n", True),
+    ("a: é ü 中文 😀\nключ: значение\n", True),
+    ("a: \xa0x\n", True),
+    ("- name: a\n  cpu: '8'\n  devices:\n  - class: gpu\n    count: 2\n", True),
+    # outside the subset: PyYAML reads them (or refuses them)
+    ("", False),
+    ("# only a comment\n", False),
+    ("plain\n", False),
+    ("--- x\n...\n", False),
+    ("a: 1\n---\nb: 2\n", False),
+    ("a: 1\n...\n", False),
+    ("a: &x 1\nb: *x\n", False),
+    ("a: !!str 1\n", False),
+    ("a: |\n  x\n", False),
+    ("a: >\n  x\n", False),
+    ("a: {b: 1}\n", False),
+    ("a: [[1]]\n", False),
+    ("a: [a: b]\n", False),
+    ("a: [1, ]\n", False),
+    ("a: [1,\n  2]\n", False),
+    ("? a\n: b\n", False),
+    ("%YAML 1.1\n---\na: 1\n", False),
+    ("a: x\n  y\n", False),
+    ("a: x\n\n  y\n", False),
+    ("- x\n  y\n", False),
+    ("- x\n  - y\n", False),
+    ("a: 'x\n  y'\n", False),
+    ('a: "x\\ty"\n', False),
+    ("a:\tb\n", False),
+    ("a: 1\r\nb: 2\r\n", False),
+    ("\ufeffa: 1\n", False),
+    ("a: \x85b\n", False),
+    ("a: b\u2028c\n", False),
+    ("a: b: c\n", False),
+    ("a: - b\n", False),
+    ("a: 1\n- b\n", False),
+    ("- a\nb: 1\n", False),
+    ("a:\n  - x\n- y\n", False),
+    ("a: 1\n b: 2\n", False),
+    ("- a: 1\n  - b\n", False),
+    ("-\n  a: 1\n b: 2\n", False),
+    ("a:\n    b: 1\n  c: 2\n", False),
+    ("  a: 1\nb: 2\n", False),
+    ("a: 'x'#c\n", False),
+    ("a: [b]#c\n", False),
+    ("a: [-]\n", False),
+    ("'a':b\n", False),
+    ("-#c\n", False),
+    ("a: b:c:\n", False),
+    ("a: {}\n  b: 1\n", False),
+    ("a: []\n- x\n", False),
+    ("a: b :c d: e\n", False),
+    ("a : 1\n", False),
+    ("-  a\n", False),
+    ("<<: {a: 1}\n", False),
+    ("a: <<\n", False),
+    ("a: =\n", False),
+    ("a: 2001-02-30\n", False),
+    ("a: @x\n", False),
+    ("a: `x\n", False),
+    ("a: %x\n", False),
+    ("a: ?x\n", False),
+    ("a: :x\n", False),
+    ("---a: 1\n", False),
+    ("...: 1\n", False),
+    ("x" * 300 + ": 1\n", False),
+    ("a:\n" + "".join(" " * (2 * i) + f"k{i}:\n" for i in range(1, 120)), False),
+]
+
+
+@pytest.mark.parametrize(("text", "read"), CASES)
+def test_literal_cases(text: str, read: bool) -> None:
+    assert check(text) == read
+
+
+def test_a_key_of_a_thousand_characters_is_left_to_pyyaml() -> None:
+    with pytest.raises(yaml.YAMLError):
+        c_load("x" * 1100 + ": 1\n")
+    assert check("x" * 1100 + ": 1\n") is False
+
+
+def test_bytes_that_are_not_utf_8_are_left_to_pyyaml() -> None:
+    for data in (b"a: \xff\n", "a: é\n".encode("utf-16"), b"\xef\xbb\xbfa: 1\n"):
+        assert fast(data) is DECLINED
+        assert outcome(safe_load, data) == outcome(c_load, data)
+
+
+def test_a_stream_is_read_by_pyyaml(tmp_path: Any) -> None:
+    path = tmp_path / "doc.yaml"
+    path.write_text("a: [1,\n")
+    with path.open() as handle, pytest.raises(yaml.YAMLError) as error:
+        safe_load(handle)
+    assert "doc.yaml" in str(error.value)  # PyYAML's marks name the file
+    path.write_text("a: 1\n")
+    with path.open("rb") as handle:
+        assert safe_load(handle) == {"a": 1}
+
+
+def test_values_that_are_not_strings_are_pyyaml_s_own() -> None:
+    doc = safe_load("a: 2001-12-14\nb: 2001-12-14t21:59:43.10-05:00\nc: 1:30\nd: 0o17\n")
+    assert doc["a"] == datetime.date(2001, 12, 14)
+    assert doc["b"].utcoffset() == datetime.timedelta(hours=-5)
+    assert doc["c"] == 90
+    assert doc["d"] == "0o17"  # YAML 1.1: not an octal number
+    # PyYAML builds every .nan as one float object: two .nan keys are one key
+    assert len(safe_load(".nan: a\n.nan: b\n")) == len(yaml.safe_load(".nan: a\n.nan: b\n"))
+
+
+def test_constructors_added_for_the_loader_s_tags_are_used() -> None:
+    class Loader(yamlio._Loader):
+        pass
+
+    Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: ("int", node.value))
+    assert load_block("a: 7\nb: '7'\n", Loader("")) == {"a": ("int", "7"), "b": "7"}
+
+
+def _bench() -> Any:
+    spec = importlib.util.spec_from_file_location("place_e2e", ROOT / "bench" / "place_e2e.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_bench_files_are_read_by_the_block_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _bench()
+    texts = [
+        yaml.safe_dump(bench.cluster_doc(300), sort_keys=False),
+        yaml.safe_dump(bench.jobs_doc(300), sort_keys=False),
+    ]
+    for text in texts:
+        assert check(text)
+
+    def refuse(*_args: Any) -> Any:
+        raise AssertionError("PyYAML's loader was asked to read a document of the subset")
+
+    # safe_load itself takes the fast path: PyYAML's loader is never started
+    monkeypatch.setattr(yamlio._Loader, "get_single_data", refuse)
+    for text in texts:
+        assert typed(safe_load(text)) == typed(yaml.safe_load(text))
+        assert typed(safe_load(text.encode())) == typed(yaml.safe_load(text))
+
+
+# -- generated documents ------------------------------------------------------------------
+
+#: scalars YAML 1.1 reads as something else than the text, and texts that look like syntax
+# fmt: off
+TRICKY = [
+    "yes", "no", "on", "off", "y", "n", "Yes", "NO", "True", "false", "~", "null", "Null",
+    "0o17", "017", "0x1F", "1_000", "1:30", "-1:30", "190:20:30", "0b101", "+12", "-0",
+    ".inf", "-.inf", ".NaN", "1e3", "1.0e+3", "1.5", "-2.5", "1_0.5", ".5", "5.",
+    "2001-12-14", "2001-12-14t21:59:43.10-05:00", "2001-12-14 21:59:43.10", "2002-2-3",
+    "<<", "=", "", " ", " lead", "trail ", "a b", "a  b", "a: b", "a:b", "a #b", "a#b",
+    "#a", "- a", "-a", "--", "---", "...", "? a", "?a", ":a", "a:", "'a'", '"a"', "it's",
+    'say "hi"', "[a]", "{a}", "a, b", "&a", "*a", "!a", "|", ">", "%a", "@a", "`a",
+    "é", "中文", "😀", "\xa0", "12", "007", "1.0", "3e", "0x", "tab\tin", "back\\slash",
+]
+# fmt: on
+_CHARS = st.characters(exclude_categories=("Cs",), exclude_characters="\x85\u2028\u2029\ufeff")
+_TEXT = st.one_of(st.sampled_from(TRICKY), st.text(_CHARS, max_size=12))
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.dates(),
+    _TEXT,
+)
+_KEYS = st.one_of(_TEXT, st.integers(-5, 5), st.booleans(), st.none())
+_DATA = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)),
+    max_leaves=30,
+)
+_STYLES = st.fixed_dictionaries(
+    {
+        "default_flow_style": st.sampled_from([False, None]),
+        "sort_keys": st.booleans(),
+        "width": st.sampled_from([20, 80, 10_000]),
+        "allow_unicode": st.booleans(),
+        "explicit_start": st.booleans(),
+        "indent": st.sampled_from([2, 4]),
+    }
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.dictionaries(_KEYS, _DATA, max_size=6), st.lists(_DATA, max_size=6)), _STYLES)
+def test_documents_pyyaml_writes_read_the_same(data: Any, style: dict[str, Any]) -> None:
+    try:
+        text = yaml.safe_dump(data, **style)
+    except yaml.YAMLError:
+        return  # a key PyYAML cannot write
+    check(text)
+
+
+# fmt: off
+_PLAIN_WORDS = [
+    "gpu", "A100", "node-1", "4", "16Gi", "0.5", "true", "no", "~", "null", "1:30", "0o17",
+    "2026-11-30", "a b", "a#b", "x]", "-1", "-x", "a:b", ".inf", "1_000", "on", "é",
+]
+# fmt: on
+
+
+def _quoted(text: str, double: bool) -> str:
+    if double:
+        return '"' + text + '"'
+    return "'" + text.replace("'", "''") + "'"
+
+
+@st.composite
+def _scalar_text(draw: Any) -> str:
+    kind = draw(st.sampled_from(["plain", "single", "double"]))
+    if kind == "plain":
+        return str(draw(st.sampled_from(_PLAIN_WORDS)))
+    text = draw(st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), max_size=8))
+    text = text.replace("\u2028", "").replace("\u2029", "").replace("\ufeff", "")
+    if kind == "double":
+        text = text.replace('"', "").replace("\\", "")
+    return _quoted(text, kind == "double")
+
+
+@st.composite
+def _key_text(draw: Any) -> str:
+    key = draw(_scalar_text())
+    return key if key.strip("'\"") or key in ("''", '""') else "k"
+
+
+def _comment(draw: Any) -> str:
+    return str(draw(st.sampled_from(["", "", "", " # note", "  #: x"])))
+
+
+@st.composite
+def _block(draw: Any, indent: int, depth: int) -> list[str]:
+    """Lines of a block mapping or sequence at ``indent``, in hand-written styles."""
+    pad = " " * indent
+    lines: list[str] = []
+    mapping = draw(st.booleans())
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.integers(0, 5)) == 0:
+            lines.append(draw(st.sampled_from(["", "  ", pad + "# comment", "#", "   # x"])))
+        head = pad + (draw(_key_text()) + ":" if mapping else "-")
+        shape = draw(st.sampled_from(["scalar", "flow", "nested", "nested", "compact", "null"]))
+        if depth == 0 or shape == "scalar":
+            lines.append(head + " " + draw(_scalar_text()) + _comment(draw))
+        elif shape == "flow":
+            items = draw(st.lists(st.sampled_from(["a", "'b, c'", '"d"', "1", "yes", "x y"])))
+            lines.append(head + " [" + ", ".join(items) + "]" + _comment(draw))
+        elif shape == "null":
+            lines.append(head + _comment(draw))
+        elif shape == "compact" and not mapping:
+            inner = draw(_block(indent + 2, depth - 1))
+            lines.append(head + " " + inner[0][indent + 2 :])
+            lines.extend(inner[1:])
+        else:
+            step = draw(st.sampled_from([2, 4] if not mapping else [0, 2, 4, 1]))
+            inner = draw(_block(indent + step, depth - 1))
+            if mapping and step == 0 and not inner[0].lstrip().startswith("-"):
+                inner = draw(_block(indent + 2, depth - 1))
+            lines.append(head + _comment(draw))
+            lines.extend(inner)
+    return lines
+
+
+def _first_content(lines: list[str]) -> list[str]:
+    """The lines without leading blank and comment lines (a compact item needs its first
+    line to be content)."""
+    while lines and not lines[0].strip(" ").lstrip("#").strip():
+        lines = lines[1:]
+    return lines
+
+
+@st.composite
+def _document(draw: Any) -> str:
+    lines = _first_content(draw(_block(0, 3)))
+    return "\n".join(lines) + draw(st.sampled_from(["\n", "", "\n\n"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_document())
+def test_hand_written_documents_read_the_same(text: str) -> None:
+    check(text)
+
+
+_INSERTS = [*":-# '\"[]{}&*!|>?,%@`\\\t\r\nx1. ", "\n  ", ": ", "- ", " #", "\ufeff"]
+
+
+@st.composite
+def _mutated(draw: Any) -> str:
+    text = draw(st.one_of(_document(), _dumped()))
+    lines = text.split("\n")
+    at = draw(st.integers(0, len(lines) - 1))
+    how = draw(st.sampled_from(["delete", "duplicate", "indent", "dedent", "insert", "insert"]))
+    if how == "delete":
+        del lines[at]
+    elif how == "duplicate":
+        lines.insert(at, lines[at])
+    elif how == "indent":
+        lines[at] = " " * draw(st.integers(1, 3)) + lines[at]
+    elif how == "dedent":
+        lines[at] = lines[at][draw(st.integers(1, 3)) :]
+    else:
+        line = lines[at]
+        where = draw(st.integers(0, len(line)))
+        lines[at] = line[:where] + draw(st.sampled_from(_INSERTS)) + line[where:]
+    return "\n".join(lines)
+
+
+@st.composite
+def _dumped(draw: Any) -> str:
+    data = draw(st.dictionaries(st.sampled_from(TRICKY), _DATA, max_size=4))
+    return yaml.safe_dump(data, **draw(_STYLES))
+
+
+@settings(max_examples=600, deadline=None)
+@given(_mutated())
+def test_broken_documents_fail_as_pyyaml_fails_or_read_the_same(text: str) -> None:
+    check(text)
