@@ -138,6 +138,11 @@ class _Headroom:
         ):
             if state.tick == self._tick:
                 return
+            few = state.recent_changes(self._tick, _PYTHON_ROWS)
+            if few is not None:  # the usual case: a plain list of a few rows, from the log
+                self._tick = state.tick
+                self._sync_rows(state, few, need_cpu, need_mem)
+                return
             rows = state.changed_since(self._tick)
         self._state, self._version, self._tick = state, state.version, state.tick
         if rows is not None and rows.size <= _PYTHON_ROWS:
@@ -213,8 +218,12 @@ class Stranding:
 
     def score(self, ctx: CycleContext, rows: IntArray) -> FloatArray:
         state = ctx.state
+        last = self._last_needs
+        if last is not None and last[0] is state and last[1] == state.version:
+            need_cpu, need_mem = last[2]
+        else:
+            need_cpu, need_mem = self._needs(state)
         counts = accelerators(state)
-        need_cpu, need_mem = self._needs(state)
         self._headroom.sync(state, need_cpu, need_mem)
         if rows.size <= _PYTHON_ROWS:
             # a cached request class rescores the few nodes placements changed since it was

@@ -137,10 +137,10 @@ def preemption_may_help(sched: QueueOwner, record: JobRecord, now: float) -> boo
     enabled: a failure for room, quota or a gang can turn into a preemption without any
     capacity being freed."""
     return (
-        moves_may_help(sched)
-        and record.state is JobState.PENDING
+        record.state is JobState.PENDING
         and record.blocked_by in ("capacity", "quota", "gang")
         and now >= record.retry_at
+        and moves_may_help(sched)
     )
 
 
@@ -386,7 +386,11 @@ class WaitingQueue:
         if source is None:
             source = lane.sources[key] = Source(key, lane)
         entry.rank = rank
-        insort(source.items, entry, key=rank_of)
+        items = source.items
+        if not items or not rank < items[-1].rank:
+            items.append(entry)  # where insort puts it: jobs mostly arrive in rank order
+        else:
+            insort(items, entry, key=rank_of)
         entry.source = source
         if pending:
             self._pending[record.job.queue] = self._pending.get(record.job.queue, 0) + 1
@@ -394,7 +398,8 @@ class WaitingQueue:
 
     def _unfile(self, entry: Entry, source: Source) -> None:
         items = source.items
-        index = bisect_left(items, entry.rank, key=rank_of)
+        # the head first: jobs mostly leave in queue order
+        index = 0 if items[0] is entry else bisect_left(items, entry.rank, key=rank_of)
         while items[index] is not entry:
             index += 1
         del items[index]

@@ -51,7 +51,6 @@ from hetsched.queueing.waiting import (
     Shape,
     needed,
     preemption_may_help,
-    shape_of,
 )
 from hetsched.scheduler.actions import Action, Pending
 from hetsched.scheduler.backfill import Reservation, reserve
@@ -167,11 +166,12 @@ def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
             _make_head(sched, cycle, record, now)
         _block(sched, cycle, record, now)
         return
-    same = shape_of(record)
+    need = needed(record)
+    same = (record.job.resources, record.job.best_effort, need)  # shape_of(record)
     if same in cycle.no_room and not record.held and not sched.quotas.enabled:
         outcome = _Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:
-        outcome = _attempt(sched, cycle, record, now)
+        outcome = _attempt(sched, cycle, record, need, now)
         if outcome.kind is BlockedBy.CAPACITY and outcome.explanation is not None:
             cycle.no_room.setdefault(same, outcome.explanation)
     if outcome.placements is not None:
@@ -326,13 +326,12 @@ class _Trial:
         return [p for _, p in self.placed]
 
 
-def _attempt(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> _Outcome:
-    """Place the job's tasks, all-or-nothing up to its gang minimum (see the module doc).
-    A plugin error (PluginError, or a point's ERROR status) is raised with everything the
-    attempt allocated given back."""
+def _attempt(sched: Books, cycle: _Pass, record: JobRecord, need: int, now: float) -> _Outcome:
+    """Place the job's tasks, all-or-nothing up to its gang minimum (``need``, see the
+    module doc). A plugin error (PluginError, or a point's ERROR status) is raised with
+    everything the attempt allocated given back."""
     job = record.job
     framework = sched.framework
-    need = needed(record)
     ctx = CycleContext(sched.state, job, job.resources, now)
     if sched.quotas.enabled:
         use = sched.request_of(job, max(0, need - len(record.held)))

@@ -502,11 +502,12 @@ class JobBook:
             record.run += 1
             record.started = now
             record.borrowing = self.quotas.enabled and self._borrowing(record)
-            nodes = sorted({p.node for _, p in placed})
-            cause = (
-                f"run {record.run}: bound {len(placed)} task(s) to "
-                + ", ".join(nodes)
-                + (" (borrowing quota)" if record.borrowing else "")
+            if len(placed) == 1:
+                nodes = placed[0][1].node
+            else:
+                nodes = ", ".join(sorted({p.node for _, p in placed}))
+            cause = f"run {record.run}: bound {len(placed)} task(s) to {nodes}" + (
+                " (borrowing quota)" if record.borrowing else ""
             )
             self._move(record, JobState.RUNNING, now, cause, Change.STARTED)
         self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint))

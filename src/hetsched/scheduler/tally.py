@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from hetsched.model.device import SHARE_UNITS
-from hetsched.model.job import Job
+from hetsched.model.job import Job, TaskRequest
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler.records import JobRecord
 
@@ -80,6 +80,16 @@ class Tally:
         self._ages: dict[str, _Ages] = {}
         #: device class -> task shape -> tasks of live jobs that ask for it
         self._shapes: dict[str, Counter[Shape]] = {}
+        #: request -> shapes_of a job asking it (requests are few, immutable, and jobs
+        #: share them): read as each job enters and leaves
+        self._request_shapes: dict[TaskRequest, dict[str, Shape]] = {}
+
+    def _shapes_of(self, job: Job) -> dict[str, Shape]:
+        """:func:`shapes_of`, kept per request (read-only)."""
+        shapes = self._request_shapes.get(job.resources)
+        if shapes is None:
+            shapes = self._request_shapes[job.resources] = shapes_of(job)
+        return shapes
 
     # -- what the book tells it ----------------------------------------------------------
 
@@ -87,7 +97,7 @@ class Tally:
         """``record`` joined the live jobs (submitted, or restored running)."""
         assert record.state is not None and record.state not in TERMINAL
         self._count(record.job.queue, record.state, 1)
-        for device_class, shape in shapes_of(record.job).items():
+        for device_class, shape in self._shapes_of(record.job).items():
             shapes = self._shapes.get(device_class)
             if shapes is None:  # not setdefault: a Counter made per call costs a microsecond
                 shapes = self._shapes[device_class] = Counter()
@@ -99,7 +109,7 @@ class Tally:
         self._count(queue, source, -1)
         if target in TERMINAL:
             job = record.job
-            for device_class, shape in shapes_of(job).items():
+            for device_class, shape in self._shapes_of(job).items():
                 shapes = self._shapes[device_class]
                 shapes[shape] -= job.replicas
                 if shapes[shape] <= 0:
