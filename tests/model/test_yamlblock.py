@@ -437,3 +437,29 @@ def _dumped(draw: Any) -> str:
 @given(_mutated())
 def test_broken_documents_fail_as_pyyaml_fails_or_read_the_same(text: str) -> None:
     check(text)
+
+
+@st.composite
+def _line(draw: Any, noisy: bool) -> str:
+    """One line from a few pieces: indentation, dashes, key, value, comment (``noisy``:
+    with pieces outside the subset too)."""
+    indent = " " * draw(st.integers(0, 6 if noisy else 4))
+    dashes = ["", "", "- ", "- - ", "-", "- -"] + (["-  "] if noisy else [])
+    keys = ["", "", "a:", "b:", "'c':", "1:"] + (["a :", "a:b:", "? a"] if noisy else [])
+    values = ["", "x", "1", "'y'", "[p, q]", "{}", "x y"] + (["- z", "a: b"] if noisy else [])
+    key, value = draw(st.sampled_from(keys)), draw(st.sampled_from(values))
+    comment = draw(st.sampled_from(["", "", " # c"] + (["#c"] if noisy else [])))
+    return (
+        indent
+        + draw(st.sampled_from(dashes))
+        + key
+        + (" " if key and value else "")
+        + value
+        + comment
+    )
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.booleans().flatmap(lambda noisy: st.lists(_line(noisy), min_size=1, max_size=8)))
+def test_documents_of_random_lines_read_as_pyyaml_reads_them(lines: list[str]) -> None:
+    check("\n".join(lines) + "\n")

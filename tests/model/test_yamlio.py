@@ -129,3 +129,12 @@ def test_a_loader_with_path_resolvers_still_resolves_by_path() -> None:
     assert doc == {"server": {"port": 8080, "name": "9"}}
     plain = safe_load("server: {port: '8080', name: '9'}\n")
     assert plain == {"server": {"port": "8080", "name": "9"}}
+
+
+def test_a_value_replaced_by_a_duplicate_key_is_still_built_as_pyyaml_builds_it() -> None:
+    text = "a: {[1]: 2}\na: 1\n"  # the first value has an unhashable key
+    with pytest.raises(yaml.constructor.ConstructorError):
+        yaml.load(text, Loader=yaml.CSafeLoader if yamlio.C_LOADER else yaml.SafeLoader)
+    with pytest.raises(yaml.constructor.ConstructorError):
+        safe_load(text)
+    assert safe_load("a: {b: 2}\nc: 3\na: 1\n") == {"a": 1, "c": 3}

@@ -128,16 +128,17 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         seen = built.get(id(node))
         if seen is not None:
             return seen  # type: ignore[no-any-return]
-        children: dict[str, Node] = {}
-        for key, value in node.value:
+        pairs = node.value
+        for key, _value in pairs:
             if type(key) is not ScalarNode or key.tag != _STR:
                 return None
-            children[key.value] = value
         mapping: dict[str, Any] = {}
         built[id(node)] = mapping
         build = self._build
-        for key, value in children.items():
-            mapping[key] = build(value)
+        # every value is built, in order, a duplicate key's too: as in PyYAML, a value
+        # that cannot be built is an error even when a later duplicate replaces it
+        for key, value in pairs:
+            mapping[key.value] = build(value)
         return mapping
 
 
