@@ -16,7 +16,10 @@ partly used nodes.
 Reported per size (medians over repeats): placements/s through the framework (filter,
 score, device choice, allocate, and the steady-state release) per second of wall time and
 per second of this process's CPU time (steadier on a shared machine), filter+score time per job,
-and events/s through the full core (Scheduler.handle with submit and finish events).
+and events/s through the full core (Scheduler.handle with submit and finish events), and a
+digest of every decision taken (each placement of the framework part, each Bind of the core
+part, in order): the same in every repeat, and with ``--compare-src`` the same for both
+checkouts unless a change altered a decision (the table then says so).
 
 With ``--compare-src``, the script runs itself once per repeat for each of two checkouts
 (that ``src/`` directory and this one), alternating, and prints both side by side: on a
@@ -28,6 +31,7 @@ parser's tables, about 0.09 s) is not counted as placement time in a one-run pro
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -36,6 +40,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,13 +122,19 @@ class Result:
     filter_score_us: float
     core_events_per_s: float
     placed_fraction: float
+    #: sha256 (first 16 hex digits) of every decision of every repeat, in order
+    decisions: str
 
 
 def bench_framework(
-    nodes: list[Node], requests: list[TaskRequest], live: int, scores: list[str] | None = None
+    nodes: list[Node],
+    requests: list[TaskRequest],
+    live: int,
+    scores: list[str] | None = None,
+    decisions: Callable[[bytes], object] | None = None,
 ) -> tuple[float, float, float, float]:
     """Returns (placements/s, placements per CPU second, median filter+score microseconds
-    per job, placed fraction)."""
+    per job, placed fraction). Each placement (or its absence) is told to ``decisions``."""
     state = ClusterState(nodes)
     framework = Framework(parse_profile({"score": scores or ["bestfit"]}))
     held: deque[str] = deque()
@@ -142,6 +153,8 @@ def bench_framework(
                 framework.scores(ctx, rows)
             filter_score.append(time.perf_counter() - t0)
         placement = framework.select(ctx)
+        if decisions is not None:
+            decisions(repr(placement).encode())
         if placement is not None:
             key = f"j{i}"
             state.allocate(key, placement)
@@ -156,8 +169,14 @@ def bench_framework(
     )
 
 
-def bench_core(nodes: list[Node], requests: list[TaskRequest], live: int) -> float:
-    """Submit and finish events through Scheduler.handle, one event per call; events/s."""
+def bench_core(
+    nodes: list[Node],
+    requests: list[TaskRequest],
+    live: int,
+    decisions: Callable[[bytes], object] | None = None,
+) -> float:
+    """Submit and finish events through Scheduler.handle, one event per call; events/s.
+    Each Bind is told to ``decisions``."""
     core = Scheduler(ClusterState(nodes))
     running: deque[tuple[str, int]] = deque()
     events = 0
@@ -170,6 +189,8 @@ def bench_core(nodes: list[Node], requests: list[TaskRequest], live: int) -> flo
         for action in core.handle(batch, float(i)):  # type: ignore[arg-type]
             if isinstance(action, Bind):
                 running.append((action.job_id, action.run))
+                if decisions is not None:
+                    decisions(repr((action.job_id, action.placements)).encode())
         events += len(batch)
     return events / (time.perf_counter() - start)
 
@@ -181,27 +202,37 @@ def compare(args: argparse.Namespace) -> None:
     argv = [sys.executable, __file__, "--tasks", str(args.tasks), "--repeats", "1"]
     argv += ["--distinct", str(args.distinct), "--score", args.score, "-o", "json", "--nodes"]
     argv += [str(n) for n in args.nodes]
-    runs: dict[str, list[list[dict[str, float]]]] = {label: [] for label, _ in checkouts}
+    runs: dict[str, list[list[dict[str, float | str]]]] = {label: [] for label, _ in checkouts}
     for _ in range(args.repeats):
         for label, src in checkouts:
             env = dict(os.environ, PYTHONPATH=str(src))
             done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
             runs[label].append(json.loads(done.stdout)["results"])
     print(f"load average {os.getloadavg()[0]:.1f}; {args.tasks} tasks, {args.repeats} runs each")
-    print("| nodes | checkout | placements/s | per CPU s | filter+score us/job | core events/s |")
-    print("|---:|---|---:|---:|---:|---:|")
+    print(
+        "| nodes | checkout | placements/s | per CPU s | filter+score us/job | core events/s "
+        "| decisions |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---|")
+    digests: set[str] = set()
     for index, nodes in enumerate(args.nodes):
         for label, _ in checkouts:
             rows = [r[index] for r in runs[label]]
 
-            def med(key: str, rows: list[dict[str, float]] = rows) -> float:
-                return statistics.median(r[key] for r in rows)
+            def med(key: str, rows: list[dict[str, float | str]] = rows) -> float:
+                return statistics.median(float(r[key]) for r in rows)
 
+            seen = {str(r["decisions"]) for r in rows}
+            digests |= {f"{nodes}:{d}" for d in seen}
             print(
                 f"| {nodes:,} | {label} | {med('placements_per_s'):,.0f} | "
                 f"{med('placements_per_cpu_s'):,.0f} | {med('filter_score_us'):.0f} | "
-                f"{med('core_events_per_s'):,.0f} |"
+                f"{med('core_events_per_s'):,.0f} | {', '.join(sorted(seen))} |"
             )
+    if len(digests) == len(args.nodes):
+        print("decisions: the same in every run of both checkouts")
+    else:
+        print("decisions: DIFFERENT between runs or checkouts (see the digests)")
 
 
 def main() -> None:
@@ -241,8 +272,15 @@ def main() -> None:
         # untimed: what a process does once (the CEL parser's tables, first calls), which
         # --compare-src would otherwise time in every run (one run per process)
         bench_framework(synthetic_cluster(50), requests[:500], 100, scores)
-        runs = [bench_framework(nodes, requests, live, scores) for _ in range(args.repeats)]
-        core = [bench_core(nodes, requests[: args.tasks // 2], live) for _ in range(args.repeats)]
+        decisions = hashlib.sha256()
+        runs = [
+            bench_framework(nodes, requests, live, scores, decisions.update)
+            for _ in range(args.repeats)
+        ]
+        core = [
+            bench_core(nodes, requests[: args.tasks // 2], live, decisions.update)
+            for _ in range(args.repeats)
+        ]
         results.append(
             Result(
                 size,
@@ -251,6 +289,7 @@ def main() -> None:
                 statistics.median(r[2] for r in runs),
                 statistics.median(core),
                 statistics.median(r[3] for r in runs),
+                decisions.hexdigest()[:16],
             )
         )
     meta = {
@@ -274,14 +313,15 @@ def main() -> None:
         "filter+score us/job",
         "core events/s",
         "placed",
+        "decisions",
     )
-    widths = (7, 13, 10, 20, 14, 7)
+    widths = (7, 13, 10, 20, 14, 7, 16)
     print(" ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
     for r in results:
         print(
             f"{r.nodes:>7} {r.placements_per_s:>13.0f} {r.placements_per_cpu_s:>10.0f} "
             f"{r.filter_score_us:>20.0f} "
-            f"{r.core_events_per_s:>14.0f} {r.placed_fraction:>7.1%}"
+            f"{r.core_events_per_s:>14.0f} {r.placed_fraction:>7.1%} {r.decisions:>16}"
         )
 
 

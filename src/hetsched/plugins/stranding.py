@@ -231,10 +231,8 @@ class Stranding:
             taken = self._taken_by_request.get(ctx.request)
             if taken is None:
                 taken = self._taken_by_request[ctx.request] = _least_taken(ctx.request)
-            return np.array(
-                [self._score_row(ctx, r, taken, counts, need_cpu, need_mem) for r in rows.tolist()],
-                np.float64,
-            )
+            few = self._score_few(ctx, rows.tolist(), taken, counts, need_cpu, need_mem)
+            return np.array(few, np.float64)
         return self._score_rows(ctx, rows, counts, need_cpu, need_mem)
 
     def _score_rows(
@@ -278,47 +276,60 @@ class Stranding:
             score -= np.where(counts[rows] > 0, self._penalty, 0.0)
         return np.asarray(np.clip(score, 0.0, 100.0), np.float64)
 
-    def _score_row(
+    def _score_few(
         self,
         ctx: CycleContext,
-        row: int,
+        rows: list[int],
         least_taken: tuple[int, int],
         counts: IntArray,
         need_cpu: FloatArray,
         need_mem: FloatArray,
-    ) -> float:
-        """:meth:`_score_rows` for one row, operation for operation in IEEE doubles (the
+    ) -> list[float]:
+        """:meth:`_score_rows` row by row, operation for operation in IEEE doubles (the
         same bits: numpy's float64 arithmetic and Python's float arithmetic are one)."""
         state = ctx.state
         request = ctx.request
-        nc, nm = need_cpu.item(row), need_mem.item(row)
-        room_cpu, room_mem = self._headroom.cpu.item(row), self._headroom.mem.item(row)
+        want_cpu, want_mem = request.cpu_milli, request.memory_mib
+        room_cpus, room_mems = self._headroom.cpu, self._headroom.mem
+        free_total, whole_free = state.dev_free_total, state.dev_whole_free
         whole, shares = least_taken
-        if whole or shares:
-            taken = whole
-            if shares and state.dev_free_total.item(row) == SHARE_UNITS * state.dev_whole_free.item(
-                row
-            ):
-                taken += shares
-            room_cpu = room_cpu + taken * nc
-            room_mem = room_mem + taken * nm
-        score = 100.0
-        if room_cpu < request.cpu_milli or room_mem < request.memory_mib:
-            free = state.dev_whole_free.item(row) * int(state.active.item(row))
-            cpu, mem = state.cpu_free.item(row), state.mem_free.item(row)
-            before = _stranded_row(free, cpu, mem, nc, nm)
-            rows = np.array([row])
-            after = _stranded_row(
-                max(free - int(_taken(ctx, rows)[0]), 0),
-                cpu - request.cpu_milli,
-                mem - request.memory_mib,
-                nc,
-                nm,
-            )
-            score -= 100.0 * max(after - before, 0) / _scale(state, counts)
-        if not request.devices and counts.item(row) > 0:
-            score -= self._penalty
-        return min(max(score, 0.0), 100.0)
+        penalized = not request.devices
+        out: list[float] = []
+        for row in rows:
+            nc, nm = need_cpu.item(row), need_mem.item(row)
+            room_cpu, room_mem = room_cpus.item(row), room_mems.item(row)
+            if whole or shares:
+                taken = whole
+                if shares and free_total.item(row) == SHARE_UNITS * whole_free.item(row):
+                    taken += shares
+                room_cpu = room_cpu + taken * nc
+                room_mem = room_mem + taken * nm
+            score = 100.0
+            if room_cpu < want_cpu or room_mem < want_mem:
+                score -= self._stranded_delta(ctx, row, nc, nm, counts)
+            if penalized and counts.item(row) > 0:
+                score -= self._penalty
+            out.append(min(max(score, 0.0), 100.0))
+        return out
+
+    @staticmethod
+    def _stranded_delta(
+        ctx: CycleContext, row: int, nc: float, nm: float, counts: IntArray
+    ) -> float:
+        """What placing on ``row`` takes off its score for the accelerators it strands."""
+        state = ctx.state
+        request = ctx.request
+        free = state.dev_whole_free.item(row) * int(state.active.item(row))
+        cpu, mem = state.cpu_free.item(row), state.mem_free.item(row)
+        before = _stranded_row(free, cpu, mem, nc, nm)
+        after = _stranded_row(
+            max(free - int(_taken(ctx, np.array([row]))[0]), 0),
+            cpu - request.cpu_milli,
+            mem - request.memory_mib,
+            nc,
+            nm,
+        )
+        return 100.0 * max(after - before, 0) / _scale(state, counts)
 
 
 def _scale(state: Any, counts: IntArray) -> int:
