@@ -85,6 +85,10 @@ def test_every_error_is_reported_at_once() -> None:
     ("document", "error"),
     [
         ({"nodes": [{"name": "n", "cpu": "4"}]}, "nodes[0].memory: Field required"),
+        (
+            {"nodes": [{"name": "n", "cpu": None, "memory": "1Gi"}]},
+            "nodes[0].cpu: expected a quantity, got None",
+        ),
         ({"nodes": [{"name": "n-{i}", "replicas": 0, "cpu": 1, "memory": "1Gi"}]}, "replicas"),
         ({"nodes": [{"name": "n", "replicas": 2, "cpu": 1, "memory": "1Gi"}]}, "needs '{i}'"),
         (

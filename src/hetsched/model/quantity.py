@@ -44,6 +44,8 @@ def _to_decimal(value: str | int | float) -> Decimal:
         if value < 0:
             raise QuantityError(f"must not be negative, got {value!r}")
         return Decimal(str(value))
+    if not isinstance(value, str):  # null, a list, a map: a spec file can hold anything
+        raise QuantityError(f"expected a quantity, got {value!r}")
     match = _PATTERN.match(value)
     if match is None:
         raise QuantityError(f"not a quantity: {value!r} (expected e.g. 500m, 2, 16Gi)")

@@ -4,13 +4,10 @@ frozen dataclasses the core uses. The core never sees an unvalidated value.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Iterator
-from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import (
@@ -30,7 +27,7 @@ from hetsched.model.checkpoint import (
     Checkpointing,
     signal_name,
 )
-from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint, TaintEffect
+from hetsched.model.device import SHARE_UNITS, AttrValue, Health, Node, Taint, TaintEffect
 from hetsched.model.job import (
     DeviceChoice,
     DeviceFailurePolicy,
@@ -42,6 +39,7 @@ from hetsched.model.job import (
 )
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.selector import SelectorError, compile_selector
+from hetsched.model.spec_build import NO_SPEED, build_cluster, build_jobs, expand_node, with_models
 from hetsched.model.speed import DEFAULT_KEY, JobSpeed, SpeedError
 from hetsched.model.yamlio import safe_load
 
@@ -181,10 +179,6 @@ def parse_speed_map(value: Any) -> dict[str, float]:
     return out
 
 
-#: the speed of a job that says nothing about it (immutable, so shared)
-_NO_SPEED = JobSpeed()
-
-
 def build_speed(
     speed: dict[str, float] | None,
     work: tuple[float | None, float | None, str | None] | None,
@@ -193,7 +187,7 @@ def build_speed(
     """The JobSpeed of a spec's ``speed``, ``work`` and ``job_type``; ValueError naming
     what does not fit together."""
     if not speed and work is None and job_type is None:
-        return _NO_SPEED  # most jobs say nothing about speed: one shared, immutable value
+        return NO_SPEED  # most jobs say nothing about speed: one shared, immutable value
     steps, seconds, model = work if work is not None else (None, None, None)
     listed = {m.casefold() for m in speed or {}}
     if (
@@ -210,7 +204,9 @@ def build_speed(
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # built at first use, not at import: most spec files never need the models (see
+    # parse_cluster), and every command imports them
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
 
 def _cpu(value: Any) -> int:
@@ -269,26 +265,18 @@ class NodeSpec(_Strict):
     _parse_mem = field_validator("memory_mib", mode="before")(lambda cls, v: _memory(v))
 
     def expand(self) -> list[Node]:
-        names = [self.name]
-        if self.replicas is not None:
-            names = [self.name.replace("{i}", str(i)) for i in range(self.replicas)]
-        out = []
-        # one read-only attribute map per group, shared by its devices (they never change)
-        frozen = {id(g): MappingProxyType(dict(g.attributes)) for g in self.devices}
-        numbered = [
-            (g.device_class, g.vendor, g.model, frozen[id(g)], g.health, index)
-            for g, index in number_devices(self.devices)
-        ]
-        for name in names:
-            devices = [
-                Device(f"{name}/{cls}{index}", cls, vendor, model, attributes, health)
-                for cls, vendor, model, attributes, health, index in numbered
-            ]
-            taints = tuple(Taint(t.key, t.value, t.effect) for t in self.taints)
-            out.append(
-                Node(name, self.cpu_milli, self.memory_mib, tuple(devices), self.labels, taints)
-            )
-        return out
+        return expand_node(
+            self.name,
+            self.replicas,
+            self.cpu_milli,
+            self.memory_mib,
+            self.labels,
+            tuple(Taint(t.key, t.value, t.effect) for t in self.taints),
+            [
+                (g.device_class, g.vendor, g.model, g.attributes, g.count, g.health)
+                for g in self.devices
+            ],
+        )
 
 
 class ClusterSpec(_Strict):
@@ -321,15 +309,6 @@ def _check_selector(value: str | None) -> str | None:
         except SelectorError as exc:
             raise ValueError(str(exc)) from None
     return value
-
-
-@lru_cache(maxsize=4096)
-def _with_models(selector: str | None, models: tuple[str, ...]) -> str:
-    """The selector of a choice with the model shorthand (many jobs name the same models)."""
-    # JSON string literals are CEL string literals: a quote in a name cannot escape
-    quoted = ", ".join(json.dumps(m) for m in models)
-    by_model = f'device.attributes["model"] in [{quoted}]'
-    return by_model if selector is None else f"({selector}) && {by_model}"
 
 
 class DeviceChoiceSpec(_Strict):
@@ -369,7 +348,7 @@ class DeviceChoiceSpec(_Strict):
         if self.model is None:
             return self.selector
         models = (self.model,) if isinstance(self.model, str) else tuple(self.model)
-        return _with_models(self.selector, models)
+        return with_models(self.selector, models)
 
     def build(self) -> DeviceChoice:
         selector = self._selector_with_models()
@@ -571,6 +550,10 @@ def load_yaml(path: str | Path) -> Any:
 
 
 def parse_cluster(data: Any, source: str = "") -> list[Node]:
+    """The nodes of a cluster document; SpecError naming every problem."""
+    nodes = build_cluster(data, _node_entry)
+    if nodes is not None:
+        return nodes
     try:
         return ClusterSpec.model_validate(data).build()
     except ValidationError as exc:
@@ -578,10 +561,33 @@ def parse_cluster(data: Any, source: str = "") -> list[Node]:
 
 
 def parse_jobs(data: Any, source: str = "") -> list[Job]:
+    """The jobs of a jobs document; SpecError naming every problem."""
+    jobs = build_jobs(data, _job_entry)
+    if jobs is not None:
+        return jobs
     try:
         return JobsSpec.model_validate(data).build()
     except ValidationError as exc:
         raise SpecError(format_errors(exc), source) from None
+
+
+def _node_entry(raw: Any) -> list[Node] | None:
+    """One node entry the plain path leaves to the model; None when it is not valid."""
+    try:
+        node = NodeSpec.model_validate(raw)
+    except ValidationError:
+        return None
+    if node.replicas is not None and node.replicas > 1 and "{i}" not in node.name:
+        return None
+    return node.expand()
+
+
+def _job_entry(raw: Any, requests: dict[TaskRequest, TaskRequest]) -> Job | None:
+    """One job the plain path leaves to the model; None when it is not valid."""
+    try:
+        return JobSpec.model_validate(raw).build(requests)
+    except ValidationError:
+        return None
 
 
 def load_cluster(path: str | Path) -> list[Node]:
