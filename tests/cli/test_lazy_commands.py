@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,32 @@ def test_unknown_command_still_suggests() -> None:
     result = CliRunner().invoke(app, ["plac"])
     assert result.exit_code != 0
     assert "place" in result.output
+
+
+_THREADS = """
+import json, os
+from hetsched.cli.main import _COMMANDS, load_command
+load_command("place", *_COMMANDS["place"])
+import numpy  # already imported by the command: its BLAS threads exist now
+print(json.dumps([len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS")]))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize(("chosen", "expected"), [(None, [1, None]), ("2", [None, "2"])])
+def test_place_starts_no_blas_threads_unless_asked(
+    chosen: str | None, expected: list[object]
+) -> None:
+    """``place`` imports numpy with one BLAS thread (OpenBLAS starts one per core, unused),
+    leaves the environment as it was for anything started later, and a user's own
+    OPENBLAS_NUM_THREADS wins."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if chosen is not None:
+        env["OPENBLAS_NUM_THREADS"] = chosen
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    threads, left = json.loads(done.stdout)
+    # with a number chosen, OpenBLAS may still start fewer threads (at most one per core)
+    assert [threads if expected[0] is not None else None, left] == expected
