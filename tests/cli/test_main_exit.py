@@ -31,3 +31,37 @@ def test_output_and_exit_code_survive_the_frozen_shutdown() -> None:
     assert done.returncode == 0 and done.stdout.strip()
     bad = subprocess.run([*argv, "no-such-command"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "No such command" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "loaded"),
+    [(["version"], True), (["no-such-command"], True), (["--no-such-option"], False)],
+    ids=["ok", "unknown-command", "bad-option"],
+)
+def test_the_collector_runs_once_the_command_is_loaded(
+    argv: list[str], loaded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main pauses the collector for typer's start only: a command (``hetsched up`` runs
+    for days) runs with it on, and a run that loads none leaves it as it found it."""
+    from hetsched.cli import main as cli
+
+    during: list[bool] = []
+    load = cli.load_command
+
+    def spy(*args: object) -> object:
+        during.append(gc.isenabled())  # typer's start: paused
+        command = load(*args)  # type: ignore[arg-type]
+        during.append(gc.isenabled())  # the command: collected
+        return command
+
+    monkeypatch.setattr(cli, "load_command", spy)
+    monkeypatch.setattr(sys, "argv", ["hetsched", *argv])
+    assert gc.isenabled()
+    try:
+        with pytest.raises(SystemExit):
+            main()
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+    assert bool(during) is loaded
+    assert during[:2] == ([False, True] if loaded else [])

@@ -72,6 +72,10 @@ def _one_blas_thread() -> Iterator[None]:
         del os.environ["OPENBLAS_NUM_THREADS"]
 
 
+#: True while main holds the collector paused for the start (load_command resumes it)
+_start_paused = False
+
+
 def load_command(name: str, module: str, attribute: str, settings: dict[str, Any]) -> Any:
     """The click command of ``module.attribute`` under ``name``, built as typer builds it
     (typed Any: which click typer builds on, its own copy or the package, depends on its
@@ -79,7 +83,9 @@ def load_command(name: str, module: str, attribute: str, settings: dict[str, Any
     # importing builds tens of thousands of objects that all live to the end (classes,
     # functions, pydantic validators): the cyclic collector would only walk them again and
     # again, a tenth of a short command's start-up
-    paused = gc.isenabled()
+    global _start_paused
+    paused = gc.isenabled() or _start_paused
+    _start_paused = False
     gc.disable()
     try:
         with _one_blas_thread() if name in _ONE_BLAS_THREAD else nullcontext():
@@ -187,9 +193,19 @@ def version() -> None:
 
 
 def main() -> None:
+    global _start_paused
+    # typer's start imports pydantic and builds the command line's parameters, objects
+    # that live to the end: the collector waits until the command is loaded, as it does
+    # while the command's modules are imported
+    if gc.isenabled():
+        gc.disable()
+        _start_paused = True
     try:
         app()
     finally:
+        if _start_paused:  # no command was loaded (an error, --help): as it was
+            _start_paused = False
+            gc.enable()
         # The process ends now. Python's shutdown runs one last full collection, which
         # walks (and frees, one by one) everything the command built: a fifth of a
         # 5,000-job ``place``. Frozen objects are left to the operating system instead;
