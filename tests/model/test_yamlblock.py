@@ -463,3 +463,23 @@ def _line(draw: Any, noisy: bool) -> str:
 @given(st.booleans().flatmap(lambda noisy: st.lists(_line(noisy), min_size=1, max_size=8)))
 def test_documents_of_random_lines_read_as_pyyaml_reads_them(lines: list[str]) -> None:
     check("\n".join(lines) + "\n")
+
+
+_RAW = st.text(st.characters(exclude_categories=("Cs",)), max_size=10) | st.text(
+    alphabet=" -?:,[]{}#&*!|>'\"%@`ab1.\\", max_size=8
+)
+_SHAPES = [
+    "{k}: {v}\n",
+    "- {v}\n",
+    "- {k}: {v}\n",
+    "a: [{v}]\n",
+    "a: [{k}, {v}]\n",
+    "{k}:\n  {v}: 1\n",
+    "- [{v}]\n",
+]
+
+
+@settings(max_examples=600, deadline=None)
+@given(_RAW, _RAW, st.sampled_from(_SHAPES))
+def test_any_text_as_a_key_or_value_reads_as_pyyaml_reads_it(k: str, v: str, shape: str) -> None:
+    check(shape.format(k=k, v=v))

@@ -138,3 +138,19 @@ def test_a_value_replaced_by_a_duplicate_key_is_still_built_as_pyyaml_builds_it(
     with pytest.raises(yaml.constructor.ConstructorError):
         safe_load(text)
     assert safe_load("a: {b: 2}\nc: 3\na: 1\n") == {"a": 1, "c": 3}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "? 0:\n  ? 0: 1\n",  # a mapping as a key: PyYAML finds it unhashable before building it
+        "a: [1, 2001-02-30]\nb: !foo x\n",  # two errors: PyYAML's order decides which is raised
+    ],
+)
+def test_construction_errors_are_pyyaml_s_own(text: str) -> None:
+    base = yaml.CSafeLoader if yamlio.C_LOADER else yaml.SafeLoader
+    with pytest.raises(Exception) as expected:
+        yaml.load(text, Loader=base)
+    with pytest.raises(type(expected.value)) as error:
+        safe_load(text)
+    assert str(error.value) == str(expected.value)

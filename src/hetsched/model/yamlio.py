@@ -83,12 +83,23 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         self._scalars: dict[tuple[str, str], Any] = {}
         try:
             return self._build(node)
+        except RecursionError:
+            raise
+        except Exception:  # raised again below, in PyYAML's order
+            # the walk builds depth first, PyYAML breadth first through its generators:
+            # which error comes first (and its marks) is PyYAML's, so PyYAML builds again
+            self._reset()
+            return super().construct_document(node)
         finally:
             self._built = {}
             self._scalars = {}
-            self.constructed_objects: dict[Node, Any] = {}
-            self.recursive_objects: dict[Node, None] = {}
-            self.deep_construct = False
+            self._reset()
+
+    def _reset(self) -> None:
+        self.constructed_objects: dict[Node, Any] = {}
+        self.recursive_objects: dict[Node, None] = {}
+        self.state_generators: list[Any] = []
+        self.deep_construct = False
 
     def _build(self, node: Node) -> Any:
         kind = type(node)
