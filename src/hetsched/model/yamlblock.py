@@ -32,7 +32,6 @@ The subset, per document (``str`` or UTF-8 ``bytes``):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from yaml.nodes import ScalarNode
@@ -98,7 +97,7 @@ def load_block(data: str | bytes, loader: Any) -> Any:
     if "\n---" in text or "\n..." in text or text.startswith(("---", "...")):
         return DECLINED  # a second document, an end marker, or a key that looks like one
     try:
-        return _Reader(loader).read(map(_Rows().__getitem__, text.split("\n")))
+        return _Reader(loader).read(text.split("\n"))
     except _Decline:
         return DECLINED
 
@@ -121,19 +120,6 @@ def _text(data: str | bytes) -> str | None:
     return text
 
 
-class _Rows(dict[str, tuple[str, str, str | None, str | None]]):
-    """Each distinct line's (indentation, dashes, key, value), parsed once: a large file
-    repeats most of its lines (``    class: gpu``)."""
-
-    def __missing__(self, line: str) -> tuple[str, str, str | None, str | None]:
-        match = _LINE.fullmatch(line)
-        if match is None:
-            raise _Decline  # a line outside the subset
-        row: Any = match.groups()
-        self[line] = row
-        return row  # type: ignore[no-any-return]
-
-
 def _nest(dash: str, col: int, top: list[Any], stack: list[Any]) -> tuple[int, list[Any]]:
     """Open the sequences of ``- - ...``: every dash after the first starts a sequence as
     the item of the one before; answers the innermost sequence and its column."""
@@ -147,18 +133,46 @@ def _nest(dash: str, col: int, top: list[Any], stack: list[Any]) -> tuple[int, l
     return col, top
 
 
+#: a row without a key, or without a value
+_ABSENT: Any = object()
+#: a row whose value is built anew for each line it is on (a list, a mapping, a timestamp)
+_FRESH: Any = object()
+#: one line: (column, dashes, key, value or _ABSENT or _FRESH, value text)
+_Row = tuple[int, str, Any, Any, str]
+
+
+class _Rows(dict[str, _Row | None]):
+    """Each distinct line's row, read once (None for a blank or comment line): a large
+    file repeats most of its lines (``    class: gpu``)."""
+
+    def __init__(self, reader: _Reader) -> None:
+        super().__init__()
+        self._reader = reader
+
+    def __missing__(self, line: str) -> _Row | None:
+        match = _LINE.fullmatch(line)
+        if match is None:
+            raise _Decline  # a line outside the subset
+        indent, dash, key, raw = match.groups()
+        row: _Row | None = None
+        if dash or key or raw:
+            reader = self._reader
+            name = _ABSENT if key is None else reader.key(key)
+            value = _ABSENT if raw is None else reader.scalar(raw)
+            row = (len(indent), dash, name, value, raw)
+        self[line] = row
+        return row
+
+
 class _Reader:
     """One document's rows turned into values: an indentation stack of open blocks."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
-        #: the value of each scalar text seen (only immutable values are kept)
+        #: the value of each scalar text seen, or _FRESH
         self._scalars: dict[str, Any] = {}
-        #: each plain or quoted key text that gives a string, and that string
-        self._keys: dict[str, str] = {}
 
-    def read(self, rows: Iterable[tuple[str, str, str | None, str | None]]) -> Any:
-        scalars, keys = self._scalars, self._keys
+    def read(self, lines: list[str]) -> Any:
         root: list[Any] = [None]
         stack: list[tuple[int, Any, bool]] = []
         # the open block: its column, its container, whether a mapping
@@ -168,10 +182,7 @@ class _Reader:
         slot: Any = root
         slot_key: Any = 0
         slot_col, slot_is_key = -1, False
-        for indent, dash, key, raw in rows:
-            if not (key or raw or dash):
-                continue  # blank or comment
-            col = len(indent)
+        for col, dash, name, value, raw in filter(None, map(_Rows(self).__getitem__, lines)):
             if slot is not None:
                 if col > slot_col or (col == slot_col and slot_is_key and dash):
                     new: Any = [] if dash else {}
@@ -195,95 +206,86 @@ class _Reader:
                         top.append(None)
                         slot, slot_key, slot_col, slot_is_key = top, len(top) - 1, col_top, False
                         continue
-                if key:
+                if name is not _ABSENT:
                     new = {}
                     top.append(new)
                     stack.append((col_top, top, False))
                     col_top, top, is_map = col_top + 2, new, True
-                elif raw:
-                    try:
-                        top.append(scalars[raw])
-                    except KeyError:
-                        top.append(self._value(raw))
-                    continue
-                else:
+                elif value is _ABSENT:
                     top.append(None)
                     slot, slot_key, slot_col, slot_is_key = top, len(top) - 1, col_top, False
                     continue
-            elif not key:
+                else:
+                    top.append(self.fresh(raw) if value is _FRESH else value)
+                    continue
+            elif name is _ABSENT:
                 raise _Decline  # a scalar alone on its line
             elif not is_map:
                 # a key after a sequence at its mapping's indentation ends that sequence
                 if stack[-1][0] != col or not stack[-1][2]:
                     raise _Decline
                 col_top, top, is_map = stack.pop()
-            try:
-                name = keys[key]
-            except KeyError:
-                name = self._key(key)
-            if raw:
-                try:
-                    top[name] = scalars[raw]
-                except KeyError:
-                    top[name] = self._value(raw)
-            else:
+            if value is _ABSENT:
                 top[name] = None
                 slot, slot_key, slot_col, slot_is_key = top, name, col_top, True
+            else:
+                top[name] = self.fresh(raw) if value is _FRESH else value
         if slot is root:
             raise _Decline  # no block at all: an empty document, or a scalar
         return root[0]
 
-    def _plain(self, text: str) -> tuple[str, Any]:
-        """The tag PyYAML resolves a plain scalar to, and its value."""
-        tag = self._loader.resolve(ScalarNode, text, (True, False))
-        if tag == _STR:
-            return tag, text
-        if tag not in _IMMUTABLE and tag != _TIMESTAMP:
-            raise _Decline  # merge keys, ``=``, or a resolver someone added
+    def _construct(self, tag: str, text: str) -> Any:
         try:
-            value = self._loader.construct_object(ScalarNode(tag, text), deep=True)
+            return self._loader.construct_object(ScalarNode(tag, text), deep=True)
         except Exception:  # PyYAML raises it again, as the user's error
             raise _Decline from None
-        return tag, value
 
-    def _value(self, raw: str) -> Any:
-        """The value of a value text; immutable ones are remembered."""
+    def scalar(self, raw: str) -> Any:
+        """The value of a scalar text (a value or a flow item), or _FRESH."""
+        value = self._scalars.get(raw, _ABSENT)
+        if value is not _ABSENT:
+            return value
         first = raw[0]
         if first == "'":
-            value: Any = raw[1:-1].replace("''", "'")
+            value = raw[1:-1].replace("''", "'")
         elif first == '"':
             value = raw[1:-1]
-        elif first == "[":
-            return [self._item(item) for item in _ITEMS.findall(raw, 1)]
-        elif first == "{":
-            return {}
+        elif first in "[{":
+            value = _FRESH
         else:
-            tag, value = self._plain(raw)
-            if tag == _TIMESTAMP:
-                return value  # a new object for each, as PyYAML builds them
+            tag = self._loader.resolve(ScalarNode, raw, (True, False))
+            if tag == _STR:
+                value = raw
+            elif tag in _IMMUTABLE:
+                value = self._construct(tag, raw)
+            elif tag == _TIMESTAMP:
+                self._construct(tag, raw)  # a date that does not exist is PyYAML's error
+                value = _FRESH
+            else:
+                raise _Decline  # merge keys, ``=``, or a resolver someone added
         self._scalars[raw] = value
         return value
 
-    def _item(self, raw: str) -> Any:
-        try:
-            return self._scalars[raw]
-        except KeyError:
-            return self._value(raw)
+    def fresh(self, raw: str) -> Any:
+        """A new value for a text whose value is not shared: PyYAML builds each anew."""
+        first = raw[0]
+        if first == "[":
+            items = [(item, self.scalar(item)) for item in _ITEMS.findall(raw, 1)]
+            return [self.fresh(item) if value is _FRESH else value for item, value in items]
+        if first == "{":
+            return {}
+        return self._construct(_TIMESTAMP, raw)
 
-    def _key(self, raw: str) -> Any:
-        """The key of a key text; string keys are remembered, others built anew each time
-        (two ``.nan`` keys are two keys, as in PyYAML)."""
+    def key(self, raw: str) -> Any:
+        """The key of a key text: a string, or a number, boolean, null or timestamp (these
+        are values: one for all lines with the same text gives the same mapping)."""
         if len(raw) > _MAX_KEY:
             raise _Decline  # PyYAML limits a key to 1024 characters (or bytes) to its ':'
-        first = raw[0]
-        if first == "'":
-            name = raw[1:-1].replace("''", "'")
-        elif first == '"':
-            name = raw[1:-1]
-        else:
-            tag, value = self._plain(raw)
-            if tag != _STR:
-                return value
-            name = value
-        self._keys[raw] = name
-        return name
+        value = self.scalar(raw)
+        if value is _FRESH:
+            value = self.fresh(raw)
+        try:
+            hash(value)
+        except TypeError:
+            raise _Decline from None  # a constructor someone added built a mutable key
+        return value
