@@ -129,3 +129,35 @@ def test_place_starts_no_blas_threads_unless_asked(
     threads, left = json.loads(done.stdout)
     # with a number chosen, OpenBLAS may still start fewer threads (at most one per core)
     assert [threads if expected[0] is not None else None, left] == expected
+
+
+_CLUSTER = """nodes:
+- name: n
+  cpu: '8'
+  memory: 8Gi
+  devices:
+  - {class: gpu, model: A100, count: 2}
+"""
+
+
+@pytest.mark.parametrize(
+    ("device", "selectors"),
+    [
+        ("{class: gpu}", False),
+        ("{class: gpu, model: A100}", True),
+        ('{class: gpu, selector: \'device.attributes["model"] == "A100"\'}', True),
+    ],
+    ids=["no-selector", "model-shorthand", "selector"],
+)
+def test_place_imports_the_selector_language_only_for_selectors(
+    tmp_path: Path, device: str, selectors: bool
+) -> None:
+    """celpy (with lark and pendulum) is for jobs that select devices: a job list without
+    selectors does not pay for importing it."""
+    cluster, jobs = tmp_path / "cluster.yaml", tmp_path / "jobs.yaml"
+    cluster.write_text(_CLUSTER)
+    jobs.write_text(f"jobs:\n- name: a\n  resources:\n    devices:\n    - {device}\n")
+    out, modules = _imported("place", "--cluster", str(cluster), "--jobs", str(jobs), "-o", "json")
+    assert [p["node"] for p in json.loads(out)["placements"]] == ["n"], out
+    loaded = sorted(m for m in ("celpy", "lark", "pendulum") if m in modules)
+    assert loaded == (["celpy", "lark", "pendulum"] if selectors else [])

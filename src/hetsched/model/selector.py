@@ -26,11 +26,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any
-
-import celpy
-from celpy.evaluation import Evaluator
-from lark import Token, Tree
+from typing import TYPE_CHECKING, Any
 
 from hetsched.model.device import AttrValue
 from hetsched.model.selector_limits import (
@@ -41,6 +37,9 @@ from hetsched.model.selector_limits import (
     check_text,
     check_tree,
 )
+
+if TYPE_CHECKING:  # celpy and lark are imported with the first selector, not with the model
+    from lark import Token, Tree
 
 __all__ = [
     "DRIVER",
@@ -101,6 +100,8 @@ def set_parser_source(source: Callable[[], None]) -> None:
 def _env() -> Any:
     """celpy's environment, built on first use: building its parser costs a noticeable part
     of a short command's run, and most commands never compile a selector."""
+    import celpy
+
     _parser_source()
     return celpy.Environment()
 
@@ -128,23 +129,30 @@ class _Budget:
         self.left = steps
 
 
-class _BudgetedEvaluator(Evaluator):
-    """celpy's tree-walking evaluator, charging one step per node visited; comprehension
-    bodies run in sub-evaluators that share the budget."""
+@cache
+def _evaluator() -> Any:
+    """The evaluator class (celpy's, with a budget), made on first use."""
+    from celpy.evaluation import Evaluator
 
-    def __init__(self, ast: Tree[Token], activation: Any, budget: _Budget) -> None:
-        super().__init__(ast, activation)
-        self._budget = budget
+    class _BudgetedEvaluator(Evaluator):
+        """celpy's tree-walking evaluator, charging one step per node visited;
+        comprehension bodies run in sub-evaluators that share the budget."""
 
-    def sub_evaluator(self, ast: Tree[Token]) -> _BudgetedEvaluator:
-        return _BudgetedEvaluator(ast, self.activation, self._budget)
+        def __init__(self, ast: Tree[Token], activation: Any, budget: _Budget) -> None:
+            super().__init__(ast, activation)
+            self._budget = budget
 
-    def _visit_tree(self, tree: Tree[Token]) -> Any:
-        budget = self._budget
-        budget.left -= 1
-        if budget.left < 0:
-            raise _OverBudget
-        return super()._visit_tree(tree)
+        def sub_evaluator(self, ast: Tree[Token]) -> _BudgetedEvaluator:
+            return _BudgetedEvaluator(ast, self.activation, self._budget)
+
+        def _visit_tree(self, tree: Tree[Token]) -> Any:
+            budget = self._budget
+            budget.left -= 1
+            if budget.left < 0:
+                raise _OverBudget
+            return super()._visit_tree(tree)
+
+    return _BudgetedEvaluator
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,11 +176,13 @@ class Selector:
         return self._run(attributes, 1 << 62)[1]
 
     def _run(self, attributes: Mapping[str, AttrValue], budget: int) -> tuple[bool, int]:
+        import celpy
+
         activation: Any = celpy.json_to_cel(  # type: ignore[attr-defined]
             {"device": _device(attributes)}
         )
         left = _Budget(budget)
-        evaluator = _BudgetedEvaluator(self._ast, self._runner.new_activation(), left)
+        evaluator = _evaluator()(self._ast, self._runner.new_activation(), left)
         try:
             result = evaluator.evaluate(activation)
         except _OverBudget:

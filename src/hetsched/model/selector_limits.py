@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from lark import Token, Tree
+if TYPE_CHECKING:  # lark is imported with the first selector checked, not with this module
+    from lark import Token, Tree
 
 __all__ = [
     "LIMITS",
@@ -111,6 +113,8 @@ def check_tree(tree: Tree[Token], limits: SelectorLimits = LIMITS) -> int:
 
 
 def _check_size(tree: Tree[Token], limits: SelectorLimits) -> None:
+    from lark import Tree
+
     nodes = 0
     stack: list[tuple[Tree[Token], int]] = [(tree, 1)]
     while stack:
@@ -147,8 +151,9 @@ class _Estimate:
     size: int
 
 
-#: a visit: yields (child, scope, comprehension nesting), receives the child's estimate
-_Visit = Generator[tuple[Tree[Token], dict[str, int], int], _Estimate, _Estimate]
+if TYPE_CHECKING:
+    #: a visit: yields (child, scope, comprehension nesting), receives the child's estimate
+    _Visit = Generator[tuple[Tree[Token], dict[str, int], int], _Estimate, _Estimate]
 
 
 def _walk(root: Tree[Token], limits: SelectorLimits) -> _Estimate:
@@ -173,6 +178,8 @@ def _walk(root: Tree[Token], limits: SelectorLimits) -> _Estimate:
 def _visit(
     node: Tree[Token], scope: dict[str, int], nesting: int, limits: SelectorLimits
 ) -> _Visit:
+    from lark import Token, Tree
+
     if node.data == "member_dot_arg":
         method = node.children[1]
         assert isinstance(method, Token)
@@ -216,6 +223,8 @@ def _visit(
 
 
 def _literal_items(node: Tree[Token]) -> int:
+    from lark import Tree
+
     if not node.children:
         return 0
     inits = node.children[0]
@@ -227,6 +236,8 @@ def _literal_items(node: Tree[Token]) -> int:
 def _comprehension(
     node: Tree[Token], method: str, scope: dict[str, int], nesting: int, limits: SelectorLimits
 ) -> _Visit:
+    from lark import Token, Tree
+
     if nesting + 1 > limits.max_comprehension_nesting:
         raise SelectorLimitError(
             "max_comprehension_nesting",
