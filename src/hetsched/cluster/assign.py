@@ -70,7 +70,8 @@ def assign_devices(
         else:
             return None
         share = SHARE_UNITS if choice.whole else choice.share
+        devices = state.nodes[row].devices  # state.device_id(row, slot), read once per row
         for slot in slots:
             taken.add(slot)
-            shares.append(DeviceShare(state.device_id(row, slot), share))
+            shares.append(DeviceShare(devices[slot].id, share))
     return tuple(shares)

@@ -196,6 +196,11 @@ class Scheduler(JobBook):
     # -- events --------------------------------------------------------------------------
 
     def _apply(self, event: Event, now: float) -> None:
+        if type(event) is JobSubmitted:  # the most common event, without the match below
+            self._submit(
+                event.job, event.run, event.restarts, now, event.queued_since, event.checkpoint
+            )
+            return
         match event:
             case JobSubmitted(job, run, restarts, queued_since, checkpoint):
                 self._submit(job, run, restarts, now, queued_since, checkpoint)

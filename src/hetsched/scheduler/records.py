@@ -129,6 +129,8 @@ class JobRecord:
     @property
     def unplaced(self) -> list[int]:
         """Tasks that neither hold resources (here, or where they move) nor finished."""
+        if not (self.placements or self.moving or self.finished):
+            return list(range(self.job.replicas))  # the usual case: a job not started yet
         return [
             t
             for t in range(self.job.replicas)

@@ -48,9 +48,7 @@ def placement_usage(
     (rounded to a milli-unit); its ``class/model`` flavor always counts the share itself."""
     # filled as a plain dict would be: Counter's own constructor and ``+=`` (through
     # __missing__) cost more than the rest, once per placement
-    usage: Usage = Counter()
-    usage["cpu"] = placement.cpu_milli
-    usage["memory"] = placement.memory_mib
+    usage = _counter({"cpu": placement.cpu_milli, "memory": placement.memory_mib})
     for share in placement.devices:
         device = state.device_of(share.device_id)
         amount = share.share if scale is None else round(share.share * scale(device.model))
@@ -132,12 +130,20 @@ class DecayedUsage:
         self.last = now
 
 
+def _counter(amounts: Mapping[str, int]) -> Usage:
+    """``Counter(amounts)`` without Counter's constructor, whose type checks cost more than
+    the copy (a Counter is a dict and needs nothing else set up); for the placement path."""
+    usage: Usage = Counter.__new__(Counter)
+    dict.update(usage, amounts)
+    return usage
+
+
 def _add(book: dict[str, Usage], name: str, usage: Usage) -> None:
     """``book[name] += usage``: what Counter.update does, without its per-call type checks
     (three times per placement)."""
     held = book.get(name)
     if held is None:
-        book[name] = Counter(usage)
+        book[name] = _counter(usage)
         return
     get = held.get
     for flavor, amount in usage.items():
