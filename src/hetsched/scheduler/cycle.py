@@ -72,6 +72,10 @@ _ROOM = frozenset({BlockedBy.CAPACITY, BlockedBy.GANG})
 _BACKFILL_PASSES = frozenset({BlockedBy.CAPACITY, BlockedBy.GANG, BlockedBy.RESERVATION})
 
 
+#: what an extension point without plugins answers
+_PASSED = Status.success()
+
+
 @dataclass(slots=True)
 class _Outcome:
     placements: list[tuple[int, Placement]] | None
@@ -304,6 +308,10 @@ class _Trial:
                 break
             key = TaskKey(job.id, task, self.run)
             self.sched.allocate(key, placement, job)
+            if not framework.reservers:  # nothing to reserve: the point passes
+                self.new.append((task, placement))
+                self.placed.append((task, placement))
+                continue
             reserved = framework.reserve(self.ctx, placement)
             if not reserved.ok:
                 self.sched.unallocate(key)
@@ -361,7 +369,8 @@ def _place(
     record, ctx, framework = trial.record, trial.ctx, sched.framework
     running = record.state is JobState.RUNNING
     trial.place()
-    permit = framework.permit(ctx, trial.placements)
+    # no Permit plugin: the point passes (without listing the placements for it)
+    permit = framework.permit(ctx, trial.placements) if framework.permits else _PASSED
     _raise_error(permit)
     if len(trial.placed) >= need and permit.ok:
         return _complete(sched, cycle, trial, now)
@@ -403,7 +412,8 @@ def _complete(sched: Books, cycle: _Pass, trial: _Trial, now: float) -> _Outcome
     if reason is not None:
         trial.rollback()
         return _Outcome(None, BlockedBy.RESERVATION, Explanation(Code.UNSCHEDULABLE, reason))
-    bound = sched.framework.bind(trial.ctx, trial.placements)
+    framework = sched.framework
+    bound = framework.bind(trial.ctx, trial.placements) if framework.binders else _PASSED
     _raise_error(bound)
     if not bound.ok:
         trial.rollback()
