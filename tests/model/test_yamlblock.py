@@ -68,6 +68,7 @@ def check(text: str) -> bool:
 CASES = [
     ("a: 1\n", True),
     ("a: 1", True),
+    ("a: 1\r\nb:\r\n- x # c\r\n\r\n", True),
     ("a:  b\nc:   \nd:", True),
     ("a: [b] # c\nd: [ a , b ]\ne: [-1, -x]\n", True),
     ("\"a #b\": 1\n'c: d': 2\n", True),
@@ -148,7 +149,9 @@ CASES = [
     ("a: 'x\n  y'\n", False),
     ('a: "x\\ty"\n', False),
     ("a:\tb\n", False),
-    ("a: 1\r\nb: 2\r\n", False),
+    ("a: 1\rb: 2\r", False),
+    ("a: 1\r\nb: 2\rc: 3\r\n", False),
+    ("a: 'x\r\n  y'\r\n", False),
     ("\ufeffa: 1\n", False),
     ("a: \x85b\n", False),
     ("a: b\u2028c\n", False),
@@ -313,6 +316,7 @@ def test_documents_pyyaml_writes_read_the_same(data: Any, style: dict[str, Any])
     except yaml.YAMLError:
         return  # a key PyYAML cannot write
     check(text)
+    check(text.replace("\n", "\r\n"))  # as written on Windows
 
 
 # fmt: off
@@ -401,6 +405,7 @@ def _document(draw: Any) -> str:
 @given(_document())
 def test_hand_written_documents_read_the_same(text: str) -> None:
     check(text)
+    check(text.replace("\n", "\r\n"))
 
 
 _INSERTS = [*":-# '\"[]{}&*!|>?,%@`\\\t\r\nx1. ", "\n  ", ": ", "- ", " #", "\ufeff"]

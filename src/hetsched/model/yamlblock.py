@@ -9,8 +9,9 @@ is declined, so PyYAML gives its value or its error with its marks.
 
 The subset, per document (``str`` or UTF-8 ``bytes``):
 
-- printable characters only: no tab, no carriage return, no byte-order mark, no NEL,
-  LINE or PARAGRAPH SEPARATOR, no non-printable character; an optional first line ``---``;
+- printable characters only: no tab, no byte-order mark, no NEL, LINE or PARAGRAPH
+  SEPARATOR, no non-printable character, no carriage return but in CR LF line breaks
+  (read as LF); an optional first line ``---``;
   no other line starting with ``---`` or ``...``;
 - every line is blank, a comment (``#`` at its start or after a space), or an indentation
   of spaces, then ``- `` prefixes (exactly one space after each dash, or a last bare
@@ -111,6 +112,12 @@ def _text(data: str | bytes) -> str | None:
             return None
     else:
         text = data
+    if "\r" in text:
+        if text.count("\r") != text.count("\r\n"):
+            return None  # a carriage return alone is a line break of its own
+        # in the subset a line break only ends a line: CR LF and LF read the same
+        text = text.replace("\r\n", "\n")
+        data = text
     if text.isascii():
         ascii_bytes = data if isinstance(data, bytes) else text.encode("ascii")
         if len(ascii_bytes.translate(None, _CONTROL)) != len(ascii_bytes):
