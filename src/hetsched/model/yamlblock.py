@@ -11,8 +11,8 @@ The subset, per document (``str`` or UTF-8 ``bytes``):
 
 - printable characters only: no tab, no byte-order mark, no NEL, LINE or PARAGRAPH
   SEPARATOR, no non-printable character, no carriage return but in CR LF line breaks
-  (read as LF); an optional first line ``---``;
-  no other line starting with ``---`` or ``...``;
+  (read as LF); an optional first line ``---``; no other line starting with ``---`` or
+  ``...``;
 - every line is blank, a comment (``#`` at its start or after a space), or an indentation
   of spaces, then ``- `` prefixes (exactly one space after each dash, or a last bare
   ``-``), then an optional ``key:`` (followed by a space or the end of the line), then an
