@@ -19,7 +19,6 @@ import typer
 from typer.core import TyperGroup
 
 from hetsched import __version__
-from hetsched.cli.code_cache import install as install_code_cache
 from hetsched.cli.help_layout import install as _install_help_layout
 
 __all__ = ["app", "main", "reflow"]
@@ -195,7 +194,6 @@ def version() -> None:
 
 def main() -> None:
     global _start_paused
-    install_code_cache()  # before the command's modules create their dataclasses
     # typer's start imports pydantic and builds the command line's parameters, objects
     # that live to the end: the collector waits until the command is loaded, as it does
     # while the command's modules are imported

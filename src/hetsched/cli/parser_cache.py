@@ -15,19 +15,21 @@ off.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_dir", "cache_file", "load_cel_parser"]
+__all__ = ["cache_file", "load_cel_parser"]
 
 
-def cache_dir() -> Path | None:
+def _cache_dir() -> Path | None:
     """The cache folder, made private to this user when new; None when it cannot be used
-    safely (another owner, or writable by others: its files are pickled or compiled code,
-    so they must be as trusted as the code)."""
+    safely (another owner, or writable by others: the file is a pickle, so it must be as
+    trusted as the code)."""
     if os.environ.get("HETSCHED_NO_CACHE", "") not in ("", "0"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -45,11 +47,9 @@ def cache_dir() -> Path | None:
 def cache_file(grammar: str, builder: str) -> Path | None:
     """Where the parser tables of ``grammar`` (the CEL grammar's text) built by
     ``builder`` (the source of celpy's parser module, which holds lark's options) are kept."""
-    import hashlib
-
     import lark
 
-    folder = cache_dir()
+    folder = _cache_dir()
     if folder is None:
         return None
     key = "\0".join([lark.__version__, grammar, builder, sys.version])
@@ -93,8 +93,6 @@ def _load(path: Path, parser_class: Any) -> bool:
 
 
 def _save(path: Path, parser: Any) -> None:
-    import tempfile
-
     try:
         handle, name = tempfile.mkstemp(dir=path.parent, prefix=".cel-parser-")
         try:
