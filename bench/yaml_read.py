@@ -1,7 +1,10 @@
 """Reading the YAML files of ``hetsched place``: ``hetsched.model.yamlio.safe_load`` in process.
 
 Writes the cluster (N explicit nodes) and jobs (M jobs) files of ``bench/place_e2e.py`` and
-reads each with ``safe_load`` from bytes, as ``place`` does: the first read of a fresh
+reads each with ``safe_load`` from bytes (each written twice by default: in block style,
+``yaml.safe_dump(doc)``, and with leaf collections on one line in flow style,
+``yaml.safe_dump(doc, default_flow_style=None)`` as hand-written files look; ``--styles``
+picks), as ``place`` does: the first read of a fresh
 process (as ``place`` reads each file once) and the median of the next ``--repeats`` reads,
 each as CPU time (``time.process_time``) and wall time. With ``--compare-src``, the
 ``src/`` directory of another checkout is measured the same way, each round in a fresh
@@ -10,6 +13,7 @@ values both read are checked to be the same (types and key order included).
 
     .venv/bin/python bench/yaml_read.py
     .venv/bin/python bench/yaml_read.py --rounds 5 --compare-src /path/to/older/checkout/src
+    .venv/bin/python bench/yaml_read.py --styles flow
 """
 
 from __future__ import annotations
@@ -72,12 +76,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="reads after the first")
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per checkout")
     parser.add_argument("--compare-src", type=Path, help="the src/ of another checkout")
+    parser.add_argument(
+        "--styles",
+        default="block,flow",
+        help="comma-separated: block (default_flow_style=False), flow (=None: leaf "
+        "collections on one line)",
+    )
     args = parser.parse_args()
+    styles = {"block": False, "flow": None}
+    chosen = args.styles.split(",")
+    if not chosen or any(style not in styles for style in chosen):
+        parser.error(f"--styles: expected block and/or flow, got {args.styles!r}")
     with tempfile.TemporaryDirectory(prefix="hetsched-yaml-") as tmp:
-        cluster, jobs = Path(tmp) / "cluster.yaml", Path(tmp) / "jobs.yaml"
-        cluster.write_text(yaml.safe_dump(cluster_doc(args.nodes), sort_keys=False))
-        jobs.write_text(yaml.safe_dump(jobs_doc(args.jobs), sort_keys=False))
-        files = [cluster, jobs]
+        files = []
+        docs = {"cluster": cluster_doc(args.nodes), "jobs": jobs_doc(args.jobs)}
+        for style in chosen:
+            for name, doc in docs.items():
+                path = Path(tmp) / f"{name}-{style}.yaml"
+                flow = styles[style]
+                path.write_text(yaml.safe_dump(doc, sort_keys=False, default_flow_style=flow))
+                files.append(path)
         checkouts: list[tuple[str, Path | None]] = [("this checkout", None)]
         if args.compare_src is not None:
             checkouts.insert(0, (str(args.compare_src), args.compare_src))
@@ -104,7 +122,7 @@ def main() -> None:
                     f"| {label} | {name} | {first_cpu * 1000:.0f} ms | "
                     f"{first_wall * 1000:.0f} ms | {later * 1000:.0f} ms |"
                 )
-            print(f"| {label} | both, first read | {total * 1000:.0f} ms | | |")
+            print(f"| {label} | all, first read | {total * 1000:.0f} ms | | |")
         same = len(digests) == len(files)
         print(f"\nthe values read: {'the same' if same else 'NOT the same'} in every run")
         print(f"load average after: {os.getloadavg()[0]:.1f}")

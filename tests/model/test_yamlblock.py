@@ -8,6 +8,7 @@ the C loader's value or raises the C loader's error.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import importlib.util
 from typing import Any
@@ -112,6 +113,28 @@ CASES = [
     ("a: [1, 'x, y', \"z\", 2.5, true, ~, a b]\n", True),
     ("- [a, b]\n- []\n", True),
     ("a: [1,2]\n", True),
+    ("a: {b: 1}\n", True),
+    ("a: [[1]]\n", True),
+    ("a: {b: 1, c: [x, y], d: {e: ~, f: {}}, g: []}\n", True),
+    ("a: { b: 1 ,c: 2 }\n", True),
+    ("a: {b: 1,c: 2}\n", True),
+    ("a: {b:  1}\n", True),
+    ("a: [{b: 1}, [c, [d]], {}, []]\n", True),
+    ("- {class: gpu, vendor: nvidia, count: 8, attributes: {memory_gib: 80}}\n", True),
+    ("- {class: gpu, model: [A100, H100]} # two models\n", True),
+    ("labels: {zone: z1, rack: r3}\ndevices: [{class: gpu, count: 8}]\n", True),
+    ("a: {1: x, 2.5: y, true: z, null: w, ~: v, 2001-12-14: u}\n", True),
+    ("a: {b: 1, b: 2, c: 3, b: 4}\n", True),
+    ("a: {.nan: 1, .nan: 2}\n", True),
+    ("a: {'b, c': \"d: e\", 'f''g': '#h'}\n", True),
+    ("a: {b c: d e, f: -1, g: -x, h: a - b, i: a!b&c*d}\n", True),
+    ("a: [2001-12-14, {b: 2002-01-02}, 2001-12-14, {2001-12-14: c}]\n", True),
+    ("a: [2001-12-14 21:59:43.10]\n", False),
+    ("a: {b: yes, c: No, d: 0o17, e: 0x1F, f: .inf, g: 1e3}\n", True),
+    ("a: {b: é, 中文: 😀}\n", True),
+    ("a: {b: 1}\r\nc: [{d: 2}]\r\n", True),
+    ("a: {b: [1, 2]}\nc: {b: [1, 2]}\n- x\n", False),
+    ("a: " + "[" * 20 + "]" * 20 + "\n", True),
     ("a: yes\nb: No\nc: on\nd: OFF\ne: y\nf: n\n", True),
     ("a: 0o17\nb: 017\nc: 0x1F\nd: 1_000\ne: 1:30\nf: 190:20:30\ng: 0b101\n", True),
     ("a: ~\nb: null\nc: Null\nd: NULL\ne: nULL\n", True),
@@ -135,10 +158,49 @@ CASES = [
     ("a: !!str 1\n", False),
     ("a: |\n  x\n", False),
     ("a: >\n  x\n", False),
-    ("a: {b: 1}\n", False),
-    ("a: [[1]]\n", False),
     ("a: [a: b]\n", False),
     ("a: [1, ]\n", False),
+    ("a: {b: 1, }\n", False),
+    ("a: [1, , 2]\n", False),
+    ("a: [, 1]\n", False),
+    ("a: {, b: 1}\n", False),
+    ("a: {b}\n", False),
+    ("a: {b, c: 1}\n", False),
+    ("a: {b: }\n", False),
+    ("a: {b: , c: 1}\n", False),
+    ("a: {b:1}\n", False),
+    ("a: {b:[1]}\n", False),
+    ("a: {'b':1}\n", False),
+    ("a: {b : 1}\n", False),
+    ("a: {b :c}\n", False),
+    ("a: {b: c: d}\n", False),
+    ("a: {b: c d: e}\n", False),
+    ("a: {[b]: c}\n", False),
+    ("a: {{b: 1}: c}\n", False),
+    ("a: {? b: c}\n", False),
+    ("a: [? b]\n", False),
+    ("a: [- b]\n", False),
+    ("a: {b: - c}\n", False),
+    ("a: {b: c]\n", False),
+    ("a: [b}\n", False),
+    ("a: [b]]\n", False),
+    ("a: [b] c]\n", False),
+    ("a: {b: 1} {c: 2}\n", False),
+    ("a: [b, c:d]\n", False),
+    ("a: {b: c:d}\n", False),
+    ("a: {b: x#y}\n", False),
+    ("a: {b: x #y}\n", False),
+    ("a: {b: 'x'y}\n", False),
+    ("a: ['x' 'y']\n", False),
+    ("a: {b: &x 1, c: *x}\n", False),
+    ("a: {b: !!str 1}\n", False),
+    ("a: {<<: {c: 1}}\n", False),
+    ("a: {b: =}\n", False),
+    ("a: {b: 2001-02-30}\n", False),
+    ("a: {b: 1,\n  c: 2}\n", False),
+    ("a: [1, [2,\n  3]]\n", False),
+    ("a: " + "[" * 30 + "]" * 30 + "\n", False),
+    ("a: {b: [1, 2]}}\n", False),
     ("a: [1,\n  2]\n", False),
     ("? a\n: b\n", False),
     ("%YAML 1.1\n---\na: 1\n", False),
@@ -298,7 +360,7 @@ _DATA = st.recursive(
 )
 _STYLES = st.fixed_dictionaries(
     {
-        "default_flow_style": st.sampled_from([False, None]),
+        "default_flow_style": st.sampled_from([False, None, None, True]),
         "sort_keys": st.booleans(),
         "width": st.sampled_from([20, 80, 10_000]),
         "allow_unicode": st.booleans(),
@@ -351,6 +413,32 @@ def _key_text(draw: Any) -> str:
     return key if key.strip("'\"") or key in ("''", '""') else "k"
 
 
+_FLOW_WORDS = ["a", "'b, c'", '"d"', "1", "yes", "x y", "-1", "~", "2026-11-30", "a-b"]
+
+
+def _flow_gap(draw: Any) -> str:
+    return str(draw(st.sampled_from(["", "", " ", "  "])))
+
+
+@st.composite
+def _flow_collection(draw: Any, depth: int) -> str:
+    """A one-line flow sequence or mapping, nested, in hand-written spacings."""
+    entries: list[str] = []
+    mapping = draw(st.booleans())
+    for _ in range(draw(st.integers(0, 4))):
+        if depth > 0 and draw(st.integers(0, 2)) == 0:
+            value = draw(_flow_collection(depth - 1))
+        elif draw(st.booleans()):
+            value = draw(st.sampled_from(_FLOW_WORDS))
+        else:
+            value = draw(_scalar_text())
+        if mapping:
+            value = draw(_key_text()) + ":" + draw(st.sampled_from([" ", " ", "  "])) + value
+        entries.append(_flow_gap(draw) + value + _flow_gap(draw))
+    opening, closing = "{}" if mapping else "[]"
+    return opening + ",".join(entries or [_flow_gap(draw)]) + closing
+
+
 def _comment(draw: Any) -> str:
     return str(draw(st.sampled_from(["", "", "", " # note", "  #: x"])))
 
@@ -369,8 +457,7 @@ def _block(draw: Any, indent: int, depth: int) -> list[str]:
         if depth == 0 or shape == "scalar":
             lines.append(head + " " + draw(_scalar_text()) + _comment(draw))
         elif shape == "flow":
-            items = draw(st.lists(st.sampled_from(["a", "'b, c'", '"d"', "1", "yes", "x y"])))
-            lines.append(head + " [" + ", ".join(items) + "]" + _comment(draw))
+            lines.append(head + " " + draw(_flow_collection(2)) + _comment(draw))
         elif shape == "null":
             lines.append(head + _comment(draw))
         elif shape == "compact" and not mapping:
@@ -408,7 +495,10 @@ def test_hand_written_documents_read_the_same(text: str) -> None:
     check(text.replace("\n", "\r\n"))
 
 
-_INSERTS = [*":-# '\"[]{}&*!|>?,%@`\\\t\r\nx1. ", "\n  ", ": ", "- ", " #", "\ufeff"]
+_INSERTS = [
+    *":-# '\"[]{}&*!|>?,%@`\\\t\r\nx1. ",
+    *["\n  ", ": ", "- ", " #", "\ufeff", ", ", ",", "{a: 1}", "[x]", "{}", "[]", "? ", "a:"],
+]
 
 
 @st.composite
@@ -451,7 +541,9 @@ def _line(draw: Any, noisy: bool) -> str:
     indent = " " * draw(st.integers(0, 6 if noisy else 4))
     dashes = ["", "", "- ", "- - ", "-", "- -"] + (["-  "] if noisy else [])
     keys = ["", "", "a:", "b:", "'c':", "1:"] + (["a :", "a:b:", "? a"] if noisy else [])
-    values = ["", "x", "1", "'y'", "[p, q]", "{}", "x y"] + (["- z", "a: b"] if noisy else [])
+    values = ["", "x", "1", "'y'", "[p, q]", "{}", "x y", "{a: 1, b: [x]}", "[{c: d}, []]"]
+    if noisy:
+        values += ["- z", "a: b", "{a:1}", "[a, ]", "{a}", "{a: }", "[a: b]", "{[a]: b}"]
     key, value = draw(st.sampled_from(keys)), draw(st.sampled_from(values))
     comment = draw(st.sampled_from(["", "", " # c"] + (["#c"] if noisy else [])))
     return (
@@ -481,6 +573,10 @@ _SHAPES = [
     "a: [{k}, {v}]\n",
     "{k}:\n  {v}: 1\n",
     "- [{v}]\n",
+    "a: {{{k}: {v}}}\n",
+    "- {{x: [{v}], {k}: 1}}\n",
+    "a: [{{{k}: {v}}}, {v}]\n",
+    "a: {{b: {{{k}: [{v}]}}}}\n",
 ]
 
 
@@ -488,3 +584,58 @@ _SHAPES = [
 @given(_RAW, _RAW, st.sampled_from(_SHAPES))
 def test_any_text_as_a_key_or_value_reads_as_pyyaml_reads_it(k: str, v: str, shape: str) -> None:
     check(shape.format(k=k, v=v))
+
+
+@st.composite
+def _mutated_flow(draw: Any) -> str:
+    """A line holding a flow collection, with pieces inserted or deleted anywhere in it."""
+    line = draw(st.sampled_from(["a: ", "- ", "- a: ", "a:\n  b: "])) + draw(_flow_collection(3))
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.integers(0, len(line)))
+        if draw(st.booleans()):
+            line = line[:where] + draw(st.sampled_from(_INSERTS)) + line[where:]
+        else:
+            line = line[:where] + line[where + draw(st.integers(1, 3)) :]
+    return line + draw(st.sampled_from(["\n", "", " # c\n"]))
+
+
+@settings(max_examples=800, deadline=None)
+@given(_mutated_flow())
+def test_mutated_flow_collections_read_as_pyyaml_reads_them(text: str) -> None:
+    check(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["a: ", "- ", "  - ", "  b: "]), min_size=1, max_size=5), st.data())
+def test_flow_collections_in_block_documents_read_the_same(heads: list[str], data: Any) -> None:
+    lines = [head + data.draw(_flow_collection(3)) for head in heads]
+    check("\n".join(lines) + "\n")
+
+
+_WORDS = st.one_of(
+    st.sampled_from(["gpu", "A100", "x y", "yes", "~", "1", "-2.5", "2026-11-30", "it's", ""]),
+    st.text(st.sampled_from("abz019 -_.é"), max_size=6),
+)
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.dates(), _WORDS)
+_FLOW_DATA = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_WORDS | st.integers(0, 9), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_FLOW_DATA, min_size=1, max_size=4), st.booleans(), st.data())
+def test_flow_style_dumps_read_the_same(items: Any, sort_keys: bool, draw: Any) -> None:
+    """Leaf collections as PyYAML writes them with ``default_flow_style=None``: one line
+    each (several lines when wider than ``width``, then declined)."""
+    width = draw.draw(st.sampled_from([80, 10_000]))
+    data = {"items": items, "first": copy.deepcopy(items[0])}
+    unicode = draw.draw(st.booleans())
+    text = yaml.safe_dump(
+        data, default_flow_style=None, sort_keys=sort_keys, width=width, allow_unicode=unicode
+    )
+    check(text)
+    check(text.replace("\n", "\r\n"))

@@ -1,4 +1,5 @@
-"""The common block-style subset of YAML, read line by line without PyYAML's composer.
+"""The common block-style subset of YAML (with one-line flow collections), read line by line
+without PyYAML's composer.
 
 :func:`hetsched.model.yamlio.safe_load` tries :func:`load_block` first and falls back to
 PyYAML's loader whenever it answers :data:`DECLINED`. A document is read here only when it
@@ -20,8 +21,18 @@ The subset, per document (``str`` or UTF-8 ``bytes``):
 - keys and values are plain scalars on one line (not starting with an indicator character
   ``-?:,[]{}#&*!|>'"%@``, a dash only when followed by a non-space; no ``: `` and no
   `` #`` inside), single-quoted scalars on one line, or double-quoted ones on one line
-  without a backslash; values may also be ``[]``, ``{}`` or a one-line flow sequence of
-  such scalars (flow plain scalars without any of ``,?[]{}#:'"``);
+  without a backslash; values may also be one-line flow collections (below);
+- a flow collection is on one line, ``[`` values separated by commas ``]`` or ``{``
+  entries ``key: value`` separated by commas ``}``, nested at most 20 deep; its keys are
+  scalars, its values scalars or flow collections; a scalar in it is single-quoted,
+  double-quoted without a backslash, or plain without any of ``,?[]{}#:'"`` (where a
+  plain scalar ends in flow context is then the same for PyYAML's scanner and libyaml's,
+  and no ``:`` is read as part of one); every key is followed at once by ``:`` and a
+  space (``{a:1}``, ``{a : 1}``, ``{'a':1}`` are declined: PyYAML and libyaml differ on
+  some); no empty entry, no trailing comma, no key without ``: value``, no pair in a
+  sequence, no ``?``, no ``#`` outside quotes, nothing after the closing bracket but
+  spaces and a comment; duplicate keys keep the last value at the first key's place, as
+  in PyYAML;
 - a key is a string, or a number, boolean, null or timestamp of at most 200 characters
   (no merge key ``<<``, no ``=``);
 - the root is a block mapping or sequence; a nested block is deeper than its key or dash
@@ -62,13 +73,19 @@ _FLOW_PLAIN = (
 _SINGLE = r"'(?:[^'\n]|'')*'"
 _DOUBLE = r'"[^"\\\n]*"'
 _ITEM = rf"{_SINGLE}|{_DOUBLE}|{_FLOW_PLAIN}"
-_FLOW = rf"\[ *(?:(?:{_ITEM}) *(?:, *(?:{_ITEM}) *)*)?\]|\{{ *\}}"
+#: a one-line flow collection, loosely: its brackets, separators and scalars are checked by
+#: :func:`_skeleton` (no ``#`` outside quotes: after a space it would start a comment)
+_FLOW = rf"[\[{{](?:[^\n'\"#]|{_SINGLE}|{_DOUBLE})*[\]}}]"
 #: one line: (indentation, dashes, key, value); a comment needs a space (or nothing) before
 _LINE = re.compile(
     rf"( *)((?:-(?: |$))*)(?:({_PLAIN}|{_SINGLE}|{_DOUBLE}):(?: +|$))?"
     rf"({_PLAIN}|{_SINGLE}|{_DOUBLE}|{_FLOW})? *(?:(?<![^ ])#.*)?"
 )
-_ITEMS = re.compile(_ITEM)
+#: a flow collection's text split into separators and the scalars between them
+_SPLIT = re.compile(rf"({_ITEM})")
+#: a separator: spaces and brackets and commas, or ``: `` right after a key then those
+_SEPARATOR = re.compile(r"(?:: )?[ \[\]{},]*")
+_MAX_FLOW_DEPTH = 20
 _HEADER = re.compile(r"--- *(?:\n|$)")
 #: anything but the printable characters of a line (YAML's, less line breaks and the BOM);
 #: compiled at the first text that is not ASCII (it takes milliseconds, at every start)
@@ -171,6 +188,85 @@ class _Rows(dict[str, _Row | None]):
         return row
 
 
+#: a flow collection: (whether a mapping, its entries); an entry is the index of a scalar
+#: or a nested collection, and a mapping's entries alternate its keys and their values
+_Tree = tuple[bool, list[Any]]
+
+
+class _Shape:
+    """A flow collection's tree from the separators around its scalars (the first before
+    the first scalar, the last after the last one): every entry is ``key: value`` in a
+    mapping and a value in a sequence, separated by commas, keys are scalars followed by
+    ``: ``; no empty entry, no trailing comma, nothing else."""
+
+    def __init__(self, separators: list[str]) -> None:
+        tokens: list[str | int] = []
+        last = len(separators) - 1
+        for at, separator in enumerate(separators):
+            if _SEPARATOR.fullmatch(separator) is None:
+                raise _Decline  # a ``?``, ``#``, ``-``, a ``:`` not right after a key ...
+            tokens.extend(separator.replace(" ", ""))
+            if at < last:
+                tokens.append(at)
+        self._tokens = tokens
+        self._at = 0
+        self._keys = [False] * last
+
+    def read(self) -> tuple[_Tree, list[bool]]:
+        tree = self._collection(self._next(), 0)
+        if self._at != len(self._tokens):
+            raise _Decline  # something after the collection's end
+        return tree, self._keys
+
+    def _next(self) -> str | int:
+        if self._at == len(self._tokens):
+            raise _Decline
+        token = self._tokens[self._at]
+        self._at += 1
+        return token
+
+    def _collection(self, opening: str | int, depth: int) -> _Tree:
+        if opening not in ("[", "{") or depth > _MAX_FLOW_DEPTH:
+            raise _Decline
+        mapping = opening == "{"
+        closing = "}" if mapping else "]"
+        entries: list[Any] = []
+        if self._tokens[self._at : self._at + 1] == [closing]:
+            self._at += 1
+            return mapping, entries
+        while True:
+            if mapping:
+                key = self._next()
+                if not isinstance(key, int) or self._next() != ":":
+                    raise _Decline  # a key alone, a collection as a key, an empty entry
+                self._keys[key] = True
+                entries.append(key)
+            value = self._next()
+            entries.append(value if isinstance(value, int) else self._collection(value, depth + 1))
+            after = self._next()
+            if after == closing:
+                return mapping, entries
+            if after != ",":
+                raise _Decline  # a pair in a sequence, two scalars in a row
+            # a closing bracket after the comma (a trailing comma) is not a value: declined
+
+
+def _build(tree: _Tree, values: list[Any]) -> Any:
+    """A new collection of the tree, with the scalars' values."""
+    mapping, entries = tree
+    if not mapping:
+        return [
+            values[entry] if entry.__class__ is int else _build(entry, values) for entry in entries
+        ]
+    built: dict[Any, Any] = {}
+    for at in range(0, len(entries), 2):
+        value = entries[at + 1]
+        built[values[entries[at]]] = (
+            values[value] if value.__class__ is int else _build(value, values)
+        )
+    return built
+
+
 class _Reader:
     """One document's rows turned into values: an indentation stack of open blocks."""
 
@@ -178,6 +274,10 @@ class _Reader:
         self._loader = loader
         #: the value of each scalar text seen, or _FRESH
         self._scalars: dict[str, Any] = {}
+        #: each flow collection text's tree, its scalars' values, and those built anew
+        self._flows: dict[str, tuple[_Tree, list[Any], list[tuple[int, str]]]] = {}
+        #: each flow collection skeleton's tree, and which of its scalars are keys
+        self._shapes: dict[str, tuple[_Tree, list[bool]]] = {}
 
     def read(self, lines: list[str]) -> Any:
         root: list[Any] = [None]
@@ -275,13 +375,34 @@ class _Reader:
 
     def fresh(self, raw: str) -> Any:
         """A new value for a text whose value is not shared: PyYAML builds each anew."""
-        first = raw[0]
-        if first == "[":
-            items = [(item, self.scalar(item)) for item in _ITEMS.findall(raw, 1)]
-            return [self.fresh(item) if value is _FRESH else value for item, value in items]
-        if first == "{":
-            return {}
+        if raw[0] in "[{":
+            return self.flow(raw)
         return self._construct(_TIMESTAMP, raw)
+
+    def flow(self, raw: str) -> Any:
+        """A new value for a one-line flow collection's text."""
+        known = self._flows.get(raw)
+        if known is None:
+            parts = _SPLIT.split(raw)
+            separators, items = parts[0::2], parts[1::2]
+            # lines differ in their scalars far more than in their shapes
+            skeleton = "\0".join(separators)
+            shape = self._shapes.get(skeleton)
+            if shape is None:
+                shape = self._shapes[skeleton] = _Shape(separators).read()
+            tree, keys = shape
+            values = [
+                self.key(item) if is_key else self.scalar(item)
+                for item, is_key in zip(items, keys, strict=True)
+            ]
+            fresh = [(at, items[at]) for at, value in enumerate(values) if value is _FRESH]
+            known = self._flows[raw] = (tree, values, fresh)
+        tree, values, fresh = known
+        if fresh:
+            values = values.copy()
+            for at, item in fresh:
+                values[at] = self.fresh(item)
+        return _build(tree, values)
 
     def key(self, raw: str) -> Any:
         """The key of a key text: a string, or a number, boolean, null or timestamp (these

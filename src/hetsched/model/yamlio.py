@@ -4,12 +4,12 @@ PyYAML's safe loading, with four changes that keep its results and make it sever
 faster on the large cluster and job files ``place`` and the simulator read:
 
 - a document given as text or bytes that lies entirely in the common block-style subset
-  (block mappings and sequences of one-line plain and quoted scalars, ``[]``, ``{}`` and
-  one-line flow sequences of such scalars, comments; the subset is spelled out in
+  (block mappings and sequences of one-line plain and quoted scalars, one-line flow
+  sequences and mappings of such scalars, nested, comments; the subset is spelled out in
   :mod:`hetsched.model.yamlblock`) is read line by line without PyYAML's composer, about
   six times faster; its scalars that are not strings are still resolved and built by
   PyYAML's own resolver and constructors, and every other document (anchors, tags,
-  multi-line scalars, flow mappings, several documents, streams, anything PyYAML refuses)
+  multi-line scalars or flow collections, several documents, streams, anything PyYAML refuses)
   goes to the loader below, so the value or the error is PyYAML's;
 - the C parser and composer (libyaml, ``yaml.CSafeLoader``) where PyYAML was built with
   it, the pure-Python loader otherwise;
