@@ -310,10 +310,13 @@ def _bench() -> Any:
 
 def test_the_bench_files_are_read_by_the_block_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     bench = _bench()
+    # block style, and leaf collections on one line in flow style (as written by hand)
     texts = [
-        yaml.safe_dump(bench.cluster_doc(300), sort_keys=False),
-        yaml.safe_dump(bench.jobs_doc(300), sort_keys=False),
+        yaml.safe_dump(doc, sort_keys=False, default_flow_style=style)
+        for doc in (bench.cluster_doc(300), bench.jobs_doc(300))
+        for style in (False, None)
     ]
+    assert "{" in texts[1] and "{" in texts[3]
     for text in texts:
         assert check(text)
 
