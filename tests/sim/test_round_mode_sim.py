@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -121,6 +121,18 @@ rows = st.lists(
     st.sampled_from([60.0, 360.0]),
     st.sampled_from(["wait", "idle"]),
     st.one_of(st.none(), st.tuples(st.integers(0, 3000), st.sampled_from(NODES))),
+)
+# ftf once divided by a finished job's base of 0 (six jobs done at once, two still running)
+@example(
+    [(0, 100, 1, 1, "continuous", (0.3, 0.3, 0.3))] * 6
+    + [
+        (1, 108, 2, 2, "continuous", (0.3, 0.5, 0.3)),
+        (1, 100, 1, 1, "continuous", (0.3, 0.3, 0.3)),
+    ],
+    "ftf",
+    360.0,
+    "idle",
+    None,
 )
 def test_round_mode_keeps_its_invariants(
     rows: list[tuple[int, int, int, int, str, tuple[float, ...]]],

@@ -329,7 +329,9 @@ def ftf(problem: RoundInput, options: PolicyOptions) -> Allocation:
         return np.asarray(problem.remaining / (safe_best * room), np.float64)
 
     # no job can beat running alone on its best model: the optimum is at least `low`
-    low = float(((problem.elapsed + problem.remaining / safe_best) / base)[jobs].max())
+    # (over the kept jobs only: a finished job's base can be 0)
+    alone = problem.elapsed[jobs] + problem.remaining[jobs] / safe_best[jobs]
+    low = float((alone / base[jobs]).max())
     reach_low, high, x_high = 0.0, float("inf"), None
     probe, reach_probe = low, None
     level, solves = low, 0
