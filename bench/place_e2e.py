@@ -32,6 +32,7 @@ compiled modules their own folders hold; third-party modules keep theirs.
     .venv/bin/python bench/place_e2e.py --jobs 20000 --nodes 10000 --repeats 5
     .venv/bin/python bench/place_e2e.py --compare-src /path/to/older/checkout/src
     .venv/bin/python bench/place_e2e.py --bytecode-cache --compare-src /path/to/older/src
+    .venv/bin/python bench/place_e2e.py --style flow           # hand-written style files
 """
 
 from __future__ import annotations
@@ -224,6 +225,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--style",
+        choices=["block", "flow"],
+        default="block",
+        help="YAML style of the files written: block (as yaml.safe_dump writes) or flow "
+        "(innermost collections on one line, as in hand-written files)",
+    )
     only = parser.add_mutually_exclusive_group()
     only.add_argument(
         "--bytecode-cache",
@@ -246,8 +254,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hetsched-place-") as tmp:
         cluster, jobs = Path(tmp) / "cluster.yaml", Path(tmp) / "jobs.yaml"
-        cluster.write_text(yaml.safe_dump(cluster_doc(args.nodes), sort_keys=False))
-        jobs.write_text(yaml.safe_dump(jobs_doc(args.jobs), sort_keys=False))
+        # block style: every collection on lines of its own; flow: the innermost ones on
+        # one line each (``labels: {zone: z1, rack: r3}``), as files are often written by hand
+        flow = None if args.style == "flow" else False
+        dump: dict[str, Any] = {"sort_keys": False, "default_flow_style": flow}
+        cluster.write_text(yaml.safe_dump(cluster_doc(args.nodes), **dump))
+        jobs.write_text(yaml.safe_dump(jobs_doc(args.jobs), **dump))
         sizes = f"{os.path.getsize(cluster) >> 10} KiB + {os.path.getsize(jobs) >> 10} KiB"
         modes = ["compiled"] if args.bytecode_cache else ["source"] if args.source_only else []
         runs: list[tuple[str, dict[str, str]]] = []
@@ -258,7 +270,10 @@ def main() -> None:
             for i, (label, src) in enumerate(checkouts):
                 scratch = Path(tmp) / f"{mode}-{i}"
                 runs.append((f"{label}, {MODES[mode]}", run_env(src, scratch, mode)))
-        print(f"{args.jobs} jobs on {args.nodes} nodes ({sizes} of YAML), {args.repeats} runs")
+        print(
+            f"{args.jobs} jobs on {args.nodes} nodes ({sizes} of {args.style}-style YAML), "
+            f"{args.repeats} runs"
+        )
         print(f"load average before: {os.getloadavg()[0]:.1f}")
         print()
         print("| hetsched place -o json | placed | wall | placements/s (wall) | CPU | /s (CPU) |")
