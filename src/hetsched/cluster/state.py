@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from hetsched.cluster.batch import first_duplicate, slot_writes
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.keys import TaskKey
-from hetsched.model.device import SHARE_UNITS, AttrValue, Device, Health, Node, Taint
+from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint
 from hetsched.model.selector import AttrKey, attr_key, matches
 
 __all__ = ["AllocKey", "AllocationError", "ClusterState", "DeviceKind"]
@@ -141,7 +142,9 @@ class ClusterState:
         """
         batch = list(nodes)
         ids = [d.id for node in batch for d in node.devices]
-        self._check_new(batch, ids)
+        duplicate = first_duplicate(batch, ids, self._live, self.device_index)
+        if duplicate is not None:
+            raise ValueError(duplicate)
         first = len(self.nodes)
         count = len(batch)
         width = max([self.width, *(len(n.devices) for n in batch)])
@@ -173,86 +176,17 @@ class ClusterState:
         self.version += 1
         return list(rows)
 
-    def _check_new(self, batch: list[Node], ids: list[str]) -> None:
-        """Raise ValueError naming the first duplicate node name or device id of ``batch``
-        (in node order, a node's name before its devices), changing nothing."""
-        names = {n.name for n in batch}
-        unique = set(ids)
-        if (
-            len(names) == len(batch)
-            and len(unique) == len(ids)
-            and not any(
-                name in self.node_index and self.active[self.node_index[name]] for name in names
-            )
-            and unique.isdisjoint(self.device_index)
-        ):
-            return
-        seen_names: set[str] = set()
-        seen_ids: set[str] = set()
-        for node in batch:
-            if node.name in seen_names or (
-                node.name in self.node_index and self.active[self.node_index[node.name]]
-            ):
-                raise ValueError(f"node {node.name} already exists")
-            seen_names.add(node.name)
-            for device in node.devices:
-                if device.id in seen_ids or device.id in self.device_index:
-                    raise ValueError(f"device id {device.id} already exists")
-                seen_ids.add(device.id)
-
     def _fill_slots(self, batch: list[Node], first: int, ids: list[str]) -> None:
         """Index the devices of ``batch`` (rows from ``first``; ``ids`` their ids in order)
-        and write their slots: gathered first and written in one go. Devices of one kind
-        usually share their attribute map, so a kind is worked out once per map, and a node
-        whose devices are all healthy and of one kind (the usual node) is written as a run
-        of slots (ids are stable here: every device is alive for the whole loop)."""
-        where: list[tuple[int, int]] = []
-        rows: list[int] = []
-        slots: list[int] = []
-        kinds: list[int] = []
-        healthy: list[bool] = []
-        known: dict[tuple[str, str, str, int], int] = {}
-        alike: dict[tuple[str, str, str, tuple[tuple[str, AttrValue], ...]], int] = {}
-        healthy_state = Health.HEALTHY
-        for row, node in enumerate(batch, first):
-            devices = node.devices
-            if not devices:
-                continue
-            span = range(len(devices))
-            where += zip([row] * len(devices), span, strict=True)
-            lead = devices[0]
-            seen = (lead.device_class, lead.vendor, lead.model, id(lead.attributes))
-            kind = known.get(seen)
-            if kind is None:
-                kind = known[seen] = self._kind_by_content(lead, alike)
-            if all(
-                d.health is healthy_state
-                and d.attributes is lead.attributes
-                and d.device_class == seen[0]
-                and d.vendor == seen[1]
-                and d.model == seen[2]
-                for d in devices
-            ):
-                rows += [row] * len(devices)
-                slots += span
-                kinds += [kind] * len(devices)
-                healthy += [True] * len(devices)
-                continue
-            for slot, device in enumerate(devices):
-                seen = (device.device_class, device.vendor, device.model, id(device.attributes))
-                kind = known.get(seen)
-                if kind is None:
-                    kind = known[seen] = self._kind_by_content(device, alike)
-                rows.append(row)
-                slots.append(slot)
-                kinds.append(kind)
-                healthy.append(device.health is healthy_state)
-        self.device_index.update(zip(ids, where, strict=True))
-        if rows:
-            at = (np.array(rows, np.int64), np.array(slots, np.int64))
+        and write their slots in one go (ids are stable here: every device is alive for the
+        whole batch)."""
+        writes = slot_writes(batch, first, lambda device: self._kind_row(_kind_of(device)))
+        self.device_index.update(zip(ids, writes.where, strict=True))
+        if writes.rows:
+            at = (np.array(writes.rows, np.int64), np.array(writes.slots, np.int64))
             self.dev_free[at] = SHARE_UNITS
-            self.dev_kind[at] = np.array(kinds, np.int32)
-            self.dev_healthy[at] = np.array(healthy, np.bool_)
+            self.dev_kind[at] = np.array(writes.kinds, np.int32)
+            self.dev_healthy[at] = np.array(writes.healthy, np.bool_)
 
     def add_device(self, node: str, device: Device) -> int:
         """A device appears on an active node (hot-plug): it takes the node's next slot with
@@ -349,23 +283,10 @@ class ClusterState:
         job = key.job if isinstance(key, TaskKey) else key.rsplit("/", 1)[0]
         return job in self.best_effort_jobs
 
-    def _kind_by_content(
-        self,
-        device: Device,
-        alike: dict[tuple[str, str, str, tuple[tuple[str, AttrValue], ...]], int],
-    ) -> int:
-        """The kind row of ``device``, found first among devices of equal attribute maps
-        listed in the same order (nodes parsed one by one each have their own map)."""
-        content = (
-            device.device_class,
-            device.vendor,
-            device.model,
-            tuple(device.attributes.items()),
-        )
-        kind = alike.get(content)
-        if kind is None:
-            kind = alike[content] = self._kind_row(_kind_of(device))
-        return kind
+    def _live(self, name: str) -> bool:
+        """Whether an active node has this name."""
+        row = self.node_index.get(name)
+        return row is not None and bool(self.active[row])
 
     def _kind_row(self, kind: DeviceKind) -> int:
         row = self._kind_index.get(kind)
