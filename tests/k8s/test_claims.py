@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsched.cluster import ClusterState
+from hetsched.k8s.claims.book import ClaimBook
 from hetsched.k8s.claims.inventory import Inventory, core_device
 from hetsched.k8s.claims.requests import ClaimError, allocated_node, allocations, plan_claim
 from hetsched.k8s.dra.devices import node_slices
@@ -144,6 +145,67 @@ def test_allocated_node_reads_a_single_node_selector() -> None:
     assert allocated_node({"nodeSelector": {"nodeSelectorTerms": [term]}}) == "n1"
     assert allocated_node({"nodeSelector": {"nodeSelectorTerms": [term, term]}}) is None
     assert allocated_node({}) is None
+
+
+def _book_of(nodes: dict[str, list[Device]], claims: dict[str, Obj]) -> ClaimBook:
+    book = ClaimBook()
+    book.classes = dict(CLASSES)
+    book.slices = {
+        body["metadata"]["name"]: body for n, ds in nodes.items() for body in slices(n, ds)
+    }
+    book.refresh()
+    book.claims.update(claims)
+    return book
+
+
+def _claiming_pod(name: str, claim_name: str = "c") -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+        "spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]},
+    }
+
+
+def test_a_shared_claim_waits_until_the_cache_shows_the_allocation_its_first_pod_made() -> None:
+    # the binding of the first pod wrote the allocation; the watch brings it later: the other
+    # pod must not plan an allocation of its own meanwhile (it would take another node's
+    # device, and its write would fail for ever)
+    shared = claim([exactly()])
+    book = _book_of({"a": [gpu("a", 0)], "b": [gpu("b", 0)]}, {"ns/c": shared})
+    assert len(book.request("ns/p1", _claiming_pod("p1"), TaskRequest()).devices) == 1
+    with pytest.raises(ClaimError, match="waiting for pod ns/p1 to allocate ns/c"):
+        book.request("ns/p2", _claiming_pod("p2"), TaskRequest())
+    book.bound("ns/p1")
+    with pytest.raises(ClaimError, match="waiting for the allocation of ns/c by ns/p1"):
+        book.request("ns/p2", _claiming_pod("p2"), TaskRequest())
+    # an update without the allocation yet (the finalizer first) changes nothing
+    book.claim_changed("ns/c", shared)
+    with pytest.raises(ClaimError, match="waiting for the allocation"):
+        book.request("ns/p2", _claiming_pod("p2"), TaskRequest())
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}
+    allocated = {
+        **shared,
+        "status": {"allocation": {"nodeSelector": {"nodeSelectorTerms": [term]}}},
+    }
+    book.claims["ns/c"] = allocated
+    book.claim_changed("ns/c", allocated)
+    second = book.request("ns/p2", _claiming_pod("p2"), TaskRequest())
+    assert second.devices == ()
+    assert "a" in dict(second.node_selector).values()
+
+
+@pytest.mark.parametrize("gone", ["claim deleted", "allocating pod gone", "claim recreated"])
+def test_an_awaited_allocation_stops_holding_the_other_pods(gone: str) -> None:
+    shared = claim([exactly()])
+    book = _book_of({"a": [gpu("a", 0)]}, {"ns/c": shared})
+    book.request("ns/p1", _claiming_pod("p1"), TaskRequest())
+    book.bound("ns/p1")
+    if gone == "claim deleted":
+        book.claim_changed("ns/c", None)
+    elif gone == "allocating pod gone":
+        book.forget("ns/p1")
+    else:
+        book.claims["ns/c"] = {**shared, "metadata": {**shared["metadata"], "uid": "u2"}}
+    assert len(book.request("ns/p2", _claiming_pod("p2"), TaskRequest()).devices) == 1
 
 
 # -- the core's choices as allocations: a property -------------------------------------------------

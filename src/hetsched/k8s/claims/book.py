@@ -10,7 +10,8 @@ DeviceClasses and ResourceClaims, and what it decided about the claims of its po
   (:mod:`hetsched.k8s.claims.requests`): the core decides it. A claim already allocated (a
   shared claim another pod allocated, or one kube-scheduler did) asks for nothing more: the
   pod goes to the claim's node and is added to ``reservedFor``. Two pending pods of one
-  unallocated claim: the first allocates it, the other waits for that allocation.
+  unallocated claim: the first allocates it, the other waits for that allocation, until the
+  claim's cache shows it (the watch can bring it after the binding's outcome).
 - The devices of an allocated claim are held in the core once: by the job of the pod whose
   binding allocated it, while that job holds them; otherwise (a claim allocated before a
   restart, by kube-scheduler, or still reserved by other pods when its allocator ended) by a
@@ -106,6 +107,10 @@ class ClaimBook:
         self.allocating: dict[str, str] = {}
         #: claim key -> the pod whose binding allocated it, while its job holds the devices
         self.owners: dict[str, str] = {}
+        #: claim key -> (its uid, the pod whose binding allocated it) until the cache shows
+        #: the allocation: the watch may bring it after the binding's outcome, and meanwhile
+        #: the cached claim looks unallocated to the other pods sharing it
+        self.unseen: dict[str, tuple[str, str]] = {}
         #: claim key -> the claim job holding its devices
         self.holders: dict[str, str] = {}
 
@@ -162,6 +167,9 @@ class ClaimBook:
                 other = self.allocating.get(claim_key)
                 if other is not None and other != key:
                     raise ClaimError(f"waiting for pod {other} to allocate {claim_key}")
+                unseen = self.unseen.get(claim_key)
+                if unseen is not None and unseen[0] == str(meta.get("uid") or ""):
+                    raise ClaimError(f"waiting for the allocation of {claim_key} by {unseen[1]}")
                 plans.append(plan_claim(claim, self.classes, self.inventory.by_node))
                 continue
             where = allocated_node(allocation)
@@ -187,11 +195,20 @@ class ClaimBook:
         return dataclasses.replace(job, resources=requests[0])
 
     def forget(self, key: str) -> None:
-        """The pod's job is gone (or it is no longer ours): its plans are void."""
+        """The pod's job is gone (or it is no longer ours): its plans are void, and
+        nobody waits any more to see an allocation it made."""
         claims = self.pods.pop(key, None)
         for plan in claims.plans if claims is not None else ():
             if self.allocating.get(plan.key) == key:
                 del self.allocating[plan.key]
+        for claim_key in [c for c, (_, pod) in self.unseen.items() if pod == key]:
+            del self.unseen[claim_key]
+
+    def claim_changed(self, claim_key: str, claim: Obj | None) -> None:
+        """The cache took a claim's new state (None: deleted): an allocation it shows is
+        no longer awaited."""
+        if claim is None or (claim.get("status") or {}).get("allocation") is not None:
+            self.unseen.pop(claim_key, None)
 
     # -- binding -------------------------------------------------------------------------
 
@@ -226,6 +243,9 @@ class ClaimBook:
             self.owners[plan.key] = key
             if self.allocating.get(plan.key) == key:
                 del self.allocating[plan.key]
+            cached = self.claims.get(plan.key) or {}
+            if (cached.get("status") or {}).get("allocation") is None:
+                self.unseen[plan.key] = (plan.uid, key)
 
     # -- what a pod that ended gives back ------------------------------------------------
 

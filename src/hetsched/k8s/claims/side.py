@@ -129,6 +129,8 @@ class ClaimSide:
                 cache.pop(key, None)
             else:
                 cache[key] = obj
+            if resource == "resourceclaims":
+                self.book.claim_changed(key, None if kind == "DELETED" else obj)
             slices = slices or resource == "resourceslices"
         if slices:
             self.book.refresh()
