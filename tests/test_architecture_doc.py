@@ -1,6 +1,7 @@
 """docs/architecture.md stays true to the code: its package table names every top-level
 package and no other, every module path it names exists, and its import graph is the one
-the code's imports give (``tests/archgraph.py --write`` regenerates it).
+the code's imports give (``tests/archgraph.py --write`` regenerates it). And every link
+into a heading of the docs (``benchmarks.md#replay-memory``) finds that heading.
 
 The graph script itself is tested on small package trees written here: a table of literal
 import forms, and properties of the Mermaid text and of rewriting the doc's block.
@@ -57,6 +58,58 @@ def test_every_path_the_doc_names_exists() -> None:
 
 def test_the_diagram_is_the_one_the_imports_give() -> None:
     assert block_of(_doc()) == mermaid(graph()), "run: .venv/bin/python tests/archgraph.py --write"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.M | re.S)
+    seen: dict[str, int] = {}
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = _slug(heading)
+        found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+SLUGS = [
+    ("Replay memory", "replay-memory"),
+    (
+        "`hetsched place` end to end (YAML in, placements out)",
+        "hetsched-place-end-to-end-yaml-in-placements-out",
+    ),
+    (
+        "All 13 traces, unallocated GPU % at 100 % arrival",
+        "all-13-traces-unallocated-gpu--at-100--arrival",
+    ),
+    ("fgdplus (`best`) against FGD, and the limit", "fgdplus-best-against-fgd-and-the-limit"),
+    ("Results: all 13 traces, seeds 42–51", "results-all-13-traces-seeds-4251"),
+]
+
+
+@pytest.mark.parametrize(("heading", "slug"), SLUGS)
+def test_a_heading_gets_githubs_anchor(heading: str, slug: str) -> None:
+    assert _slug(heading) == slug
+
+
+def test_every_link_into_a_heading_of_the_docs_finds_it() -> None:
+    docs = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    links = [
+        (doc, target, anchor)
+        for doc in docs
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([^)\s]+)\)", doc.read_text())
+    ]
+    assert len(links) > 10, "the link pattern finds nothing"
+    broken = [
+        f"{doc.relative_to(ROOT)}: {target}#{anchor}"
+        for doc, target, anchor in links
+        if anchor not in _anchors((doc.parent / target).resolve() if target else doc)
+    ]
+    assert broken == []
 
 
 # --- the graph script on package trees of its own --------------------------------------
