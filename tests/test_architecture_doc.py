@@ -228,7 +228,7 @@ def test_the_drawing_does_not_depend_on_the_order_edges_were_found(
     assert mermaid(reordered) == mermaid(edges)
 
 
-texts = st.text(alphabet=st.characters(blacklist_characters="<"), max_size=40)
+texts = st.text(alphabet=st.characters(exclude_characters="<"), max_size=40)
 
 
 @given(texts, texts, texts, texts)
