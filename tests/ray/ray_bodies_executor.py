@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from hetsched.agent.executor import TaskExit, local_indices
+from hetsched.agent.executor import local_indices
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.model.device import Device, Node
 from hetsched.ray import _api
@@ -83,9 +83,9 @@ def _start(
     return handle.key
 
 
-def _wait(executor: RayExecutor, count: int = 1, timeout_s: float = 60) -> list[TaskExit]:
+def _wait(executor: RayExecutor, count: int = 1, timeout_s: float = 60) -> list[Exit]:
     deadline = time.monotonic() + timeout_s
-    exits: list[TaskExit] = []
+    exits: list[Exit] = []
     while time.monotonic() < deadline:
         exits += executor.poll()
         if len(exits) >= count:
@@ -101,7 +101,7 @@ def _close(executor: RayExecutor) -> None:
     executor.shutdown()
 
 
-def _exit(e: TaskExit) -> list[Any]:
+def _exit(e: Exit) -> list[Any]:
     return [e.job_id, e.task, e.run, e.exit_code, e.stopped, e.reason]
 
 
