@@ -22,7 +22,7 @@ from types import MappingProxyType
 from hetsched.agent.executor import RunAs, local_indices, task_key
 from hetsched.agent.guard import Alert, Guard, Watched
 from hetsched.cluster.placement import Placement
-from hetsched.drivers import Exit, KillsByPid, Launch, Start, Stop
+from hetsched.drivers import Exit, GivesNotice, KillsByPid, Launch, Start, Stop
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
@@ -198,8 +198,10 @@ class Launcher:
         told: list[Stop] = []
         for stop in stops:
             key = stop.key
-            # without the protocol (a Ray executor) there is no notice: SIGTERM at once
-            notice_s = stop.notice_s if self.checkpoints is not None else 0.0
+            # without the protocol, or an executor that gives none (Ray), there is no
+            # notice: SIGTERM at once
+            gives = self.checkpoints is not None and isinstance(self.executor, GivesNotice)
+            notice_s = stop.notice_s if gives else 0.0
             signal = "SIGUSR1"
             handle = self.executor.handles.get(str(key))
             if notice_s > 0 and self.checkpoints is not None and handle and not handle.stopping:
