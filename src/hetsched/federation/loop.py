@@ -27,8 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hetsched.agent.executor import TaskExit
-from hetsched.drivers import Start, Stop
+from hetsched.drivers import Exit, Start, Stop
 from hetsched.federation.advice import explained, questions
 from hetsched.federation.dispatch import Dispatch
 from hetsched.federation.jobs import as_one_task, member_body
@@ -133,7 +132,7 @@ class FederationLoop:
         self._parked: dict[str, JobSubmitted] = {}
         self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._events: list[Event] = []
-        self._exits: list[TaskExit] = []
+        self._exits: list[Exit] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -281,7 +280,7 @@ class FederationLoop:
         self._refresh(now)
         return plan.actions
 
-    def _collect(self, now: float) -> tuple[list[Event], list[TaskExit]]:
+    def _collect(self, now: float) -> tuple[list[Event], list[Exit]]:
         events, self._events = self._events, []
         exits, self._exits = self._exits, []
         while True:
@@ -304,7 +303,7 @@ class FederationLoop:
         self.submissions[job.id] = dict(row["spec"])
         return JobSubmitted(as_one_task(job))
 
-    def _plan(self, events: list[Event], exits: list[TaskExit], now: float) -> TurnPlan:
+    def _plan(self, events: list[Event], exits: list[Exit], now: float) -> TurnPlan:
         with self.lock:
             began = time.perf_counter()
             plan = self.planner.plan(events, exits, now)
@@ -358,7 +357,7 @@ class FederationLoop:
     # -- members ---------------------------------------------------------------------------
 
     def _message(
-        self, message: Message, now: float, events: list[Event], exits: list[TaskExit]
+        self, message: Message, now: float, events: list[Event], exits: list[Exit]
     ) -> None:
         state = self.members[message.member]
         match message:
@@ -376,7 +375,7 @@ class FederationLoop:
                 if dispatch is not None and dispatch.incarnation == incarnation:
                     self._end(dispatch)
                     why = f"member {state.name} refused it: {reason}"
-                    exits.append(TaskExit(key.job, key.task, key.run, None, False, why))
+                    exits.append(Exit.of(key.job, key.task, key.run, None, False, why))
             case Answered(_, answers):
                 if self.book.whatif.get(state.name) != answers:
                     self.book.whatif[state.name] = dict(answers)
@@ -394,7 +393,7 @@ class FederationLoop:
         report: Report,
         now: float,
         events: list[Event],
-        exits: list[TaskExit],
+        exits: list[Exit],
     ) -> None:
         lapsed = (
             report.lapsed
@@ -428,7 +427,7 @@ class FederationLoop:
         if state.in_core:
             self._save(state)
 
-    def _reported_jobs(self, state: MemberState, report: Report, exits: list[TaskExit]) -> None:
+    def _reported_jobs(self, state: MemberState, report: Report, exits: list[Exit]) -> None:
         """Jobs the member reports ended become exits. While its lease has lapsed there,
         only successes count: the rest were stopped by the lapse, and the fence requeues
         them."""
@@ -449,9 +448,9 @@ class FederationLoop:
                 )
                 exits.append(self._exit(dispatch, code if code is not None else None, text))
 
-    def _exit(self, dispatch: Dispatch, code: int | None, reason: str) -> TaskExit:
+    def _exit(self, dispatch: Dispatch, code: int | None, reason: str) -> Exit:
         key = dispatch.key
-        return TaskExit(key.job, key.task, key.run, code, dispatch.stopping, reason)
+        return Exit.of(key.job, key.task, key.run, code, dispatch.stopping, reason)
 
     def _deadlines(self, now: float) -> list[Event]:
         """Members not confirmed live in time are marked unreachable; those whose tasks have
@@ -541,7 +540,7 @@ class FederationLoop:
         submission = self.submissions.get(dispatch.key.job)
         if submission is None:
             key = dispatch.key
-            self._exits.append(TaskExit(key.job, key.task, key.run, None, False, "no spec"))
+            self._exits.append(Exit.of(key.job, key.task, key.run, None, False, "no spec"))
             return
         body = member_body(submission, self.federation, state.queue)
         idempotency = f"{self.federation}:{dispatch.key}"
@@ -567,7 +566,7 @@ class FederationLoop:
         if stop.released or dispatch is None:
             # its member was fenced (or it ended): nothing runs; the core freed it already
             why = stop.reason or "stopped"
-            self._exits.append(TaskExit(key.job, key.task, key.run, None, True, why))
+            self._exits.append(Exit.of(key.job, key.task, key.run, None, True, why))
             return
         dispatch.stopping = True
         if dispatch.job_id is not None:

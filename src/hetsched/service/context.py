@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hetsched.agent.guard import Guard
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.stranding import Typical
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.model.device import Device
 from hetsched.model.job import Job
 from hetsched.scheduler.view import SchedulerView

@@ -38,12 +38,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from hetsched.agent.checkpoints import Report
-from hetsched.agent.executor import Executor, RunAs, TaskExit
+from hetsched.agent.executor import RunAs
 from hetsched.agent.guard import Guard
 from hetsched.agent.progress import Progress
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
-from hetsched.drivers import Stop
+from hetsched.drivers import Exit, KillsByPid, Stop
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
@@ -127,7 +127,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         #: events and exits for the next turn (recovery's, failed starts, empty stops)
         self._events: list[Event] = []
-        self._exits: list[TaskExit] = []
+        self._exits: list[Exit] = []
         self._last_tick = 0.0
         self.lock = threading.Lock()
         #: the node view the API serves, refreshed by the loop
@@ -154,7 +154,7 @@ class ControlLoop:
         executor.on_exit = self._wake.set
         #: the tasks are this machine's processes: a power loss ends them with the service,
         #: so recording their start need not wait for the disk (Store.record_turn)
-        self._tasks_here = isinstance(executor, Executor)
+        self._tasks_here = isinstance(executor, KillsByPid)
 
     @property
     def view(self) -> SchedulerView:
@@ -224,7 +224,7 @@ class ControlLoop:
         self._events = [e for e in found.events if not self._hold(e)]
         self._exits = list(found.exits) + gone
 
-    def _resume_notices(self, found: Recovered) -> list[TaskExit]:
+    def _resume_notices(self, found: Recovered) -> list[Exit]:
         """Tasks adopted in their notice go on with it: the task gets its notice again (the
         notice file, the signal) with what is left of it, so SIGTERM follows at the deadline
         it was first given (at once when that has passed); the grace after SIGTERM is the
@@ -515,7 +515,7 @@ class ControlLoop:
     def _plan(
         self,
         events: list[Event],
-        exits: list[TaskExit],
+        exits: list[Exit],
         reports: list[tuple[TaskKey, Report]],
         now: float,
     ) -> TurnPlan:

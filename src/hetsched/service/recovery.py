@@ -46,10 +46,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from hetsched.agent.executor import TaskExit, task_key
-from hetsched.agent.protocol import ProcessExecutor
+from hetsched.agent.executor import task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
+from hetsched.drivers.executor import Exit, ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.scheduler import Event, JobCancelled, JobSubmitted, Scheduler
@@ -78,7 +78,7 @@ class Recovered:
     #: resubmissions and cancellations asked before the restart
     events: list[Event] = field(default_factory=list)
     #: tasks of restored jobs that ended while the service was down
-    exits: list[TaskExit] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
     #: every live job and its spec
     jobs: list[tuple[Job, SubmitSpec]] = field(default_factory=list)
     #: tasks the core holds again (restored jobs), with their placements
@@ -119,7 +119,7 @@ class _Job:
     job: Job
     run: int
     placements: dict[int, Placement] = field(default_factory=dict)
-    exits: list[TaskExit] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
 
 
 def recover(
@@ -344,7 +344,7 @@ def _keep_moving(
         handle = _adopt_stopping(executor, leaders, job.id, t)
         if handle is None:
             code = executor.recorded_exit(job.id, task, run)
-            found.exits.append(TaskExit(job.id, task, run, code, True, "ended during a restart"))
+            found.exits.append(Exit.of(job.id, task, run, code, True, "ended during a restart"))
         else:
             found.processes.append(handle)
         key, placement = TaskKey(job.id, task, run), stopping[task]
@@ -462,7 +462,7 @@ def _check_tasks(
         reason = f"exit code {code}" if code is not None else "lost: its process was gone"
         if code is None:
             reason += " after a restart"
-        item.exits.append(TaskExit(job.id, task, run, code, False, reason))
+        item.exits.append(Exit.of(job.id, task, run, code, False, reason))
 
 
 def _adopt(

@@ -19,7 +19,7 @@ import httpx
 import uvicorn
 
 from hetsched.agent.executor import Executor
-from hetsched.agent.protocol import ProcessExecutor
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.service.server import Built, Options, build
 
 __all__ = ["Running", "ServerProcess", "free_port", "running", "serve"]
