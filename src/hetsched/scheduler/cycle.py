@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from hetsched.cluster.placement import Placement
+from hetsched.cluster.usage import Usage
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code, PluginError, Status
 from hetsched.keys import TaskKey
@@ -60,7 +61,6 @@ from hetsched.scheduler.migration import defragment
 from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
 from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import BlockedBy, JobRecord
-from hetsched.scheduler.usage import Usage
 
 __all__ = ["PREEMPTION_RETRY_S", "placed_in_line", "run_cycle"]
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, AllocKey, ClusterState
+from hetsched.cluster.usage import Ledger, Usage, placement_usage, request_usage
 from hetsched.framework.profile import ProfileError, ProfileSpec, check_queues, check_rounds
 from hetsched.framework.status import Code
 from hetsched.keys import TaskKey
@@ -41,7 +42,6 @@ from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import BlockedBy, JobRecord, MoveBook
 from hetsched.scheduler.tally import Tally
 from hetsched.scheduler.units import Units
-from hetsched.scheduler.usage import Ledger, Usage, placement_usage, request_usage
 
 __all__ = ["JobBook"]
 

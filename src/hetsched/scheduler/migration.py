@@ -37,6 +37,7 @@ import numpy as np
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
+from hetsched.cluster.usage import Usage
 from hetsched.framework.cycle import CycleContext
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
@@ -46,7 +47,6 @@ from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.defrag import Mover, plan_defrag
 from hetsched.scheduler.records import JobRecord
-from hetsched.scheduler.usage import Usage
 
 __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
 
