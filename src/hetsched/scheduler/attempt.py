@@ -21,7 +21,7 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code, PluginError, Status
 from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
-from hetsched.queueing.waiting import Shape
+from hetsched.queueing.lanes import Shape
 from hetsched.scheduler.backfill import Reservation
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation, explain_placement

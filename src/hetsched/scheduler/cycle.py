@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code, PluginError, Status
 from hetsched.model.lifecycle import JobState
-from hetsched.queueing.waiting import (
+from hetsched.queueing.needs import (
     PREEMPTION_RETRY_S,
     needed,
     preemption_may_help,
