@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "DEFAULT_KEY",
+    "NO_SPEED",
     "JobSpeed",
     "SpeedError",
     "SpeedSubject",
@@ -289,6 +290,11 @@ class Speeds:
             if rate > best_rate:
                 best, best_rate = model, rate
         return best
+
+
+#: the speed of a job that says nothing about it, shared (it is immutable): most jobs say
+#: nothing, and a simulator or a benchmark builds a job per task
+NO_SPEED = JobSpeed()
 
 
 def job_devices(job: SpeedSubject) -> int:

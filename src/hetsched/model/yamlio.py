@@ -6,9 +6,9 @@ made of: libyaml parses, PyYAML's resolver gives every scalar its tag and PyYAML
 constructors build every scalar that is not a string; only plain mappings and sequences
 are assembled here, straight from the parser's events, without composing the node graph
 first (the graph is most of the time PyYAML spends on a large file). A document with
-anything else (an anchor or alias, an explicit tag, a key that is not a string, a merge key
-``<<``, a timestamp, several documents, an error) is loaded again by PyYAML's own loader, so its value or its
-error is exactly PyYAML's.
+anything else (an anchor or alias, an explicit tag, a key that is not a string, a merge
+key ``<<``, a timestamp, several documents, an error) is loaded again by PyYAML's own
+loader, so its value or its error is exactly PyYAML's.
 
 Python's cyclic garbage collector is paused while a document is built: a large document
 is hundreds of thousands of new containers, and each collection pass would walk them all
