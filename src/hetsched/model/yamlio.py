@@ -65,23 +65,17 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         self._tags: dict[tuple[str, Any], str] = {}
         self._scalars: dict[tuple[str, str], Any] = {}
 
-    def _scalar(self, event: Any) -> Any:
-        if event.tag not in _IMPLICIT or event.anchor is not None:
-            raise _NotPlain  # an explicit tag or an anchor: PyYAML's composer decides
-        value = event.value
-        key = (value, event.implicit)
-        tag = self._tags.get(key)
-        if tag is None:
-            tag = self._tags[key] = self.resolve(ScalarNode, value, event.implicit)
-        if tag == _STR:
-            return value
+    def _not_a_string(self, event: Any, tag: str) -> Any:
+        """A scalar whose tag is not ``str``: a number, a boolean or null, built by PyYAML's
+        constructor once per distinct text (the values are immutable)."""
         if tag not in _IMMUTABLE:
             # timestamps, binary, merge and value keys, a constructor a subclass added
             raise _NotPlain
-        built = self._scalars.get((tag, value), _MISSING)
+        key = (tag, event.value)
+        built = self._scalars.get(key, _MISSING)
         if built is _MISSING:
-            node = ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
-            built = self._scalars[(tag, value)] = self.construct_object(node, deep=True)
+            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+            built = self._scalars[key] = self.construct_object(node, deep=True)
         return built
 
     def plain_document(self) -> Any:
@@ -90,14 +84,25 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         if self.yaml_path_resolvers:
             raise _NotPlain  # tags that depend on where a node is: the composer knows
         get = self.get_event
-        scalar = self._scalar
+        tags = self._tags
+        resolve = self.resolve
+        not_a_string = self._not_a_string
+
+        def scalar(event: Any) -> Any:
+            if event.anchor is not None or event.tag not in _IMPLICIT:
+                raise _NotPlain  # an anchor (PyYAML checks them), an explicit tag
+            value, implicit = event.value, event.implicit
+            tag = tags.get((value, implicit))
+            if tag is None:
+                tag = tags[(value, implicit)] = resolve(ScalarNode, value, implicit)
+            return value if tag == _STR else not_a_string(event, tag)
 
         def build(event: Any) -> Any:
             kind = type(event)
             if kind is ScalarEvent:
                 return scalar(event)
             if event.anchor is not None or event.tag not in _IMPLICIT:
-                raise _NotPlain  # an anchor (PyYAML checks them), an explicit tag
+                raise _NotPlain
             if kind is MappingStartEvent:
                 mapping: dict[str, Any] = {}
                 key = get()
@@ -105,7 +110,8 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
                     name = scalar(key)
                     if type(name) is not str:
                         raise _NotPlain  # a number, a null or a merge key as a key
-                    mapping[name] = build(get())
+                    value = get()
+                    mapping[name] = scalar(value) if type(value) is ScalarEvent else build(value)
                     key = get()
                 if type(key) is not MappingEndEvent:
                     raise _NotPlain  # a collection or an alias as a key
