@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from hetsched.agent.watcher import DeviceWatcher
 from hetsched.k8s.api import KubeClusterAPI, for_host
 from hetsched.k8s.dra.api import dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from hetsched.k8s.dra.driver import DraDriver, DriverSettings
+from hetsched.k8s.dra.service import HealthTiming
 from k8s.apiserver import ApiServer, node_json
 from k8s.cdiruntime import CdiRuntime, Container
 from k8s.dprig import write_devices
@@ -52,7 +54,7 @@ class Rig:
     def restart(self) -> None:
         """The driver process ends and a new one starts on the same directories."""
         self.driver.stop()
-        self.driver = start_driver(self.settings, self.devices, self.api)
+        self.driver = start_driver(self.settings, self.devices, self.api, self.driver.clock)
 
     def slices(self) -> list[dict[str, Any]]:
         return self.server.store.items("resourceslices", None)
@@ -101,16 +103,27 @@ def result(device: str, request: str = "gpu", pool: str = NODE) -> dict[str, str
     return {"request": request, "driver": DRIVER, "pool": pool, "device": device}
 
 
-def start_driver(settings: DriverSettings, devices: Path, api: KubeClusterAPI) -> DraDriver:
+def start_driver(
+    settings: DriverSettings,
+    devices: Path,
+    api: KubeClusterAPI,
+    clock: Callable[[], float] = time.time,
+) -> DraDriver:
     watcher = DeviceWatcher.create(NODE, ["fake"], fake_file=devices, interval_s=0.02)
-    driver = DraDriver(settings, watcher, api)
+    driver = DraDriver(settings, watcher, api, clock=clock)
     driver.start()
     return driver
 
 
 @contextlib.contextmanager
-def running_rig(short_dir: Path, devices_text: str = DEVICES) -> Iterator[Rig]:
-    """A driver on the fake devices ``devices_text``, registered with the test kubelet."""
+def running_rig(
+    short_dir: Path,
+    devices_text: str = DEVICES,
+    health: HealthTiming | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[Rig]:
+    """A driver on the fake devices ``devices_text``, registered with the test kubelet;
+    ``health`` and ``clock`` for its health stream."""
     devices = short_dir / "devices.yaml"
     devices.write_text(devices_text)
     dev = short_dir / "dev"
@@ -130,8 +143,9 @@ def running_rig(short_dir: Path, devices_text: str = DEVICES) -> Iterator[Rig]:
         socket_check_interval_s=0.05,
         slice_resync_s=0.2,
         roots=_roots(short_dir, dev),
+        health=health or HealthTiming(),
     )
-    driver = start_driver(settings, devices, api)
+    driver = start_driver(settings, devices, api, clock)
     rig = Rig(short_dir, devices, server, api, settings, driver, kubelet)
     try:
         kubelet.register_all()
