@@ -55,6 +55,23 @@ class Membership:
     executor: PodExecutor
     interpreter: Interpreter
 
+    def _init_membership(self, recreate_timeout_s: float) -> None:
+        self.recreate_timeout_s = recreate_timeout_s
+        #: pod key -> (job id, task): pods the core holds as tasks of a job
+        self.owner = {}
+        #: job id -> its pods' keys, by task index ("" while the task has no pod)
+        self.members = {}
+        #: job id -> its current run and state, as the core's actions told them
+        self._run = {}
+        self._state = {}
+        #: job id -> what recreates its pods (see workload_of), None for bare pods
+        self._workloads = {}
+        #: tasks of requeued jobs waiting for their workload to recreate a pod
+        self.vacant = Vacancies(recreate_timeout_s)
+        #: pods of pod groups waiting to reach their minimum
+        self._groups = PodGroups()
+        self._seq = itertools.count()
+
     def _owned_change(self, info: PodInfo, owned: tuple[str, int]) -> list[Event]:
         """A pod that is a task of a job changed: it ended, or someone else bound it."""
         job_id, task = owned

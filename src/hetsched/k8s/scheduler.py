@@ -38,7 +38,6 @@ threads, feeding it.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -64,8 +63,7 @@ from hetsched.k8s.names import SCHEDULER_NAME
 from hetsched.k8s.nominate import Nominations
 from hetsched.k8s.podevents import PodEvents
 from hetsched.k8s.podexec import PodExecutor
-from hetsched.k8s.podgroups import PodGroups
-from hetsched.k8s.recreate import Vacancies, workload_of
+from hetsched.k8s.recreate import workload_of
 from hetsched.k8s.reports import CheckpointReports
 from hetsched.k8s.takeback import TakeBack
 from hetsched.k8s.translate import (
@@ -138,31 +136,17 @@ class PodScheduler(Membership, Observer):
         self.core.speed_table = load_speed_table(profile.speeds) if profile else None
         self.events = PodEvents(api, scheduler_name, identity, event_queue)
         self.nominations = Nominations(api)
-        self.recreate_timeout_s = recreate_timeout_s
         #: the cache: the latest JSON of every node and pod
         self.nodes: dict[str, Obj] = {}
         self._node_models: dict[str, Node] = {}
         self.pods: dict[str, Obj] = {}
-        #: pod key -> (job id, task): pods the core holds as tasks of a job
-        self.owner: dict[str, tuple[str, int]] = {}
-        #: job id -> its pods' keys, by task index ("" while the task has no pod)
-        self.members: dict[str, list[str]] = {}
-        #: job id -> its current run and state, as the core's actions told them
-        self._run: dict[str, int] = {}
-        self._state: dict[str, JobState] = {}
-        #: job id -> what recreates its pods (see _workload), None for bare pods
-        self._workloads: dict[str, str | None] = {}
-        #: tasks of requeued jobs waiting for their workload to recreate a pod
-        self.vacant = Vacancies(recreate_timeout_s)
-        #: pods of pod groups waiting to reach their minimum
-        self._groups = PodGroups()
+        self._init_membership(recreate_timeout_s)
         #: bound pods taken back as jobs (the pods of a group as one, during a sync)
         self.takeback = TakeBack(self)
         self._syncing = False
         self.followups: list[Event] = []
         self._moving: list[str] = []  # jobs whose Migrate was carried out this round
         self.rechecks: list[str] = []
-        self._seq = itertools.count()
         #: Dynamic Resource Allocation: the claims of our pods, the slices' devices
         self.dra = ClaimSide(self)
         caches = {"nodes": self.nodes, "pods": self.pods, **self.dra.caches}
