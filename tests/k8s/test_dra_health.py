@@ -90,3 +90,28 @@ def test_a_change_is_sent_at_once_not_at_the_next_interval(short_dir: Path) -> N
 def test_an_interval_the_timeout_does_not_cover_is_refused(interval: float, timeout: int) -> None:
     with pytest.raises(ValueError, match="below the timeout"):
         HealthTiming(interval, timeout)
+
+
+@pytest.mark.parametrize(
+    ("fields", "ok"),
+    [
+        ({}, True),
+        ({"health_interval_s": 5, "health_timeout_s": 20}, True),
+        ({"health_interval_s": 30, "health_timeout_s": 30}, False),
+        ({"health_interval_s": 60}, False),
+        ({"health_timeout_s": 0}, False),
+    ],
+)
+def test_the_drivers_config_keeps_the_interval_below_the_timeout(
+    fields: dict[str, float], ok: bool
+) -> None:
+    from pydantic import ValidationError
+
+    from hetsched.k8s.dra.config import DriverConfig
+
+    if ok:
+        timing = DriverConfig.model_validate(fields).settings().health
+        assert timing.interval_s < timing.timeout_s
+    else:
+        with pytest.raises(ValidationError):
+            DriverConfig.model_validate(fields)
