@@ -26,7 +26,7 @@ from hetsched.rounds.policies import (
     solves_on_change,
 )
 from hetsched.rounds.problem import Allocation, RoundInput, RoundInputError
-from hetsched.rounds.step import ORDER_SEED, carry_allocation, model_order, resolve
+from hetsched.rounds.step import ORDER_SEED, carry_allocation, model_order, solve_if_due
 
 __all__ = [
     "ORDER_SEED",
@@ -44,8 +44,8 @@ __all__ = [
     "priorities",
     "record_round",
     "reset_ledger",
-    "resolve",
     "shuffled",
     "solve",
+    "solve_if_due",
     "solves_on_change",
 ]

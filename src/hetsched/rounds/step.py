@@ -16,7 +16,7 @@ from hetsched.rounds.mechanism import Ledger, reset_ledger, shuffled
 from hetsched.rounds.policies import PolicyOptions, solve
 from hetsched.rounds.problem import Allocation, FloatArray, RoundInput
 
-__all__ = ["ORDER_SEED", "carry_allocation", "model_order", "resolve"]
+__all__ = ["ORDER_SEED", "carry_allocation", "model_order", "solve_if_due"]
 
 #: the agnostic policies' per-round model order is drawn from the seed and the round
 ORDER_SEED = 1_000_003
@@ -38,7 +38,7 @@ def carry_allocation(
     return out
 
 
-def resolve(
+def solve_if_due(
     policy: str,
     problem: RoundInput,
     options: PolicyOptions,

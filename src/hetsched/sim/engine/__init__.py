@@ -18,14 +18,16 @@ solvers) is imported from :mod:`.round_mode`.
 from hetsched.sim.accounting import TimeSeries, device_label
 from hetsched.sim.engine.event_mode import Simulator
 from hetsched.sim.engine.loop import EventLoop
-from hetsched.sim.engine.run import ClusterChange, EngineConfig, SimResult
+from hetsched.sim.engine.run import ClusterChange, CoreFactory, EngineConfig, Progress, SimResult
 from hetsched.sim.outcomes import JobOutcome
 
 __all__ = [
     "ClusterChange",
+    "CoreFactory",
     "EngineConfig",
     "EventLoop",
     "JobOutcome",
+    "Progress",
     "SimResult",
     "Simulator",
     "TimeSeries",

@@ -49,7 +49,7 @@ from hetsched.rounds import (
     model_order,
     priorities,
     record_round,
-    resolve,
+    solve_if_due,
 )
 from hetsched.rounds.problem import FloatArray, IntArray
 from hetsched.sim.engine.loop import EventLoop
@@ -236,13 +236,13 @@ class RoundSimulator:
         self._stale = True
 
     def _maybe_solve(self, now: float) -> None:
-        """Solve when the active set changed, by Gavel's rule (:func:`rounds.resolve`)."""
+        """Solve when the active set changed, by Gavel's rule (:func:`rounds.solve_if_due`)."""
         if not self._stale:
             return
         problem = self._problem
         assert problem is not None
         started = time.perf_counter()
-        ledger, allocation = resolve(
+        ledger, allocation = solve_if_due(
             self.config.policy,
             problem,
             self._options,
