@@ -13,14 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, err_console, fail, print_json
-from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_rounds import (
+from hetsched.sim.experiments.gavel import (
     GavelPoint,
     gavel_policy_names,
     parse_cluster,
     parse_window,
     point_document,
 )
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 
 __all__ = ["gavel"]
 

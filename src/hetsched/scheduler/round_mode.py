@@ -20,13 +20,14 @@ Every ``round_s`` (a *boundary*; the core asks for a wakeup there through
 3. picks the round's assignment with the mechanism (``rounds.choose_round``): jobs that
    cannot be stopped now are *pinned* where they run and their devices are taken out
    first; the others are chosen from what is left;
-4. realises it with its ordinary actions (:mod:`~hetsched.scheduler.round_realise`): a running job that gets no device is stopped
-   (``Preempt``, kind ``round``, with its checkpoint notice); one given another model is
-   moved (``Migrate``, kind ``round``) when its destination is free now, else stopped and
-   placed on its model once the devices are free; a waiting job given a model is placed
-   there (``Bind``) as soon as its devices are free. Placement on a model runs the
-   profile's filters and scores over the nodes that hold that model (``Framework.select``
-   with a node mask), so a job lands where the profile would put it among them.
+4. realises it with its ordinary actions (:mod:`~hetsched.scheduler.round_realise`): a
+   running job that gets no device is stopped (``Preempt``, kind ``round``, with its
+   checkpoint notice); one given another model is moved (``Migrate``, kind ``round``)
+   when its destination is free now, else stopped and placed on its model once the
+   devices are free; a waiting job given a model is placed there (``Bind``) as soon as its
+   devices are free. Placement on a model runs the profile's filters and scores over the
+   nodes that hold that model (``Framework.select`` with a node mask), so a job lands
+   where the profile would put it among them.
 
 A job may be stopped or moved only when it is preemptible and checkpointable, runs whole
 (nothing stopping, moving or finished) and has run ``min_runtime_s`` in its current run

@@ -44,7 +44,7 @@ from hetsched.sim.alibaba import (
     model_selector,
     pod_file,
 )
-from hetsched.sim.openb_defrag import DefragOption, OpenbDefrag
+from hetsched.sim.experiments.openb_defrag import DefragOption, OpenbDefrag
 
 __all__ = [
     "ALL_POLICIES",
@@ -240,7 +240,7 @@ def run_openb(
 ) -> OpenbResult:
     """One run of the experiment; ``limit`` replays only the first pods (for quick checks).
     With ``defrag``, a pod that fits nowhere may move placed pods to make room
-    (:mod:`hetsched.sim.openb_defrag`); ``extra`` then counts the moves."""
+    (:mod:`hetsched.sim.experiments.openb_defrag`); ``extra`` then counts the moves."""
     started = time.perf_counter()
     target_list = target_classes(trace.pods)
     target = TargetWorkload.of(target_list)
