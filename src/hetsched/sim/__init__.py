@@ -26,10 +26,10 @@ from hetsched.sim.workload import (
     Workload,
     WorkloadError,
     WorkloadJob,
-    check_against_cluster,
     read_workload,
     write_workload,
 )
+from hetsched.sim.workload_check import check_against_cluster
 
 __all__ = [
     "ClusterChange",
