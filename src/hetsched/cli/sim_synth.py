@@ -126,8 +126,8 @@ def synth(
     if gavel:
         nodes = _load_nodes(cluster)
         multi = (multi_gpu, multi_priority)
-        spec = _gavel_spec(jobs, rate_per_h, seed, multi, users, max_gpus_per_task, nodes)
-        _write_synthetic(output_file, _gavel_workload(spec, gavel_throughputs), nodes)
+        stream = _gavel_spec(jobs, rate_per_h, seed, multi, users, max_gpus_per_task, nodes)
+        _write_synthetic(output_file, _gavel_workload(stream, gavel_throughputs), nodes)
         return
     if multi_gpu or multi_priority or gavel_throughputs is not None:
         fail("--multi-gpu, --multi-priority and --gavel-throughputs need --gavel", 2)
