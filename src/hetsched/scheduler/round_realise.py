@@ -12,13 +12,14 @@ among them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
 from hetsched.framework.cycle import CycleContext
+from hetsched.framework.profile import RoundsSpec
 from hetsched.framework.status import PluginError
 from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
@@ -27,12 +28,20 @@ from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.records import JobRecord
 
-if TYPE_CHECKING:
-    from hetsched.scheduler.round_mode import RoundBook
-
-__all__ = ["model_rows", "realise", "start_chosen"]
+__all__ = ["RoundPlan", "model_rows", "realise", "start_chosen"]
 
 BoolArray = np.ndarray[Any, np.dtype[np.bool_]]
+
+
+class RoundPlan(Protocol):
+    """What carrying a round out reads and keeps of the core's round state
+    (:class:`~hetsched.scheduler.round_mode.RoundBook` has it)."""
+
+    spec: RoundsSpec
+    #: this round's choices still to start: job -> model
+    plan: dict[str, str]
+    #: the boundary the round started at
+    last_at: float | None
 
 
 def model_rows(state: ClusterState, device_class: str, model: str) -> np.ndarray:
@@ -51,7 +60,7 @@ def model_rows(state: ClusterState, device_class: str, model: str) -> np.ndarray
 
 def realise(
     sched: Books,
-    book: RoundBook,
+    book: RoundPlan,
     records: list[JobRecord],
     models: tuple[str, ...],
     assignment: IntArray,
@@ -80,12 +89,12 @@ def realise(
             book.plan[record.id] = model
 
 
-def _stop_reason(book: RoundBook, what: str) -> str:
+def _stop_reason(book: RoundPlan, what: str) -> str:
     return f"round policy {book.spec.policy}: in the round from t={book.last_at:g} it {what}"
 
 
 def _place(
-    sched: Books, book: RoundBook, record: JobRecord, model: str, state: ClusterState, now: float
+    sched: Books, book: RoundPlan, record: JobRecord, model: str, state: ClusterState, now: float
 ) -> list[tuple[int, Placement]] | None:
     """Placements on ``model`` for the job's tasks (those still to place of a waiting job,
     all of a running one), found on ``state`` (a fork: what is allocated there while
@@ -110,7 +119,7 @@ def _place(
     return placed if placed and len(placed) == expected else None
 
 
-def _move(sched: Books, book: RoundBook, record: JobRecord, model: str, now: float) -> bool:
+def _move(sched: Books, book: RoundPlan, record: JobRecord, model: str, now: float) -> bool:
     """Migrate a running job to ``model`` when its devices there are free now."""
     fork = sched.state.fork()
     try:
@@ -126,7 +135,7 @@ def _move(sched: Books, book: RoundBook, record: JobRecord, model: str, now: flo
     return True
 
 
-def start_chosen(sched: Books, book: RoundBook, now: float) -> None:
+def start_chosen(sched: Books, book: RoundPlan, now: float) -> None:
     """Start the round's choices whose devices are free (in arrival order)."""
     for job_id, model in list(book.plan.items()):
         record = sched.jobs.get(job_id)
@@ -139,7 +148,7 @@ def start_chosen(sched: Books, book: RoundBook, now: float) -> None:
             del book.plan[job_id]
 
 
-def _bind_on(sched: Books, book: RoundBook, record: JobRecord, model: str, now: float) -> bool:
+def _bind_on(sched: Books, book: RoundPlan, record: JobRecord, model: str, now: float) -> bool:
     """Place and bind the job on ``model`` through the profile's Reserve, Permit and Bind
     points; False (nothing held) when it does not fit now or a plugin refuses."""
     job = record.job
