@@ -59,10 +59,10 @@ def test_gavels_rule_for_solving_again(
     problem = _problem(["a", "b"])
     ledger = Ledger.start(problem.job_ids, MODELS, since, prior_s=180.0)
     x = np.zeros((2, 3))
+    options = PolicyOptions()
     after, allocation = solve_if_due(
-        "las", problem, PolicyOptions(), ledger, x, now,
-        reset_s=1920.0, first=first, on_change=on_change,
-    )  # fmt: skip
+        "las", problem, options, ledger, x, now, reset_s=1920.0, first=first, on_change=on_change
+    )
     assert (allocation is not None) == solved
     assert (after.since == now) == reset
     if allocation is not None:
