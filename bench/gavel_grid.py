@@ -23,15 +23,15 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from hetsched.sim.frontier import draw_frontier
-from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_rounds import (
+from hetsched.sim.experiments.gavel import (
     GavelPoint,
     parse_cluster,
     parse_window,
     point_document,
     uses_alpha,
 )
+from hetsched.sim.frontier import draw_frontier
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 
 #: the authors' printed mean JCT [h] (seed 0, jobs 4000-4999, 36:36:36, 360 s rounds):
 #: Gavel's continuous_jobs{,_multigpu}.ipynb; (multi_gpu, policy, rate) -> hours

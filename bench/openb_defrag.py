@@ -25,10 +25,16 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hetsched.sim.openb import POLICIES, OpenbTrace, load_trace, run_openb, tune_workload
-from hetsched.sim.openb_bound import allocation_bound, arrived_prefix
-from hetsched.sim.openb_defrag import DefragOption
-from hetsched.sim.openb_report import REFERENCE_AT_100
+from hetsched.sim.experiments.openb import (
+    POLICIES,
+    OpenbTrace,
+    load_trace,
+    run_openb,
+    tune_workload,
+)
+from hetsched.sim.experiments.openb_bound import allocation_bound, arrived_prefix
+from hetsched.sim.experiments.openb_defrag import DefragOption
+from hetsched.sim.experiments.openb_report import REFERENCE_AT_100
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hetsched.sim.openb import POLICIES, OpenbTrace, load_trace, run_openb
-from hetsched.sim.openb_report import REFERENCE_AT_100, run_grid, write_outputs
+from hetsched.sim.experiments.openb import POLICIES, OpenbTrace, load_trace, run_openb
+from hetsched.sim.experiments.openb_report import REFERENCE_AT_100, run_grid, write_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"

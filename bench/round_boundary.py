@@ -34,9 +34,9 @@ from hetsched.scheduler import (
     TaskFinished,
     TaskStopped,
 )
+from hetsched.sim.experiments.round_modes import one_device_nodes
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 from hetsched.sim.gavel_synth import GavelWorkloadSpec, generate_gavel
-from hetsched.sim.round_mode_compare import one_device_nodes
 
 
 def _follow_up(actions: list[Action], running: dict[str, int]) -> list[Event]:

@@ -20,9 +20,9 @@ import os
 import platform
 import time
 
+from hetsched.sim.experiments.round_modes import compare_round_modes, one_device_nodes
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 from hetsched.sim.gavel_synth import GavelWorkloadSpec, generate_gavel
-from hetsched.sim.round_mode_compare import compare_round_modes, one_device_nodes
 
 MODELS = ("v100", "p100", "k80")
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from builders import openb_mini_trace
 from hetsched.cluster.target import ShapeHistory, shape_of, workload_of
 from hetsched.model.job import DeviceRequest, TaskRequest
-from hetsched.sim.openb import load_trace, target_classes
+from hetsched.sim.experiments.openb import load_trace, target_classes
 
 SHARE = TaskRequest(4000, 1024, (DeviceRequest.of("gpu", 1, 500),))
 WHOLE = TaskRequest(8000, 2048, (DeviceRequest.of("gpu", 2),))

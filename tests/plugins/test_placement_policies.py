@@ -18,7 +18,7 @@ from hetsched.plugins.fit import Fit
 from hetsched.plugins.gpuclustering import GpuClustering, GpuClusteringArgs
 from hetsched.plugins.gpupacking import GpuPacking, GpuPackingArgs
 from hetsched.plugins.randomfit import RandomFit, RandomFitArgs
-from hetsched.sim.openb import ALL_POLICIES, policy_profile
+from hetsched.sim.experiments.openb import ALL_POLICIES, policy_profile
 
 NODES = ("shared", "whole6", "idle8", "idle2")
 SHARE = TaskRequest(1000, 1024, (DeviceRequest.of("gpu", 1, 400),))

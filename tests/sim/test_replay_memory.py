@@ -181,12 +181,12 @@ def test_forgetting_ended_jobs_changes_no_outcome(
     assert not ended & set(dropped_sim.scheduler.jobs)
 
 
-def test_the_heap_holds_one_arrival_at_a_time() -> None:
+def test_the_agenda_holds_one_arrival_at_a_time() -> None:
     workload = _workload([(t % 7, 5, 1, 0, "ann") for t in range(40)])
     seen: list[int] = []
     sim = Simulator([gpu_node("g", gpus=2)], workload, config=EngineConfig(progress_every=1))
     sim._progress = lambda *_: seen.append(  # after every step
-        sum(1 for entry in sim._heap if entry[1] == EventOrder.ARRIVAL)
+        sum(1 for entry in sim.loop.heap if entry[1] == EventOrder.ARRIVAL)
     )
     result = sim.run()
     assert seen and max(seen) <= 1

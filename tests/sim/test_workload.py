@@ -16,11 +16,10 @@ from hetsched.sim.workload import (
     Workload,
     WorkloadError,
     WorkloadJob,
-    check_against_cluster,
     read_workload,
-    selector_models,
     write_workload,
 )
+from hetsched.sim.workload_check import check_against_cluster, selector_models
 
 HEADER = ",".join(COLUMNS)
 

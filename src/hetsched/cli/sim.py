@@ -14,7 +14,7 @@ __all__ = ["sim_app"]
 class _SimCommands(LazyGroup):
     lazy: ClassVar[dict[str, tuple[str, str, dict[str, Any]]]] = {
         "replay": ("hetsched.cli.sim_replay", "replay", {}),
-        "synth": ("hetsched.cli.sim_replay", "synth", {}),
+        "synth": ("hetsched.cli.sim_synth", "synth", {}),
         "openb": ("hetsched.cli.sim_openb", "openb", {}),
         "gavel": ("hetsched.cli.sim_gavel", "gavel", {}),
     }

@@ -13,14 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, err_console, fail, print_json
-from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_rounds import (
+from hetsched.sim.experiments.gavel import (
     GavelPoint,
     gavel_policy_names,
     parse_cluster,
     parse_window,
     point_document,
 )
+from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 
 __all__ = ["gavel"]
 
@@ -154,19 +154,7 @@ def gavel(
     fairness. The run ends when every measured job finished (or at --until: the point is
     then marked incomplete).
     """
-    problems = _problems(policy, rate, round_s, alpha, until_h)
-    try:
-        span = parse_window(window)
-    except ValueError as exc:
-        problems.append(f"--{exc}")
-        span = (0, 1)
-    try:
-        counts = parse_cluster(cluster)
-    except ValueError as exc:
-        problems.append(f"--{exc}")
-        counts = (1, 1, 1)
-    if problems:
-        fail("\n".join(problems), 2)
+    span = _checked(policy, rate, round_s, alpha, until_h, window, cluster)
     until_s = None if until_h is None else until_h * 3600.0
     try:
         point = GavelPoint(
@@ -174,8 +162,8 @@ def gavel(
             rate,
             seed,
             multi_gpu,
-            span,
-            counts,
+            span[0],
+            span[1],
             round_s,
             alpha,
             until_s,
@@ -187,7 +175,7 @@ def gavel(
     except (ValueError, OSError) as exc:
         fail(str(exc), 2)
     started = time.perf_counter()
-    with _bar(output is OutputFormat.table, span[1] - span[0]) as progress:
+    with _bar(output is OutputFormat.table, point.window[1] - point.window[0]) as progress:
         try:
             result = point.run(table, progress)
         except (ValueError, OSError) as exc:
@@ -202,3 +190,30 @@ def gavel(
     for key, value in document.items():
         grid.add_row(key, str(value))
     console.print(grid)
+
+
+def _checked(
+    policy: str,
+    rate: float,
+    round_s: float,
+    alpha: float,
+    until_h: float | None,
+    window: str,
+    cluster: str,
+) -> tuple[tuple[int, int], tuple[int, ...]]:
+    """The window and the cluster's counts; exits with every problem of the options (one
+    line each, naming the flag) when there is any."""
+    problems = _problems(policy, rate, round_s, alpha, until_h)
+    try:
+        span = parse_window(window)
+    except ValueError as exc:
+        problems.append(f"--{exc}")
+        span = (0, 1)
+    try:
+        counts = parse_cluster(cluster)
+    except ValueError as exc:
+        problems.append(f"--{exc}")
+        counts = (1, 1, 1)
+    if problems:
+        fail("\n".join(problems), 2)
+    return span, counts

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.sim.alibaba import TraceError
-from hetsched.sim.openb import (
+from hetsched.sim.experiments.openb import (
     ALL_POLICIES,
     POLICIES,
     REPORT_POINTS,
@@ -26,8 +26,8 @@ from hetsched.sim.openb import (
     load_trace,
     run_openb,
 )
-from hetsched.sim.openb_defrag import DefragOption
-from hetsched.sim.openb_limit import LimitResult, run_limit
+from hetsched.sim.experiments.openb_defrag import DefragOption
+from hetsched.sim.experiments.openb_limit import LimitResult, run_limit
 
 __all__ = ["openb", "parse_seeds"]
 
@@ -245,7 +245,7 @@ def _grid(
     workers: int | None,
     bound: bool,
 ) -> None:
-    from hetsched.sim.openb_report import run_grid, write_outputs
+    from hetsched.sim.experiments.openb_report import run_grid, write_outputs
 
     _check_policies(policies)
     total = len(traces) * len(policies) * len(seeds) + (len(traces) * len(seeds) if bound else 0)

@@ -20,9 +20,9 @@ from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.model.device import Node
 from hetsched.model.speed import SpeedTable
 from hetsched.rounds import policy_names
+from hetsched.sim.engine.round_mode import RoundConfig, RoundResult, RoundSimulator
+from hetsched.sim.experiments.gavel import uses_alpha
 from hetsched.sim.frontier import draw_frontier
-from hetsched.sim.gavel_rounds import uses_alpha
-from hetsched.sim.rounds_engine import RoundConfig, RoundResult, RoundSimulator
 from hetsched.sim.rounds_workload import round_inputs
 from hetsched.sim.workload import Workload
 

@@ -20,13 +20,14 @@ Every ``round_s`` (a *boundary*; the core asks for a wakeup there through
 3. picks the round's assignment with the mechanism (``rounds.choose_round``): jobs that
    cannot be stopped now are *pinned* where they run and their devices are taken out
    first; the others are chosen from what is left;
-4. realises it with its ordinary actions: a running job that gets no device is stopped
-   (``Preempt``, kind ``round``, with its checkpoint notice); one given another model is
-   moved (``Migrate``, kind ``round``) when its destination is free now, else stopped and
-   placed on its model once the devices are free; a waiting job given a model is placed
-   there (``Bind``) as soon as its devices are free. Placement on a model runs the
-   profile's filters and scores over the nodes that hold that model (``Framework.select``
-   with a node mask), so a job lands where the profile would put it among them.
+4. realises it with its ordinary actions (:mod:`~hetsched.scheduler.round_realise`): a
+   running job that gets no device is stopped (``Preempt``, kind ``round``, with its
+   checkpoint notice); one given another model is moved (``Migrate``, kind ``round``)
+   when its destination is free now, else stopped and placed on its model once the
+   devices are free; a waiting job given a model is placed there (``Bind``) as soon as its
+   devices are free. Placement on a model runs the profile's filters and scores over the
+   nodes that hold that model (``Framework.select`` with a node mask), so a job lands
+   where the profile would put it among them.
 
 A job may be stopped or moved only when it is preemptible and checkpointable, runs whole
 (nothing stopping, moving or finished) and has run ``min_runtime_s`` in its current run
@@ -44,11 +45,8 @@ from __future__ import annotations
 import numpy as np
 
 from hetsched.cluster.placement import Placement
-from hetsched.cluster.state import AllocationError, ClusterState
-from hetsched.framework.cycle import CycleContext
+from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import RoundsSpec
-from hetsched.framework.status import PluginError
-from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
@@ -58,22 +56,19 @@ from hetsched.rounds import (
     Ledger,
     PolicyOptions,
     RoundInput,
+    carry_allocation,
     choose_round,
+    model_order,
     record_round,
-    reset_ledger,
-    shuffled,
-    solve,
+    solve_if_due,
 )
 from hetsched.rounds.problem import FloatArray, IntArray
-from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.round_progress import ProgressBook
+from hetsched.scheduler.round_realise import realise, start_chosen
 
 __all__ = ["RoundBook", "run_rounds"]
-
-#: the agnostic policies' per-round model order is drawn from the core's seed and the round
-_ORDER_SEED = 1_000_003
 
 
 class RoundBook:
@@ -200,20 +195,6 @@ def _tasks_held(
     return state.memo(("round_tasks", device_class, model, selector, count), compute)
 
 
-def _model_rows(state: ClusterState, device_class: str, model: str) -> np.ndarray:
-    """Node rows holding a healthy device of ``model`` (cached until the topology or
-    health changes)."""
-
-    def compute() -> np.ndarray:
-        per_kind = np.array(
-            [k.device_class == device_class and k.model == model for k in state.kinds] + [False]
-        )
-        rows = (per_kind[state.dev_kind] & state.dev_healthy).any(axis=1) & state.active
-        return np.asarray(rows, np.bool_)
-
-    return state.memo(("round_rows", device_class, model), compute)
-
-
 def _model_of(state: ClusterState, placements: list[Placement]) -> str | None:
     """The device model a running job's tasks use (the first device's), None without."""
     for placement in placements:
@@ -266,7 +247,7 @@ def run_rounds(sched: Books, book: RoundBook, now: float) -> None:
         if members or book.next_at is not None:
             _boundary(sched, book, members, now)
     if book.plan:
-        _start_chosen(sched, book, now)
+        start_chosen(sched, book, now)
 
 
 def _boundary(sched: Books, book: RoundBook, members: list[JobRecord], now: float) -> None:
@@ -289,7 +270,7 @@ def _boundary(sched: Books, book: RoundBook, members: list[JobRecord], now: floa
     assignment = _choose(book, problem, rows)
     book.last_at = now
     book.rounds += 1
-    _realise(sched, book, rows, assignment, now)
+    realise(sched, book, rows.records, rows.models, assignment, rows.current, rows.pinned, now)
 
 
 class _Rows:
@@ -384,23 +365,27 @@ def _charge(sched: Books, book: RoundBook, rows: _Rows, now: float) -> None:
 def _follow(book: RoundBook, problem: RoundInput, now: float) -> None:
     """Follow the set of jobs; solve anew when it changed (Gavel's rule, see the module)."""
     spec = book.spec
-    old = {job: i for i, job in enumerate(book.ids)}
-    x = np.zeros((problem.n, problem.m))
-    for row, job in enumerate(problem.job_ids):
-        if job in old:
-            x[row] = book.x[old[job]]
+    x = carry_allocation(book.x, book.ids, problem.job_ids, problem.m)
     if problem.job_ids != book.ids:
         book.stale = True
     book.x, book.ids = x, problem.job_ids
     book.ledger = book.ledger.follow(problem.job_ids)
     if not book.stale:
         return
-    due = book.solves == 0 or now - book.ledger.since >= spec.reset_s
-    if due:
-        book.ledger = reset_ledger(book.ledger, book.x, now)
-    elif not spec.solve_on_change:
+    book.ledger, allocation = solve_if_due(
+        spec.policy,
+        problem,
+        book.options,
+        book.ledger,
+        book.x,
+        now,
+        reset_s=spec.reset_s,
+        first=book.solves == 0,
+        on_change=spec.solve_on_change,
+    )
+    if allocation is None:
         return
-    book.x = solve(spec.policy, problem, book.options).x
+    book.x = allocation.x
     book.solves += 1
     book.stale = False
 
@@ -429,10 +414,7 @@ def _choose(book: RoundBook, problem: RoundInput, rows: _Rows) -> IntArray:
         current=problem.current[free],
     )
     policy = book.spec.policy
-    if policy.startswith("agnostic-"):
-        order = shuffled(problem.m, book.seed * _ORDER_SEED + book.rounds)
-    else:
-        order = [int(j) for j in np.argsort(-problem.throughput.mean(axis=0), kind="stable")]
+    order = model_order(policy, problem.throughput, book.seed, book.rounds)
     chosen = choose_round(
         book.x[free], book.ledger.follow(ids), sub, order, not policy.endswith("fifo")
     )
@@ -462,124 +444,3 @@ def _stay(assignment: IntArray, rows: _Rows) -> None:
             ):
                 assignment[i], assignment[k] = p, q
                 break
-
-
-# -- carrying the round out ------------------------------------------------------------------
-
-
-def _realise(sched: Books, book: RoundBook, rows: _Rows, assignment: IntArray, now: float) -> None:
-    """Stops first (their devices free once they have stopped), then moves to devices free
-    now, then the round's choices wait in ``plan`` for their devices."""
-    spec = book.spec
-    moves: list[tuple[JobRecord, str]] = []
-    for i, record in enumerate(rows.records):
-        target, current = int(assignment[i]), int(rows.current[i])
-        if rows.pinned[i] or (record.state is JobState.RUNNING and target == current):
-            continue
-        if record.state is JobState.RUNNING and target < 0:
-            sched.yield_round(record, spec.grace_s, _stop_reason(book, "runs no device"), now)
-        elif record.state is JobState.RUNNING:
-            moves.append((record, rows.models[target]))
-        elif target >= 0:
-            book.plan[record.id] = rows.models[target]
-    for record, model in moves:
-        if not _move(sched, book, record, model, now):
-            reason = _stop_reason(book, f"moves to {model}, which is not free yet")
-            sched.yield_round(record, spec.grace_s, reason, now)
-            book.plan[record.id] = model
-
-
-def _stop_reason(book: RoundBook, what: str) -> str:
-    return f"round policy {book.spec.policy}: in the round from t={book.last_at:g} it {what}"
-
-
-def _place(
-    sched: Books, book: RoundBook, record: JobRecord, model: str, state: ClusterState, now: float
-) -> list[tuple[int, Placement]] | None:
-    """Placements on ``model`` for the job's tasks (those still to place of a waiting job,
-    all of a running one), found on ``state`` (a fork: what is allocated there while
-    searching is given back), or None."""
-    job = record.job
-    rows = _model_rows(sched.state, book.spec.device_class, model)
-    if not rows.any():
-        return None
-    ctx = CycleContext(state, job, job.resources, now, what_if=state is not sched.state)
-    placed: list[tuple[int, Placement]] = []
-    for task in record.unplaced if record.state is JobState.PENDING else sorted(record.placements):
-        placement = sched.framework.select(ctx, candidates=rows)
-        if placement is None or not all(
-            state.device_of(d.device_id).model == model for d in placement.devices
-        ):
-            break
-        state.allocate(f"{job.id}/round{task}", placement)
-        placed.append((task, placement))
-    for task, _ in placed:
-        state.release(f"{job.id}/round{task}")
-    expected = len(record.unplaced) if record.state is JobState.PENDING else len(record.placements)
-    return placed if placed and len(placed) == expected else None
-
-
-def _move(sched: Books, book: RoundBook, record: JobRecord, model: str, now: float) -> bool:
-    """Migrate a running job to ``model`` when its devices there are free now."""
-    fork = sched.state.fork()
-    try:
-        placed = _place(sched, book, record, model, fork, now)
-    except PluginError:
-        return False
-    if placed is None:
-        return False
-    try:
-        sched.migrate(record, placed, MigrationKind.ROUND, None, book.spec.grace_s, now)
-    except AllocationError:
-        return False
-    return True
-
-
-def _start_chosen(sched: Books, book: RoundBook, now: float) -> None:
-    """Start the round's choices whose devices are free (in arrival order)."""
-    for job_id, model in list(book.plan.items()):
-        record = sched.jobs.get(job_id)
-        if record is None or record.state is not JobState.PENDING:
-            del book.plan[job_id]
-            continue
-        if record.stopping or record.nominated or now < record.backoff_until:
-            continue
-        if _bind_on(sched, book, record, model, now):
-            del book.plan[job_id]
-
-
-def _bind_on(sched: Books, book: RoundBook, record: JobRecord, model: str, now: float) -> bool:
-    """Place and bind the job on ``model`` through the profile's Reserve, Permit and Bind
-    points; False (nothing held) when it does not fit now or a plugin refuses."""
-    job = record.job
-    try:
-        placed = _place(sched, book, record, model, sched.state.fork(), now)
-    except PluginError:
-        return False
-    if placed is None:
-        return False
-    framework = sched.framework
-    ctx = CycleContext(sched.state, job, job.resources, now)
-    taken: list[tuple[int, Placement]] = []
-    ok = True
-    try:
-        for task, placement in placed:
-            key = TaskKey(job.id, task, record.run + 1)
-            sched.allocate(key, placement, job)
-            if not framework.reserve(ctx, placement).ok:
-                sched.unallocate(key)
-                ok = False
-                break
-            taken.append((task, placement))
-        placements = [p for _, p in taken]
-        ok = ok and framework.permit(ctx, placements).ok and framework.bind(ctx, placements).ok
-    except (PluginError, AllocationError):
-        ok = False
-    if not ok:
-        for task, placement in reversed(taken):
-            framework.unreserve(ctx, placement)
-            sched.unallocate(TaskKey(job.id, task, record.run + 1))
-        return False
-    sched.bind(record, taken, now)
-    sched.started(record)
-    return True

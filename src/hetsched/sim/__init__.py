@@ -1,19 +1,23 @@
-"""Simulation: trace loaders, experiments and their reports, driving the same core.
+"""Simulation: one engine driving the same core, trace loaders, metrics, reports, and the
+reproductions as experiments on them.
 
-Modules are imported directly (``from hetsched.sim.openb import run_openb``) so that a
-command loads only what it uses. ``alibaba``: the Alibaba GPU trace v2023 (openb) loader;
-``openb``: the fragmentation experiment; ``openb_report``: its grid, table and plots.
+Modules are imported directly (``from hetsched.sim.experiments.openb import run_openb``)
+so that a command loads only what it uses.
 
-Replays with departures: ``engine`` (the discrete-event driver), ``outcomes`` (what happened
-to each job, in columns), ``workload`` (the neutral CSV format), ``gavel``, ``philly`` and
-``synthetic`` (workload sources), ``metrics``, ``replay`` and ``replay_report``. Their main
-names are exported here.
+- ``engine``: the one discrete-event engine, one loop on a virtual clock in two modes:
+  event-driven (the scheduling core fed events; a profile's ``rounds`` runs the core's
+  round mode here) and round-based (Gavel's rounds under the policies of
+  :mod:`hetsched.rounds`);
+- ``experiments``: the reproductions (openb fragmentation study, Gavel, Philly, Alibaba
+  PAI), each declaring its workload, cluster, policies and metrics;
+- workload sources and trace loaders: ``workload`` (the neutral CSV format), ``alibaba``
+  (the Alibaba GPU trace v2023, openb), ``gavel`` (Gavel's traces and throughputs),
+  ``gavel_synth``, ``philly``, ``synthetic``, ``rounds_workload`` (a workload as round
+  jobs);
+- what a run reports: ``outcomes`` (each job, in columns), ``accounting``, ``metrics``,
+  ``replay`` and ``replay_report``, ``frontier`` (the fairness-throughput frontier plot).
 
-Rounds (Gavel's method): ``rounds_engine`` (allocation per round from
-:mod:`hetsched.rounds`, work at each job's speed on the model it got) and ``gavel_rounds``
-(one point of Gavel's continuous experiment: ``hetsched sim gavel``); ``frontier``: the
-fairness-throughput frontier plot both ``sim replay --rounds`` and ``bench/gavel_grid.py``
-draw.
+The event-driven engine's main names and the workload format's are exported here.
 """
 
 from hetsched.sim.engine import ClusterChange, EngineConfig, JobOutcome, SimResult, Simulator
@@ -22,10 +26,10 @@ from hetsched.sim.workload import (
     Workload,
     WorkloadError,
     WorkloadJob,
-    check_against_cluster,
     read_workload,
     write_workload,
 )
+from hetsched.sim.workload_check import check_against_cluster
 
 __all__ = [
     "ClusterChange",

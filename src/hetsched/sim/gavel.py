@@ -175,37 +175,10 @@ def _parse(
     for number, text in enumerate(lines, start=1):
         if not text.strip():
             continue
-        fields = text.split("\t")
-        where = f"{path}:{number}"
-        if len(fields) == 7:
-            job_type, steps_s, arrival_s, gpus_s = fields[0], fields[4], fields[5], fields[6]
-            priority_s = "1"
-        elif len(fields) == 10:
-            job_type, steps_s, gpus_s = fields[0], fields[5], fields[6]
-            priority_s, arrival_s = fields[7], fields[9]
-        else:
-            errors.append(f"{where}: row: expected 7 or 10 tab-separated fields, got {len(fields)}")
+        row = _row(text.split("\t"), f"{path}:{number}", errors)
+        if row is None:
             continue
-        try:
-            steps = int(steps_s)
-            arrival = float(arrival_s)
-            gpus = int(gpus_s)
-            priority = round(float(priority_s))
-        except ValueError as exc:
-            errors.append(f"{where}: row: {exc}")
-            continue
-        bad = [
-            f"{name}: must be {rule}, got {value}"
-            for name, value, ok, rule in (
-                ("total_steps", steps, steps > 0, "> 0"),
-                ("arrival_time", arrival, arrival >= 0, ">= 0"),
-                ("scale_factor", gpus, gpus >= 0, ">= 0"),
-            )
-            if not ok
-        ]
-        if bad:
-            errors += [f"{where}: {b}" for b in bad]
-            continue
+        job_type, steps, arrival, gpus, priority = row
         if gpus == 0:
             reason = "scale_factor 0 (skip)"
             skipped[reason] = skipped.get(reason, 0) + 1
@@ -216,15 +189,7 @@ def _parse(
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         if gpus not in requests:
-            tasks, per_task = split_gang(gpus, opts.gpus_per_node)
-            requests[gpus] = (
-                tasks,
-                TaskRequest(
-                    opts.cpu_per_gpu_milli * per_task,
-                    opts.memory_per_gpu_mib * per_task,
-                    (DeviceRequest.of(opts.device_class, per_task),),
-                ),
-            )
+            requests[gpus] = _request(gpus, opts)
         tasks, request = requests[gpus]
         job = Job(
             id=f"{stem}-{number}",
@@ -239,3 +204,52 @@ def _parse(
         )
         out.append(WorkloadJob(job, round(steps / rate, 3), number))
     return out
+
+
+def _row(
+    fields: list[str], where: str, errors: list[str]
+) -> tuple[str, int, float, int, int] | None:
+    """One trace line's (job type, steps, arrival, GPUs, priority), from Gavel's 7-field
+    or 10-field layout; None (its problems added to ``errors``) when malformed."""
+    if len(fields) == 7:
+        job_type, steps_s, arrival_s, gpus_s = fields[0], fields[4], fields[5], fields[6]
+        priority_s = "1"
+    elif len(fields) == 10:
+        job_type, steps_s, gpus_s = fields[0], fields[5], fields[6]
+        priority_s, arrival_s = fields[7], fields[9]
+    else:
+        errors.append(f"{where}: row: expected 7 or 10 tab-separated fields, got {len(fields)}")
+        return None
+    try:
+        steps = int(steps_s)
+        arrival = float(arrival_s)
+        gpus = int(gpus_s)
+        priority = round(float(priority_s))
+    except ValueError as exc:
+        errors.append(f"{where}: row: {exc}")
+        return None
+    bad = [
+        f"{name}: must be {rule}, got {value}"
+        for name, value, ok, rule in (
+            ("total_steps", steps, steps > 0, "> 0"),
+            ("arrival_time", arrival, arrival >= 0, ">= 0"),
+            ("scale_factor", gpus, gpus >= 0, ">= 0"),
+        )
+        if not ok
+    ]
+    if bad:
+        errors += [f"{where}: {b}" for b in bad]
+        return None
+    return job_type, steps, arrival, gpus, priority
+
+
+def _request(gpus: int, opts: GavelOptions) -> tuple[int, TaskRequest]:
+    """The tasks of a job of ``gpus`` GPUs (a gang beyond a node's GPUs) and each one's
+    request (CPU and memory per GPU as ``opts`` says)."""
+    tasks, per_task = split_gang(gpus, opts.gpus_per_node)
+    request = TaskRequest(
+        opts.cpu_per_gpu_milli * per_task,
+        opts.memory_per_gpu_mib * per_task,
+        (DeviceRequest.of(opts.device_class, per_task),),
+    )
+    return tasks, request

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hetsched.model.device import Health, Node
 from hetsched.model.speed import SpeedTable, resolve
-from hetsched.sim.rounds_engine import RoundJob
+from hetsched.sim.engine.round_mode import RoundJob
 from hetsched.sim.workload import Workload
 
 __all__ = ["RoundInputs", "round_inputs"]

@@ -32,13 +32,13 @@ set is checkpointable.
 
 Rows are validated with pydantic at the boundary; every problem is reported as
 ``FILE:LINE: FIELD: message`` (the header is line 1), and all of them are listed at once
-(up to a limit) so a bad trace is fixed in one pass.
+(up to a limit) so a bad trace is fixed in one pass. Checks against a cluster (the
+models and classes a row names exist there) are in :mod:`hetsched.sim.workload_check`.
 """
 
 from __future__ import annotations
 
 import csv
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,11 +53,11 @@ from pydantic import (
 )
 
 from hetsched.model.checkpoint import MAX_NOTICE_S, Checkpointing
-from hetsched.model.device import SHARE_UNITS, Node
+from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.model.quantity import QuantityError, format_cpu, format_memory, parse_cpu
 from hetsched.model.quantity import parse_memory as _parse_memory
-from hetsched.model.selector import SelectorError, attr_key, compile_selector, matches
+from hetsched.model.selector import SelectorError, compile_selector
 from hetsched.model.specs import build_speed, parse_duration, parse_speed_map, parse_work
 
 __all__ = [
@@ -67,9 +67,7 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "WorkloadJob",
-    "check_against_cluster",
     "read_workload",
-    "selector_models",
     "write_workload",
 ]
 
@@ -437,72 +435,3 @@ def write_workload(path: str | Path, workload: Workload | Iterable[WorkloadJob])
             row = row_of(item) + (speed_cells(item) if speeds else [])
             writer.writerow(row + (checkpoint_cells(item) if checkpoints else []))
     return len(items)
-
-
-# -- checks against a cluster -----------------------------------------------------------
-
-_MODEL_IN = re.compile(r"""device\.attributes\[\s*["']model["']\s*\]\s*in\s*\[([^\]]*)\]""")
-_MODEL_EQ = re.compile(r"""device\.attributes\[\s*["']model["']\s*\]\s*==\s*["']([^"']*)["']""")
-_QUOTED = re.compile(r"""["']([^"']*)["']""")
-
-
-def selector_models(selector: str) -> list[str]:
-    """Device models a selector names (``model in [...]`` or ``model == "..."``)."""
-    names: list[str] = []
-    for match in _MODEL_IN.finditer(selector):
-        names += _QUOTED.findall(match.group(1))
-    names += _MODEL_EQ.findall(selector)
-    return list(dict.fromkeys(names))
-
-
-def check_against_cluster(workload: Workload, nodes: Sequence[Node]) -> list[str]:
-    """Rows that name what the cluster does not have: an unknown device class, a model a
-    selector names that no device of that class has, or a selector no device satisfies.
-
-    Each problem is ``FILE:LINE: FIELD: message``; checks run once per distinct request.
-    """
-    models: dict[str, set[str]] = {}
-    kinds: dict[str, set[tuple[tuple[str, Any], ...]]] = {}
-    for node in nodes:
-        for device in node.devices:
-            models.setdefault(device.device_class, set()).add(device.model)
-            kinds.setdefault(device.device_class, set()).add(attr_key(device.selector_view()))
-    verdicts: dict[tuple[str, str | None], tuple[str, str] | None] = {}
-    errors: list[str] = []
-    for item in workload.jobs:
-        for request in item.job.resources.devices:
-            choice = request.primary
-            key = (choice.device_class, choice.selector)
-            if key not in verdicts:
-                verdicts[key] = _verdict(choice.device_class, choice.selector, models, kinds)
-            verdict = verdicts[key]
-            if verdict is not None:
-                where = f"{workload.source}:{item.line}" if item.line else item.job.id
-                errors.append(f"{where}: {verdict[0]}: {verdict[1]}")
-        if len(errors) >= _MAX_ERRORS:
-            break
-    return errors
-
-
-def _verdict(
-    device_class: str,
-    selector: str | None,
-    models: dict[str, set[str]],
-    kinds: dict[str, set[tuple[tuple[str, Any], ...]]],
-) -> tuple[str, str] | None:
-    if device_class not in models:
-        have = ", ".join(sorted(models)) or "none"
-        return ("device_class", f"the cluster has no {device_class!r} devices (it has: {have})")
-    if selector is None:
-        return None
-    have_models = sorted(m for m in models[device_class] if m)
-    unknown = [m for m in selector_models(selector) if m not in models[device_class]]
-    if unknown:
-        names = ", ".join(repr(m) for m in unknown)
-        return (
-            "selector",
-            f"unknown {device_class} model {names} (the cluster has: {', '.join(have_models)})",
-        )
-    if not any(matches(selector, k) for k in kinds[device_class]):
-        return ("selector", f"matches no {device_class} device of the cluster: {selector}")
-    return None

@@ -1,6 +1,8 @@
-"""Round-based simulation: Gavel's rounds, run with the policies of :mod:`hetsched.rounds`.
+"""The engine's round mode: Gavel's rounds, decided by the policies of :mod:`hetsched.rounds`.
 
-Time moves in rounds (360 s by default), as in Gavel's simulator:
+It runs on the engine's one loop (:mod:`.loop`): each step is a round boundary, and wakes
+the loop at the round's end (or at the next arrival when nothing can run). Time moves in
+rounds (360 s by default), as in Gavel's simulator:
 
 - at a round boundary, jobs that arrived since the last one join (a job waits for the next
   boundary), and finished jobs leave; when the set of active jobs changed and at least
@@ -32,7 +34,6 @@ finished, so a window of jobs 4000-4999 needs only the jobs that arrive before t
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,179 +44,23 @@ from hetsched.rounds import (
     Ledger,
     PolicyOptions,
     RoundInput,
+    carry_allocation,
     choose_round,
-    policy_names,
+    model_order,
     priorities,
     record_round,
-    reset_ledger,
-    shuffled,
-    solve,
-    solves_on_change,
+    solve_if_due,
 )
 from hetsched.rounds.problem import FloatArray, IntArray
-from hetsched.sim.rounds_packing import PairRates, pack_round
+from hetsched.sim.engine.loop import EventLoop
+from hetsched.sim.engine.packing import pack_round
+from hetsched.sim.engine.round_results import RoundConfig, RoundJob, RoundOutcome, RoundResult
 
 __all__ = ["RoundConfig", "RoundJob", "RoundOutcome", "RoundResult", "RoundSimulator"]
 
 
 #: callback ``(measured jobs finished, measured jobs, virtual time)`` for progress bars
 Progress = Callable[[int, int, float], None]
-
-
-@dataclass(frozen=True, slots=True)
-class RoundJob:
-    """One job: its whole-job rate on each model (in the simulator's model order, 0 where
-    it cannot run), the devices it holds while it runs, its work (in units of the rates x
-    seconds), its priority weight and user."""
-
-    id: str
-    arrival: float
-    rates: tuple[float, ...]
-    scale: int
-    work: float
-    weight: float = 1.0
-    user: str = ""
-    #: (job type, GPUs): what the pair table of ``RoundConfig.pairs`` knows it as
-    kind: tuple[str, int] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RoundConfig:
-    """``policy``: a round policy (``hetsched.rounds.policy_names()``). ``window``: job
-    indices ``[start, end)`` in arrival order to measure (None: every job). ``until``:
-    stop at this virtual time even if measured jobs are left. ``reset_s``: the least time
-    between two solves (Gavel's 1,920 s); ``solve_on_change`` solves whenever the active
-    set changed instead (the shares are still reset only every ``reset_s``); None: the
-    policy's own default (``rounds.solves_on_change``: on change for ``fair-catchup``,
-    Gavel's rule for the others). ``pairs``:
-    pack waiting jobs onto running ones with these co-located rates
-    (:mod:`hetsched.sim.rounds_packing`); None runs one job per device. ``central``: the
-    policies' allocations as Gavel's interior-point solver finds them
-    (``PolicyOptions.central``)."""
-
-    policy: str = "las"
-    round_s: float = 360.0
-    reset_s: float = 1920.0
-    alpha: float = 0.5
-    seed: int = 0
-    window: tuple[int, int] | None = None
-    until: float | None = None
-    solve_on_change: bool | None = None
-    pairs: PairRates | None = None
-    central: bool = False
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.policy not in policy_names():
-            problems.append(f"policy: unknown {self.policy!r} (known: {', '.join(policy_names())})")
-        if not self.round_s > 0 or math.isinf(self.round_s):
-            problems.append(f"round_s: must be > 0, got {self.round_s}")
-        if self.reset_s < 0:
-            problems.append(f"reset_s: must be >= 0, got {self.reset_s}")
-        if not 0.0 <= self.alpha <= 1.0:
-            problems.append(f"alpha: must be in 0..1, got {self.alpha}")
-        if self.window is not None and not 0 <= self.window[0] < self.window[1]:
-            problems.append(f"window: expected 0 <= start < end, got {self.window}")
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    def on_change(self) -> bool:
-        """Whether to solve at every change of the active jobs (``solve_on_change``, or the
-        policy's default when it is None)."""
-        if self.solve_on_change is None:
-            return solves_on_change(self.policy)
-        return self.solve_on_change
-
-
-@dataclass(slots=True)
-class RoundOutcome:
-    """What happened to one job (times in virtual seconds; ``end`` None: not finished)."""
-
-    job_id: str
-    user: str
-    arrival: float
-    work: float
-    isolated_s: float
-    end: float | None = None
-    preemptions: int = 0
-    migrations: int = 0
-    rounds: int = 0
-
-    @property
-    def jct_s(self) -> float | None:
-        return None if self.end is None else self.end - self.arrival
-
-    @property
-    def ftf(self) -> float | None:
-        """Finish-time fairness: completion time / isolated completion time."""
-        jct = self.jct_s
-        return None if jct is None or self.isolated_s <= 0 else jct / self.isolated_s
-
-
-@dataclass(frozen=True, slots=True)
-class RoundResult:
-    policy: str
-    models: tuple[str, ...]
-    capacity: tuple[int, ...]
-    #: every job that arrived, and the ones measured (the window's)
-    jobs: tuple[RoundOutcome, ...]
-    measured: tuple[RoundOutcome, ...]
-    end_time: float
-    rounds: int
-    solves: int
-    lps: int
-    solve_wall_s: float
-    #: busy device-seconds per model inside the measured span, and that span
-    busy: tuple[float, ...]
-    span: tuple[float, float]
-    preemptions: int
-    migrations: int
-    complete: bool
-    #: device-seconds inside the span weighted by each job's rate there / its best rate
-    effective: float = 0.0
-
-    def finished(self) -> list[RoundOutcome]:
-        return [o for o in self.measured if o.end is not None]
-
-    def mean_jct_h(self) -> float | None:
-        done = [o.jct_s for o in self.finished() if o.jct_s is not None]
-        return None if not done else float(np.mean(done)) / 3600.0
-
-    def utilization(self) -> float:
-        length = self.span[1] - self.span[0]
-        total = sum(self.capacity) * length
-        return 0.0 if total <= 0 else sum(self.busy) / total
-
-    def effective_throughput(self) -> float:
-        """Devices' worth of work at each job's fastest rate, on average over the span
-        (the measure ``max-throughput`` maximizes): 108 busy V100-equivalents at most on
-        36:36:36."""
-        length = self.span[1] - self.span[0]
-        return 0.0 if length <= 0 else self.effective / length
-
-    def utilization_by_model(self) -> dict[str, float]:
-        length = self.span[1] - self.span[0]
-        return {
-            m: (b / (c * length) if c and length > 0 else 0.0)
-            for m, c, b in zip(self.models, self.capacity, self.busy, strict=True)
-        }
-
-    def jain(self) -> float | None:
-        """Jain's index over users of each user's mean isolated / actual completion time
-        (1: every user got the same fraction of its fair share)."""
-        per_user: dict[str, list[float]] = {}
-        for o in self.finished():
-            ftf = o.ftf
-            if ftf:
-                per_user.setdefault(o.user, []).append(1.0 / ftf)
-        values = np.array([np.mean(v) for v in per_user.values()])
-        if values.size == 0:
-            return None
-        return float(values.sum() ** 2 / (values.size * (values**2).sum()))
-
-    def worst_ftf(self) -> float | None:
-        ratios = [o.ftf for o in self.finished() if o.ftf is not None]
-        return None if not ratios else float(max(ratios))
 
 
 @dataclass(slots=True)
@@ -255,12 +100,14 @@ class RoundSimulator:
         self._options = PolicyOptions(
             alpha=self.config.alpha, seed=self.config.seed, central=self.config.central
         )
-        self._agnostic = self.config.policy.startswith("agnostic-")
         self._on_change = self.config.on_change()
         pairs = self.config.pairs
         if pairs is not None and pairs.models != self.models:
             raise ValueError(f"pairs: the table is for {pairs.models}, not {self.models}")
         self._kind_index = {} if pairs is None else {k: i for i, k in enumerate(pairs.kinds)}
+        #: the engine's one loop: each step is a round boundary (or a wait for an arrival)
+        self._loop: EventLoop[None] = EventLoop()
+        self._span_start: float | None = None
         self._outcomes: dict[str, RoundOutcome] = {}
         self._measured: list[RoundOutcome] = []
         self._arrived = 0
@@ -280,35 +127,42 @@ class RoundSimulator:
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> RoundResult:
-        now, span_start = 0.0, None
+        """Run on the engine's loop, one step per round (or wait), until every measured
+        job finished, ``until`` passed or nothing is left to run."""
         self._next = next(self._stream, None)
+        self._loop.push(0.0, 0, None)
+        self._loop.run(self._advance)
+        return self._result(self._loop.now, self._span_start)
+
+    def _advance(self, now: float) -> bool:
+        """The loop's step at ``now``: admit arrivals, then run a round and wake at its
+        end, or wake at the next arrival (or solve) when nothing can run; False to stop."""
+        self._loop.pop_due(now)
+        changed = self._admit(now)
+        if self._span_start is None and self._measured:
+            self._span_start = self._measured[0].arrival
         until = self.config.until
-        while True:
-            changed = self._admit(now)
-            if span_start is None and self._measured:
-                span_start = self._measured[0].arrival
-            if self._measured_done() or (until is not None and now >= until):
-                break
-            if not self._active.ids:
-                if self._next is None:
-                    break
-                now = max(now, self._next.arrival)
-                continue
-            if changed or self._problem is None:
-                self._follow(now)
-            self._maybe_solve(now)
-            length = self._round(now, span_start)
-            if length is None:  # nothing can run: wait for an arrival or the next solve
-                wake = [self._next.arrival] if self._next is not None else []
-                if self._stale:
-                    wake.append(self._ledger.since + self.config.reset_s)
-                if not wake:
-                    break
-                now = max(now, min(wake))
-                continue
-            now += length
-            self._report(now)
-        return self._result(now, span_start)
+        if self._measured_done() or (until is not None and now >= until):
+            return False
+        if not self._active.ids:
+            if self._next is None:
+                return False
+            return self._wake(max(now, self._next.arrival))
+        if changed or self._problem is None:
+            self._follow(now)
+        self._maybe_solve(now)
+        length = self._round(now, self._span_start)
+        if length is None:  # nothing can run: wait for an arrival or the next solve
+            wake = [self._next.arrival] if self._next is not None else []
+            if self._stale:
+                wake.append(self._ledger.since + self.config.reset_s)
+            return bool(wake) and self._wake(max(now, min(wake)))
+        self._report(now + length)
+        return self._wake(now + length)
+
+    def _wake(self, time: float) -> bool:
+        self._loop.push(time, 0, None)
+        return True
 
     def _measured_done(self) -> bool:
         window = self.config.window
@@ -364,12 +218,8 @@ class RoundSimulator:
         rows of jobs still active, new jobs have none until the next solve."""
         active = self._active
         jobs = active.jobs
-        old = {job: i for i, job in enumerate(self._x_ids)}
-        x = np.zeros((len(jobs), len(self.models)))
-        for row, job in enumerate(active.ids):
-            if job in old:
-                x[row] = self._x[old[job]]
-        self._x, self._x_ids = x, list(active.ids)
+        self._x = carry_allocation(self._x, self._x_ids, active.ids, len(self.models))
+        self._x_ids = list(active.ids)
         self._problem = RoundInput.of(
             active.ids,
             self.models,
@@ -386,21 +236,26 @@ class RoundSimulator:
         self._stale = True
 
     def _maybe_solve(self, now: float) -> None:
-        """Gavel's rule: when the active set changed and ``reset_s`` passed since the last
-        reset (or nothing was solved yet), fold the old allocation's promises into the
-        deficits, reset the shares and solve anew; with ``solve_on_change``, solve at
-        every change and reset when ``reset_s`` passed."""
+        """Solve when the active set changed, by Gavel's rule (:func:`rounds.solve_if_due`)."""
         if not self._stale:
-            return
-        due = self.solves == 0 or now - self._ledger.since >= self.config.reset_s
-        if due:
-            self._ledger = reset_ledger(self._ledger, self._x, now)
-        elif not self._on_change:
             return
         problem = self._problem
         assert problem is not None
         started = time.perf_counter()
-        allocation = solve(self.config.policy, problem, self._options)
+        ledger, allocation = solve_if_due(
+            self.config.policy,
+            problem,
+            self._options,
+            self._ledger,
+            self._x,
+            now,
+            reset_s=self.config.reset_s,
+            first=self.solves == 0,
+            on_change=self._on_change,
+        )
+        self._ledger = ledger
+        if allocation is None:
+            return
         self.solve_wall_s += time.perf_counter() - started
         self.solves += 1
         self.lps += allocation.solves
@@ -408,12 +263,10 @@ class RoundSimulator:
         self._stale = False
 
     def _order(self) -> list[int]:
-        """The order models are filled: shuffled per round for the agnostic policies,
-        fastest first (by the active jobs' mean rate) for the aware ones."""
-        if self._agnostic:
-            return shuffled(len(self.models), self.config.seed * 1_000_003 + self.rounds)
+        """The order models are filled (:func:`rounds.model_order`)."""
         assert self._problem is not None
-        return [int(j) for j in np.argsort(-self._problem.throughput.mean(axis=0), kind="stable")]
+        seed, rounds = self.config.seed, self.rounds
+        return model_order(self.config.policy, self._problem.throughput, seed, rounds)
 
     def _round(self, now: float, span_start: float | None) -> float | None:
         """Run one round from ``now``; its length, or None when no job could run."""

@@ -53,7 +53,7 @@ class PairRates:
 
 #: Gavel's co-located throughputs of pairs of equal GPU counts (its
 #: ``simulation_throughputs.json`` without the isolated rates), bundled
-BUNDLED_PAIRS = str(Path(__file__).parent / "data" / "gavel_pairs.json")
+BUNDLED_PAIRS = str(Path(__file__).parent.parent / "data" / "gavel_pairs.json")
 
 
 def load_pair_rates(path: str | Path, models: Sequence[str]) -> PairRates:

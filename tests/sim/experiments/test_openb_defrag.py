@@ -20,8 +20,8 @@ from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS, Device, Node
 from hetsched.model.job import Job
 from hetsched.sim.alibaba import TracePod
-from hetsched.sim.openb import load_trace, policy_profile, run_openb, target_classes
-from hetsched.sim.openb_defrag import DefragOption, OpenbDefrag
+from hetsched.sim.experiments.openb import load_trace, policy_profile, run_openb, target_classes
+from hetsched.sim.experiments.openb_defrag import DefragOption, OpenbDefrag
 
 TRACES = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023"
 

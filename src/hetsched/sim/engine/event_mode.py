@@ -1,4 +1,4 @@
-"""The discrete-event engine: drives the scheduling core on a virtual clock.
+"""The engine's event-driven mode: drives the scheduling core on the virtual clock.
 
 The engine is a driver like any other: it feeds :meth:`Scheduler.handle` events and carries
 out the actions it returns through the shared :class:`~hetsched.drivers.Interpreter`; what
@@ -9,7 +9,8 @@ actions. It never reads the core's job book.
   drivers' one order (:mod:`hetsched.drivers.order`: task reports, cluster changes,
   cancellations, arrivals, ticks), so a run is a pure function of (cluster, workload,
   profile, seed).
-- The executor here is the virtual clock: a started task exits after the job's true
+- The engine's one loop (:mod:`.loop`) moves the clock; the executor is the virtual clock
+  (:mod:`.processes`): a started task exits after the job's true
   duration (from the workload, not the estimate the core may see); a stopped task exits
   after its notice and grace (a Kill: at once), and a task stopped before it finished
   never reports its finish. A job without speed or checkpoint information loses the work
@@ -36,14 +37,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
-from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
-from hetsched.drivers import EventOrder, Exit, Interpreter, Observer, Start, Stop
+from hetsched.drivers import EventOrder, Exit, Interpreter, Observer
 from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.speeds import load_speed_table
 from hetsched.keys import TaskKey
@@ -70,6 +69,9 @@ from hetsched.scheduler import (
     Tick,
 )
 from hetsched.sim.accounting import Accounts, TimeSeries, device_label
+from hetsched.sim.engine.loop import EventLoop
+from hetsched.sim.engine.processes import Clock, Running, Stopped, VirtualProcesses
+from hetsched.sim.engine.run import ClusterChange, CoreFactory, EngineConfig, Progress, SimResult
 from hetsched.sim.outcomes import STATE_CODE, JobOutcome, OutcomeTable
 from hetsched.sim.work import Due, Work
 from hetsched.sim.workload import Workload
@@ -84,80 +86,13 @@ __all__ = [
     "device_label",
 ]
 
-#: builds the core: ``(state, profile, seed) -> Scheduler`` (a test or benchmark may wrap it)
-CoreFactory = Callable[[ClusterState, ProfileSpec | None, int], Scheduler]
 
-#: callback ``(finished jobs, total jobs, virtual time)`` for progress bars
-Progress = Callable[[int, int, float], None]
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterChange:
-    """A cluster event injected at virtual time ``time`` (a failure, a repair, growth)."""
-
-    time: float
-    event: NodeAdded | NodeRemoved | DeviceHealthChanged
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    #: virtual seconds between ticks while jobs wait (aging, timeouts); 0 or None: no
-    #: periodic ticks, only those the core asks for through ``next_wakeup()``
-    tick_s: float | None = 60.0
-    #: consecutive ticks that change nothing, with no other event left, before giving up
-    idle_ticks: int = 60
-    #: stop at this virtual time (None: when the workload has drained)
-    until: float | None = None
-    #: call the progress callback every this many steps
-    progress_every: int = 2000
-    #: let the core keep the records of ended jobs (its ``record``, ``why`` and history
-    #: then answer for them after the run); off, it drops them, and a replay holds only
-    #: the jobs in the system besides its own outcome columns
-    keep_ended_jobs: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    #: one outcome per job of the workload, in its order (columns: an OutcomeTable)
-    jobs: Sequence[JobOutcome]
-    series: TimeSeries
-    #: per user: integral over time of the user's dominant share while it had jobs in the
-    #: system, and the length of that time (see metrics.jain_index)
-    user_share_integral: dict[str, float]
-    user_active_s: dict[str, float]
-    preemptions: int
-    lost_work_s: float
-    steps: int
-    handle_calls: int
-    end_time: float
-    #: resource label -> capacity at the start (millicores or device milli-units)
-    initial_capacity: dict[str, int]
-    #: task-seconds spent writing checkpoints, and migrations (Migrate actions)
-    checkpoint_s: float = 0.0
-    migrations: int = 0
-
-
-@dataclass(slots=True)
-class _Running:
-    start: float
-    placement: Placement
-    user: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Stopped:
-    """A stopped task's process is gone (its grace is over)."""
-
-    key: TaskKey
-    reason: str
-
-
-#: what the event heap holds: core events, task exits, checkpoints saved on a notice, and
+#: what the agenda holds: core events, task exits, checkpoints saved on a notice, and
 #: ticks (None: periodic, "wakeup": asked for by the core)
-_Payload = Event | Exit | _Stopped | Due | str | None
+_Payload = Event | Exit | Stopped | Due | str | None
 
 
-class Simulator(Observer):
+class Simulator(VirtualProcesses, Observer):
     """One replay of ``workload`` on ``nodes`` under ``profile``. Call :meth:`run` once.
 
     ``changes`` inject cluster events (failures, repairs, growth) and ``cancellations``
@@ -186,25 +121,30 @@ class Simulator(Observer):
         #: work of the jobs that run on work (speed or checkpoint information)
         self.work = Work(nodes, table)
         self._tracked: set[str] = set()
-        self.interpreter = Interpreter(_Clock(self), self, kill_grace_s=0.0)
+        self.interpreter = Interpreter(Clock(self), self, kill_grace_s=0.0)
         self.workload = workload
         self._progress = progress
-        self._heap: list[tuple[float, int, int, _Payload]] = []
-        self._seq = 0
+        self.loop: EventLoop[_Payload] = EventLoop()
         self._nontick = 0
         self._tick_pending = False
         #: times of ticks asked for by the core's optional ``next_wakeup()``
         self._wakeups: set[float] = set()
         self._rounds = profile is not None and profile.rounds is not None
-        self.now = 0.0
+        #: ticks in a row that changed nothing, and the time of the last call to the core
+        self._idle = 0
+        self._last = 0.0
+        self._init_books(nodes, profile)
+        self._init_agenda(changes, cancellations)
+
+    def _init_books(self, nodes: Sequence[Node], profile: ProfileSpec | None) -> None:
         #: job id -> its row in ``outcomes`` (workload order)
         self._rows: dict[str, int] = {}
-        self.outcomes = OutcomeTable(len(workload.jobs))
+        self.outcomes = OutcomeTable(len(self.workload.jobs))
         self._waiting: set[str] = set()
         self._running_jobs: set[str] = set()
         #: simulated processes: started and not yet exited, and stopped within their grace
-        self._live: dict[TaskKey, _Running] = {}
-        self._stopping: dict[TaskKey, _Running] = {}
+        self._live: dict[TaskKey, Running] = {}
+        self._stopping: dict[TaskKey, Running] = {}
         #: rows of the jobs that arrived in the step in progress
         self._arrived: list[int] = []
         self._done = 0
@@ -214,22 +154,31 @@ class Simulator(Observer):
         self.checkpoint_s = 0.0
         self.accounts = Accounts(list(nodes), profile)
         self.series = self.accounts.series
-        for item in workload.jobs:
+        self.steps = 0
+        self.handle_calls = 0
+        for item in self.workload.jobs:
             self._add_job(item.job, item.duration_s)
-        # arrivals enter the heap one at a time, in (submit time, workload order), each
+
+    def _init_agenda(
+        self, changes: Sequence[ClusterChange], cancellations: Sequence[tuple[float, str]]
+    ) -> None:
+        # arrivals enter the agenda one at a time, in (submit time, workload order), each
         # with its workload index as tie-break (what it had when all were pushed at once),
-        # so the heap holds what is due soon rather than the whole workload
+        # so the agenda holds what is due soon rather than the whole workload
         self._arrivals = np.argsort(self.outcomes.columns().submit, kind="stable")
         self._next_arrival = 0
-        self._seq = len(self.outcomes)
+        self.loop.seq = len(self.outcomes)
         self._nontick = len(self.outcomes)
         self._push_arrival()
         for change in changes:
             self._push(change.time, EventOrder.CLUSTER, change.event)
         for time, job_id in cancellations:
             self._push(time, EventOrder.CANCEL, JobCancelled(job_id, "cancelled by the workload"))
-        self.steps = 0
-        self.handle_calls = 0
+
+    @property
+    def now(self) -> float:
+        """The virtual time of the step in progress (the clock of the engine's loop)."""
+        return self.loop.now
 
     def _add_job(self, job: Job, duration_s: float) -> None:
         if job.id in self._rows:
@@ -256,41 +205,20 @@ class Simulator(Observer):
         )
 
     def _push_arrival(self) -> None:
-        """Put the next arrival on the heap (counted in ``_nontick`` from the start)."""
+        """Put the next arrival on the agenda (counted in ``_nontick`` from the start)."""
         if self._next_arrival == len(self._arrivals):
             return
         row = int(self._arrivals[self._next_arrival])
         self._next_arrival += 1
         job = self.workload.jobs[row].job
-        heapq.heappush(
-            self._heap, (job.submit_time, int(EventOrder.ARRIVAL), row, JobSubmitted(job))
-        )
+        self.loop.push_keyed(job.submit_time, int(EventOrder.ARRIVAL), row, JobSubmitted(job))
 
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> SimResult:
         """Run to the end (or ``until``); returns the outcome of every job."""
-        idle = 0
-        last = 0.0  # the time of the last call to the core: the end of the run
-        until = self.config.until
-        heap = self._heap
-        while heap:
-            time = heap[0][0]
-            if until is not None and time > until:
-                break
-            self.now = time
-            batch, ticked, woken, delivered = self._pop_batch(time)
-            if ticked and not batch and (self._waiting or woken):
-                batch.append(Tick())
-            if not batch:
-                continue  # only stale exits: nothing to tell the core
-            self.handle_calls += 1
-            last = time
-            changed = self._step(batch, time)
-            idle = idle + 1 if (ticked and not delivered and not changed) else 0
-            if self._nontick == 0 and idle >= self.config.idle_ticks:
-                break
-            self._schedule_ticks(time)
+        self.loop.run(self._advance, self.config.until)
+        last = self._last
         self.accounts.close(last)
         if self._progress is not None:
             self._progress(self._done, len(self.outcomes), last)
@@ -309,11 +237,28 @@ class Simulator(Observer):
             self.migrations,
         )
 
+    def _advance(self, time: float) -> bool:
+        """The loop's step: deliver what is due at ``time`` to the core in one call; False
+        once only idle ticks are left (``idle_ticks`` of them changed nothing)."""
+        batch, ticked, woken, delivered = self._pop_batch(time)
+        if ticked and not batch and (self._waiting or woken):
+            batch.append(Tick())
+        if not batch:
+            return True  # only stale exits: nothing to tell the core
+        self.handle_calls += 1
+        self._last = time
+        changed = self._step(batch, time)
+        self._idle = self._idle + 1 if (ticked and not delivered and not changed) else 0
+        if self._nontick == 0 and self._idle >= self.config.idle_ticks:
+            return False
+        self._schedule_ticks(time)
+        return True
+
     def _pop_batch(self, time: float) -> tuple[list[Event], bool, bool, int]:
         """Everything due at ``time``, in the drivers' order (the heap keeps it): the core
         events, whether a tick or a requested wakeup was due, and how many non-tick
         payloads were delivered."""
-        heap = self._heap
+        heap = self.loop.heap
         batch: list[Event] = []
         ticked = woken = False
         delivered = 0
@@ -386,8 +331,7 @@ class Simulator(Observer):
     def _push(self, time: float, order: EventOrder, payload: _Payload) -> None:
         if order != EventOrder.TICK:
             self._nontick += 1
-        heapq.heappush(self._heap, (time, int(order), self._seq, payload))
-        self._seq += 1
+        self.loop.push(time, int(order), payload)
 
     # -- events in -----------------------------------------------------------------------
 
@@ -408,7 +352,7 @@ class Simulator(Observer):
                 if isinstance(event, TaskFinished) and event.succeeded:
                     self.outcomes.finished_in_run[row] += 1
                 return event
-            case _Stopped(key, reason):
+            case Stopped(key, reason):
                 running = self._stopping.pop(key, None)
                 if running is not None:
                     self.accounts.use(running.placement, running.user, -1, now)
@@ -430,69 +374,6 @@ class Simulator(Observer):
                 self.accounts.health(device_id, health)
                 return payload
         raise TypeError(f"unknown payload {payload!r}")  # pragma: no cover
-
-    # -- the executor: the virtual clock -------------------------------------------------
-
-    def start_tasks(self, tasks: Sequence[Start], now: float) -> None:
-        if not tasks:
-            return
-        first = tasks[0]
-        job_id = first.key.job
-        row = self._rows[job_id]
-        user = self.outcomes.users.names[self.outcomes.user[row]]
-        if job_id in self._tracked:
-            placements = [t.placement for t in tasks]
-            end = self.work.start(first.key, placements, first.resume, now)
-        else:
-            end = now + self.outcomes.duration_s[row]
-        for start in tasks:
-            running = _Running(now, start.placement, user)
-            self._live[start.key] = running
-            self.accounts.use(start.placement, user, +1, now)
-            if end != math.inf:
-                self._push(end, EventOrder.REPORT, Exit(start.key))
-
-    def stop_tasks(self, tasks: Sequence[Stop], now: float) -> None:
-        for stop in tasks:
-            running = self._live.pop(stop.key, None)
-            if running is None:
-                if stop.key in self._stopping:
-                    # its notice ended early (it checkpointed): the grace runs from now
-                    self._push(
-                        now + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason)
-                    )
-                continue
-            ends = now
-            if stop.key.job in self._tracked:
-                ends = self._stop_work(stop, now)
-            else:
-                lost = now - running.start
-                self.lost_work_s += lost
-                self.outcomes.lost_work_s[self._rows[stop.key.job]] += lost
-            if stop.released:
-                # the core freed it at once: its node or device is gone
-                self.accounts.use(running.placement, running.user, -1, now)
-            else:
-                self._stopping[stop.key] = running
-            self._push(ends + stop.grace_s, EventOrder.REPORT, _Stopped(stop.key, stop.reason))
-
-    def _stop_work(self, stop: Stop, now: float) -> float:
-        """A tracked task stops: count what its run loses and writes; when its process is
-        gone (before its grace): at the end of its notice, or once its notice save is
-        written (reported then, which ends the notice for the interpreter)."""
-        notice = 0.0 if stop.released else stop.notice_s
-        stopped = self.work.stop(stop.key, notice, now)
-        if stopped is None:
-            return now
-        saving, first = stopped
-        row = self._rows[stop.key.job]
-        self.lost_work_s += saving.lost_s
-        self.outcomes.lost_work_s[row] += saving.lost_s
-        self.checkpoint_s += saving.writing_s
-        self.outcomes.checkpoint_s[row] += saving.writing_s
-        if first and saving.on_notice and notice > 0:
-            self._push(saving.time, EventOrder.REPORT, Due(stop.key, saving.work, saving.time))
-        return now + notice
 
     # -- the observer: what the core says about jobs -------------------------------------
 
@@ -544,30 +425,9 @@ class Simulator(Observer):
 
 
 #: actions that change what runs (a step with none of them is idle)
+#: actions that change what runs (a step with none of them is idle)
 _CHANGES = frozenset({Bind, Kill, Preempt, Migrate, Reject})
 
 #: transitions whose cause becomes the job's reason (a pending job's reason comes from
 #: its Pending explanation)
 _TOLD = frozenset({Change.LOST, Change.RESTARTED, Change.FAILED, Change.REJECTED})
-
-
-@dataclass(frozen=True, slots=True)
-class _Clock:
-    """The simulator as the interpreter's executor (:mod:`hetsched.drivers.executor`): a
-    task's end is an event on the virtual clock, handed to the interpreter when the clock
-    reaches it (exits by callback, so :meth:`poll` has none). It has no optional capability
-    (a notice is simulated inside :meth:`stop`; there is nothing to adopt or fence)."""
-
-    sim: Simulator
-
-    def start(self, tasks: Sequence[Start], now: float) -> None:
-        self.sim.start_tasks(tasks, now)
-
-    def stop(self, tasks: Sequence[Stop], now: float) -> None:
-        self.sim.stop_tasks(tasks, now)
-
-    def poll(self, now: float) -> list[Exit]:
-        return []
-
-    def shutdown(self) -> None:
-        pass

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from hetsched.sim.experiments.round_modes import compare_round_modes, one_device_nodes
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 from hetsched.sim.gavel_synth import GavelWorkloadSpec, generate_gavel
-from hetsched.sim.round_mode_compare import compare_round_modes, one_device_nodes
 from hetsched.sim.workload import Workload
 
 

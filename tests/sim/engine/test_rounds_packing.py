@@ -1,4 +1,4 @@
-"""Space sharing in rounds (hetsched.sim.rounds_packing) and the packed- policies."""
+"""Space sharing in rounds (hetsched.sim.engine.packing) and the packed- policies."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetsched.sim.engine.packing import BUNDLED_PAIRS, PairRates, load_pair_rates, pack_round
+from hetsched.sim.engine.packing import pair_rates as parse_pairs
+from hetsched.sim.engine.round_mode import RoundConfig, RoundJob, RoundSimulator
+from hetsched.sim.experiments.gavel import GavelPoint, gavel_policy_names
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, job_rates, load_throughputs
-from hetsched.sim.gavel_rounds import GavelPoint, gavel_policy_names
-from hetsched.sim.rounds_engine import RoundConfig, RoundJob, RoundSimulator
-from hetsched.sim.rounds_packing import BUNDLED_PAIRS, PairRates, load_pair_rates, pack_round
-from hetsched.sim.rounds_packing import pair_rates as parse_pairs
 
 MODELS = ("m0",)
 # kinds: a and b share well (1.5 of a device together), a and c badly (0.7), 2-GPU d with a

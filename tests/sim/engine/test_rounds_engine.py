@@ -1,4 +1,4 @@
-"""The round engine: Gavel's rounds over the round policies (hetsched.sim.rounds_engine)."""
+"""The round engine: Gavel's rounds over the round policies (hetsched.sim.engine)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from builders import TRACES
 from hetsched.cli.main import app
 from hetsched.rounds import policy_names
+from hetsched.sim.engine.round_mode import RoundConfig, RoundJob, RoundResult, RoundSimulator
+from hetsched.sim.experiments.gavel import GavelPoint, parse_cluster, parse_window
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_rounds import GavelPoint, parse_cluster, parse_window
-from hetsched.sim.rounds_engine import RoundConfig, RoundJob, RoundResult, RoundSimulator
 
 
 def _run(jobs: list[RoundJob], capacity: list[int], policy: str = "las", **kw: Any) -> RoundResult:

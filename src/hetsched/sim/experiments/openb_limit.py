@@ -2,10 +2,10 @@
 
 For one trace and seed, every policy faces the same arrival sequence (:func:`run_openb`'s
 shuffle and resampling); at X % arrived workload the same pods have arrived
-(:func:`~hetsched.sim.openb_bound.arrived_prefix`). For each point this module reports:
+(:func:`~hetsched.sim.experiments.openb_bound.arrived_prefix`). For each point this module reports:
 
 - **the lower bound** on unallocated GPU %: no packing of those pods, online or offline,
-  leaves fewer GPUs unallocated (:mod:`hetsched.sim.openb_bound`);
+  leaves fewer GPUs unallocated (:mod:`hetsched.sim.experiments.openb_bound`);
 - **the offline packing**: what a packer that sees all those pods at once achieves. It
   may reorder the pods; like a policy, it places each pod that fits somewhere at its turn
   and drops the rest. Four orders run and the best counts:
@@ -42,14 +42,14 @@ from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job, TaskRequest
 from hetsched.sim.alibaba import TracePod
-from hetsched.sim.openb import (
+from hetsched.sim.experiments.openb import (
     TUNE_RATIO,
     OpenbTrace,
     policy_profile,
     target_classes,
     tune_workload,
 )
-from hetsched.sim.openb_bound import (
+from hetsched.sim.experiments.openb_bound import (
     Bound,
     Shape,
     allocation_bound,

@@ -6,7 +6,7 @@ Outputs in the chosen folder:
   unallocated GPU %, fragmentation amount and ratio, pods arrived and failed, wall seconds;
 - ``limits.csv`` (with the bound): one row per (trace, seed) at 100 % arrived,
   with the lower bound on unallocated GPU %, the offline packing's, and each offline
-  heuristic's (:mod:`hetsched.sim.openb_limit`);
+  heuristic's (:mod:`hetsched.sim.experiments.openb_limit`);
 - ``report.md``: per trace, mean and sample sd over seeds at 100 % arrival per policy, with
   the reference simulator's published means beside them (and the offline packing and the
   lower bound, with the bound);
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from hetsched.sim.openb import POLICIES, OpenbResult, OpenbTrace, load_trace, run_openb
-from hetsched.sim.openb_limit import HEURISTICS, LimitResult, run_limit
+from hetsched.sim.experiments.openb import POLICIES, OpenbResult, OpenbTrace, load_trace, run_openb
+from hetsched.sim.experiments.openb_limit import HEURISTICS, LimitResult, run_limit
 
 __all__ = [
     "LABELS",
@@ -268,8 +268,9 @@ def write_report(grid: GridResult, path: Path, command: str = "") -> None:
     if grid.limits:
         lines += [
             "The offline packing (the best of its heuristics; how often each won) and the",
-            "lower bound are computed for the same arrival sequences (hetsched.sim.openb_limit):",
-            "no placement of the arrived pods leaves fewer GPUs unallocated than the bound.",
+            "lower bound are computed for the same arrival sequences",
+            "(hetsched.sim.experiments.openb_limit): no placement of the arrived pods leaves",
+            "fewer GPUs unallocated than the bound.",
         ]
     for trace in traces:
         lines += [

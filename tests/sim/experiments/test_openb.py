@@ -18,7 +18,7 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework
 from hetsched.model.job import Job
 from hetsched.sim.alibaba import TraceError, TracePod, load_nodes, load_pods
-from hetsched.sim.openb import (
+from hetsched.sim.experiments.openb import (
     ALL_POLICIES,
     REPORT_POINTS,
     OpenbTrace,
@@ -28,7 +28,7 @@ from hetsched.sim.openb import (
     target_classes,
     tune_workload,
 )
-from hetsched.sim.openb_defrag import DefragOption, OpenbDefrag
+from hetsched.sim.experiments.openb_defrag import DefragOption, OpenbDefrag
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec"

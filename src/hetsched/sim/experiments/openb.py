@@ -44,7 +44,7 @@ from hetsched.sim.alibaba import (
     model_selector,
     pod_file,
 )
-from hetsched.sim.openb_defrag import DefragOption, OpenbDefrag
+from hetsched.sim.experiments.openb_defrag import DefragOption, OpenbDefrag
 
 __all__ = [
     "ALL_POLICIES",
@@ -230,6 +230,30 @@ def _moves(mover: OpenbDefrag) -> dict[str, Any]:
     }
 
 
+@dataclass(slots=True)
+class _Curves:
+    """Unallocated GPU %, fragmentation amount % and ratio % of the cluster after each
+    percent of arrived workload, up to ``top``."""
+
+    state: ClusterState
+    target: TargetWorkload
+    capacity: int
+    top: int
+    values: tuple[list[float], list[float], list[float]] = field(
+        default_factory=lambda: ([], [], [])
+    )
+
+    def record_until(self, percent: int) -> None:
+        """The state now is the one at every percent not recorded yet, up to ``percent``."""
+        frag = cluster_frag(self.state, self.target)
+        allocated = self.capacity - frag.idle_milli
+        unallocated, amount, ratio = self.values
+        while len(unallocated) <= min(percent, self.top):
+            unallocated.append(100.0 - 100.0 * allocated / self.capacity)
+            amount.append(frag.amount_pct)
+            ratio.append(frag.ratio_pct)
+
+
 def run_openb(
     trace: OpenbTrace,
     policy: str,
@@ -240,10 +264,9 @@ def run_openb(
 ) -> OpenbResult:
     """One run of the experiment; ``limit`` replays only the first pods (for quick checks).
     With ``defrag``, a pod that fits nowhere may move placed pods to make room
-    (:mod:`hetsched.sim.openb_defrag`); ``extra`` then counts the moves."""
+    (:mod:`hetsched.sim.experiments.openb_defrag`); ``extra`` then counts the moves."""
     started = time.perf_counter()
     target_list = target_classes(trace.pods)
-    target = TargetWorkload.of(target_list)
     capacity = trace.gpu_capacity_milli
     workload = tune_workload(trace.pods, capacity, np.random.default_rng(seed), ratio)
     if limit is not None:
@@ -251,17 +274,33 @@ def run_openb(
     state = ClusterState(trace.nodes)
     framework = Framework(policy_profile(policy, seed, target_list), seed=seed)
     mover = OpenbDefrag(state, framework, defrag) if defrag is not None else None
-    top = round(ratio * 100)
-    curves: list[list[float]] = [[], [], []]
+    curves = _Curves(state, TargetWorkload.of(target_list), capacity, round(ratio * 100))
+    failed = _place_all(workload, state, framework, mover, curves)
+    curves.record_until(curves.top)
+    return OpenbResult(
+        trace.name,
+        policy,
+        seed,
+        len(workload),
+        failed,
+        time.perf_counter() - started,
+        tuple(curves.values[0]),
+        tuple(curves.values[1]),
+        tuple(curves.values[2]),
+        {} if mover is None else _moves(mover),
+    )
 
-    def record_until(percent: int) -> None:
-        frag = cluster_frag(state, target)
-        allocated = capacity - frag.idle_milli
-        while len(curves[0]) <= min(percent, top):
-            curves[0].append(100.0 - 100.0 * allocated / capacity)
-            curves[1].append(frag.amount_pct)
-            curves[2].append(frag.ratio_pct)
 
+def _place_all(
+    workload: Sequence[TracePod],
+    state: ClusterState,
+    framework: Framework,
+    mover: OpenbDefrag | None,
+    curves: _Curves,
+) -> int:
+    """Place the pods one by one (those that fit nowhere are dropped), recording the
+    curves as the arrived workload crosses each percent; returns how many were dropped."""
+    capacity = curves.capacity
     requests: dict[tuple[int, int, int, int, str], TaskRequest] = {}
     arrived = 0
     failed = 0
@@ -269,8 +308,8 @@ def run_openb(
         after = arrived + pod.gpu_total_milli
         # the state now is the last one at or below every percent p with p% < after
         last = (100 * after - 1) // capacity
-        if last >= len(curves[0]):
-            record_until(last)
+        if last >= len(curves.values[0]):
+            curves.record_until(last)
         arrived = after
         key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
         request = requests.get(key)
@@ -287,16 +326,4 @@ def run_openb(
             state.allocate(name, placement)
             if mover is not None:
                 mover.placed(name, job, placement)
-    record_until(top)
-    return OpenbResult(
-        trace.name,
-        policy,
-        seed,
-        len(workload),
-        failed,
-        time.perf_counter() - started,
-        tuple(curves[0]),
-        tuple(curves[1]),
-        tuple(curves[2]),
-        {} if mover is None else _moves(mover),
-    )
+    return failed

@@ -18,7 +18,7 @@ from builders import openb_mini_trace as mini_trace
 from hetsched.cli.main import app
 from hetsched.model.device import SHARE_UNITS, Device, Node
 from hetsched.sim.alibaba import TracePod
-from hetsched.sim.openb import (
+from hetsched.sim.experiments.openb import (
     ALL_POLICIES,
     TUNE_RATIO,
     load_trace,
@@ -27,8 +27,8 @@ from hetsched.sim.openb import (
     target_classes,
     tune_workload,
 )
-from hetsched.sim.openb_bound import allocation_bound, arrived_prefix, node_types
-from hetsched.sim.openb_limit import HEURISTICS, LIMIT_POINTS, offline_pack, run_limit
+from hetsched.sim.experiments.openb_bound import allocation_bound, arrived_prefix, node_types
+from hetsched.sim.experiments.openb_limit import HEURISTICS, LIMIT_POINTS, offline_pack, run_limit
 
 
 def node(name: str, gpus: int, cpu: int = 64_000, memory: int = 1 << 20, model: str = "T4") -> Node:

@@ -2,7 +2,7 @@
 
 ``run_gavel_point`` draws Gavel's workload (:mod:`hetsched.sim.gavel_synth`) lazily for a
 rate and seed, runs it under a round policy on a ``v100:p100:k80`` cluster
-(:mod:`hetsched.sim.rounds_engine`) and measures the jobs of a window (Gavel's sweeps:
+(:mod:`hetsched.sim.engine`) and measures the jobs of a window (Gavel's sweeps:
 jobs 4000-4999), as ``hetsched sim gavel`` and ``bench/gavel_grid.py`` report it.
 """
 
@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetsched.rounds import policy_names, solves_on_change
-from hetsched.sim.gavel import Throughputs
-from hetsched.sim.gavel_synth import GavelWorkloadSpec, iter_gavel
-from hetsched.sim.rounds_engine import (
+from hetsched.sim.engine.packing import BUNDLED_PAIRS, load_pair_rates
+from hetsched.sim.engine.round_mode import (
     Progress,
     RoundConfig,
     RoundJob,
     RoundResult,
     RoundSimulator,
 )
-from hetsched.sim.rounds_packing import BUNDLED_PAIRS, load_pair_rates
+from hetsched.sim.gavel import Throughputs
+from hetsched.sim.gavel_synth import GavelWorkloadSpec, iter_gavel
 
 __all__ = [
     "PACKED",
@@ -39,7 +39,7 @@ __all__ = [
 GAVEL_MODELS = ("v100", "p100", "k80")
 
 #: prefix of a policy run with space sharing (``packed-las``: LAS, with waiting jobs packed
-#: onto running ones at Gavel's co-located rates; :mod:`hetsched.sim.rounds_packing`)
+#: onto running ones at Gavel's co-located rates; :mod:`hetsched.sim.engine.packing`)
 PACKED = "packed-"
 
 

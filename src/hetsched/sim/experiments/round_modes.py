@@ -1,7 +1,7 @@
 """One workload two ways: the round engine and the core's round mode, side by side.
 
 ``compare_round_modes`` runs the same jobs (Gavel's or any workload whose jobs ask for
-whole devices) through :class:`~hetsched.sim.rounds_engine.RoundSimulator` (devices
+whole devices) through :class:`~hetsched.sim.engine.RoundSimulator` (devices
 counted per model, a round's choice takes effect at once) and through the simulator
 driving the core with a ``rounds`` profile (real placements on nodes, stops with notice
 and grace, moves that wait for free devices), and reports each one's mean job completion
@@ -22,7 +22,7 @@ from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import Device, Node
 from hetsched.model.lifecycle import JobState
 from hetsched.sim.engine import Simulator
-from hetsched.sim.rounds_engine import RoundConfig, RoundSimulator
+from hetsched.sim.engine.round_mode import RoundConfig, RoundSimulator
 from hetsched.sim.rounds_workload import round_inputs
 from hetsched.sim.workload import Workload, WorkloadJob
 
