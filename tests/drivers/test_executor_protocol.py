@@ -94,9 +94,9 @@ def test_each_engine_has_the_protocol_and_the_capabilities_it_claims(tmp_path: P
     # the Kubernetes executor's and the simulator's exits come by callback
     assert issubclass(PodExecutor, Executor) and issubclass(PodExecutor, GivesNotice)
     assert not issubclass(PodExecutor, Adopts) and not issubclass(PodExecutor, KillsByPid)
-    from hetsched.sim.engine import _Clock
+    from hetsched.sim.engine.processes import Clock
 
-    assert issubclass(_Clock, Executor) and not issubclass(_Clock, GivesNotice)
+    assert issubclass(Clock, Executor) and not issubclass(Clock, GivesNotice)
 
 
 @pytest.mark.parametrize(
