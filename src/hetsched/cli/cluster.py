@@ -6,10 +6,10 @@ from collections import Counter
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from hetsched.cli.client import get
-from hetsched.cli.output import OutputFormat, console, print_json
+from hetsched.cli.output import OutputFormat, print_json
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.model.quantity import format_cpu, format_memory
 
 __all__ = ["nodes", "queues"]
@@ -27,25 +27,44 @@ def _devices(devices: list[dict[str, Any]]) -> str:
     return ", ".join(f"{n}x {label} ({free[label]:g} free)" for label, n in total.items()) or "-"
 
 
+#: ``nodes``' columns: a node's name whole, its devices wrapped between entries
+_NODE_COLUMNS = (
+    Col("node", keep=True),
+    Col("cpu free/total", keep=True),
+    Col("memory free/total", keep=True),
+    Col("devices", keep=True, wrap=True),
+)
+
+#: ``queues``' columns: the jobs by state wrap between counts, never inside a state
+_QUEUE_COLUMNS = (
+    Col("queue", keep=True),
+    Col("users", wrap=True, drop=1),
+    Col("jobs", keep=True, wrap=True),
+    Col("resource", keep=True),
+    Col("quota", drop=3, right=True),
+    Col("used", keep=True, right=True),
+    Col("borrowed", drop=2, right=True),
+    Col("free", keep=True, right=True),
+)
+
+
 def nodes(output: Output = OutputFormat.table) -> None:
     """Nodes with their free and total CPU, memory and devices."""
     rows = get("/v1/nodes")
     if output is OutputFormat.json:
         print_json(rows)
         return
-    table = Table(title=f"Nodes ({len(rows)})", title_justify="left")
-    for column in ("node", "cpu free/total", "memory free/total", "devices"):
-        table.add_column(column)
+    grid = Grid(f"Nodes ({len(rows)})", _NODE_COLUMNS)
     for n in rows:
         member = n.get("member")  # a federation's member: its state says more
         state = member["state"] if member else ("" if n["active"] else "inactive")
-        table.add_row(
+        grid.add(
             n["name"] + (f" ({state})" if state else ""),
             f"{format_cpu(n['cpu_free_milli'])}/{format_cpu(n['cpu_milli'])}",
             f"{format_memory(n['memory_free_mib'])}/{format_memory(n['memory_mib'])}",
             _devices(n["devices"]),
         )
-    console.print(table)
+    print_table(grid)
 
 
 def _amount(key: str, value: float | None) -> str:
@@ -64,9 +83,7 @@ def queues(output: Output = OutputFormat.table) -> None:
     if output is OutputFormat.json:
         print_json(rows)
         return
-    table = Table(title=f"Queues ({len(rows)})", title_justify="left")
-    for column in ("queue", "users", "jobs", "resource", "quota", "used", "borrowed", "free"):
-        table.add_column(column)
+    grid = Grid(f"Queues ({len(rows)})", _QUEUE_COLUMNS)
     for q in rows:
         jobs = ", ".join(f"{n} {s}" for s, n in sorted(q["jobs"].items())) or "-"
         users = ", ".join(q["users"]) if q["users"] else "all"
@@ -84,6 +101,6 @@ def queues(output: Output = OutputFormat.table) -> None:
                     _amount(key, r["borrowed"]),
                     _amount(key, r["free"]),
                 ]
-            table.add_row(*cells)
+            grid.add(*cells)
             first = False
-    console.print(table)
+    print_table(grid)
