@@ -35,11 +35,11 @@ _NODE_COLUMNS = (
     Col("devices", keep=True, wrap=True),
 )
 
-#: ``queues``' columns: the jobs by state wrap between counts, never inside a state
+#: ``queues``' columns: a queue's jobs by state, one state a line, never cut
 _QUEUE_COLUMNS = (
     Col("queue", keep=True),
     Col("users", wrap=True, drop=1),
-    Col("jobs", keep=True, wrap=True),
+    Col("jobs", keep=True),
     Col("resource", keep=True),
     Col("quota", drop=3, right=True),
     Col("used", keep=True, right=True),
@@ -77,6 +77,12 @@ def _amount(key: str, value: float | None) -> str:
     return f"{value:g}"
 
 
+def _quota_cells(key: str, r: dict[str, Any]) -> list[str]:
+    """A queue's line for one resource: its name, quota, used, borrowed and free."""
+    amounts = (r["quota"], r["used"], r["borrowed"], r["free"])
+    return [key, *(_amount(key, value) for value in amounts)]
+
+
 def queues(output: Output = OutputFormat.table) -> None:
     """Queues: who may submit, jobs by state, and quota used, borrowed and free."""
     rows = get("/v1/queues")
@@ -85,22 +91,12 @@ def queues(output: Output = OutputFormat.table) -> None:
         return
     grid = Grid(f"Queues ({len(rows)})", _QUEUE_COLUMNS)
     for q in rows:
-        jobs = ", ".join(f"{n} {s}" for s, n in sorted(q["jobs"].items())) or "-"
+        # one line per state and per resource: a count stays beside its state
+        jobs = [f"{n} {s}" for s, n in sorted(q["jobs"].items())] or ["-"]
         users = ", ".join(q["users"]) if q["users"] else "all"
-        resources = q["resources"] or {"-": None}
-        first = True
-        for key, r in resources.items():
-            cells = [q["name"], users, jobs] if first else ["", "", ""]
-            if r is None:
-                cells += ["-", "-", "-", "-", "-"]
-            else:
-                cells += [
-                    key,
-                    _amount(key, r["quota"]),
-                    _amount(key, r["used"]),
-                    _amount(key, r["borrowed"]),
-                    _amount(key, r["free"]),
-                ]
-            grid.add(*cells)
-            first = False
+        resources = [_quota_cells(key, r) for key, r in q["resources"].items()] or [["-"] * 5]
+        for line in range(max(len(jobs), len(resources))):
+            head = [q["name"], users] if line == 0 else ["", ""]
+            state = [jobs[line] if line < len(jobs) else ""]
+            grid.add(*head, *state, *(resources[line] if line < len(resources) else [""] * 5))
     print_table(grid)

@@ -1,0 +1,105 @@
+"""The CLI's tables against the real service, at 80 columns on a terminal and through a
+pipe: no job id, device id or state is ever cut (``jobs -o wide``, ``job``, ``queues``), and
+``why`` leads with the current reason."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+
+import pytest
+from rich.console import Console
+from service_fixtures import Api, job_body
+from typer.testing import CliRunner
+
+from hetsched.cli import jobs as jobs_cli
+from hetsched.cli import output
+from hetsched.cli.main import app
+
+#: a job's name of the most common length, and a long one
+LONG_NAME = "nightly-embedding-refresh-for-search"
+
+
+@pytest.fixture
+def jobs(api: Api) -> Iterator[dict[str, str]]:
+    """Four jobs: one succeeded, one running on both A100s, one holding the rest of the GPU
+    node's CPU, one pending that no node fits (the FPGA node has no GPU)."""
+    done = api.alice.post("/v1/jobs", json=job_body(name=LONG_NAME)).json()["id"]
+    api.wait(api.alice, done, {"succeeded"})
+    gpus = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2}]}
+    held = job_body(name="hold", command=["sleep", "60"], resources=gpus)
+    running = api.alice.post("/v1/jobs", json=held).json()["id"]
+    api.wait(api.alice, running, {"running"})
+    cpu = job_body(name="cpu", command=["sleep", "60"], resources={"cpu": "15", "memory": "1Gi"})
+    busy = api.alice.post("/v1/jobs", json=cpu).json()["id"]
+    api.wait(api.alice, busy, {"running"})
+    one_gpu = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 1}]}
+    pending = api.alice.post("/v1/jobs", json=job_body(name="w", resources=one_gpu)).json()["id"]
+    api.wait(api.alice, pending, {"pending"})
+    yield {"succeeded": done, "running": running, "busy": busy, "pending": pending}
+
+
+def _cli(api: Api, width: int | None, *args: str) -> str:
+    """The command's standard output: on an 80-column terminal (``width``), or through a
+    pipe (None: what CliRunner gives a command)."""
+    env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": api.tokens["alice"]}
+    buffer = io.StringIO()
+    terminal = Console(file=buffer, width=width or 80, force_terminal=True, color_system=None)
+    saved = (output.__dict__.get("console"), jobs_cli.console)
+    if width is not None:
+        output.console = jobs_cli.console = terminal
+    try:
+        result = CliRunner().invoke(app, list(args), env=env)
+    finally:
+        output.console, jobs_cli.console = saved  # type: ignore[assignment]
+    assert result.exit_code == 0, result.output
+    return buffer.getvalue() + result.stdout
+
+
+@pytest.mark.parametrize("width", [80, None], ids=["terminal-80", "pipe"])
+def test_jobs_wide_never_cuts_an_id_or_a_state(
+    api: Api, jobs: dict[str, str], width: int | None
+) -> None:
+    text = _cli(api, width, "jobs", "--all", "-o", "wide")
+    assert "…" not in text, text
+    for state, job_id in jobs.items():
+        line = next(line for line in text.splitlines() if job_id in line)
+        assert ("running" if state == "busy" else state) in line, text
+    assert LONG_NAME in text
+    if width is not None:
+        assert max(len(line) for line in text.splitlines()) <= width
+    else:  # a pipe: full-width columns with every field
+        header = text.splitlines()[1].split()
+        assert header[:7] == ["id", "name", "user", "queue", "prio", "state", "age"]
+
+
+@pytest.mark.parametrize("width", [80, None], ids=["terminal-80", "pipe"])
+def test_job_shows_whole_device_ids_and_paths(
+    api: Api, jobs: dict[str, str], width: int | None
+) -> None:
+    detail = api.alice.get(f"/v1/jobs/{jobs['running']}").json()
+    device_ids = [d["id"] for t in detail["tasks"] for d in t["devices"]]
+    assert len(device_ids) == 2
+    text = _cli(api, width, "job", jobs["running"])
+    assert "…" not in text, text
+    for device_id in device_ids:
+        assert device_id in text, text
+    assert f"{'state':>10}  running" in text
+
+
+@pytest.mark.parametrize("width", [80, None], ids=["terminal-80", "pipe"])
+def test_queues_show_whole_states(api: Api, jobs: dict[str, str], width: int | None) -> None:
+    text = _cli(api, width, "queues")
+    assert "…" not in text, text
+    assert "1 succeeded" in text and "1 pending" in text and "2 running" in text, text
+
+
+def test_why_leads_with_the_current_reason(api: Api, jobs: dict[str, str]) -> None:
+    text = _cli(api, None, "why", jobs["pending"])
+    headline = text.splitlines()[0]
+    assert headline.startswith(f"{jobs['pending']} is pending: ")
+    assert "submitted" not in headline and "fit" in headline, text
+    # the FPGA node (and this machine's, without a GPU) has no GPU: not "no healthy gpu"
+    assert re.search(r"\n  - no gpu: [12] nodes?\n", text), text
+    assert "  - insufficient cpu (want 1000m): 1 node\n" in text, text
