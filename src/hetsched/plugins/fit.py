@@ -146,7 +146,7 @@ def _holds_class(state: ClusterState, device_class: str) -> BoolArray:
         per_kind = np.array(
             [k.device_class == device_class for k in state.kinds] + [False], dtype=np.bool_
         )  # row -1: an absent slot
-        held: BoolArray = per_kind[state.dev_kind].any(axis=1)
+        held: BoolArray = np.asarray(per_kind[state.dev_kind].any(axis=1), dtype=np.bool_)
         return held
 
     return state.memo(("holds_class", device_class), compute)
