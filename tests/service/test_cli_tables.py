@@ -17,8 +17,9 @@ from hetsched.cli import jobs as jobs_cli
 from hetsched.cli import output
 from hetsched.cli.main import app
 
-#: a job's name of the most common length, and a long one
+#: a long job name, and a long path in a command
 LONG_NAME = "nightly-embedding-refresh-for-search"
+DATA = "/datasets/imagenet/train/shards/shard-00001-of-01024.tfrecord"
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def jobs(api: Api) -> Iterator[dict[str, str]]:
     done = api.alice.post("/v1/jobs", json=job_body(name=LONG_NAME)).json()["id"]
     api.wait(api.alice, done, {"succeeded"})
     gpus = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 2}]}
-    held = job_body(name="hold", command=["sleep", "60"], resources=gpus)
+    held = job_body(name="hold", command=["sh", "-c", "sleep 60", DATA], resources=gpus)
     running = api.alice.post("/v1/jobs", json=held).json()["id"]
     api.wait(api.alice, running, {"running"})
     cpu = job_body(name="cpu", command=["sleep", "60"], resources={"cpu": "15", "memory": "1Gi"})
@@ -86,6 +87,8 @@ def test_job_shows_whole_device_ids_and_paths(
     for device_id in device_ids:
         assert device_id in text, text
     assert f"{'state':>10}  running" in text
+    # the command is one line, its path whole (a terminal wraps it where it must)
+    assert f"{'command':>10}  sh -c sleep 60 {DATA}\n" in text, text
 
 
 @pytest.mark.parametrize("width", [80, None], ids=["terminal-80", "pipe"])
