@@ -106,3 +106,14 @@ def test_why_leads_with_the_current_reason(api: Api, jobs: dict[str, str]) -> No
     # the FPGA node (and this machine's, without a GPU) has no GPU: not "no healthy gpu"
     assert re.search(r"\n  - no gpu: [12] nodes?\n", text), text
     assert "  - insufficient cpu (want 1000m): 1 node\n" in text, text
+
+
+def test_token_list_has_a_header(api: Api) -> None:
+    env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": api.svc.admin_token}
+    result = CliRunner().invoke(app, ["token", "list"], env=env)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[1].split() == ["id", "user", "role", "state"]
+    rows = [line.split() for line in lines[2:]]
+    users = {(r[1], r[2], r[3]) for r in rows}
+    assert users >= {("alice", "user", "live"), ("bob", "user", "live")}
