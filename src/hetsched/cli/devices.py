@@ -46,9 +46,10 @@ def devices(
         OutputFormat.table
     ),
 ) -> None:
-    """Devices of this machine only (where the command runs), as its discovery backends see
-    them: class, vendor, model, attributes and health. A cluster's devices: ``hetsched
-    nodes``."""
+    """Devices of this machine only, as its discovery backends see them.
+
+    Class, vendor, model, attributes and health of the devices where the command runs; a
+    cluster's nodes and devices: ``hetsched nodes``."""
     names = [n.strip() for n in backend.split(",") if n.strip()]
     if fake is not None and "fake" not in names:
         names.append("fake")

@@ -405,19 +405,21 @@ def why(
     # not the cause of its last transition ("submitted")
     headline = explanation["summary"] if explanation else data["reason"]
     console.print(
-        f"[bold]{escape(job_id)}[/bold] is {data['state']}: {escape(headline)}", highlight=False
+        f"[bold]{escape(job_id)}[/bold] is {data['state']}: {escape(headline)}",
+        highlight=False,
+        soft_wrap=True,
     )
-    for key, value in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]:
-        console.print(f"{key}: {value}", markup=False, highlight=False)
+    lines = [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
     if explanation:
-        for line in explanation.get("reasons", []):
-            console.print(f"  {line}", markup=False, highlight=False)
-        for r in explanation.get("rejections", []):
-            console.print(
-                f"  - {r['reason']}: {plural(r['nodes'], 'node')}", markup=False, highlight=False
-            )
-        for s in explanation.get("suggestions", []):
-            console.print(f"  would fit now: {s}", markup=False, highlight=False)
+        lines += [f"  {line}" for line in explanation.get("reasons", [])]
+        lines += [
+            f"  - {r['reason']}: {plural(r['nodes'], 'node')}"
+            for r in explanation.get("rejections", [])
+        ]
+        lines += [f"  would fit now: {s}" for s in explanation.get("suggestions", [])]
+    for line in lines:
+        # one line each however long (a path, a selector): a terminal wraps it, a pipe keeps it
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("[bold]history[/bold]")
     for h in data["history"]:
         when = time.strftime("%H:%M:%S", time.localtime(h["time"]))
@@ -425,4 +427,5 @@ def why(
             f"  {when} {h['from'] or 'new'} -> {h['to']}: {h['cause']}",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
