@@ -4,8 +4,15 @@ pipe: no job id, device id or state is ever cut (``jobs -o wide``, ``job``, ``qu
 
 from __future__ import annotations
 
+import fcntl
 import io
+import os
+import pty
 import re
+import struct
+import subprocess
+import sys
+import termios
 from collections.abc import Iterator
 
 import pytest
@@ -114,3 +121,39 @@ def test_token_list_has_a_header(api: Api) -> None:
     rows = [line.split() for line in lines[2:]]
     users = {(r[1], r[2], r[3]) for r in rows}
     assert users >= {("alice", "user", "live"), ("bob", "user", "live")}
+
+
+def test_in_a_pseudo_terminal_of_80_columns_nothing_is_cut(api: Api, jobs: dict[str, str]) -> None:
+    """The real command in a pseudo-terminal 80 columns wide: rich sees a terminal there."""
+    main, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {
+        **os.environ,
+        "HETSCHED_URL": api.url,
+        "HETSCHED_TOKEN": api.tokens["alice"],
+        "COLUMNS": "80",
+        "LINES": "24",
+        "TERM": "dumb",
+    }
+    code = "from hetsched.cli.main import main; main()"
+    command = [sys.executable, "-c", code, "jobs", "--all", "-o", "wide"]
+    with subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE, env=env) as process:
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the follower closed: the command is done
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+    os.close(main)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode())
+    assert "┃ id " in text, text  # drawn as a table: rich saw a terminal
+    assert "…" not in text, text
+    for state, job_id in jobs.items():
+        line = next(line for line in text.splitlines() if job_id in line)
+        assert state in line, text
+    assert max(len(line.rstrip("\r")) for line in text.splitlines()) <= 80
