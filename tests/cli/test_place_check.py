@@ -75,7 +75,7 @@ def test_place_table(examples: Path) -> None:
         str(examples / "jobs" / "mixed.yaml"),
     )
     assert code == 0
-    assert "train-llm" in out and "gpu0-7" in out and "Pending (1 jobs)" in out
+    assert "train-llm" in out and "gpu0-7" in out and "Pending (1 job)" in out
     assert "stranded accelerators: 0 of 30 (0.0%)" in out
 
 

@@ -90,7 +90,7 @@ def test_diagnose_counts_each_node_once() -> None:
     by_reason = {r.reason: r.nodes for r in rejections}
     assert by_reason == {
         "node not active": 1,
-        "no healthy gpu device": 1,
+        "no gpu": 1,
         "insufficient cpu (want 2000m)": 1,
         "insufficient free gpu (want 2x gpu)": 1,
     }

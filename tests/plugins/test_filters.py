@@ -7,7 +7,7 @@ from builders import cpu_node, gpu_node
 from hetsched.cluster import ClusterState, DeviceShare, Placement
 from hetsched.framework import CycleContext, Status
 from hetsched.framework.status import Code
-from hetsched.model.device import Node, Taint, TaintEffect
+from hetsched.model.device import Health, Node, Taint, TaintEffect
 from hetsched.model.job import DeviceChoice, DeviceRequest, Job, TaskRequest, Toleration
 from hetsched.plugins.fit import Fit
 from hetsched.plugins.labels import NodeSelector
@@ -95,13 +95,30 @@ def test_fit_diagnose_names_each_shortfall() -> None:
     by_reason = {
         reason: [state.nodes[r].name for r in np.flatnonzero(m)] for reason, m in reasons.items()
     }
-    assert by_reason["no healthy gpu device"] == ["fpga", "cpu"]
+    # nodes without a GPU read "no gpu", not as broken hardware
+    assert by_reason["no gpu"] == ["fpga", "cpu"]
+    assert by_reason["gpu unhealthy"] == []
     assert by_reason['selector matched no device (device.attributes["model"] == "V100")'] == [
         "a100",
         "fpga",
         "cpu",
     ]
     assert by_reason["insufficient cpu (want 20000m)"] == ["v100"]
+
+
+def test_fit_diagnose_tells_no_gpu_from_gpu_unhealthy() -> None:
+    state = cluster()
+    for device in state.nodes[state.row("v100")].devices:
+        state.set_device_health(device.id, Health.UNHEALTHY)
+    reasons = dict(Fit().diagnose(ctx_for(state, TaskRequest(0, 0, (gpu(),))), state.active))
+    by_reason = {
+        reason: [state.nodes[r].name for r in np.flatnonzero(m)] for reason, m in reasons.items()
+    }
+    assert by_reason["no gpu"] == ["fpga", "cpu"]
+    assert by_reason["gpu unhealthy"] == ["v100"]
+    either = DeviceRequest(choices=(gpu().choices[0], DeviceRequest.of("fpga", 1).choices[0]))
+    reasons = dict(Fit().diagnose(ctx_for(state, TaskRequest(0, 0, (either,))), state.active))
+    assert [state.nodes[r].name for r in np.flatnonzero(reasons["no fpga or gpu"])] == ["cpu"]
 
 
 def test_node_selector() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,10 +12,11 @@ import yaml
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.framework.profile import ProfileError, parse_profile
+from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.selector import set_parser_source
 from hetsched.model.specs import SpecError, load_yaml, validate_cluster, validate_jobs
 
-__all__ = ["check", "check_document"]
+__all__ = ["check", "check_document", "with_units"]
 
 
 def check_document(path: Path) -> tuple[str, Any]:
@@ -61,4 +63,30 @@ def check(
         print_json({"file": str(file), "valid": True, "kind": kind, "normalized": normalized})
         return
     console.print(f"[green]{file}: valid {kind}[/green]", highlight=False)
-    console.print(yaml.safe_dump(normalized, sort_keys=False), markup=False, highlight=False)
+    shown = with_units(normalized) if kind in ("cluster", "jobs") else normalized
+    console.print(yaml.safe_dump(shown, sort_keys=False), markup=False, highlight=False)
+
+
+def with_units(document: Any) -> Any:
+    """A normalized cluster or jobs document for people: every ``cpu`` (millicores) and
+    ``memory`` (MiB) in Kubernetes notation (``16``, ``128Gi``), as the files write them.
+    ``-o json`` keeps the numbers, for programs."""
+    if isinstance(document, list):
+        return [with_units(item) for item in document]
+    if not isinstance(document, dict):
+        return document
+    out: dict[str, Any] = {}
+    for key, value in document.items():
+        if key in _UNITS and isinstance(value, int) and not isinstance(value, bool):
+            out[key] = _UNITS[key](value)
+        else:
+            out[key] = with_units(value)
+    return out
+
+
+def _cores(milli: int) -> int | str:
+    """Whole cores as a number (``cpu: 16``), others in millicores (``cpu: 500m``)."""
+    return milli // 1000 if milli % 1000 == 0 else format_cpu(milli)
+
+
+_UNITS: dict[str, Callable[[int], int | str]] = {"cpu": _cores, "memory": format_memory}

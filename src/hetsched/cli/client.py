@@ -11,7 +11,7 @@ import httpx
 
 from hetsched.cli.output import fail
 
-__all__ = ["Client", "call", "default_url", "get"]
+__all__ = ["Client", "call", "default_url", "error_line", "get"]
 
 
 def default_url() -> str:
@@ -91,11 +91,24 @@ def _error_text(response: httpx.Response) -> str:
     detail = body.get("detail", body) if isinstance(body, dict) else body
     if isinstance(detail, dict):
         errors = detail.get("errors") or body.get("errors") or []
-        return "\n".join([str(detail.get("message", "invalid request")), *map(str, errors)])
+        return "\n".join([str(detail.get("message", "invalid request")), *map(error_line, errors)])
+    if isinstance(detail, list):  # a list of errors without a message
+        return "\n".join(["invalid request", *map(error_line, detail)])
     errors = body.get("errors") if isinstance(body, dict) else None
     if errors:
-        return "\n".join([str(detail), *map(str, errors)])
+        return "\n".join([str(detail), *map(error_line, errors)])
     return f"{detail} (HTTP {response.status_code})"
+
+
+def error_line(error: Any) -> str:
+    """One error of an answer as a line: a string as it is; a structured error (pydantic's
+    ``{"loc": [...], "msg": ...}``) as ``field.path: message``, never as a dict's repr."""
+    if isinstance(error, dict) and "msg" in error:
+        loc = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
+        return (".".join(loc) + ": " if loc else "") + str(error["msg"])
+    if isinstance(error, dict):
+        return "; ".join(f"{k}: {v}" for k, v in error.items())
+    return str(error)
 
 
 def get(path: str, **params: Any) -> Any:

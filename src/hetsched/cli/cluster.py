@@ -6,10 +6,10 @@ from collections import Counter
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from hetsched.cli.client import get
-from hetsched.cli.output import OutputFormat, console, print_json
+from hetsched.cli.output import OutputFormat, print_json
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.model.quantity import format_cpu, format_memory
 
 __all__ = ["nodes", "queues"]
@@ -27,25 +27,44 @@ def _devices(devices: list[dict[str, Any]]) -> str:
     return ", ".join(f"{n}x {label} ({free[label]:g} free)" for label, n in total.items()) or "-"
 
 
+#: ``nodes``' columns: a node's name whole, its devices wrapped between entries
+_NODE_COLUMNS = (
+    Col("node", keep=True),
+    Col("cpu free/total", keep=True),
+    Col("memory free/total", keep=True),
+    Col("devices", keep=True, wrap=True),
+)
+
+#: ``queues``' columns: a queue's jobs by state, one state a line, never cut
+_QUEUE_COLUMNS = (
+    Col("queue", keep=True),
+    Col("users", wrap=True, drop=1),
+    Col("jobs", keep=True),
+    Col("resource", keep=True),
+    Col("quota", drop=3, right=True),
+    Col("used", keep=True, right=True),
+    Col("borrowed", drop=2, right=True),
+    Col("free", keep=True, right=True),
+)
+
+
 def nodes(output: Output = OutputFormat.table) -> None:
     """Nodes with their free and total CPU, memory and devices."""
     rows = get("/v1/nodes")
     if output is OutputFormat.json:
         print_json(rows)
         return
-    table = Table(title=f"Nodes ({len(rows)})", title_justify="left")
-    for column in ("node", "cpu free/total", "memory free/total", "devices"):
-        table.add_column(column)
+    grid = Grid(f"Nodes ({len(rows)})", _NODE_COLUMNS)
     for n in rows:
         member = n.get("member")  # a federation's member: its state says more
         state = member["state"] if member else ("" if n["active"] else "inactive")
-        table.add_row(
+        grid.add(
             n["name"] + (f" ({state})" if state else ""),
             f"{format_cpu(n['cpu_free_milli'])}/{format_cpu(n['cpu_milli'])}",
             f"{format_memory(n['memory_free_mib'])}/{format_memory(n['memory_mib'])}",
             _devices(n["devices"]),
         )
-    console.print(table)
+    print_table(grid)
 
 
 def _amount(key: str, value: float | None) -> str:
@@ -58,32 +77,26 @@ def _amount(key: str, value: float | None) -> str:
     return f"{value:g}"
 
 
+def _quota_cells(key: str, r: dict[str, Any]) -> list[str]:
+    """A queue's line for one resource: its name, quota, used, borrowed and free."""
+    amounts = (r["quota"], r["used"], r["borrowed"], r["free"])
+    return [key, *(_amount(key, value) for value in amounts)]
+
+
 def queues(output: Output = OutputFormat.table) -> None:
     """Queues: who may submit, jobs by state, and quota used, borrowed and free."""
     rows = get("/v1/queues")
     if output is OutputFormat.json:
         print_json(rows)
         return
-    table = Table(title=f"Queues ({len(rows)})", title_justify="left")
-    for column in ("queue", "users", "jobs", "resource", "quota", "used", "borrowed", "free"):
-        table.add_column(column)
+    grid = Grid(f"Queues ({len(rows)})", _QUEUE_COLUMNS)
     for q in rows:
-        jobs = ", ".join(f"{n} {s}" for s, n in sorted(q["jobs"].items())) or "-"
+        # one line per state and per resource: a count stays beside its state
+        jobs = [f"{n} {s}" for s, n in sorted(q["jobs"].items())] or ["-"]
         users = ", ".join(q["users"]) if q["users"] else "all"
-        resources = q["resources"] or {"-": None}
-        first = True
-        for key, r in resources.items():
-            cells = [q["name"], users, jobs] if first else ["", "", ""]
-            if r is None:
-                cells += ["-", "-", "-", "-", "-"]
-            else:
-                cells += [
-                    key,
-                    _amount(key, r["quota"]),
-                    _amount(key, r["used"]),
-                    _amount(key, r["borrowed"]),
-                    _amount(key, r["free"]),
-                ]
-            table.add_row(*cells)
-            first = False
-    console.print(table)
+        resources = [_quota_cells(key, r) for key, r in q["resources"].items()] or [["-"] * 5]
+        for line in range(max(len(jobs), len(resources))):
+            head = [q["name"], users] if line == 0 else ["", ""]
+            state = [jobs[line] if line < len(jobs) else ""]
+            grid.add(*head, *state, *(resources[line] if line < len(resources) else [""] * 5))
+    print_table(grid)

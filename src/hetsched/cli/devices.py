@@ -1,4 +1,5 @@
-"""``hetsched devices``: what this machine has, as the discovery backends see it."""
+"""``hetsched devices``: what this machine (only this one) has, as the discovery backends
+see it; ``hetsched nodes`` lists a cluster's."""
 
 from __future__ import annotations
 
@@ -7,13 +8,23 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from hetsched.agent.backends import backend_names, discover
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.model.specs import SpecError
 
 __all__ = ["devices"]
+
+
+_COLUMNS = (
+    Col("class", keep=True),
+    Col("vendor", drop=1),
+    Col("model", keep=True),
+    Col("health", keep=True),
+    Col("found by", drop=2),
+    Col("attributes", wrap=True, drop=3),
+)
 
 
 def devices(
@@ -35,7 +46,10 @@ def devices(
         OutputFormat.table
     ),
 ) -> None:
-    """Devices of this machine: class, vendor, model, attributes and health."""
+    """Devices of this machine only, as its discovery backends see them.
+
+    Class, vendor, model, attributes and health of the devices where the command runs; a
+    cluster's nodes and devices: ``hetsched nodes``."""
     names = [n.strip() for n in backend.split(",") if n.strip()]
     if fake is not None and "fake" not in names:
         names.append("fake")
@@ -51,10 +65,8 @@ def devices(
     if output is OutputFormat.json:
         print_json([d.to_dict() for d in found])
         return
-    table = Table(title=f"Devices ({len(found)})", title_justify="left")
-    for column in ("class", "vendor", "model", "health", "found by", "attributes"):
-        table.add_column(column)
+    grid = Grid(f"Devices of this machine ({len(found)})", _COLUMNS)
     for d in found:
         attributes = ", ".join(f"{k}={v}" for k, v in d.attributes.items())
-        table.add_row(d.device_class, d.vendor, d.model, d.health.value, d.source, attributes)
-    console.print(table)
+        grid.add(d.device_class, d.vendor, d.model, d.health.value, d.source, attributes)
+    print_table(grid)

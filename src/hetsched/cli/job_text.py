@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["age", "checkpoint_lines", "resources_text", "speed_lines"]
+__all__ = ["age", "checkpoint_lines", "plural", "resources_text", "speed_lines"]
 
 
 def age(ts: float | None, now: float) -> str:
@@ -17,12 +17,19 @@ def age(ts: float | None, now: float) -> str:
     return f"{s:.0f}s" if s < 120 else (f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h")
 
 
+def plural(count: int, word: str) -> str:
+    """``1 node``, ``2 nodes``, ``0 nodes``: a count with its noun (plural by ``s``)."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def resources_text(r: dict[str, Any]) -> str:
     """A job's ``resources`` on one line: cpu, memory, then each device request."""
     parts = [f"cpu {r.get('cpu', 0)}", f"mem {r.get('memory', 0)}"]
     for d in r.get("devices", []):
         amount = f"{d.get('share')}/1000" if d.get("share") else str(d.get("count", 1))
         model = d.get("model")
+        if isinstance(model, list):  # the accepted models: ``1 gpu A100|H100``
+            model = "|".join(map(str, model))
         parts.append(f"{amount} {d.get('class')}" + (f" {model}" if model else ""))
     return ", ".join(parts)
 

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from hetsched.cli.client import Client, call, get
-from hetsched.cli.job_text import age, checkpoint_lines, resources_text, speed_lines
+from hetsched.cli.job_tables import print_job, print_jobs
+from hetsched.cli.job_text import checkpoint_lines, plural, speed_lines
 from hetsched.cli.output import console, err_console, fail, print_json
 from hetsched.model.yamlio import YAMLError, safe_load
 
@@ -323,7 +324,7 @@ def jobs(
     if output is ListFormat.json:
         print_json(rows)
     else:
-        _print_jobs(rows, output)
+        print_jobs(rows, wide=output is ListFormat.wide)
     if after is not None:
         err_console.print(
             f"more jobs follow: next cursor {after} (--cursor {after}, or --all-pages)",
@@ -345,36 +346,6 @@ def _pages(every: bool, **params: Any) -> tuple[list[dict[str, Any]], str | None
             params["cursor"] = after
 
 
-def _print_jobs(rows: list[dict[str, Any]], output: ListFormat) -> None:
-    now = time.time()
-    table = Table(title=f"Jobs ({len(rows)})", title_justify="left")
-    columns = ["id", "name", "user", "queue", "prio", "state", "age"]
-    if output is ListFormat.wide:
-        columns += ["run", "restarts", "preempted", "resources", "reason"]
-    for column in columns:
-        table.add_column(column, no_wrap=column not in ("reason", "resources"))
-    for r in rows:
-        cells = [
-            r["id"],
-            r["name"],
-            r["user"],
-            r["queue"],
-            str(r["priority"]),
-            r["state"],
-            age(r["submitted_at"], now),
-        ]
-        if output is ListFormat.wide:
-            cells += [
-                str(r["run"]),
-                str(r["restarts"]),
-                str(r["preemptions"]),
-                resources_text(r["resources"]),
-                r["reason"],
-            ]
-        table.add_row(*cells)
-    console.print(table)
-
-
 def job(
     job_id: Annotated[str, typer.Argument(help="Job id.")],
     output: Output = ListFormat.table,
@@ -384,30 +355,7 @@ def job(
     if output is ListFormat.json:
         print_json(data)
         return
-    for key in ("id", "name", "user", "queue", "priority", "state", "reason", "run", "restarts"):
-        console.print(f"[bold]{key:>10}[/bold]  {data[key]}", highlight=False)
-    for key, value in checkpoint_lines(data):
-        console.print(f"[bold]{key:>10}[/bold]  {value}", highlight=False)
-    console.print(f"[bold]{'command':>10}[/bold]  {' '.join(data['command'])}", markup=True)
-    console.print(f"[bold]{'resources':>10}[/bold]  {resources_text(data['resources'])}")
-    table = Table(title="Tasks", title_justify="left")
-    for column in ("task", "run", "node", "state", "pid", "devices", "exit", "reason"):
-        table.add_column(column)
-    for t in data.get("tasks", []):
-        devices = ", ".join(
-            d["id"] + ("" if d["share"] >= 1000 else f" ({d['share']}/1000)") for d in t["devices"]
-        )
-        table.add_row(
-            str(t["task"]),
-            str(t["run"]),
-            t["node"],
-            t["state"],
-            str(t["pid"] or "-"),
-            devices or "-",
-            "-" if t["exit_code"] is None else str(t["exit_code"]),
-            t["reason"],
-        )
-    console.print(table)
+    print_job(data)
 
 
 def logs(
@@ -452,18 +400,26 @@ def why(
     if output is ListFormat.json:
         print_json(data)
         return
-    console.print(f"[bold]{job_id}[/bold] is {data['state']}: {data['reason']}", highlight=False)
-    for key, value in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]:
-        console.print(f"{key}: {value}", markup=False, highlight=False)
-    explanation = data.get("explanation")
-    if explanation and data["state"] == "pending":
-        console.print(explanation["summary"], markup=False, highlight=False)
-        for line in explanation.get("reasons", []):
-            console.print(f"  {line}", markup=False, highlight=False)
-        for r in explanation.get("rejections", []):
-            console.print(f"  - {r['reason']}: {r['nodes']} nodes", markup=False, highlight=False)
-        for s in explanation.get("suggestions", []):
-            console.print(f"  would fit now: {s}", markup=False, highlight=False)
+    explanation = data.get("explanation") if data["state"] == "pending" else None
+    # the headline is the current reason: a pending job's explanation ("no node fits..."),
+    # not the cause of its last transition ("submitted")
+    headline = explanation["summary"] if explanation else data["reason"]
+    console.print(
+        f"[bold]{escape(job_id)}[/bold] is {data['state']}: {escape(headline)}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    lines = [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
+    if explanation:
+        lines += [f"  {line}" for line in explanation.get("reasons", [])]
+        lines += [
+            f"  - {r['reason']}: {plural(r['nodes'], 'node')}"
+            for r in explanation.get("rejections", [])
+        ]
+        lines += [f"  would fit now: {s}" for s in explanation.get("suggestions", [])]
+    for line in lines:
+        # one line each however long (a path, a selector): a terminal wraps it, a pipe keeps it
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("[bold]history[/bold]")
     for h in data["history"]:
         when = time.strftime("%H:%M:%S", time.localtime(h["time"]))
@@ -471,4 +427,5 @@ def why(
             f"  {when} {h['from'] or 'new'} -> {h['to']}: {h['cause']}",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )

@@ -146,9 +146,7 @@ def _check_paths(settings: DriverSettings) -> None:
 
 
 def _print_slices(settings: Any, watcher: Any, output: OutputFormat) -> None:
-    from rich.table import Table
-
-    from hetsched.cli.output import console
+    from hetsched.cli.tables import Col, Grid, print_table
     from hetsched.k8s.dra.devices import node_slices
 
     watcher.initial()
@@ -161,7 +159,15 @@ def _print_slices(settings: Any, watcher: Any, output: OutputFormat) -> None:
     if output is OutputFormat.json:
         print_json(slices)
         return
-    table = Table("slice", "device", "type", "model", "healthy", "attributes")
+    columns = (
+        Col("slice", keep=True),
+        Col("device", keep=True),
+        Col("type", drop=1),
+        Col("model", keep=True),
+        Col("healthy", keep=True),
+        Col("attributes", wrap=True, drop=2),
+    )
+    grid = Grid(f"ResourceSlices of {settings.node_name} ({len(slices)})", columns)
     for body in slices:
         for device in body["spec"]["devices"]:
             attributes = device["attributes"]
@@ -170,7 +176,7 @@ def _print_slices(settings: Any, watcher: Any, output: OutputFormat) -> None:
                 for k, v in attributes.items()
                 if k not in ("type", "model", "healthy")
             }
-            table.add_row(
+            grid.add(
                 body["metadata"]["name"],
                 device["name"],
                 str(attributes["type"]["string"]),
@@ -178,7 +184,7 @@ def _print_slices(settings: Any, watcher: Any, output: OutputFormat) -> None:
                 str(attributes["healthy"]["bool"]).lower(),
                 ", ".join(f"{k}={v}" for k, v in rest.items()),
             )
-    console.print(table)
+    print_table(grid)
 
 
 def _serve(settings: Any, watcher: Any, kubeconfig: str | None) -> None:

@@ -8,8 +8,10 @@ from typing import Annotated, Any
 import typer
 
 from hetsched.cli import output as out
+from hetsched.cli.job_text import plural
 from hetsched.cli.output import OutputFormat, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.cluster.state import ClusterState
 from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.framework.profile import ProfileError, load_profile
@@ -110,16 +112,24 @@ def place(
     _print_table(result)
 
 
-def _print_table(result: dict[str, Any]) -> None:
-    from rich.table import Table  # only for tables: importing rich costs start-up time
+#: the placements' columns: a job, its node and its device ids whole
+_COLUMNS = (
+    Col("job", keep=True),
+    Col("task", keep=True, right=True),
+    Col("node", keep=True),
+    Col("cpu", drop=1, right=True),
+    Col("memory", drop=2, right=True),
+    Col("devices", keep=True, wrap=True),
+)
 
+
+def _print_table(result: dict[str, Any]) -> None:
     console = out.console
-    table = Table(title=f"Placements ({len(result['placements'])} tasks)", title_justify="left")
-    for column in ("job", "task", "node", "cpu", "memory", "devices"):
-        table.add_column(column, no_wrap=column != "devices")
+    tasks = len(result["placements"])
+    grid = Grid(f"Placements ({plural(tasks, 'task')})", _COLUMNS)
     for p in result["placements"]:
         devices = _devices_cell(p["node"], p["devices"])
-        table.add_row(
+        grid.add(
             p["job"],
             str(p["task"]),
             p["node"],
@@ -127,7 +137,7 @@ def _print_table(result: dict[str, Any]) -> None:
             format_memory(p["memory_mib"]),
             devices or "-",
         )
-    console.print(table)
+    print_table(grid)
     stranded = result["stranded"]
     line = (
         f"stranded accelerators: {stranded['stranded']} of {stranded['accelerators']} "
@@ -135,10 +145,11 @@ def _print_table(result: dict[str, Any]) -> None:
     )
     if stranded["by_node"]:
         line += " (" + ", ".join(f"{n}: {c}" for n, c in stranded["by_node"].items()) + ")"
-    console.print(line, highlight=False)
+    console.print(line, highlight=False, soft_wrap=True)
     if result["pending"]:
-        console.print(f"\n[bold]Pending ({len(result['pending'])} jobs)[/bold]")
+        console.print(f"\n[bold]Pending ({plural(len(result['pending']), 'job')})[/bold]")
         for item in result["pending"]:
-            console.print(f"[yellow]{item['job']}[/yellow]", highlight=False)
+            console.print(item["job"], style="yellow", highlight=False, markup=False)
             for reason in item["reasons"]:
-                console.print(f"  {reason}", highlight=False, markup=False)
+                # a reason is one line however long: a terminal wraps it, a pipe keeps it
+                console.print(f"  {reason}", highlight=False, markup=False, soft_wrap=True)

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, fail
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.model.quantity import QuantityError, parse_memory
 
 if TYPE_CHECKING:
@@ -146,13 +146,18 @@ def _describe(cluster: object, output: OutputFormat) -> None:
         document = {"address": cluster.address, "workdir": str(cluster.workdir), "nodes": rows}
         sys.stdout.write(json.dumps(document) + "\n")
         return
-    table = Table(title=f"Ray cluster at {cluster.address}", title_justify="left")
-    for column in ("node", "gpus", "ray node id", "ray start pid"):
-        table.add_column(column)
+    # a Ray node id is long: on a narrow terminal its column is left out, never cut
+    columns = (
+        Col("node", keep=True),
+        Col("gpus", keep=True),
+        Col("ray node id", drop=1),
+        Col("ray start pid", drop=2, right=True),
+    )
+    grid = Grid(f"Ray cluster at {cluster.address}", columns)
     for row in rows:
         gpus = f"{row['gpus']}x {row['model']}" if row["model"] else "-"
-        table.add_row(str(row["name"]), gpus, str(row["ray_node_id"])[:12], str(row["pid"]))
-    Console(soft_wrap=True).print(table)
+        grid.add(str(row["name"]), gpus, str(row["ray_node_id"]), str(row["pid"]))
+    print_table(grid)
 
 
 def _stop_on_signals() -> threading.Event:

@@ -8,6 +8,7 @@ import typer
 
 from hetsched.cli.client import call, get
 from hetsched.cli.output import OutputFormat, console, print_json
+from hetsched.cli.tables import Col, Grid, print_table
 
 __all__ = ["token_app"]
 
@@ -49,6 +50,11 @@ def list_tokens(
     if output is OutputFormat.json:
         print_json(rows)
         return
+    grid = Grid(f"Tokens ({len(rows)})", _COLUMNS)
     for r in rows:
         state = "revoked" if r["revoked_at"] else "live"
-        console.print(f"{r['id']}  {r['owner']}  {'admin' if r['admin'] else 'user'}  {state}")
+        grid.add(r["id"], r["owner"], "admin" if r["admin"] else "user", state)
+    print_table(grid)
+
+
+_COLUMNS = (Col("id", keep=True), Col("user", keep=True), Col("role"), Col("state", keep=True))

@@ -138,6 +138,20 @@ def _capacity(state: ClusterState) -> SlotArray:
     )
 
 
+def _holds_class(state: ClusterState, device_class: str) -> BoolArray:
+    """Node rows holding a device of ``device_class``, healthy or not (explanations tell
+    "no gpu" from "gpu unhealthy" by it)."""
+
+    def compute() -> BoolArray:
+        per_kind = np.array(
+            [k.device_class == device_class for k in state.kinds] + [False], dtype=np.bool_
+        )  # row -1: an absent slot
+        held: BoolArray = np.asarray(per_kind[state.dev_kind].any(axis=1), dtype=np.bool_)
+        return held
+
+    return state.memo(("holds_class", device_class), compute)
+
+
 @register("fit")
 class Fit:
     """Free CPU, memory and device share cover the request."""
@@ -191,20 +205,24 @@ class Fit:
         out: list[Rejection] = []
         for device_request in request.devices:
             choices = device_request.choices
+            present = np.zeros(len(state), np.bool_)
             has_class = np.zeros(len(state), np.bool_)
             matching = np.zeros(len(state), np.bool_)
             for choice in choices:
+                present |= _holds_class(state, choice.device_class)
                 has_class |= state.device_mask(choice.device_class).any(axis=1)
                 matching |= state.device_mask(choice.device_class, choice.selector).any(axis=1)
-            classes = sorted({c.device_class for c in choices})
-            out.append((f"no healthy {' or '.join(classes)} device", ~has_class))
+            named = " or ".join(sorted({c.device_class for c in choices}))
+            # a node without the class at all is not broken hardware: two reasons, not one
+            out.append((f"no {named}", ~present))
+            out.append((f"{named} unhealthy", present & ~has_class))
             selectors = [c.selector for c in choices if c.selector]
             if selectors:
                 out.append((f"selector matched no device ({' or '.join(selectors)})", ~matching))
             wanted = " or ".join(c.describe() for c in choices)
             out.append(
                 (
-                    f"insufficient free {' or '.join(classes)} (want {wanted})",
+                    f"insufficient free {named} (want {wanted})",
                     ~request_fits(state, device_request, state.dev_free),
                 ),
             )

@@ -125,7 +125,7 @@ def explain_placement(
         code = Code.UNRESOLVABLE
     else:
         code = Code.UNSCHEDULABLE
-        summary = f"no node fits a task now (0 of {total} nodes)"
+        summary = f"no node fits a task now (0 of {total} node{'s' if total != 1 else ''})"
         if needed > 1:
             summary = (
                 f"only {placed} of the {needed} tasks it needs at once fit now "

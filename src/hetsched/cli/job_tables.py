@@ -1,0 +1,104 @@
+"""How ``hetsched jobs`` and ``hetsched job`` print: the job list and one job with its tasks,
+as tables fitted to the terminal (cli/tables.py) in which no id or state is ever cut."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hetsched.cli import output
+from hetsched.cli.job_text import age, checkpoint_lines, resources_text
+from hetsched.cli.tables import Col, Grid, print_table
+
+__all__ = ["print_job", "print_jobs"]
+
+#: ``jobs``' columns: ids, names and states whole; the counters go first when room is short
+_JOB_COLUMNS = (
+    Col("id", keep=True),
+    Col("name", keep=True),
+    Col("user", drop=3),
+    Col("queue", drop=4),
+    Col("prio", drop=2, right=True),
+    Col("state", keep=True),
+    Col("age", drop=1, right=True),
+)
+_WIDE_COLUMNS = (
+    Col("run", right=True),
+    Col("restarts", right=True),
+    Col("preempted", right=True),
+    Col("resources", wrap=True, drop=1),
+    Col("reason", wrap=True, drop=5),
+)
+
+
+def print_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
+    """``jobs``' table (``wide``: with the counters, resources and reason)."""
+    now = time.time()
+    grid = Grid(f"Jobs ({len(rows)})", _JOB_COLUMNS + (_WIDE_COLUMNS if wide else ()))
+    for r in rows:
+        cells = [
+            r["id"],
+            r["name"],
+            r["user"],
+            r["queue"],
+            str(r["priority"]),
+            r["state"],
+            age(r["submitted_at"], now),
+        ]
+        if wide:
+            cells += [
+                str(r["run"]),
+                str(r["restarts"]),
+                str(r["preemptions"]),
+                resources_text(r["resources"]),
+                r["reason"],
+            ]
+        grid.add(*cells)
+    print_table(grid)
+
+
+def print_job(data: dict[str, Any]) -> None:
+    """``job``: its fields, one a line, then its tasks."""
+    for key in ("id", "name", "user", "queue", "priority", "state", "reason", "run", "restarts"):
+        _field(key, str(data[key]))
+    for key, value in checkpoint_lines(data):
+        _field(key, value)
+    _field("command", " ".join(data["command"]))
+    _field("resources", resources_text(data["resources"]))
+    grid = Grid("Tasks", _TASK_COLUMNS)
+    for t in data.get("tasks", []):
+        devices = ", ".join(
+            d["id"] + ("" if d["share"] >= 1000 else f" ({d['share']}/1000)") for d in t["devices"]
+        )
+        grid.add(
+            str(t["task"]),
+            str(t["run"]),
+            t["node"],
+            t["state"],
+            str(t["pid"] or "-"),
+            devices or "-",
+            "-" if t["exit_code"] is None else str(t["exit_code"]),
+            t["reason"],
+        )
+    print_table(grid)
+
+
+#: ``job``'s task columns: node, state and every device id whole
+_TASK_COLUMNS = (
+    Col("task", keep=True, right=True),
+    Col("run", drop=1, right=True),
+    Col("node", keep=True),
+    Col("state", keep=True),
+    Col("pid", drop=2, right=True),
+    Col("devices", keep=True, wrap=True),
+    Col("exit", drop=3, right=True),
+    Col("reason", wrap=True, drop=4),
+)
+
+
+def _field(key: str, value: str) -> None:
+    """One ``key  value`` line of ``job``: never broken inside (a long command or path
+    runs on, and a terminal wraps it where it must)."""
+    console = output.console  # looked up now: a test may give the module another console
+    console.print(f"[bold]{key:>10}[/bold]  ", end="", highlight=False)
+    console.print(value, markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,63 @@
+"""The README's tour works on a fresh clone: every file it names exists, its members file is
+the one docs/federation.md describes and validates, and it exports no token (the CLI reads
+the one `hetsched up` writes; reading it in the shell races the service's start)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from builders import EXAMPLES
+from hetsched.federation.spec import load_members
+from hetsched.model.specs import SpecError
+from hetsched.model.yamlio import safe_load
+
+ROOT = Path(EXAMPLES).parent
+README = (ROOT / "README.md").read_text()
+_NAMED = sorted(
+    set(re.findall(r"(?<![\w/.])((?:examples|docs)/[\w./-]+\.(?:ya?ml|csv|md))", README))
+)
+
+
+def test_the_readme_names_files() -> None:
+    assert "examples/federation/members.yaml" in _NAMED
+    assert "examples/workloads/demo.yaml" in _NAMED
+
+
+@pytest.mark.parametrize("name", _NAMED)
+def test_every_file_the_readme_names_exists(name: str) -> None:
+    assert (ROOT / name).is_file(), f"README.md names {name}, which is not in the repository"
+
+
+def test_the_readme_exports_no_token() -> None:
+    assert "HETSCHED_TOKEN=$(cat" not in README
+
+
+def test_the_members_example_is_the_documented_one_and_valid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = Path(EXAMPLES) / "federation" / "members.yaml"
+    monkeypatch.setenv("ROOM_A_TOKEN", "a-token")
+    spec = load_members(path)
+    assert [(m.name, m.kind) for m in spec.members] == [
+        ("room-a", "hetsched"),
+        ("prod", "kubernetes"),
+    ]
+    documented = (ROOT / "docs" / "federation.md").read_text()
+    block = documented.split("## members.yaml", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    shown, shipped = safe_load(block.encode()), safe_load(path.read_bytes())
+    # the same file but for where room-a's token comes from (a file there, a variable here)
+    for member in (*shown["members"], *shipped["members"]):
+        member.pop("token_file", None)
+        member.pop("token_env", None)
+    assert shipped == shown
+
+
+def test_the_members_example_says_which_token_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ROOM_A_TOKEN", raising=False)
+    with pytest.raises(SpecError, match=r"members\[0\]\.token_env: \$ROOM_A_TOKEN is not set"):
+        load_members(Path(EXAMPLES) / "federation" / "members.yaml")

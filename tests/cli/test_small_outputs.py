@@ -1,0 +1,24 @@
+"""Small things a user reads: ``devices`` says it lists this machine only (help and
+output), and its table through a pipe is plain columns with a header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hetsched.cli.main import app
+
+
+def test_devices_says_it_lists_this_machine_only(tmp_path: Path) -> None:
+    help_text = " ".join(CliRunner().invoke(app, ["devices", "--help"]).stdout.split())
+    assert "Devices of this machine only" in help_text
+    assert "hetsched nodes" in help_text  # where a cluster's devices are
+    fake = tmp_path / "fake.yaml"
+    fake.write_text("devices:\n  - {class: npu, vendor: huawei, model: Ascend 910, count: 1}\n")
+    result = CliRunner().invoke(app, ["devices", "-b", "fake", "--fake", str(fake)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Devices of this machine (1)"
+    assert lines[1].split() == ["class", "vendor", "model", "health", "found", "by", "attributes"]
+    assert lines[2].split()[:5] == ["npu", "huawei", "Ascend", "910", "healthy"]
