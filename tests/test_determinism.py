@@ -24,13 +24,13 @@ from hypothesis import strategies as st
 from builders import gpu_node
 from hetsched.agent.executor import TaskExit
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane.loop import ControlLoop
+from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.drivers import Start, Stop
 from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.model.device import Node
 from hetsched.model.job import Job
 from hetsched.scheduler import Action, Event, NodeAdded, NodeRemoved, Scheduler
-from hetsched.service.loop import ControlLoop
-from hetsched.service.schemas import SubmitSpec
 from hetsched.sim.engine import ClusterChange, EngineConfig, Simulator
 from hetsched.sim.workload import Workload, WorkloadJob
 

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from builders import gpu_node
 from hetsched.agent.executor import TaskExit
+from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.drivers import Start, Stop
 from hetsched.framework.profile import parse_profile
 from hetsched.scheduler import Action, Bind, Migrate, Preempt, Scheduler
-from hetsched.service.schemas import SubmitSpec
 from hetsched.sim.engine import EngineConfig, Simulator
 from hetsched.sim.workload import Workload, WorkloadJob
 from test_determinism import FakeLauncher, Scenario, through_the_service

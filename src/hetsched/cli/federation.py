@@ -63,8 +63,8 @@ def up(
     """Start a federation: the same API as `hetsched up` (submit, jobs, why, cancel, logs),
     jobs placed on member clusters by capacity, speed, quota and labels, and moved to
     another member only once the first has surely stopped them."""
+    from hetsched.controlplane import default_home
     from hetsched.federation.server import FederationOptions, serve
-    from hetsched.service.server import default_home
 
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")

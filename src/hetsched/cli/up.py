@@ -129,7 +129,7 @@ def up(
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
     # imported here so the other commands start without the server's dependencies
-    from hetsched.service.recovery import RecoveryError
+    from hetsched.controlplane import RecoveryError
     from hetsched.service.server import Options, default_home, serve
 
     mapping = _run_as(run_as)

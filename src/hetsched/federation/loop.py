@@ -9,7 +9,7 @@ It is the service's loop with members where the service has processes. Each turn
    is marked unreachable or lapsed (no new jobs), or is removed once its jobs have surely
    stopped (the core then requeues them);
 3. plan: the service's turn planner runs the core and the shared interpreter
-   (``service/planner.py``); a task of the federation's core is a job run on one member;
+   (``controlplane/planner.py``); a task of the federation's core is a job run on one member;
 4. commit the plan (``Store.record_turn``: the same rows as ``hetsched up``'s);
 5. only then carry it out: the member's worker sends the job (an idempotency key per run,
    so a retry never starts a second copy) or asks it to stop.
@@ -28,6 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.agent.executor import TaskExit
+from hetsched.controlplane import (
+    LoopMetrics,
+    Store,
+    SubmitSpec,
+    TurnFaults,
+    TurnPlan,
+    TurnPlanner,
+    from_stored,
+    node_view,
+    quota_view,
+)
 from hetsched.drivers import Start, Stop
 from hetsched.federation.advice import explained, questions
 from hetsched.federation.dispatch import Dispatch
@@ -44,7 +55,7 @@ from hetsched.federation.members import (
 )
 from hetsched.federation.plugins import READY, Book
 from hetsched.federation.recovery import Found, recover
-from hetsched.federation.store import Inventory, record_dispatch, write_inventory
+from hetsched.federation.store import Inventory, write_inventory
 from hetsched.federation.worker import (
     Answered,
     Ask,
@@ -74,12 +85,6 @@ from hetsched.scheduler import (
     Scheduler,
 )
 from hetsched.scheduler.view import SchedulerView
-from hetsched.service.faults import TurnFaults
-from hetsched.service.loopmetrics import LoopMetrics
-from hetsched.service.planner import TurnPlan, TurnPlanner
-from hetsched.service.schemas import SubmitSpec, from_stored
-from hetsched.service.store import Store
-from hetsched.service.views import node_view, quota_view
 
 __all__ = ["FederationLoop"]
 
@@ -533,7 +538,7 @@ class FederationLoop:
             return
         dispatch.job_id = job_id
         self._track(dispatch)
-        record_dispatch(self.store, key, job_id, now)
+        self.store.record_remote_start(key, job_id, now)
         if dispatch.stopping:
             state.worker.submit(Cancel(job_id, incarnation))
 

@@ -2,7 +2,7 @@
 
 :func:`build` wires the store, the members, the core (members as nodes), the loop and the
 API together (tests call it directly); :func:`serve` adds uvicorn and signal handling.
-The API is ``hetsched up``'s (``service/app.py``): the same routes, authentication, rate
+The API is ``hetsched up``'s (``controlplane/api/app.py``): the same routes, authentication, rate
 limits, idempotent submissions and views, so ``hetsched submit``, ``jobs``, ``why``,
 ``cancel`` and ``logs`` work against a federation unchanged. What differs is behind them:
 the loop sends jobs to members, logs are read from the member that runs the job, and a
@@ -24,6 +24,17 @@ from typing import Any
 from fastapi import HTTPException
 
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import (
+    Authenticator,
+    Feasibility,
+    RateLimiter,
+    Service,
+    Store,
+    Unsatisfiable,
+    create_app,
+    default_home,
+    load_queues,
+)
 from hetsched.federation.hetsched_member import HetschedMember
 from hetsched.federation.kube_member import KubernetesMember
 from hetsched.federation.lease import LeaseBounds
@@ -41,13 +52,6 @@ from hetsched.framework.speeds import load_speed_table
 from hetsched.model.job import Job
 from hetsched.model.specs import load_yaml
 from hetsched.scheduler import Scheduler
-from hetsched.service.app import create_app
-from hetsched.service.auth import Authenticator, RateLimiter
-from hetsched.service.context import Service
-from hetsched.service.queues import load_queues
-from hetsched.service.schemas import Feasibility, Unsatisfiable
-from hetsched.service.server import default_home
-from hetsched.service.store import Store
 
 __all__ = [
     "Built",

@@ -23,10 +23,10 @@ from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import DeviceWatcher, NodeWatcher
+from hetsched.controlplane import Fencing
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
 from hetsched.model.specs import load_cluster
-from hetsched.service.fencing import Fencing
 
 if TYPE_CHECKING:
     from hetsched.service.options import Options

@@ -19,22 +19,25 @@ from typing import Any
 
 from hetsched.agent.executor import RunAs
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import (
+    Authenticator,
+    CheckpointProtocol,
+    ControlLoop,
+    Feasibility,
+    RateLimiter,
+    Service,
+    SpeedLearner,
+    Store,
+    create_app,
+    load_queues,
+)
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Event, NodeAdded, Scheduler
-from hetsched.service.app import create_app
-from hetsched.service.auth import Authenticator, RateLimiter
-from hetsched.service.checkpointing import CheckpointProtocol
-from hetsched.service.context import Service
 from hetsched.service.engines import check_executor, local_engine, ray_engine
-from hetsched.service.loop import ControlLoop
 from hetsched.service.options import Options, default_home, examples_dir
-from hetsched.service.queues import load_queues
-from hetsched.service.schemas import Feasibility
-from hetsched.service.speedlearn import SpeedLearner
-from hetsched.service.store import Store
 
 __all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
 
