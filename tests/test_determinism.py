@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from builders import gpu_node
 from hetsched.agent.executor import TaskExit
 from hetsched.cluster.state import ClusterState
-from hetsched.controlplane.loop import ControlLoop
+from hetsched.controlplane import ControlLoop, ProcessRunner
 from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.drivers import Start, Stop
 from hetsched.framework.profile import ProfileSpec, parse_profile
@@ -221,10 +221,11 @@ def through_the_service(
     """The scenario through real ControlLoop turns; ``launcher`` ends the tasks (default:
     each after its job's duration)."""
     core = Scheduler(ClusterState(list(nodes)), scenario.profile, 0)
-    loop = ControlLoop(MemoryStore(), core, _Executor(), list(nodes))  # type: ignore[arg-type]
+    runner = ProcessRunner(_Executor(), list(nodes))  # type: ignore[arg-type]
+    loop = ControlLoop(MemoryStore(), core, runner)  # type: ignore[arg-type]
     if launcher is None:
         launcher = FakeLauncher({job_id: d for _, job_id, _, d in scenario.jobs})
-    loop.launcher = launcher  # type: ignore[assignment]
+    runner.launcher = launcher  # type: ignore[assignment]
     happenings: list[tuple[float, int, str, Any]] = []
     for seq, (spec, job_id, submit, _) in enumerate(scenario.jobs):
         row = {"id": job_id, "owner": "alice", "submitted_at": submit, "spec": {}}

@@ -140,7 +140,9 @@ def test_a_killed_member_is_fenced_and_its_jobs_finish_elsewhere_once(tmp_path: 
             # c comes back: it does not start what it stopped, and rejoins as a new incarnation
             members["c"].start()
             fed.wait("c ready again", lambda: fed.states()["c"] == "ready", 60)
-            incarnation = {m["name"]: m["incarnation"] for m in fed.running.built.loop.members_view}
+            incarnation = {
+                m["name"]: m["incarnation"] for m in fed.running.built.runner.members_view
+            }
             assert incarnation["c"] == 2
             time.sleep(1.0)
             starts = _check_runs(events(out), list(ids))

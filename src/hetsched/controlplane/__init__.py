@@ -10,7 +10,9 @@ assemble the parts exported here and import nothing else from this package.
 
 - :class:`Store` (``storage/``): the source of truth, SQLite or PostgreSQL, migrated by
   alembic; :class:`Service` and :func:`create_app` (``api/``): the routes;
-- :class:`ControlLoop` (``loop.py``): the turn loop; :class:`TurnPlanner`
+- :class:`ControlLoop` (``loop.py``): the turn loop, parametrized by a :class:`Runner`
+  (``runner.py``), where the tasks run: :class:`ProcessRunner` (``processes.py``) for
+  process executors, the federation's member runner for members; :class:`TurnPlanner`
   (``planner.py``): one turn on paper; :class:`TurnFaults`, :class:`LoopMetrics`: what
   it does about failed turns and what it counts;
 - :func:`recover` (``recovery.py``): the core rebuilt from the store after a restart.
@@ -26,8 +28,10 @@ from hetsched.controlplane.home import default_home
 from hetsched.controlplane.loop import ControlLoop
 from hetsched.controlplane.loopmetrics import LoopMetrics
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
+from hetsched.controlplane.processes import ProcessRunner
 from hetsched.controlplane.queues import load_queues
 from hetsched.controlplane.recovery import RecoveryError
+from hetsched.controlplane.runner import Before, Runner
 from hetsched.controlplane.schemas import Feasibility, SubmitSpec, Unsatisfiable, from_stored
 from hetsched.controlplane.speedlearn import SpeedLearner
 from hetsched.controlplane.storage.store import Store
@@ -36,13 +40,16 @@ from hetsched.controlplane.views import node_view, quota_view
 
 __all__ = [
     "Authenticator",
+    "Before",
     "CheckpointProtocol",
     "ControlLoop",
     "Feasibility",
     "Fencing",
     "LoopMetrics",
+    "ProcessRunner",
     "RateLimiter",
     "RecoveryError",
+    "Runner",
     "Service",
     "SpeedLearner",
     "Store",

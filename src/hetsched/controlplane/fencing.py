@@ -230,6 +230,18 @@ class Fencing:
             ]
             return max(0.0, min(left)) if left else None
 
+    def last_lapse(self, federation: str) -> tuple[int, float] | None:
+        """The lapse ``federation``'s lease is in: its number here (1 for the first: the
+        lease's epoch) and the wall-clock time it ran out; None while it is live."""
+        with self._lock:
+            lease = self._leases.get(federation)
+            if lease is None:
+                return None
+            self._check_lapse(federation, lease, self.clock())
+            if not lease.lapsed or not lease.lapses:
+                return None
+            return len(lease.lapses), lease.lapses[-1]
+
     def fenced(self, federation: str, submitted_at: float, ended_at: float | None) -> bool:
         """Whether a job of ``federation`` submitted at ``submitted_at`` (wall clock) and
         ended at ``ended_at`` (None: live) lived across a lapse of its lease."""

@@ -161,6 +161,15 @@ class LoopMetrics:
             ["queue"],
             registry=r,
         )
+        self._add_loop_health(r)
+        #: mean measured utilization per device class; the app points it at the agent's parts
+        self.measure: Callable[[], Mapping[str, float]] = dict
+        # the families exist from the start, so rate() and alerts see zeros, not gaps
+        for result in ("scheduled", "unschedulable", "rejected", "error"):
+            self.attempts.labels(result)
+
+    def _add_loop_health(self, r: CollectorRegistry) -> None:
+        """The loop's own health: its turns, failed turns, last turn, held jobs, wedge."""
         self.turns = Counter("hetsched_loop_turns", "Reconcile loop turns.", registry=r)
         self.failures = Counter(
             "hetsched_loop_turn_failures",
@@ -183,11 +192,6 @@ class LoopMetrics:
             "made to agree on what is allocated; 0 otherwise.",
             registry=r,
         )
-        #: mean measured utilization per device class; the app points it at the agent's parts
-        self.measure: Callable[[], Mapping[str, float]] = dict
-        # the families exist from the start, so rate() and alerts see zeros, not gaps
-        for result in ("scheduled", "unschedulable", "rejected", "error"):
-            self.attempts.labels(result)
 
     def observe_turn(
         self,

@@ -40,7 +40,7 @@ from hetsched.cluster.stranding import Typical, stranded_accelerators
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.loopmetrics import History, LoopMetrics, Sample
 from hetsched.controlplane.utilization import GuardLike, device_utilization, task_of_key
-from hetsched.model.device import SHARE_UNITS
+from hetsched.model.device import SHARE_UNITS, Device
 from hetsched.scheduler.view import SchedulerView
 
 if TYPE_CHECKING:
@@ -340,12 +340,6 @@ class ServiceCollector(Collector):
         devices_of: Mapping[tuple[str, int], list[tuple[str, str]]],
         running: Mapping[tuple[str, int], Placement],
     ) -> Iterator[Metric]:
-        util = _gauge(
-            "hetsched_device_utilization_ratio",
-            "Measured busy share of a device, 0..1: read from the device (NVML) or estimated "
-            "from the overcommit guard's measurements of the tasks that hold it.",
-            ["node", "device", "class", "model", "source"],
-        )
         alerts = CounterMetricFamily(
             "hetsched_alerts",
             "Alerts the agent's overcommit guard raised, by kind (task_memory, node_memory, "
@@ -371,11 +365,7 @@ class ServiceCollector(Collector):
         )
         devices = service.loop.devices
         parts = _parts(service)
-        present = {d: devices[d] for d in node_of if d in devices}
-        for device_id, reading in sorted(device_utilization(parts, present, running).items()):
-            device = devices[device_id]
-            labels = [node_of[device_id], device_id, device.device_class, device.model]
-            util.add_metric([*labels, reading.source], reading.value)
+        yield _utilization(parts, devices, node_of, running)
         guards = [part for part in parts if isinstance(part, GuardLike)]
         # one series each, summed over the guards the service holds (one per machine)
         counts: Tally[str] = Tally()
@@ -398,7 +388,29 @@ class ServiceCollector(Collector):
             cpu.add_metric([], sum(u.cpu_milli for u in used) / 1000)
             for what, amount in sorted(per.items()):
                 by_model.add_metric(list(what), amount)
-        yield from (util, alerts, kills, memory, gpu_memory, cpu, by_model)
+        yield from (alerts, kills, memory, gpu_memory, cpu, by_model)
+
+
+def _utilization(
+    parts: Sequence[object],
+    devices: Mapping[str, Device],
+    node_of: Mapping[str, str],
+    running: Mapping[tuple[str, int], Placement],
+) -> Metric:
+    """``hetsched_device_utilization_ratio`` of every device present (controlplane/
+    utilization.py says which source wins)."""
+    util = _gauge(
+        "hetsched_device_utilization_ratio",
+        "Measured busy share of a device, 0..1: read from the device (NVML) or estimated "
+        "from the overcommit guard's measurements of the tasks that hold it.",
+        ["node", "device", "class", "model", "source"],
+    )
+    present = {d: devices[d] for d in node_of if d in devices}
+    for device_id, reading in sorted(device_utilization(parts, present, running).items()):
+        device = devices[device_id]
+        labels = [node_of[device_id], device_id, device.device_class, device.model]
+        util.add_metric([*labels, reading.source], reading.value)
+    return util
 
 
 def _task_devices(

@@ -50,17 +50,22 @@ from hetsched.agent.executor import TaskExit, task_key
 from hetsched.agent.protocol import ProcessExecutor
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
-from hetsched.controlplane.schemas import SubmitSpec, from_stored
+from hetsched.controlplane.notices import in_notice, keep_moving, keep_noticed, moves
+from hetsched.controlplane.recovered import (
+    LIVE_STATES,
+    LiveJob,
+    Noticed,
+    Recovered,
+    finish_task,
+)
+from hetsched.controlplane.schemas import from_stored
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.storage.turnstore import checkpoint_of
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
-from hetsched.scheduler import Event, JobCancelled, JobSubmitted, Scheduler
+from hetsched.scheduler import JobCancelled, JobSubmitted, Scheduler
 
 __all__ = ["Noticed", "Recovered", "RecoveryError", "disagreements", "recover"]
-
-#: task states in which a process may still run and an allocation may still be held
-_LIVE_STATES = ("starting", "running")
 
 
 class RecoveryError(RuntimeError):
@@ -72,54 +77,22 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Recovered:
-    """What recovery found, for the loop's first turn."""
+class _Pass:
+    """One recovery pass: its store transaction, core, executor and findings."""
 
-    #: resubmissions and cancellations asked before the restart
-    events: list[Event] = field(default_factory=list)
-    #: tasks of restored jobs that ended while the service was down
-    exits: list[TaskExit] = field(default_factory=list)
-    #: every live job and its spec
-    jobs: list[tuple[Job, SubmitSpec]] = field(default_factory=list)
-    #: tasks the core holds again (restored jobs), with their placements
-    adopted: list[tuple[TaskKey, Placement]] = field(default_factory=list)
-    #: executor keys of the processes adopted
-    processes: list[str] = field(default_factory=list)
-    #: tasks adopted in their notice (their jobs wait in the core with them stopping, or
-    #: run moving)
-    stopping: list[Noticed] = field(default_factory=list)
-    #: the next run's tasks of jobs moving, held for them where they move
-    moving: list[TaskKey] = field(default_factory=list)
-    #: job id -> when its current run started and the time of its last checkpoint in that
-    #: run (None: none), for the lost work of the runs adopted
-    runs: dict[str, tuple[float, float | None]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Noticed:
-    """A task adopted in its preemption notice: SIGTERM follows at ``deadline`` (unix time;
-    at once if that has passed or the job checkpointed inside the notice already); its run
-    was stopped at ``stopped_at``."""
-
-    key: TaskKey
-    placement: Placement
-    deadline: float
-    stopped_at: float
-    reason: str
-    #: False: its process ended while the service was down (its exit is in
-    #: :attr:`Recovered.exits`): nothing to signal
-    alive: bool = True
-
-
-@dataclass(slots=True)
-class _Job:
-    """One live job row, being recovered."""
-
-    row: dict[str, Any]
-    job: Job
-    run: int
-    placements: dict[int, Placement] = field(default_factory=dict)
-    exits: list[TaskExit] = field(default_factory=list)
+    store: Store
+    conn: Connection
+    core: Scheduler
+    executor: ProcessExecutor
+    leaders: dict[str, tuple[int, float]]
+    found: Recovered
+    now: float
+    queued: dict[str, float]
+    #: jobs whose stopping tasks may be in their notice, and jobs moving (their reserved rows)
+    noticed: set[str]
+    moving: dict[str, list[dict[str, Any]]]
+    #: jobs to submit again: (job, run, restarts, saved checkpoint)
+    resubmit: list[tuple[Job, int, int, Any]] = field(default_factory=list)
 
 
 def recover(
@@ -128,56 +101,19 @@ def recover(
     """Rebuild ``core`` from ``store``, with ``executor`` finding the tasks' processes;
     RecoveryError if the two disagree afterwards on what is allocated."""
     now = time.time() if now is None else now
-    found = Recovered()
     live_rows = store.live_jobs()
-    runs = {row["id"]: int(row["run"]) for row in live_rows}
-    queued = store.queue_times()
-    noticed = {row["id"] for row in live_rows if _in_notice(row)}
-    live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    leaders = executor.find_leaders()
-    resubmit: list[tuple[Job, int, int, Any]] = []
     unfinished = store.unfinished_tasks()
-    moving = _moves(live_rows, unfinished)
+    noticed = {row["id"] for row in live_rows if in_notice(row)}
+    moving = moves(live_rows, unfinished)
+    leaders = executor.find_leaders()
     with store.write() as conn:
-        for t in unfinished:
-            if t["state"] == "reserved":
-                if t["job_id"] not in moving:
-                    store.drop_reserved(conn, t, now)
-                continue
-            kept = t["job_id"] in noticed or t["job_id"] in moving
-            why = _must_end(t, runs.get(t["job_id"]), kept)
-            if why is None:
-                live_tasks[t["job_id"]].append(t)
-            else:
-                _end_task(store, conn, executor, leaders, t, now, why)
+        p = _Pass(store, conn, core, executor, leaders, Recovered(), now, store.queue_times(),
+                  noticed, moving)  # fmt: skip
+        live_tasks = _sort_tasks(p, unfinished, {r["id"]: int(r["run"]) for r in live_rows})
         for row in live_rows:
-            spec = from_stored(row["spec"])
-            item = _Job(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
-            item.run = int(row["run"])
-            found.jobs.append((item.job, spec))
-            rows = live_tasks.get(item.job.id, [])
-            if item.job.id in moving:
-                reserved = moving[item.job.id]
-                if not _keep_moving(
-                    store, conn, core, executor, leaders, item, rows, reserved, found, now
-                ):
-                    resubmit.append(
-                        (item.job, item.run, int(row["restarts"]), row.get("checkpoint"))
-                    )
-                continue
-            if item.job.id in noticed:
-                at = queued.get(item.job.id, now)
-                if _keep_noticed(store, conn, core, executor, item, rows, found, at, now):
-                    continue
-                resubmit.append((item.job, item.run, int(row["restarts"]), row.get("checkpoint")))
-                continue
-            _check_tasks(store, conn, executor, leaders, item, rows, found, now)
-            if not _restore(store, conn, core, executor, leaders, item, rows, found, now):
-                resubmit.append((item.job, item.run, int(row["restarts"]), row.get("checkpoint")))
-            if row["cancel_requested"]:
-                found.events.append(JobCancelled(item.job.id, "cancelled"))
+            _recover_job(p, row, live_tasks.get(row["id"], []))
         # before the releases above commit: kill what no live task accounts for
-        executor.sweep(found.processes)
+        executor.sweep(p.found.processes)
         held = {key for key, _share in core.cluster.allocated_devices() if isinstance(key, TaskKey)}
         for row in store.release_unheld(conn, held, now):
             log.warning(
@@ -195,185 +131,58 @@ def recover(
     # continuing the store's numbering of their runs and restarts, and keeping their queue
     # time (so aging and their place in line continue); a job that was running and could
     # not be restored enters the queue now
-    found.events[:0] = [
-        JobSubmitted(job, run, restarts, queued.get(job.id), checkpoint_of(saved))
-        for job, run, restarts, saved in resubmit
+    p.found.events[:0] = [
+        JobSubmitted(job, run, restarts, p.queued.get(job.id), checkpoint_of(saved))
+        for job, run, restarts, saved in p.resubmit
     ]
-    return found
+    return p.found
 
 
-def _in_notice(row: dict[str, Any]) -> bool:
-    """A job whose stopping tasks may be in their notice: it waits in the queue (preempted)
-    and declares a notice."""
-    if row["state"] != "pending":
-        return False
-    checkpoint = from_stored(row["spec"]).checkpoint
-    return checkpoint is not None and checkpoint.notice_s > 0
-
-
-def _keep_noticed(
-    store: Store,
-    conn: Connection,
-    core: Scheduler,
-    executor: ProcessExecutor,
-    item: _Job,
-    rows: list[dict[str, Any]],
-    found: Recovered,
-    stopped_at: float,
-    now: float,
-) -> bool:
-    """Adopt the stopping tasks of a job in its notice (``rows``: the unfinished tasks of
-    its run, stopped at ``stopped_at``) and take the job back waiting, with them stopping;
-    False when none runs any more (the job is submitted again). A task that ended
-    meanwhile is recorded stopped; one not stopping is lost."""
-    job, run = item.job, item.run
-    saved = checkpoint_of(item.row.get("checkpoint"))
-    stopping: dict[int, Placement] = {}
-    handles: list[str] = []
-    for t in rows:
-        task = int(t["task"])
-        handle = None
-        if t["state"] == "stopping" and t["pid"]:
-            handle = executor.adopt(job.id, task, run, t["pid"], t["pid_started"], None)
-        if handle is None:
-            code = executor.recorded_exit(job.id, task, run)
-            state = "stopped" if t["state"] == "stopping" else "lost"
-            _finish_task(store, conn, executor, {}, t, state, now, "ended during a restart", code)
-            continue
-        stopping[task] = Placement.from_dict(t["placement"])
-        handles.append(handle.key)
-    if not stopping:
-        return False
-    restarts = int(item.row["restarts"])
-    try:
-        core.restore_stopping(job, run, stopping, restarts, stopped_at, now, saved)
-    except AllocationError as exc:
-        log.warning("job %s: cannot keep its stopping tasks: %s", job.id, exc)
-        for t in rows:
-            if int(t["task"]) in stopping:
-                _finish_task(store, conn, executor, {}, t, "stopped", now, f"not restorable: {exc}")
-        return False
-    found.processes += handles
-    notice = job.notice_s
-    # a checkpoint reported inside the notice ended it already: SIGTERM now
-    ended = saved is not None and saved.run == run and saved.time >= stopped_at
-    deadline = stopped_at if ended else stopped_at + notice
-    reason = "preempted; its notice goes on after a restart"
-    found.stopping += [
-        Noticed(TaskKey(job.id, task, run), placement, deadline, stopped_at, reason)
-        for task, placement in sorted(stopping.items())
-    ]
-    # the job's row forgets when the run started once it is requeued: its tasks' binds say
-    started = min(float(t["bound_at"]) for t in rows if int(t["task"]) in stopping)
-    checkpointed = saved.time if saved is not None and saved.run == run else None
-    found.runs[job.id] = (started, checkpointed)
-    return True
-
-
-def _moves(
-    live_rows: list[dict[str, Any]], unfinished: list[dict[str, Any]]
+def _sort_tasks(
+    p: _Pass, unfinished: list[dict[str, Any]], runs: dict[str, int]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Jobs that were moving (a Migrate's notice in progress): running jobs with
-    ``reserved`` tasks of their next run (where they move), with those rows."""
-    runs = {row["id"]: int(row["run"]) for row in live_rows if row["state"] == "running"}
-    reserved: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    """Step 1: end the tasks that must not run on (and drop reservations of jobs no longer
+    moving); returns the rest, by job."""
+    live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for t in unfinished:
-        if t["state"] == "reserved" and runs.get(t["job_id"], -2) + 1 == int(t["run"]):
-            reserved[t["job_id"]].append(t)
-    return dict(reserved)
-
-
-def _keep_moving(
-    store: Store,
-    conn: Connection,
-    core: Scheduler,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    item: _Job,
-    rows: list[dict[str, Any]],
-    reserved: list[dict[str, Any]],
-    found: Recovered,
-    now: float,
-) -> bool:
-    """Take back a job that was moving (``rows``: the unfinished tasks of its run, being
-    stopped; ``reserved``: its next run's, where it moves) as it was: its destination held,
-    its tasks stopping, their notice going on to the deadline it was given (the Migrate's
-    time, when the reserved rows were bound, plus ``notice_s``). A task that ended meanwhile
-    is reported stopped in the first turn, so the job arrives once the last has stopped.
-    False when the move cannot be kept (its tasks are ended, its destination given up, and
-    the job is submitted again)."""
-    job, run, row = item.job, item.run, item.row
-    if not rows:
-        # nothing left to stop (never written so: an arrival and the last stop share a
-        # turn), so no TaskStopped would ever start the next run: submitted again instead
-        for t in reserved:
-            store.drop_reserved(conn, t, now)
-        return False
-    saved = checkpoint_of(row.get("checkpoint"))
-    stopping = {int(t["task"]): Placement.from_dict(t["placement"]) for t in rows}
-    moving = {int(t["task"]): Placement.from_dict(t["placement"]) for t in reserved}
-    moved_at = min(float(t["bound_at"]) for t in reserved)
-    started = min(float(t["bound_at"]) for t in rows)
-    try:
-        core.restore_moving(
-            job,
-            run,
-            stopping,
-            moving,
-            started,
-            moved_at,
-            now,
-            int(row["restarts"]),
-            saved,
-            max(1, int(row.get("migrations") or 0)),
-        )
-    except AllocationError as exc:
-        log.warning("job %s: cannot keep its move: %s", job.id, exc)
-        for t in rows:
-            _finish_task(
-                store, conn, executor, leaders, t, "stopped", now, f"not restorable: {exc}"
-            )
-        for t in reserved:
-            store.drop_reserved(conn, t, now)
-        return False
-    # a checkpoint reported inside the notice ended it already: SIGTERM now
-    ended = saved is not None and saved.run == run and saved.time >= moved_at
-    deadline = moved_at if ended else moved_at + job.notice_s
-    for t in rows:
-        task = int(t["task"])
-        handle = _adopt_stopping(executor, leaders, job.id, t)
-        if handle is None:
-            code = executor.recorded_exit(job.id, task, run)
-            found.exits.append(TaskExit(job.id, task, run, code, True, "ended during a restart"))
+        if t["state"] == "reserved":
+            if t["job_id"] not in p.moving:
+                p.store.drop_reserved(p.conn, t, p.now)
+            continue
+        kept = t["job_id"] in p.noticed or t["job_id"] in p.moving
+        why = _must_end(t, runs.get(t["job_id"]), kept)
+        if why is None:
+            live_tasks[t["job_id"]].append(t)
         else:
-            found.processes.append(handle)
-        key, placement = TaskKey(job.id, task, run), stopping[task]
-        reason = "moving; its notice goes on after a restart"
-        found.stopping.append(
-            Noticed(key, placement, deadline, moved_at, reason, handle is not None)
-        )
-    found.moving += [TaskKey(job.id, task, run + 1) for task in sorted(moving)]
-    checkpointed = saved.time if saved is not None and saved.run == run else None
-    found.runs[job.id] = (started, checkpointed)
-    return True
+            _end_task(p.store, p.conn, p.executor, p.leaders, t, p.now, why)
+    return live_tasks
 
 
-def _adopt_stopping(
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    job_id: str,
-    t: dict[str, Any],
-) -> str | None:
-    """Adopt a stopping task's process, by its recorded pid or else by its key; the
-    executor's key, or None when none runs."""
-    task, run = int(t["task"]), int(t["run"])
-    pid, started = t["pid"], t["pid_started"]
-    if not pid:
-        pid, started = leaders.get(task_key(job_id, task, run), (None, None))
-    if not pid:
-        return None
-    handle = executor.adopt(job_id, task, run, int(pid), float(started or 0.0), None)
-    return None if handle is None else handle.key
+def _recover_job(p: _Pass, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Steps 2 and 3 for one live job (``rows``: its tasks that may run on)."""
+    spec = from_stored(row["spec"])
+    item = LiveJob(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
+    item.run = int(row["run"])
+    p.found.jobs.append((item.job, spec))
+    again = (item.job, item.run, int(row["restarts"]), row.get("checkpoint"))
+    store, conn, core, executor, found, now = p.store, p.conn, p.core, p.executor, p.found, p.now
+    if item.job.id in p.moving:
+        reserved = p.moving[item.job.id]
+        if not keep_moving(
+            store, conn, core, executor, p.leaders, item, rows, reserved, found, now
+        ):
+            p.resubmit.append(again)
+        return
+    if item.job.id in p.noticed:
+        at = p.queued.get(item.job.id, now)
+        if not keep_noticed(store, conn, core, executor, item, rows, found, at, now):
+            p.resubmit.append(again)
+        return
+    _check_tasks(store, conn, executor, p.leaders, item, rows, found, now)
+    if not _restore(store, conn, core, executor, p.leaders, item, rows, found, now):
+        p.resubmit.append(again)
+    if row["cancel_requested"]:
+        found.events.append(JobCancelled(item.job.id, "cancelled"))
 
 
 def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> str | None:
@@ -383,7 +192,7 @@ def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> 
         return "its job had ended"
     if t["state"] == "stopping" and not (noticed and int(t["run"]) == job_run):
         return "it was being stopped"
-    if t["state"] not in (*_LIVE_STATES, "stopping"):
+    if t["state"] not in (*LIVE_STATES, "stopping"):
         return f"unknown task state {t['state']!r}"
     if int(t["run"]) != job_run:
         return f"it belongs to run {t['run']}, not the job's current run {job_run}"
@@ -401,12 +210,12 @@ def _end_task(
 ) -> None:
     """A task that must not run on: its process killed, its end recorded with the exit
     code its wrapper wrote if any, what it held released."""
-    state = "stopped" if t["state"] in ("stopping", *_LIVE_STATES) else "lost"
+    state = "stopped" if t["state"] in ("stopping", *LIVE_STATES) else "lost"
     code = executor.recorded_exit(t["job_id"], int(t["task"]), int(t["run"]))
     reason = f"stopped during a restart: {why}"
     if code is not None:
         reason += f" (exit code {code})"
-    _finish_task(store, conn, executor, leaders, t, state, now, reason, code)
+    finish_task(store, conn, executor, leaders, t, state, now, reason, code)
 
 
 def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
@@ -443,7 +252,7 @@ def _check_tasks(
     conn: Connection,
     executor: ProcessExecutor,
     leaders: dict[str, tuple[int, float]],
-    item: _Job,
+    item: LiveJob,
     rows: list[dict[str, Any]],
     found: Recovered,
     now: float,
@@ -485,7 +294,7 @@ def _adopt(
     if t["state"] == "running" and t["pid"]:
         handle = executor.adopt(job.id, task, run, t["pid"], t["pid_started"], deadline)
         return None if handle is None else handle.key
-    if t["state"] not in _LIVE_STATES:
+    if t["state"] not in LIVE_STATES:
         return None
     leader = leaders.get(task_key(job.id, task, run))
     if leader is None:
@@ -507,7 +316,7 @@ def _restore(
     core: Scheduler,
     executor: ProcessExecutor,
     leaders: dict[str, tuple[int, float]],
-    item: _Job,
+    item: LiveJob,
     rows: list[dict[str, Any]],
     found: Recovered,
     now: float,
@@ -537,7 +346,7 @@ def _restore(
             log.warning("job %s: cannot restore its placements: %s", job.id, exc)
             for t in rows:
                 reason = f"not restorable: {exc}"
-                _finish_task(store, conn, executor, leaders, t, "lost", now, reason)
+                finish_task(store, conn, executor, leaders, t, "lost", now, reason)
             return False
         found.adopted += [(TaskKey(job.id, t, run), p) for t, p in item.placements.items()]
         found.exits += item.exits
@@ -547,30 +356,5 @@ def _restore(
             found.runs[job.id] = (float(row["started_at"]), checkpointed)
         return True
     for t in rows:
-        _finish_task(store, conn, executor, leaders, t, "lost", now, "lost in a restart")
+        finish_task(store, conn, executor, leaders, t, "lost", now, "lost in a restart")
     return False
-
-
-def _finish_task(
-    store: Store,
-    conn: Connection,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    t: dict[str, Any],
-    state: str,
-    now: float,
-    reason: str,
-    exit_code: int | None = None,
-) -> None:
-    """Make sure the task's process is gone (found by its recorded pid, else by its key),
-    then record that it ended and free what it held. Its exit, if the executor reports one
-    later, is stale: the task's row has ended already."""
-    pid, started = t["pid"], t["pid_started"]
-    leader = leaders.get(task_key(t["job_id"], int(t["task"]), int(t["run"])))
-    if not (pid and started is not None) and leader is not None:
-        pid, started = leader
-    if (pid and started is not None) or leader is not None:
-        handle = executor.adopt(t["job_id"], t["task"], t["run"], pid or 0, started or 0.0, None)
-        if handle is not None:
-            executor.kill(handle.key)
-    store.record_task_end(conn, t, state, now, reason, exit_code)

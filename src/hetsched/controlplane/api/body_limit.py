@@ -1,9 +1,15 @@
 """The request body limit every route is behind: a body larger than the limit is refused
-with 413, whether or not it declares a Content-Length."""
+with 413, whether or not it declares a Content-Length. The same middleware ends quietly a
+request whose client went away before its body was read (nothing is left to answer)."""
 
+import logging
+
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["BodyLimit"]
+
+log = logging.getLogger(__name__)
 
 
 class BodyLimit:
@@ -40,6 +46,9 @@ class BodyLimit:
             await self.app(scope, limited, send)
         except _TooLarge:
             await _too_large(send)
+        except ClientDisconnect:
+            # not an error of the service: the client closed the connection mid-request
+            log.debug("%s %s: the client went away", scope.get("method"), scope.get("path"))
 
 
 class _TooLarge(Exception):

@@ -1,18 +1,16 @@
-"""The federation's reconcile loop: the one thread that runs its core.
+"""The member runner: a federation is the control plane with member clusters as its nodes
+and jobs on them as its tasks.
 
-It is the service's loop with members where the service has processes. Each turn:
+The turn loop is the control plane's (``controlplane/loop.py``); this is its
+:class:`~hetsched.controlplane.Runner`. Around each turn:
 
-1. collect: submissions and cancellations from the API (committed already); from the
-   member workers, lease reports (with the states of the jobs sent there), jobs accepted
-   or refused; and the time;
-2. move members between states (``federation/members.py``): their core node joins,
-   is marked unreachable or lapsed (no new jobs), or is removed once its jobs have surely
+1. collect, from the member workers (``federation/worker.py``): lease reports (with the
+   states of the jobs sent there), jobs accepted or refused, what-if answers;
+2. move members between states (``federation/members.py``): their core node joins, is
+   marked unreachable or lapsed (no new jobs), or is removed once its jobs have surely
    stopped (the core then requeues them);
-3. plan: the service's turn planner runs the core and the shared interpreter
-   (``controlplane/planner.py``); a task of the federation's core is a job run on one member;
-4. commit the plan (``Store.record_turn``: the same rows as ``hetsched up``'s);
-5. only then carry it out: the member's worker sends the job (an idempotency key per run,
-   so a retry never starts a second copy) or asks it to stop.
+3. after the loop has committed the plan, carry it out: the member's worker sends the job
+   (an idempotency key per run, so a retry never starts a second copy) or asks it to stop.
 
 A job ends for the core when its member reports it ended with nothing of it still running.
 """
@@ -20,26 +18,15 @@ A job ends for the core when its member reports it ended with nothing of it stil
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetsched.agent.executor import TaskExit
-from hetsched.controlplane import (
-    LoopMetrics,
-    Store,
-    SubmitSpec,
-    TurnFaults,
-    TurnPlan,
-    TurnPlanner,
-    from_stored,
-    node_view,
-    quota_view,
-)
-from hetsched.drivers import Start, Stop
+from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import Before, Store, SubmitSpec, TurnPlan, TurnPlanner, from_stored
+from hetsched.controlplane import node_view as core_node_view
+from hetsched.drivers import Stop
 from hetsched.federation.advice import explained, questions
 from hetsched.federation.dispatch import Dispatch
 from hetsched.federation.jobs import as_one_task, member_body
@@ -51,10 +38,10 @@ from hetsched.federation.members import (
     MemberState,
     labels_of,
     member_node,
-    member_view,
+    members_nodes,
 )
 from hetsched.federation.plugins import READY, Book
-from hetsched.federation.recovery import Found, recover
+from hetsched.federation.recovery import recover
 from hetsched.federation.store import Inventory, write_inventory
 from hetsched.federation.worker import (
     Answered,
@@ -72,61 +59,53 @@ from hetsched.framework.runtime import Framework
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 from hetsched.model.job import Job
-from hetsched.model.lifecycle import TERMINAL, JobState
+from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import (
-    Action,
     Event,
-    JobCancelled,
     JobSubmitted,
     NodeAdded,
     NodeChanged,
     NodeRemoved,
     Pending,
-    Scheduler,
 )
-from hetsched.scheduler.view import SchedulerView
 
-__all__ = ["FederationLoop"]
+if TYPE_CHECKING:
+    from hetsched.controlplane import ControlLoop
+
+__all__ = ["MemberRunner"]
 
 log = logging.getLogger(__name__)
 
+#: how often member deadlines are checked between posts (seconds)
+_POLL_S = 0.1
 
-class FederationLoop:
-    """Runs turns of the federation (see the module docstring). The API talks to it through
-    :meth:`submitted`, :meth:`cancelled` and the views it refreshes."""
+
+class MemberRunner:
+    """The control plane's runner for a federation (see the module docstring)."""
+
+    kill_grace_s = 0.0
+    tasks_here = False
+    live_views = True
+    #: a federation runs no task itself: no overcommit guard, no device watcher, no
+    #: checkpoint reports (its members' services take those)
+    guard = None
+    watcher = None
+    checkpoints = None
 
     def __init__(
         self,
         federation: str,
-        store: Store,
-        core: Scheduler,
         members: Mapping[str, MemberState],
         book: Book,
         framework: Framework,
         home: Path,
-        margin_s: float,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.federation = federation
-        self.store = store
-        self.planner = TurnPlanner(core, 0.0)
         self.members = dict(members)
         self.book = book
         #: the profile's plugins, for per-member explanations (what-if only)
         self.framework = framework
         self.home = home
-        self.margin_s = margin_s
-        self.clock = clock
-        self.tick_s = 0.5
-        self.lock = threading.Lock()
-        self.metrics = LoopMetrics()
-        #: failed turns and their alerts (``GET /v1/alerts``); a federation holds no job back
-        self.faults = TurnFaults()
-        self.metrics.watch_faults(self.faults)
-        #: builds a fresh core (no nodes) for rebuilding after a failed turn
-        self.make_core: Callable[[], Scheduler] | None = None
-        self.nodes_view: list[dict[str, Any]] = []
-        self.quota_view: dict[str, dict[str, dict[str, float]]] = {}
         self.members_view: list[dict[str, Any]] = []
         self.devices: dict[str, Device] = {}
         self.dispatches: dict[TaskKey, Dispatch] = {}
@@ -136,212 +115,122 @@ class FederationLoop:
         #: job id -> its resubmission after a restart, held until the job's dispatches being
         #: stopped have ended (so it never runs twice at once)
         self._parked: dict[str, JobSubmitted] = {}
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._events: list[Event] = []
-        self._exits: list[TaskExit] = []
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last_tick = 0.0
-        self._views_at = 0.0
         #: how often the members' own what-if is asked for the jobs that wait
         self.whatif_every_s = 2.0
         self._asked_at = 0.0
         #: members answered something new: waiting jobs' explanations are written again
         self._reexplain = False
-        self.turns = 0
+        self._loop: ControlLoop | None = None
 
     @property
-    def view(self) -> SchedulerView:
-        return self.planner.core.view
+    def loop(self) -> ControlLoop:
+        assert self._loop is not None, "bind() first"
+        return self._loop
 
-    @property
-    def guard(self) -> None:
-        """A federation runs no task itself: no overcommit guard."""
-        return None
-
-    @property
-    def watcher(self) -> None:
-        """... and watches no device."""
-        return None
-
-    @property
-    def checkpoints(self) -> None:
-        """... and takes no checkpoint reports (its members' services do)."""
-        return None
-
-    # -- the API and the workers -----------------------------------------------------------
-
-    def submitted(
-        self, row: dict[str, Any], spec: SubmitSpec | None = None, job: Job | None = None
-    ) -> None:
-        """A job the API committed (``job``, the API's build of it, is not needed here)."""
-        self._inbox.put(("submit", (row, spec)))
-        self._wake.set()
-
-    def cancelled(self, job_id: str, user: str) -> None:
-        self._inbox.put(("cancel", (job_id, user)))
-        self._wake.set()
+    def bind(self, loop: ControlLoop) -> None:
+        self._loop = loop
 
     def told(self, message: Message) -> None:
         """A member worker's message (called from its thread)."""
-        self._inbox.put(("member", message))
-        self._wake.set()
-
-    # -- lifecycle -------------------------------------------------------------------------
-
-    def take(self, found: Found) -> None:
-        """What recovery found: the first turn's events, tasks the core holds again, the
-        dispatches it took back (each sent again where the member's job id is unknown,
-        stopped again where it was being stopped), exits to report, and resubmissions held
-        until the job's dispatches being stopped have ended."""
-        self._events = list(found.events)
-        self._exits = list(found.exits)
-        self.submissions.update(found.submissions)
-        self._parked.update(found.parked)
-        for key, placement in found.adopted:
-            self.planner.adopt(key, placement)
-        for dispatch in found.dispatches:
-            self._track(dispatch)
-            state = self.members[dispatch.member]
-            if dispatch.job_id is None:
-                self._send(state, dispatch)
-            elif dispatch.stopping:
-                state.worker.submit(Cancel(dispatch.job_id, dispatch.incarnation))
-        self._watch()
+        self.loop.post("member", message)
 
     def start(self) -> None:
         for state in self.members.values():
             state.worker.start()
-        self._thread = threading.Thread(target=self._run, name="federation-loop", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
         for state in self.members.values():
             state.worker.stop()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.turn()
-            except Exception as exc:
-                # the core may now disagree with the store, which is the truth: rebuild it
-                self.metrics.turn_failed()
-                log.exception("federation turn failed; rebuilding the core from the store")
-                self.faults.failed(f"{type(exc).__name__}: {exc}", set(), self.clock())
-                self._rebuild()
-            else:
-                self.metrics.turn_done(self.clock())
-                self.faults.succeeded()
-            if self._stop.wait(self.faults.delay()):
-                return
-            self._wake.wait(timeout=0.1)
-            self._wake.clear()
+    def submission(
+        self, row: dict[str, Any], spec: SubmitSpec | None, job: Job | None
+    ) -> JobSubmitted:
+        """A job the API committed (``job``, the API's build of it, is not needed here)."""
+        spec = spec if spec is not None else from_stored(row["spec"])
+        whole = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
+        self.book.jobs[whole.id] = whole
+        self.submissions[whole.id] = dict(row["spec"])
+        return JobSubmitted(as_one_task(whole))
 
-    def _rebuild(self) -> None:
-        """A fresh core from the store, as a restart builds it, with the members as they
-        are now; what the workers still carry out is matched again by its keys."""
-        if self.make_core is None:
-            return
-        try:
-            now = self.clock()
-            core = self.make_core()
-            nodes = [NodeAdded(member_node(s)) for s in self.members.values() if s.in_core]
-            core.handle(nodes, now)
-            while True:
-                try:
-                    self._inbox.get_nowait()  # the store has the API's; members report again
-                except queue.Empty:
-                    break
-            with self.lock:
-                self.planner = TurnPlanner(core, 0.0)
-            self.dispatches.clear()
-            self._by_member_job.clear()
-            self._parked.clear()
-            self.take(recover(self.store, core, self.members, self.book, now))
-            self.faults.rebuilt(now)
-        except Exception as exc:
-            log.exception("rebuilding the federation's core failed; retrying")
-            self.faults.wedge(f"{type(exc).__name__}: {exc}", self.clock())
+    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[TaskExit]]:
+        events: list[Event] = []
+        exits: list[TaskExit] = []
+        if kind == "member":
+            self._message(payload, now, events, exits)
+        return events, exits
+
+    def before(self, now: float) -> Before:
+        self._watch()
+        events = self._deadlines(now)
+        self._ask(now)
+        return Before(events)
+
+    def recover(
+        self, store: Store, planner: TurnPlanner, now: float
+    ) -> tuple[list[Event], list[TaskExit]]:
+        """What recovery found: the first turn's events, tasks the core holds again, the
+        dispatches it took back (each sent again where the member's job id is unknown,
+        stopped again where it was being stopped), exits to report, and resubmissions held
+        until the job's dispatches being stopped have ended."""
+        found = recover(store, planner.core, self.members, self.book, now)
+        self.submissions.update(found.submissions)
+        self._parked.update(found.parked)
+        for key, placement in found.adopted:
+            planner.adopt(key, placement)
+        exits = list(found.exits)
+        for dispatch in found.dispatches:
+            self._track(dispatch)
+            state = self.members[dispatch.member]
+            if dispatch.job_id is None:
+                exits += self._send(state, dispatch)
+            elif dispatch.stopping:
+                state.worker.submit(Cancel(dispatch.job_id, dispatch.incarnation))
+        self._watch()
+        return list(found.events), exits
+
+    def reset(self) -> None:
+        """What the workers still carry out is matched again by its keys."""
+        self.dispatches.clear()
+        self._by_member_job.clear()
+        self._parked.clear()
+
+    def drained(self, kind: str, payload: Any) -> None:
+        """Members report again: nothing posted needs keeping."""
+
+    def next_due(self, now: float) -> float | None:
+        return now + _POLL_S
 
     # -- one turn --------------------------------------------------------------------------
 
-    def turn(self, now: float | None = None) -> list[Action]:
-        now = self.clock() if now is None else now
-        events, exits = self._collect(now)
-        events += self._deadlines(now)
-        self._ask(now)
-        if not events and not exits and now - self._last_tick < self.tick_s:
-            self._refresh(now)
-            return []
-        self._last_tick = now
-        plan = self._plan(events, exits, now)
-        self.store.record_turn(exits, plan)
-        self._carry_out(plan, now)
-        self.turns += 1
-        self._refresh(now)
-        return plan.actions
+    def annotate(self, plan: TurnPlan, now: float) -> None:
+        """Waiting jobs' explanations name each member; after members answered something
+        new, those of every waiting job are written again."""
+        view = self.loop.view
+        if self._reexplain:
+            self._reexplain = False
+            for job in view.jobs()[:500]:
+                waiting = job.state is JobState.PENDING and job.explanation is not None
+                if waiting and job.explanation is not None and job.id not in plan.explanations:
+                    plan.explanations[job.id] = Pending(job.id, job.explanation)
+        self._explain(plan, now)
 
-    def _collect(self, now: float) -> tuple[list[Event], list[TaskExit]]:
-        events, self._events = self._events, []
-        exits, self._exits = self._exits, []
-        while True:
-            try:
-                kind, payload = self._inbox.get_nowait()
-            except queue.Empty:
-                return events, exits
-            if kind == "submit":
-                events.append(self._submit_event(*payload))
-            elif kind == "cancel":
-                job_id, user = payload
-                events.append(JobCancelled(job_id, f"cancelled by {user}"))
-            else:
-                self._message(payload, now, events, exits)
+    def ended(self, job_id: str) -> None:
+        self.book.jobs.pop(job_id, None)
+        self.submissions.pop(job_id, None)
 
-    def _submit_event(self, row: dict[str, Any], spec: SubmitSpec | None) -> Event:
-        spec = spec if spec is not None else from_stored(row["spec"])
-        job = spec.to_job(row["id"], row["owner"], float(row["submitted_at"]))
-        self.book.jobs[job.id] = job
-        self.submissions[job.id] = dict(row["spec"])
-        return JobSubmitted(as_one_task(job))
-
-    def _plan(self, events: list[Event], exits: list[TaskExit], now: float) -> TurnPlan:
-        with self.lock:
-            began = time.perf_counter()
-            plan = self.planner.plan(events, exits, now)
-            if self._reexplain:
-                self._reexplain = False
-                for job in self.view.jobs()[:500]:
-                    waiting = job.state is JobState.PENDING and job.explanation is not None
-                    if waiting and job.explanation is not None and job.id not in plan.explanations:
-                        plan.explanations[job.id] = Pending(job.id, job.explanation)
-            self._explain(plan, now)
-            pending, _ = self.view.counts()
-            self.metrics.observe_turn(
-                plan.actions, time.perf_counter() - began, self._queue_of, sum(pending.values())
-            )
-        for change in plan.transitions:
-            if change.target in TERMINAL:
-                self.book.jobs.pop(change.job_id, None)
-                self.submissions.pop(change.job_id, None)
-        return plan
-
-    def _queue_of(self, job_id: str) -> str:
+    def queue_of(self, job_id: str) -> str:
         job = self.book.jobs.get(job_id)
         return job.queue if job is not None else ""
 
     def _explain(self, plan: TurnPlan, now: float) -> None:
         """Waiting jobs' explanations name each member (``federation/advice.py``)."""
+        core = self.loop.view
         for job_id, pending in list(plan.explanations.items()):
-            view = self.view.job(job_id) if pending is not None else None
+            view = core.job(job_id) if pending is not None else None
             if pending is None or view is None:
                 continue
             explanation = explained(
-                self.framework, self.view.cluster, view.job, pending.explanation, self.book, now
+                self.framework, core.cluster, view.job, pending.explanation, self.book, now
             )
             plan.explanations[job_id] = Pending(job_id, explanation)
 
@@ -350,8 +239,8 @@ class FederationLoop:
         if now - self._asked_at < self.whatif_every_s:
             return
         self._asked_at = now
-        with self.lock:
-            waiting = [j.id for j in self.view.jobs() if j.state is JobState.PENDING]
+        with self.loop.lock:
+            waiting = [j.id for j in self.loop.view.jobs() if j.state is JobState.PENDING]
         bodies = questions(self.book, self.submissions, waiting)
         for state in self.members.values():
             if bodies and state.status == READY:
@@ -525,8 +414,7 @@ class FederationLoop:
             self._by_member_job.pop((dispatch.member, dispatch.job_id), None)
         job_id = dispatch.key.job
         if job_id in self._parked and not any(k.job == job_id for k in self.dispatches):
-            self._events.append(self._parked.pop(job_id))
-            self._wake.set()
+            self.loop.later([self._parked.pop(job_id)])
 
     def _accepted(
         self, state: MemberState, key: TaskKey, incarnation: int, job_id: str, now: float
@@ -538,46 +426,45 @@ class FederationLoop:
             return
         dispatch.job_id = job_id
         self._track(dispatch)
-        self.store.record_remote_start(key, job_id, now)
+        self.loop.store.record_remote_start(key, job_id, now)
         if dispatch.stopping:
             state.worker.submit(Cancel(job_id, incarnation))
 
-    def _send(self, state: MemberState, dispatch: Dispatch) -> None:
+    def _send(self, state: MemberState, dispatch: Dispatch) -> list[TaskExit]:
+        """Send the dispatch's job to its member; an exit if its submission is unknown."""
         submission = self.submissions.get(dispatch.key.job)
         if submission is None:
             key = dispatch.key
-            self._exits.append(TaskExit(key.job, key.task, key.run, None, False, "no spec"))
-            return
+            return [TaskExit(key.job, key.task, key.run, None, False, "no spec")]
         body = member_body(submission, self.federation, state.queue)
         idempotency = f"{self.federation}:{dispatch.key}"
         state.worker.submit(Send(dispatch.key, dispatch.incarnation, idempotency, body))
+        return []
 
-    def _carry_out(self, plan: TurnPlan, now: float) -> None:
+    def carry_out(self, plan: TurnPlan, now: float) -> list[TaskExit]:
+        exits: list[TaskExit] = []
         for start in plan.starts:
-            self._start(start)
+            state = self.members[start.placement.node]
+            dispatch = Dispatch(start.key, state.name, state.incarnation)
+            self._track(dispatch)
+            exits += self._send(state, dispatch)
         for stop in plan.stops:
-            self._stopping(stop)
-        if self._exits:
-            self._wake.set()
+            exits += self._stopping(stop)
+        self._watch()
+        return exits
 
-    def _start(self, start: Start) -> None:
-        state = self.members[start.placement.node]
-        dispatch = Dispatch(start.key, state.name, state.incarnation)
-        self._track(dispatch)
-        self._send(state, dispatch)
-
-    def _stopping(self, stop: Stop) -> None:
+    def _stopping(self, stop: Stop) -> list[TaskExit]:
         dispatch = self.dispatches.get(stop.key)
         key = stop.key
         if stop.released or dispatch is None:
             # its member was fenced (or it ended): nothing runs; the core freed it already
             why = stop.reason or "stopped"
-            self._exits.append(TaskExit(key.job, key.task, key.run, None, True, why))
-            return
+            return [TaskExit(key.job, key.task, key.run, None, True, why)]
         dispatch.stopping = True
         if dispatch.job_id is not None:
             worker = self.members[dispatch.member].worker
             worker.submit(Cancel(dispatch.job_id, dispatch.incarnation))
+        return []
 
     # -- views -----------------------------------------------------------------------------
 
@@ -590,37 +477,9 @@ class FederationLoop:
                 if d.member == state.name and d.job_id is not None
             )
 
-    def _refresh(self, now: float) -> None:
-        self._watch()
-        if now - self._views_at < 0.5:
-            return
-        self._views_at = now
-        with self.lock:
-            view = self.view
-            nodes = [n for n in node_view(view.cluster, {}) if n["active"]]
-            self.quota_view = quota_view(view)
-            self.metrics.sample(view, now)
-        members = [member_view(s, now) for s in self.members.values()]
-        by_name = {m["name"]: m for m in members}
-        for node in nodes:
-            node["member"] = by_name.get(node["name"])
-        # members out of the core (fenced, not joined yet) are listed too, inactive, with
-        # the same labels as a member node in the core (its state among them)
-        listed = {n["name"] for n in nodes}
-        nodes += [
-            {
-                "name": s.name,
-                "active": False,
-                "cpu_milli": 0,
-                "cpu_free_milli": 0,
-                "memory_mib": 0,
-                "memory_free_mib": 0,
-                "labels": dict(labels_of(s)),
-                "devices": [],
-                "member": by_name[s.name],
-            }
-            for s in self.members.values()
-            if s.name not in listed
-        ]
-        self.nodes_view = nodes
-        self.members_view = members
+    def node_view(self, cluster: ClusterState) -> list[dict[str, Any]]:
+        return [n for n in core_node_view(cluster, {}) if n["active"]]
+
+    def decorate(self, nodes: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        nodes, self.members_view = members_nodes(nodes, self.members.values(), now)
+        return nodes
