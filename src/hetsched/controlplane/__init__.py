@@ -31,7 +31,7 @@ from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.processes import ProcessRunner
 from hetsched.controlplane.queues import load_queues
 from hetsched.controlplane.recovery import RecoveryError
-from hetsched.controlplane.runner import Before, Runner
+from hetsched.controlplane.runner import Before, LoopHandle, Runner
 from hetsched.controlplane.schemas import Feasibility, SubmitSpec, Unsatisfiable, from_stored
 from hetsched.controlplane.speedlearn import SpeedLearner
 from hetsched.controlplane.storage.store import Store
@@ -45,6 +45,7 @@ __all__ = [
     "ControlLoop",
     "Feasibility",
     "Fencing",
+    "LoopHandle",
     "LoopMetrics",
     "ProcessRunner",
     "RateLimiter",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hetsched.agent.checkpoints import Report
 from hetsched.agent.executor import Executor, RunAs, TaskExit
@@ -29,7 +29,7 @@ from hetsched.controlplane.launcher import Launcher
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.recovered import Recovered
 from hetsched.controlplane.recovery import recover
-from hetsched.controlplane.runner import Before
+from hetsched.controlplane.runner import Before, LoopHandle
 from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.speedlearn import Estimate, SpeedLearner
 from hetsched.controlplane.storage.store import Store
@@ -40,9 +40,6 @@ from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
 from hetsched.model.speed import job_devices
 from hetsched.scheduler import Event, JobCancelled, JobSubmitted, NodeAdded, NodeRemoved
-
-if TYPE_CHECKING:
-    from hetsched.controlplane.loop import ControlLoop
 
 __all__ = ["ProcessRunner"]
 
@@ -84,12 +81,12 @@ class ProcessRunner:
         #: the tasks are this machine's processes: a power loss ends them with the service,
         #: so recording their start need not wait for the disk (Store.record_turn)
         self.tasks_here = isinstance(executor, Executor)
-        self._loop: ControlLoop | None = None
+        self._loop: LoopHandle | None = None
         #: node name -> in the cluster, after the node changes posted so far this turn
         self._batch: dict[str, bool] = {}
 
     @property
-    def loop(self) -> ControlLoop:
+    def loop(self) -> LoopHandle:
         assert self._loop is not None, "bind() first"
         return self._loop
 
@@ -109,7 +106,7 @@ class ProcessRunner:
     def devices(self) -> Mapping[str, Device]:
         return self.launcher.devices
 
-    def bind(self, loop: ControlLoop) -> None:
+    def bind(self, loop: LoopHandle) -> None:
         self._loop = loop
         if self._watcher is not None:
             self._watcher.sink = loop.device_events

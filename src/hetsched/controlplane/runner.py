@@ -15,9 +15,10 @@ starts) and what a runner posts through :meth:`ControlLoop.post` from its own th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from hetsched.agent.checkpoints import Report
 from hetsched.agent.executor import TaskExit
@@ -32,11 +33,9 @@ from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 from hetsched.model.job import Job
 from hetsched.scheduler import Event, JobSubmitted
+from hetsched.scheduler.view import SchedulerView
 
-if TYPE_CHECKING:
-    from hetsched.controlplane.loop import ControlLoop
-
-__all__ = ["Before", "Runner"]
+__all__ = ["Before", "LoopHandle", "Runner"]
 
 
 @dataclass(slots=True)
@@ -47,6 +46,30 @@ class Before:
     events: list[Event] = field(default_factory=list)
     exits: list[TaskExit] = field(default_factory=list)
     reports: list[tuple[TaskKey, Report]] = field(default_factory=list)
+
+
+class LoopHandle(Protocol):
+    """What a runner may use of the loop it serves (``ControlLoop``)."""
+
+    store: Store
+    lock: threading.Lock
+    #: replaced when the core is rebuilt: read it afresh each time
+    planner: TurnPlanner
+
+    @property
+    def view(self) -> SchedulerView: ...
+
+    def post(self, kind: str, payload: Any) -> None:
+        """Something for the next turn, from any thread (read by :meth:`Runner.message`)."""
+
+    def later(self, events: Iterable[Event] = (), exits: Iterable[TaskExit] = ()) -> None:
+        """Events and exits for the next turn, from the loop's thread."""
+
+    def wake(self) -> None:
+        """Run a turn soon, from any thread."""
+
+    def device_events(self, events: list[Event]) -> None:
+        """Node and device changes from a watcher, from its thread."""
 
 
 class Runner(Protocol):
@@ -73,7 +96,7 @@ class Runner(Protocol):
     @property
     def devices(self) -> Mapping[str, Device]: ...
 
-    def bind(self, loop: ControlLoop) -> None:
+    def bind(self, loop: LoopHandle) -> None:
         """The loop this runner serves (before it starts): the runner posts to it, reads its
         planner and lock, and hands it events for the next turn."""
 

@@ -20,11 +20,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hetsched.agent.executor import TaskExit
 from hetsched.cluster.state import ClusterState
-from hetsched.controlplane import Before, Store, SubmitSpec, TurnPlan, TurnPlanner, from_stored
+from hetsched.controlplane import (
+    Before,
+    LoopHandle,
+    Store,
+    SubmitSpec,
+    TurnPlan,
+    TurnPlanner,
+    from_stored,
+)
 from hetsched.controlplane import node_view as core_node_view
 from hetsched.drivers import Stop
 from hetsched.federation.advice import explained, questions
@@ -68,9 +76,6 @@ from hetsched.scheduler import (
     NodeRemoved,
     Pending,
 )
-
-if TYPE_CHECKING:
-    from hetsched.controlplane import ControlLoop
 
 __all__ = ["MemberRunner"]
 
@@ -120,14 +125,14 @@ class MemberRunner:
         self._asked_at = 0.0
         #: members answered something new: waiting jobs' explanations are written again
         self._reexplain = False
-        self._loop: ControlLoop | None = None
+        self._loop: LoopHandle | None = None
 
     @property
-    def loop(self) -> ControlLoop:
+    def loop(self) -> LoopHandle:
         assert self._loop is not None, "bind() first"
         return self._loop
 
-    def bind(self, loop: ControlLoop) -> None:
+    def bind(self, loop: LoopHandle) -> None:
         self._loop = loop
 
     def told(self, message: Message) -> None:
