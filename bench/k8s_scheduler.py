@@ -15,13 +15,18 @@ runs. Measured:
   machine wall time measures the other load too.
 
 The double (tests/k8s/apiserver.py) runs in this process on 127.0.0.1; the scheduler is the
-real command in a subprocess, talking to it through the official client over HTTP. Each
-``--workers`` value is one run, side by side: 0 binds on the scheduling loop, one pod after
-the other; N binds on N threads off the loop (kube-scheduler's asynchronous binding cycle).
+real command in a subprocess, talking to it through the official client over HTTP. Every
+write the double takes waits ``--latency-ms`` first (a real API server's etcd commit: 1-5 ms
+is usual), each value of the comma-separated list one run. Each ``--workers`` value is one
+run, side by side: 0 binds on the scheduling loop, one pod after the other; N binds on N
+threads off the loop (kube-scheduler's asynchronous binding cycle). ``--qps`` and
+``--burst`` are the scheduler's ``--kube-api-qps`` / ``--kube-api-burst`` (0: no limit).
 ``--profile-double`` profiles the double's request threads (the top functions by their own
 time), to check that it is not the bottleneck.
 
     .venv/bin/python bench/k8s_scheduler.py --repeats 3           # 5,000 nodes, 10,000 pods
+    .venv/bin/python bench/k8s_scheduler.py --latency-ms 0,1,2,5,10 --workers 0,16
+    .venv/bin/python bench/k8s_scheduler.py --latency-ms 2 --workers 16 --qps 50 --burst 100
     .venv/bin/python bench/k8s_scheduler.py --workers 0,16 --nodes 500 --pods 2000
 """
 
@@ -141,11 +146,14 @@ class _Profiler:
         return out.getvalue()
 
 
-def run_once(args: argparse.Namespace, workers: int, progress: Progress) -> dict[str, Any]:
+def run_once(
+    args: argparse.Namespace, workers: int, latency_ms: float, progress: Progress
+) -> dict[str, Any]:
     profiler = _Profiler() if args.profile_double else None
     if profiler is not None:
         profiler.start()
     server = ApiServer().start()
+    server.write_latency_s = latency_ms / 1000
     folder = Path(tempfile.mkdtemp(prefix="hs-bench-k8s-"))
     process: subprocess.Popen[bytes] | None = None
     try:
@@ -159,6 +167,10 @@ def run_once(args: argparse.Namespace, workers: int, progress: Progress) -> dict
             "--no-leader-elect",
             "--bind-workers",
             str(workers),
+            "--kube-api-qps",
+            str(args.qps),
+            "--kube-api-burst",
+            str(args.burst),
         ]
         log = (folder / "scheduler.log").open("wb")
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -166,7 +178,7 @@ def run_once(args: argparse.Namespace, workers: int, progress: Progress) -> dict
         if not wait_bound(server, {("default", "probe")}, args.timeout):
             raise RuntimeError(f"the scheduler did not start: see {folder / 'scheduler.log'}")
         cpu_before = psutil.Process(process.pid).cpu_times()
-        task = progress.add_task(f"workers={workers}", total=args.pods)
+        task = progress.add_task(f"workers={workers} latency={latency_ms} ms", total=args.pods)
         created: dict[tuple[str, str], float] = {}
         for i in range(args.pods):
             name = f"pod-{i}"
@@ -194,6 +206,7 @@ def run_once(args: argparse.Namespace, workers: int, progress: Progress) -> dict
         nodes_used = len({n for _, _, n, c in server.store.bindings if c == 201})
         result = {
             "workers": workers,
+            "latency_ms": latency_ms,
             "pods": len(bound),
             "seconds": last - first,
             "pods_per_s": len(bound) / (last - first),
@@ -233,23 +246,35 @@ def main() -> None:
     parser.add_argument("--init-pods", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10_000)
     parser.add_argument("--workers", default="0,16", help="comma-separated --bind-workers")
+    parser.add_argument(
+        "--latency-ms", default="2", help="comma-separated: each write's latency in the double"
+    )
+    parser.add_argument("--qps", type=float, default=0.0, help="--kube-api-qps (0: no limit)")
+    parser.add_argument("--burst", type=int, default=100, help="--kube-api-burst")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each, interleaved")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument("--profile-double", action="store_true")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = parser.parse_args()
     console = Console(stderr=True)
-    runs: dict[int, list[dict[str, Any]]] = {}
+    runs: dict[tuple[float, int], list[dict[str, Any]]] = {}
+    load_before = os.getloadavg()
     with Progress(console=console, transient=True) as progress:
         for _ in range(args.repeats):
-            for workers in [int(w) for w in args.workers.split(",")]:
-                runs.setdefault(workers, []).append(run_once(args, workers, progress))
+            for latency in [float(x) for x in args.latency_ms.split(",")]:
+                for workers in [int(w) for w in args.workers.split(",")]:
+                    runs.setdefault((latency, workers), []).append(
+                        run_once(args, workers, latency, progress)
+                    )
     results = [_median(rs) for rs in runs.values()]
     load = os.getloadavg()
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "cpus": os.cpu_count(),
+        "load_before": [round(x, 2) for x in load_before],
         "load": [round(x, 2) for x in load],
+        "qps": args.qps,
+        "burst": args.burst,
         "nodes": args.nodes,
         "init_pods": args.init_pods,
         "pods": args.pods,
@@ -258,14 +283,28 @@ def main() -> None:
         print(json.dumps({"meta": meta, "results": results}, indent=2))
         return
     table = Table(title=f"hetsched k8s scheduler, {args.nodes} nodes, {args.pods} pods")
-    columns = ("bind workers", "pods/s", "runs", "median 1 s sample", "p50", "p99", "CPU s/1000")
+    columns = (
+        "write latency",
+        "bind workers",
+        "pods/s",
+        "runs",
+        "vs on the loop",
+        "median 1 s sample",
+        "p50",
+        "p99",
+        "CPU s/1000",
+    )
     for column in columns:
         table.add_column(column, justify="right")
+    on_loop = {r["latency_ms"]: r["pods_per_s"] for r in results if r["workers"] == 0}
     for r in results:
+        base = on_loop.get(r["latency_ms"])
         table.add_row(
+            f"{r['latency_ms']:g} ms",
             str(r["workers"]),
             f"{r['pods_per_s']:.0f}",
             " ".join(str(x) for x in r["all_pods_per_s"]),
+            f"{r['pods_per_s'] / base:.2f}x" if base else "",
             f"{r['median_per_s_sample']:.0f}",
             f"{r['p50_s']:.2f} s",
             f"{r['p99_s']:.2f} s",

@@ -10,8 +10,9 @@ jobs fit. Then:
    number of tasks placed divided by it;
 2. the phases in process, each as wall and CPU time: reading both YAML files with PyYAML's
    pure-Python loader, with its C loader (libyaml) and with hetsched's loader
-   (``hetsched.model.yamlio``: the C loader, a fast path for plain nodes, the garbage
-   collector paused) side by side; validation with the collector on and paused; the whole
+   (``hetsched.model.yamlio``: libyaml's events built straight into plain mappings and
+   lists, the garbage collector paused) side by side; validation by the spec models
+   (``parse_cluster``, ``parse_jobs``) with the collector on and paused; the whole
    ``place_jobs`` (read, validate, schedule); JSON output with ``json.dumps`` and with
    hetsched's encoder (``hetsched.cli.json_text``, the same text).
 

@@ -22,11 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import gpu_node
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster.state import ClusterState
 from hetsched.controlplane import ControlLoop, ProcessRunner
 from hetsched.controlplane.schemas import SubmitSpec
-from hetsched.drivers import Start, Stop
+from hetsched.drivers import Exit, Start, Stop
 from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.model.device import Node
 from hetsched.model.job import Job
@@ -143,7 +142,7 @@ class MemoryStore:
         self.plans: list[Any] = []
 
     def record_turn(
-        self, exits: Sequence[TaskExit], plan: Any, starts_die_with_host: bool = False
+        self, exits: Sequence[Exit], plan: Any, starts_die_with_host: bool = False
     ) -> None:
         self.plans.append((list(exits), plan))
 
@@ -163,7 +162,7 @@ class FakeLauncher:
     guard: Any = None
     checkpoints: Any = None  # no checkpoint protocol: no reports, no notices
     devices: dict[str, Any] = field(default_factory=dict)
-    _due: list[tuple[float, int, TaskExit]] = field(default_factory=list)
+    _due: list[tuple[float, int, Exit]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _killed: set[tuple[str, int, int]] = field(default_factory=set)
     now: float = 0.0
@@ -177,22 +176,22 @@ class FakeLauncher:
     def device_event(self, event: Event) -> Event:
         return event
 
-    def launch(self, starts: Sequence[Start]) -> tuple[list[Any], list[TaskExit]]:
+    def launch(self, starts: Sequence[Start]) -> tuple[list[Any], list[Exit]]:
         for start in starts:
             key = start.key
-            done = TaskExit(key.job, key.task, key.run, 0, False, "")
+            done = Exit.of(key.job, key.task, key.run, 0, False, "")
             self._push(self.now + self.durations[key.job], done)
         return [], []
 
-    def signal(self, stops: Sequence[Stop], now: float) -> list[TaskExit]:
+    def signal(self, stops: Sequence[Stop], now: float) -> list[Exit]:
         for stop in stops:
             key = stop.key
             self._killed.add((key.job, key.task, key.run))
-            self._push(now + stop.grace_s, TaskExit(key.job, key.task, key.run, None, True, ""))
+            self._push(now + stop.grace_s, Exit.of(key.job, key.task, key.run, None, True, ""))
         return []
 
-    def poll(self, now: float) -> list[TaskExit]:
-        out: list[TaskExit] = []
+    def poll(self, now: float) -> list[Exit]:
+        out: list[Exit] = []
         while self._due and self._due[0][0] <= now:
             _, _, exit_ = heapq.heappop(self._due)
             key = (exit_.job_id, exit_.task, exit_.run)
@@ -207,7 +206,7 @@ class FakeLauncher:
     def next_due(self) -> float | None:
         return self._due[0][0] if self._due else None
 
-    def _push(self, at: float, exit_: TaskExit) -> None:
+    def _push(self, at: float, exit_: Exit) -> None:
         heapq.heappush(self._due, (at, next(self._seq), exit_))
 
 

@@ -19,9 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import gpu_node
-from hetsched.agent.executor import TaskExit
 from hetsched.controlplane.schemas import SubmitSpec
-from hetsched.drivers import Start, Stop
+from hetsched.drivers import Exit, Start, Stop
 from hetsched.framework.profile import parse_profile
 from hetsched.scheduler import Action, Bind, Migrate, Preempt, Scheduler
 from hetsched.sim.engine import EngineConfig, Simulator
@@ -58,20 +57,20 @@ class WorkLauncher(FakeLauncher):
     left: dict[str, float] = field(default_factory=dict)
     running: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
 
-    def launch(self, starts: Sequence[Start]) -> tuple[list[Any], list[TaskExit]]:
+    def launch(self, starts: Sequence[Start]) -> tuple[list[Any], list[Exit]]:
         for start in starts:
             key = start.key
             model = self.devices_model(start)
             rate = self.rates[key.job][model]
             self.running[(key.job, key.run)] = (self.now, rate)
-            done = TaskExit(key.job, key.task, key.run, 0, False, "")
+            done = Exit.of(key.job, key.task, key.run, 0, False, "")
             self._push(self.now + self.left[key.job] / rate, done)
         return [], []
 
     def devices_model(self, start: Start) -> str:
         return "A100" if start.placement.node == "a" else "V100"
 
-    def signal(self, stops: Sequence[Stop], now: float) -> list[TaskExit]:
+    def signal(self, stops: Sequence[Stop], now: float) -> list[Exit]:
         for stop in stops:
             run = self.running.pop((stop.key.job, stop.key.run), None)
             if run is not None:

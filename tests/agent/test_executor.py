@@ -7,16 +7,19 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from hetsched.agent.executor import Executor, TaskExit, device_env, local_indices
+from hetsched.agent.executor import Executor, device_env, local_indices
 from hetsched.cluster.placement import Placement
+from hetsched.drivers import Exit, Launch, Start, Stop
+from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
 
-def _wait_exit(executor: Executor, timeout: float = 10) -> TaskExit:
+def _wait_exit(executor: Executor, timeout: float = 10) -> Exit:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         exits = executor.poll()
@@ -51,19 +54,25 @@ def _name(process: psutil.Process) -> str:
         return ""
 
 
-def _start(executor: Executor, command: list[str], **kwargs: object) -> int:
-    handle = executor.start(
-        "job1",
-        0,
-        1,
-        Placement("n", 1000, 100),
-        [],
-        command,
-        kwargs.pop("env", {}),  # type: ignore[arg-type]
-        None,
-        kwargs.pop("max_runtime_s", None),  # type: ignore[arg-type]
-    )
-    return handle.pid
+def _start(
+    executor: Executor,
+    command: list[str],
+    job_id: str = "job1",
+    devices: tuple[tuple[Device, int, int], ...] = (),
+    **kwargs: Any,
+) -> int:
+    """Start one task through the executor protocol; its pid."""
+    key = TaskKey(job_id, 0, 1)
+    launch = Launch(tuple(command), kwargs.pop("env", {}), devices=devices, **kwargs)
+    executor.start([Start(key, Placement("n", 1000, 100), launch=launch)], time.time())
+    return executor.handles[str(key)].pid
+
+
+def _stop(executor: Executor, grace_s: float | None = None, key: str = "job1/0#1") -> None:
+    """Stop one task through the executor protocol (``grace_s`` None: the executor's)."""
+    grace = executor.kill_grace_s if grace_s is None else grace_s
+    stop = Stop(TaskKey.parse(key), Placement("n", 1000, 100), 0.0, grace, "stopped")
+    executor.stop([stop], time.time())
 
 
 @pytest.fixture
@@ -113,14 +122,14 @@ def test_a_missing_program_is_a_failed_task_not_a_crash(executor: Executor) -> N
 def test_each_task_is_its_own_process_group(executor: Executor) -> None:
     pid = _start(executor, ["sleep", "30"])
     assert os.getpgid(pid) == pid and os.getsid(pid) == pid
-    executor.stop("job1/0#1")
+    _stop(executor)
     assert _wait_exit(executor).stopped
 
 
 def test_stop_reaches_grandchildren_and_escalates_to_sigkill(executor: Executor) -> None:
     pid = _start(executor, ["sh", "-c", "trap '' TERM; (trap '' TERM; sleep 60) & sleep 60"])
     family = _descendants(pid, 2)
-    executor.stop("job1/0#1", grace_s=0.3)
+    _stop(executor, grace_s=0.3)
     done = _wait_exit(executor)
     assert done.stopped and done.exit_code == -9
     _gone, alive = psutil.wait_procs(family, timeout=5)
@@ -131,7 +140,7 @@ def test_a_graceful_task_keeps_its_exit_status_when_stopped(executor: Executor) 
     pid = _start(executor, ["sh", "-c", "trap 'echo bye; exit 0' TERM; sleep 30 & wait"])
     # its sleep runs: the trap is set (a fixed pause may end before, on a busy machine)
     _descendants(pid, 1, "sleep")
-    executor.stop("job1/0#1", grace_s=5)
+    _stop(executor, grace_s=5)
     done = _wait_exit(executor)
     assert done.stopped and done.exit_code == 0
 
@@ -160,9 +169,7 @@ def test_sweep_kills_processes_no_task_accounts_for(executor: Executor) -> None:
     keep = _start(executor, ["sleep", "30"])
     keep_popen = executor.handles.pop("job1/0#1").popen
     assert keep_popen is not None
-    stray = executor.start(
-        "job2", 0, 1, Placement("n", 1, 1), [], ["sleep", "30"], {}, None, None
-    ).pid
+    stray = _start(executor, ["sleep", "30"], "job2")
     killed = executor.sweep(["job1/0#1"])
     assert stray in killed and keep not in killed
     assert psutil.Process(keep).is_running()
@@ -178,17 +185,8 @@ def test_the_job_sees_its_devices_and_not_the_service_secrets(
 ) -> None:
     monkeypatch.setenv("HETSCHED_TOKEN", "secret")
     gpu = Device("n/gpu1", "gpu", "nvidia", "A100")
-    executor.start(
-        "job1",
-        0,
-        1,
-        Placement("n", 1, 1),
-        [(gpu, 500, 1)],
-        ["sh", "-c", 'echo "[$HETSCHED_TOKEN] $CUDA_VISIBLE_DEVICES $HETSCHED_DEVICES"'],
-        {"MINE": "1"},
-        None,
-        None,
-    )
+    command = ["sh", "-c", 'echo "[$HETSCHED_TOKEN] $CUDA_VISIBLE_DEVICES $HETSCHED_DEVICES"']
+    _start(executor, command, devices=((gpu, 500, 1),), env={"MINE": "1"})
     _wait_exit(executor)
     line = executor.log_path("job1", 0, "stdout").read_text().splitlines()[-1]
     assert line.startswith("[] 1 ")
@@ -233,11 +231,28 @@ def test_a_fenced_task_not_started_is_told_from_one_that_exits_125(
     lease.write_text(f"{int(time.time()) + expiry_offset}\n{{}}\n")
     workdir = tmp_path / "work"
     workdir.mkdir()
-    executor.start(
-        "job1", 0, 1, Placement("n", 1000, 100), [], command, {}, str(workdir), None, fence=lease
-    )
+    _start(executor, command, workdir=str(workdir), fence=lease)
     done = _wait_exit(executor)
     assert (done.exit_code, done.not_started) == expected[:2]
     assert done.reason.startswith(expected[2])
     assert (workdir / "ran").exists() is not done.not_started
     assert executor.recorded_exit("job1", 0, 1) == expected[0]
+
+
+def test_a_task_that_cannot_start_and_a_stop_of_none_are_reported_by_the_next_poll(
+    executor: Executor, tmp_path: Path
+) -> None:
+    # the protocol's start and stop return at once; what they cannot do comes back as exits
+    key = TaskKey("job1", 0, 1)
+    bad = Launch(("true",), {}, workdir=str(tmp_path / "no such directory"))
+    executor.start([Start(key, Placement("n", 1000, 100), launch=bad)], time.time())
+    executor.start([Start(TaskKey("job2", 0, 1), Placement("n", 1000, 100))], time.time())
+    _stop(executor, key="job3/0#1")
+    assert executor.handles == {} and executor.next_due() is not None
+    exits = {(e.job_id, e.succeeded, e.stopped, e.reason.split(":")[0]) for e in executor.poll()}
+    assert exits == {
+        ("job1", False, False, "cannot start"),
+        ("job2", False, False, "cannot start"),
+        ("job3", False, True, "stopped before it ran"),
+    }
+    assert executor.poll() == [] and executor.next_due() is None

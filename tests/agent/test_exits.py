@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from hetsched.agent import exits
-from hetsched.agent.executor import Executor, TaskExit
+from hetsched.agent.executor import Executor
 from hetsched.agent.exits import ExitWatcher
 from hetsched.cluster.placement import Placement
+from hetsched.drivers import Exit, Launch, Start, Stop
+from hetsched.keys import TaskKey
 
 pytestmark = pytest.mark.skipif(
     not exits.pidfds_supported(),
@@ -91,14 +93,14 @@ def test_the_executor_wakes_its_driver_and_names_its_next_due(tmp_path: Path) ->
     executor = Executor(tmp_path, f"test-{os.getpid()}-{time.monotonic_ns()}", kill_grace_s=30)
     executor.on_exit = ended.set
     assert executor.exits_reported and executor.next_due() is None
-    handle = executor.start(
-        "j", 0, 1, Placement("n", 1, 1), [], ["sleep", "30"], {}, None, max_runtime_s=100
-    )
+    launch = Launch(("sleep", "30"), {}, max_runtime_s=100)
+    executor.start([Start(TaskKey("j", 0, 1), Placement("n", 1, 1), launch=launch)], 0.0)
+    handle = executor.handles["j/0#1"]
     try:
         assert handle.deadline is not None and executor.next_due() == handle.deadline
-        executor.stop(handle.key, grace_s=5.0, now=1000.0)
+        executor.stop([Stop(TaskKey("j", 0, 1), Placement("n", 1, 1), 0.0, 5.0, "test")], 1000.0)
         assert executor.next_due() == 1005.0  # its SIGKILL; the runtime no longer matters
-        executor.kill_now(handle.pid)
+        executor.kill_pid(handle.pid)
         assert _ended(ended)
         (done,) = _poll_until_exit(executor)
         assert done.stopped
@@ -106,7 +108,7 @@ def test_the_executor_wakes_its_driver_and_names_its_next_due(tmp_path: Path) ->
         executor.shutdown()
 
 
-def _poll_until_exit(executor: Executor) -> list[TaskExit]:
+def _poll_until_exit(executor: Executor) -> list[Exit]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         found = executor.poll()

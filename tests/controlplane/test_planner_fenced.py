@@ -4,17 +4,18 @@ core's StartFailed), it does not fail the job, and it starts again once backed o
 from __future__ import annotations
 
 from builders import gpu_node, job
-from hetsched.agent.executor import FENCED_EXIT, TaskExit
+from hetsched.agent.executor import FENCED_EXIT
 from hetsched.cluster import ClusterState
 from hetsched.controlplane.planner import TurnPlanner
+from hetsched.drivers import Exit
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import JobSubmitted, Scheduler
 
 
-def _exit(run: int, task: int, not_started: bool = False, stopped: bool = False) -> TaskExit:
+def _exit(run: int, task: int, not_started: bool = False, stopped: bool = False) -> Exit:
     reason = "not started: its federation's lease had expired" if not_started else "stopped"
     code = FENCED_EXIT if not_started else None
-    return TaskExit("j", task, run, code, stopped, reason, not_started)
+    return Exit.of("j", task, run, code, stopped, reason, not_started)
 
 
 def test_a_run_its_lease_kept_from_starting_is_requeued_not_failed() -> None:
@@ -37,5 +38,5 @@ def test_a_run_its_lease_kept_from_starting_is_requeued_not_failed() -> None:
 def test_an_ordinary_exit_125_still_fails_the_task() -> None:
     planner = TurnPlanner(Scheduler(ClusterState([gpu_node("g", gpus=1)])), kill_grace_s=1.0)
     planner.plan([JobSubmitted(job("j", gpus=1))], [], 0.0)
-    plan = planner.plan([], [TaskExit("j", 0, 1, FENCED_EXIT, False, "exit code 125")], 1.0)
+    plan = planner.plan([], [Exit.of("j", 0, 1, FENCED_EXIT, False, "exit code 125")], 1.0)
     assert [t.target for t in plan.transitions] == [JobState.FAILED]

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import gpu_node, job
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster import ClusterState
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
+from hetsched.drivers import Exit
 from hetsched.framework.profile import parse_profile
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import Checkpointing
@@ -36,8 +36,8 @@ def _moving() -> tuple[TurnPlanner, TurnPlan]:
     return planner, plan
 
 
-def _stopped(run: int = 1) -> TaskExit:
-    return TaskExit("a", 0, run, None, True, "stopped")
+def _stopped(run: int = 1) -> Exit:
+    return Exit.of("a", 0, run, None, True, "stopped")
 
 
 def test_a_move_reserves_its_destination_and_the_arrival_takes_it_up() -> None:
@@ -105,7 +105,7 @@ def test_what_the_turns_record_holds_what_the_core_holds_after_every_turn(
     for kind, arg in [*opening, *steps]:
         now += 10.0
         events: list[Event] = []
-        exits: list[TaskExit] = []
+        exits: list[Exit] = []
         if kind == "submit":
             jobs.append(f"j{len(jobs)}")
             events.append(JobSubmitted(job(jobs[-1], **shapes[arg])))
@@ -114,7 +114,7 @@ def test_what_the_turns_record_holds_what_the_core_holds_after_every_turn(
         elif kind == "exit" and (live := sorted(planner.live())):
             key = live[arg % len(live)]
             stopping = key not in planner.running()
-            exits.append(TaskExit(key.job, key.task, key.run, 0, stopping, "ended"))
+            exits.append(Exit.of(key.job, key.task, key.run, 0, stopping, "ended"))
         plan = planner.plan(events, exits, now)
         moves += len(plan.migrated)
         held -= {TaskKey(e.job_id, e.task, e.run) for e in exits}

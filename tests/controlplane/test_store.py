@@ -14,13 +14,12 @@ from alembic.migration import MigrationContext
 from sqlalchemy import bindparam, text
 from sqlalchemy.exc import IntegrityError
 
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.controlplane.launcher import Launched
 from hetsched.controlplane.planner import TurnPlan
 from hetsched.controlplane.storage.store import Conflict, NewJob, Store
 from hetsched.controlplane.storage.tables import allocations, jobs, metadata
-from hetsched.drivers import Start, Stop
+from hetsched.drivers import Exit, Start, Stop
 from hetsched.keys import TaskKey
 
 
@@ -269,7 +268,7 @@ def test_a_turn_with_several_starts_stops_launches_and_exits_is_recorded(store: 
     stops = [Stop(k, p, 0.0, 5.0, "preempted") for k, p in zip(keys, places, strict=True)]
     store.record_turn([], TurnPlan(12.0, stops=stops))
     assert len(store.tasks_in(["stopping"])) == 2
-    exits = [TaskExit(k.job, k.task, k.run, 0, True, "stopped") for k in keys]
+    exits = [Exit.of(k.job, k.task, k.run, 0, True, "stopped") for k in keys]
     store.record_turn(exits, TurnPlan(13.0))
     assert len(store.tasks_in(["stopped"])) == 2
     assert store.live_allocations() == []

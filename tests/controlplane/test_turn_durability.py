@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, text
 
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster.placement import Placement
 from hetsched.controlplane.launcher import Launched
 from hetsched.controlplane.planner import TurnPlan
 from hetsched.controlplane.storage.store import Store
-from hetsched.drivers import Start, Stop
+from hetsched.drivers import Exit, Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import Change, JobTransition, TaskCheckpointed
@@ -89,7 +88,7 @@ def _running(job_id: str) -> JobTransition:
     )
 
 
-def _plans() -> dict[str, tuple[list[TaskExit], TurnPlan]]:
+def _plans() -> dict[str, tuple[list[Exit], TurnPlan]]:
     def plan(**fields: object) -> TurnPlan:
         return TurnPlan(1.0, **fields)  # type: ignore[arg-type]
 
@@ -97,7 +96,7 @@ def _plans() -> dict[str, tuple[list[TaskExit], TurnPlan]]:
     ended = JobTransition(
         "b", 1.0, JobState.PENDING, JobState.CANCELLED, Change.CANCELLED, "cancelled", 0, 0, 0.5
     )
-    exit_ = TaskExit("b", 0, 1, 0, False, "exited")
+    exit_ = Exit.of("b", 0, 1, 0, False, "exited")
     return {
         "start only": ([], plan(starts=[start], transitions=[_running("a")])),
         "explanations only": ([], plan(explanations={"b": None})),

@@ -31,6 +31,10 @@ Every answer goes out in one write on a socket with TCP_NODELAY, as kube-apiserv
 ``connections`` counts the TCP connections accepted and ``writes`` the writes per
 non-watch answer, so tests can check connection reuse and single writes.
 
+``write_latency_s`` (0 by default) delays every write (POST, PUT, PATCH, DELETE) by that
+long before it is applied, on the request's own thread, as a real API server's etcd commit
+does: requests on other connections go on meanwhile.
+
 Not served: authentication, admission, defaulting beyond what is listed, other kinds.
 Tests also act on the store directly (``set_phase``, ``compact``, ``create_pod_claims``)
 where a kubelet, etcd compaction or kube-controller-manager would act in a real cluster.
@@ -341,7 +345,12 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             return
 
+    def _write_latency(self) -> None:
+        if self.server.write_latency_s > 0:
+            time.sleep(self.server.write_latency_s)
+
     def do_POST(self) -> None:
+        self._write_latency()
         resource, namespace, name, sub, _ = self._route()
         body = self._body()
         if not resource or (name is not None and (resource, sub) != ("pods", "binding")):
@@ -431,6 +440,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, answer)
 
     def do_PATCH(self) -> None:
+        self._write_latency()
         resource, namespace, name, sub, _ = self._route()
         patch = self._body()
         if not resource or name is None:
@@ -440,6 +450,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._update(resource, namespace or "", name, sub, patch=(content, patch))
 
     def do_PUT(self) -> None:
+        self._write_latency()
         resource, namespace, name, sub, _ = self._route()
         body = self._body()
         if not resource or name is None:
@@ -521,6 +532,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, stored)
 
     def do_DELETE(self) -> None:
+        self._write_latency()
         resource, namespace, name, _, _ = self._route()
         self._body()  # DeleteOptions: read it, so the kept-alive connection stays in step
         if not resource or name is None:
@@ -548,6 +560,8 @@ class ApiServer(ThreadingHTTPServer):
         #: writes per non-watch answer -> how many answers took that many
         self.writes: Counter[int] = Counter()
         self.counts_lock = threading.Lock()
+        #: seconds every write waits before it is applied (see the module doc)
+        self.write_latency_s = 0.0
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
     @property

@@ -39,13 +39,26 @@ class Prepared:
     cdi_ids: tuple[str, ...]
 
 
+#: the timeout the kubelet keeps for a device whose list sets none (its DefaultHealthTimeout)
+DEFAULT_HEALTH_TIMEOUT_S = 30
+
+
 @dataclass(frozen=True)
 class DeviceHealth:
     pool: str
     device: str
     health: str
     message: str
+    #: ``last_updated_time``: when the driver determined this health (Unix seconds)
     since: int
+    #: ``health_check_timeout_seconds`` (0: the kubelet's default)
+    timeout: int = 0
+
+    def seen_at(self, now: float) -> str:
+        """The health the kubelet reports at ``now``: Unknown once the device's timeout
+        passed since ``last_updated_time``, as its health cache does."""
+        timeout = self.timeout if self.timeout > 0 else DEFAULT_HEALTH_TIMEOUT_S
+        return "UNKNOWN" if now - self.since > timeout else self.health
 
 
 @dataclass
@@ -155,6 +168,7 @@ class DraKubelet:
                         status.values_by_number[d.health].name,
                         d.message,
                         d.last_updated_time,
+                        d.health_check_timeout_seconds,
                     )
                     for d in answer.devices
                 ]

@@ -2,16 +2,18 @@
 
 The kubelet's own ``api.proto`` files (deviceplugin, dra, dra-health, pluginregistration;
 unmodified copies from the kubernetes/kubelet repository) live beside the project, in
-``ROOT.parent/"shared"/"reference"/"k8s-api"``. They are compiled here with grpcio-tools
-into a descriptor pool of their own, not the default one, so that their messages never mix
-with hetsched's (some full names are the same, as they must be on the wire); messages are
-built from that pool and RPCs are called or served by their method paths. A test that
-needs them skips, with the reason, when the folder or grpcio-tools is absent.
+``ROOT.parent/"shared"/"reference"/"k8s-api"`` (or the folder ``$HETSCHED_K8S_API`` names).
+They are compiled here with grpcio-tools into a descriptor pool of their own, not the
+default one, so that their messages never mix with hetsched's (some full names are the same,
+as they must be on the wire); messages are built from that pool and RPCs are called or
+served by their method paths. A test that needs them skips, with the reason, when the folder
+or grpcio-tools is absent.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +25,10 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 ROOT = Path(__file__).resolve().parents[2]
-OFFICIAL = ROOT.parent / "shared" / "reference" / "k8s-api"
+#: where the protos are; $HETSCHED_K8S_API names another folder (a checkout elsewhere)
+OFFICIAL = Path(
+    os.environ.get("HETSCHED_K8S_API") or ROOT.parent / "shared" / "reference" / "k8s-api"
+)
 
 Message = Any
 

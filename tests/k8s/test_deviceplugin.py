@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hetsched.k8s.names import ASSIGN_PHASE, DEFAULT_SLOT_SHARE
+from hetsched.k8s.names import ASSIGN_PHASE
 from k8s.dprig import FOUR_GPUS, GPU, NODE, SHARED, Rig, assignment, make_rig, write_devices
 from k8s.kubelet import WAIT_S, Listed
 from k8s.official import api
@@ -153,9 +153,9 @@ def test_allocate_shared_slots_from_the_pods_annotations(rig: Rig) -> None:
     assert rig.api.annotations_of("b")[ASSIGN_PHASE] == "allocated"
     assert second.devices[0].host_path == "/dev/nvidia1"
 
-    # a slot nobody scheduled: the default share of a slot, as the scheduler counts it
+    # a slot nobody scheduled: its part of the device (the rig has 4 slots per GPU)
     third = rig.kubelet.allocate(SHARED, ["gpu2::3"])
-    assert third.envs["HETSCHED_DEVICE_SHARE"] == str(DEFAULT_SLOT_SHARE)
+    assert third.envs["HETSCHED_DEVICE_SHARE"] == "250"
     assert third.envs["CUDA_VISIBLE_DEVICES"] == "2"
     assert rig.api.events == []  # no assignment was waiting: nothing to say
 

@@ -17,7 +17,7 @@ import pytest
 
 from hetsched.agent.watcher import DeviceWatcher
 from hetsched.k8s.deviceplugin.plugin import DevicePlugin, PluginSettings
-from hetsched.k8s.names import ASSIGN_PHASE, DEFAULT_SLOT_SHARE
+from hetsched.k8s.names import ASSIGN_PHASE
 from k8s.dprig import FOUR_GPUS, GPU, NODE, SHARED, Rig, assignment, make_rig
 
 FPGA = "hetsched.io/fpga"
@@ -81,7 +81,7 @@ def test_an_assignment_written_for_another_pod_is_not_honoured(rig: Rig) -> None
     copied = assignment("original", [("n1/gpu1", 300, SHARED)])
     rig.api.add_pod("copy", NODE, {SHARED: 1}, copied)
     answer = rig.kubelet.allocate(SHARED, ["gpu1::0"])
-    assert answer.envs["HETSCHED_DEVICE_SHARE"] == str(DEFAULT_SLOT_SHARE)
+    assert answer.envs["HETSCHED_DEVICE_SHARE"] == "250"  # a slot of 4 per GPU
     (event,) = _events(rig)
     assert event["involvedObject"]["name"] == "copy"
     assert "written for n1/uid-default-original, not n1/uid-default-copy" in event["message"]

@@ -10,8 +10,10 @@ allocated here the way a scheduler does it: the claim is created, then its
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,9 @@ from hetsched.agent.watcher import DeviceWatcher
 from hetsched.k8s.api import KubeClusterAPI, for_host
 from hetsched.k8s.dra.api import dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from hetsched.k8s.dra.driver import DraDriver, DriverSettings
+from hetsched.k8s.dra.service import HealthTiming
 from k8s.apiserver import ApiServer, node_json
+from k8s.cdiruntime import CdiRuntime, Container
 from k8s.dprig import write_devices
 from k8s.drakubelet import WAIT_S, DraKubelet, Prepared
 
@@ -50,7 +54,7 @@ class Rig:
     def restart(self) -> None:
         """The driver process ends and a new one starts on the same directories."""
         self.driver.stop()
-        self.driver = start_driver(self.settings, self.devices, self.api)
+        self.driver = start_driver(self.settings, self.devices, self.api, self.driver.clock)
 
     def slices(self) -> list[dict[str, Any]]:
         return self.server.store.items("resourceslices", None)
@@ -99,22 +103,35 @@ def result(device: str, request: str = "gpu", pool: str = NODE) -> dict[str, str
     return {"request": request, "driver": DRIVER, "pool": pool, "device": device}
 
 
-def start_driver(settings: DriverSettings, devices: Path, api: KubeClusterAPI) -> DraDriver:
+def start_driver(
+    settings: DriverSettings,
+    devices: Path,
+    api: KubeClusterAPI,
+    clock: Callable[[], float] = time.time,
+) -> DraDriver:
     watcher = DeviceWatcher.create(NODE, ["fake"], fake_file=devices, interval_s=0.02)
-    driver = DraDriver(settings, watcher, api)
+    driver = DraDriver(settings, watcher, api, clock=clock)
     driver.start()
     return driver
 
 
-@pytest.fixture
-def rig(short_dir: Path) -> Iterator[Rig]:
+@contextlib.contextmanager
+def running_rig(
+    short_dir: Path,
+    devices_text: str = DEVICES,
+    health: HealthTiming | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Iterator[Rig]:
+    """A driver on the fake devices ``devices_text``, registered with the test kubelet;
+    ``health`` and ``clock`` for its health stream."""
     devices = short_dir / "devices.yaml"
-    devices.write_text(DEVICES)
+    devices.write_text(devices_text)
     dev = short_dir / "dev"
     dev.mkdir()
     (dev / "nvidiactl").touch()
     registry = short_dir / "registry"
     registry.mkdir()
+    kubelet = DraKubelet(registry)  # first: skips without the official protos
     server = ApiServer().start()
     api = for_host(server.url)
     api.core.create_node(node_json(NODE))
@@ -126,9 +143,9 @@ def rig(short_dir: Path) -> Iterator[Rig]:
         socket_check_interval_s=0.05,
         slice_resync_s=0.2,
         roots=_roots(short_dir, dev),
+        health=health or HealthTiming(),
     )
-    driver = start_driver(settings, devices, api)
-    kubelet = DraKubelet(registry)
+    driver = start_driver(settings, devices, api, clock)
     rig = Rig(short_dir, devices, server, api, settings, driver, kubelet)
     try:
         kubelet.register_all()
@@ -138,6 +155,12 @@ def rig(short_dir: Path) -> Iterator[Rig]:
         rig.driver.stop()
         api.close()
         server.stop()
+
+
+@pytest.fixture
+def rig(short_dir: Path) -> Iterator[Rig]:
+    with running_rig(short_dir) as made:
+        yield made
 
 
 def _roots(short_dir: Path, dev: Path) -> Any:
@@ -262,6 +285,11 @@ def _spec(rig: Rig, uid: str) -> dict[str, Any]:
     return loaded
 
 
+def _container(rig: Rig, devices: list[Prepared]) -> Container:
+    """The container a runtime creates with these prepared devices' CDI ids."""
+    return CdiRuntime(rig.settings.cdi_dir).inject([i for d in devices for i in d.cdi_ids])
+
+
 def test_prepares_and_unprepares_a_claim_with_its_allocated_devices(rig: Rig) -> None:
     uid = rig.claim("train", [result("gpu1"), result("fpga0", request="fpga")])
     answer = rig.kubelet.prepare(DRIVER, [("default", uid, "train")])
@@ -279,10 +307,13 @@ def test_prepares_and_unprepares_a_claim_with_its_allocated_devices(rig: Rig) ->
     assert spec["kind"] == "k8s.hetsched.io/device"
     assert [d["name"] for d in spec["devices"]] == [f"{uid}-gpu1", f"{uid}-fpga0"]
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia1"}]
-    env = dict(e.split("=", 1) for e in spec["containerEdits"]["env"])
-    assert env["CUDA_VISIBLE_DEVICES"] == "1"
-    assert [d["id"] for d in json.loads(env["HETSCHED_DEVICES"])] == ["n1/gpu1", "n1/fpga0"]
     assert spec["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidiactl"}]
+    # what a container runtime makes of it
+    container = _container(rig, answer[uid][0])
+    assert container.env["CUDA_VISIBLE_DEVICES"] == "1"
+    ids = [d["id"] for d in json.loads(container.env["HETSCHED_DEVICES"])]
+    assert ids == ["n1/gpu1", "n1/fpga0"]
+    assert container.device_nodes == ["/dev/nvidiactl", "/dev/nvidia1"]
     # the kubelet asks again (a retry, or its own restart): the same answer, from the checkpoint
     gets = _gets(rig)
     assert rig.kubelet.prepare(DRIVER, [("default", uid, "train")]) == answer
@@ -310,7 +341,7 @@ def test_a_shared_gpu_gets_the_share_of_its_claim(rig: Rig) -> None:
     uid = rig.claim("infer", [result("gpu0")], allocation={"config": config})
     (devices, error) = rig.kubelet.prepare(DRIVER, [("default", uid, "infer")])[uid]
     assert error == ""
-    env = dict(e.split("=", 1) for e in _spec(rig, uid)["containerEdits"]["env"])
+    env = _container(rig, devices).env
     assert env["HETSCHED_DEVICE_SHARE"] == "300"  # the claim's config over the class's
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
     assert [d.device for d in devices] == ["gpu0"]

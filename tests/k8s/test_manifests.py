@@ -346,3 +346,80 @@ def test_expected_dra_objects_are_deployed() -> None:
         ("ResourceClaimTemplate", "h100-or-two-a100"),
     ]:
         assert expected in kinds
+
+
+# -- Kubernetes versions --------------------------------------------------------------------
+
+#: the versions docs/kubernetes.md claims: the chart and manifests validate on each
+CLAIMED = re.compile(
+    r"validated against the official schemas of Kubernetes (1\.\d+) to (1\.\d+), the DRA "
+    r"driver's objects of (1\.\d+) to (1\.\d+)"
+)
+
+
+def _claimed() -> tuple[list[str], list[str]]:
+    text = " ".join((ROOT / "docs" / "kubernetes.md").read_text().split())
+    found = CLAIMED.search(text)
+    assert found, "docs/kubernetes.md names the Kubernetes versions the chart is validated on"
+    low, high, dra_low, dra_high = (int(v.split(".")[1]) for v in found.groups())
+    return (
+        [f"1.{m}.0" for m in range(low, high + 1)],
+        [f"1.{m}.0" for m in range(dra_low, dra_high + 1)],
+    )
+
+
+ALL_VERSIONS, DRA_VERSIONS = _claimed()
+
+
+@pytest.mark.parametrize("version", ALL_VERSIONS)
+def test_chart_validates_on_every_claimed_version(version: str) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["extender"]["enabled"] = True
+    for doc in chart_documents(values):
+        kubernetes_validate.validate(doc, version, strict=True)
+    for path in MANIFESTS:
+        if "dra" in path.relative_to(DEPLOY).parts:  # DRA's own files: 1.34 on
+            continue
+        for doc in documents(path):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", DRA_VERSIONS)
+def test_chart_with_dra_validates_on_every_claimed_version(version: str) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["draDriver"]["enabled"] = True
+    values["devicePlugin"]["enabled"] = False
+    for doc in chart_documents(values):
+        kubernetes_validate.validate(doc, version, strict=True)
+    for path in MANIFESTS:
+        for doc in documents(path):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_claimed_versions_match_the_chart() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    low = ALL_VERSIONS[0].rsplit(".", 1)[0]
+    assert chart["kubeVersion"] == f">={low}.0-0"
+    assert set(DRA_VERSIONS) <= set(ALL_VERSIONS)
+    shipped = set(kubernetes_validate.utils.all_versions())
+    assert {v.rsplit(".", 1)[0] for v in ALL_VERSIONS} <= {v.rsplit(".", 1)[0] for v in shipped}
+
+
+def test_the_charts_arguments_are_the_commands_options() -> None:
+    import typer.main
+
+    from hetsched.cli.k8s import k8s_app
+
+    group: Any = typer.main.get_command(k8s_app)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["extender"]["enabled"] = values["draDriver"]["enabled"] = True
+    for doc in chart_documents(values):
+        if doc["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            command = container.get("command") or []
+            if command[:2] != ["hetsched", "k8s"]:
+                continue
+            options = {o for p in group.commands[command[2]].params for o in p.opts}
+            for arg in container.get("args") or []:
+                assert arg.split("=", 1)[0] in options, (command[2], arg)

@@ -5,7 +5,8 @@ import pytest
 
 from builders import cpu_node, gpu_node
 from hetsched.cluster import ClusterState, DeviceShare, Placement
-from hetsched.framework import CycleContext
+from hetsched.framework import CycleContext, SchedulerHandle
+from hetsched.framework.profile import parse_profile
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.model.speed import JobSpeed, SpeedTable
 from hetsched.plugins.allocated import MostAllocated, Spread
@@ -14,6 +15,7 @@ from hetsched.plugins.dotprod import DotProd, DotProdArgs
 from hetsched.plugins.firstfit import FirstFit
 from hetsched.plugins.fit import Fit
 from hetsched.plugins.speed import Speed
+from hetsched.scheduler import Bind, JobSubmitted, Scheduler
 
 
 def cluster() -> ClusterState:
@@ -143,3 +145,22 @@ def test_speed_reads_job_types_from_the_handles_table() -> None:
     cpu_ctx = CycleContext(state, job, CPU_TASK)
     cpu_rows = np.flatnonzero(Fit().filter(cpu_ctx, state.active))
     assert (Speed(handle=Handle()).score(cpu_ctx, cpu_rows) == 100.0).all()  # type: ignore[arg-type]
+
+
+def test_speed_reads_the_cores_table_through_the_handle() -> None:
+    """The scheduler is the handle: its driver sets ``speed_table``, the plugin reads it
+    per use, so a table replaced between two ``handle`` calls is the one that decides."""
+    core = Scheduler(_speed_cluster(), parse_profile({"score": [{"name": "speed"}]}))
+    handle: SchedulerHandle = core
+    assert handle.speed_table is None
+    bert = JobSpeed(job_type="bert")
+
+    def placed_on(job_id: str, now: float) -> str:
+        actions = core.handle([JobSubmitted(Job(job_id, GPU_TASK, speed=bert))], now)
+        binds = [a for a in actions if isinstance(a, Bind)]
+        return binds[0].placements[0][1].node
+
+    core.speed_table = SpeedTable.of({"bert": {"A100": 3.0, "V100": 1.0, "T4": 0.5}})
+    assert placed_on("first", 0.0) == "a100"
+    core.speed_table = SpeedTable.of({"bert": {"A100": 1.0, "V100": 1.0, "T4": 4.0}})
+    assert placed_on("second", 1.0) == "t4"

@@ -10,7 +10,7 @@ from pathlib import Path
 from ray_fixtures import check
 
 from hetsched.agent import executor as agent_executor
-from hetsched.ray import executor as ray_executor
+from hetsched.ray import handle as ray_handle
 from hetsched.ray.testing import NamespacedCluster
 
 
@@ -111,7 +111,7 @@ def test_a_hard_link_planted_as_a_task_log_is_replaced_never_written_through(
 
 def test_the_ray_executor_opens_logs_with_the_local_executors_opener() -> None:
     # one opener for both: a guard added to it reaches Ray tasks' logs too
-    assert ray_executor.open_task_log is agent_executor.open_task_log
+    assert ray_handle.open_task_log is agent_executor.open_task_log
 
 
 def test_stop_with_grace_then_kill_reaching_the_whole_group(

@@ -10,13 +10,13 @@ import pytest
 from builders import cpu_node, gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
+from hetsched.cluster.usage import DecayedUsage
 from hetsched.framework.profile import parse_profile
 from hetsched.model.job import Job
 from hetsched.queueing.drf import Drf
 from hetsched.queueing.fairshare import Fairshare
 from hetsched.queueing.priority import effective_priority
 from hetsched.scheduler import Bind, JobSubmitted, Scheduler, TaskFinished
-from hetsched.scheduler.usage import DecayedUsage
 
 
 def starts(h: Harness) -> dict[str, float]:

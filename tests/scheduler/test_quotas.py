@@ -9,11 +9,11 @@ import pytest
 from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
+from hetsched.cluster.usage import Ledger, Usage
 from hetsched.framework.profile import ProfileError, parse_profile
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import Bind, JobSubmitted, Preempt, Reject, Scheduler
 from hetsched.scheduler.quota import QuotaTree
-from hetsched.scheduler.usage import Ledger, Usage
 
 
 def _profile(**extra: Any) -> dict[str, Any]:

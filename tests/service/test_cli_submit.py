@@ -91,3 +91,16 @@ def test_one_command_is_submitted_with_its_resources(
     assert job["command"] == ["true"] and job["name"] == "true"
     resources = {k: v for k, v in job["resources"].items() if k in expected}
     assert resources == expected, job["resources"]
+
+
+@pytest.mark.parametrize("options", [["-o", "json"], ["--output", "json"], ["--output=json"]])
+def test_options_after_a_jobs_file_leave_it_a_jobs_file(
+    api: Api, tmp_path: Path, options: list[str]
+) -> None:
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps(job_body(name="from-file")))
+    env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": api.tokens["alice"]}
+    result = CliRunner().invoke(app, ["submit", str(path), *options], env=env)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (job,) = json.loads(result.stdout)
+    assert job["name"] == "from-file" and job["command"] != [str(path), *options]

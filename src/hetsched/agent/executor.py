@@ -1,38 +1,68 @@
-"""The process executor: runs bound tasks as real processes, one process group each.
+"""The local process executor: runs bound tasks as real processes, one process group each.
+
+It implements the executor protocol (:mod:`hetsched.drivers.executor`) with every process
+capability: :class:`~hetsched.drivers.executor.Polled` (a pidfd per process wakes the
+driver), :class:`~hetsched.drivers.executor.Adopts`,
+:class:`~hetsched.drivers.executor.Fences`, :class:`~hetsched.drivers.executor.GivesNotice`,
+:class:`~hetsched.drivers.executor.KillsByPid` and
+:class:`~hetsched.drivers.executor.ProcessTasks`.
 
 Contracts:
 - Each task runs in its own session (so its own process group) under a small ``/bin/sh``
-  wrapper that writes the command's exit code to ``<exit file>`` when it ends. That file
-  is how an exit code survives a control-plane crash: a restarted service adopts a process
-  that is still alive (same pid *and* same start time), and learns the exit code of one
-  that ended while nobody was watching from the file.
+  wrapper (``agent/wrapper.py``) that writes the command's exit code to ``<exit file>``
+  when it ends. That file is how an exit code survives a control-plane crash: a restarted
+  service adopts a process that is still alive (same pid *and* same start time), and
+  learns the exit code of one that ended while nobody was watching from the file.
 - Stopping a task is SIGTERM to the whole group, then SIGKILL to the group after the grace
-  period. When a task's main process ends, whatever is left in its group is killed, so
-  nothing outlives the allocation.
+  period; with a notice, the notice signal first and SIGTERM ``notice_s`` later. When a
+  task's main process ends, whatever is left in its group is killed, so nothing outlives
+  the allocation.
 - Every process carries ``HETSCHED_INSTANCE`` and ``HETSCHED_TASK_KEY`` in its environment,
   so :meth:`Executor.sweep` can find and kill processes that no live task record accounts
   for (a crash between spawning and recording the pid).
+- A task that cannot be spawned, and a stop of a task that is not running, are reported by
+  the next :meth:`Executor.poll` (``next_due`` says so at once).
 - The executor is driven by one thread (the reconcile loop); it is not thread-safe.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import pwd
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from hetsched.agent.exits import ExitWatcher
+from hetsched.agent.taskenv import (
+    device_env,
+    exit_reason,
+    identity_env,
+    job_folder,
+    local_indices,
+    open_task_log,
+    task_key,
+    task_log,
+)
+from hetsched.agent.wrapper import (
+    FENCED_EXIT,
+    alive,
+    home_of,
+    not_started,
+    read_exit,
+    signal_group,
+    wrapper_argv,
+)
 from hetsched.cluster.placement import Placement
+from hetsched.drivers.executor import Exit, Launch, RunAs, Start, Stop
+
+if TYPE_CHECKING:
+    from hetsched.drivers.executor import Fences, GivesNotice, KillsByPid, ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
@@ -40,7 +70,6 @@ __all__ = [
     "FENCED_EXIT",
     "Executor",
     "RunAs",
-    "TaskExit",
     "TaskHandle",
     "device_env",
     "identity_env",
@@ -50,74 +79,6 @@ __all__ = [
     "task_key",
     "task_log",
 ]
-
-#: the notice signals (model/checkpoint.py): a notice goes to the task's whole group, so
-#: the wrapper and a fenced task's watchdog survive them
-_NOTICES = "INT HUP USR1 USR2 QUIT ALRM"
-#: the signals the wrapper survives: SIGTERM and every notice signal
-_TRAPPED = f"TERM {_NOTICES}"
-#: The wrapper survives the group's SIGTERM (a trap, not an ignore, so the command keeps the
-#: default disposition) and waits for the command, so a command that takes its grace period
-#: gets all of it and its exit status is recorded; SIGKILL of the group ends both. The exit
-#: file is opened by the service and handed over as the wrapper's stdin (written with
-#: ``>&0``; the command gets /dev/null), so a job running as another OS user needs no access
-#: to the service's home.
-_WRAPPER = f'trap : {_TRAPPED}; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
-#: The wrapper of a task fenced by a federation's lease (``service/fencing.py``): ``$1`` is
-#: the lease file, whose first line is the expiry in whole wall-clock seconds, ``$2`` the
-#: backstop. It never starts the command at or after the expiry (exit 125), and a watchdog
-#: in the task's group kills the whole group once ``expiry + backstop`` has passed, whether
-#: or not the service is alive to do it. A command it did not start leaves ``fenced`` in the
-#: exit file (not a number: a command's own 125 must not read as one it never ran).
-#: The watchdog outlives a notice (a ``sleep`` the notice ends only shortens one wait) and
-#: ends with the group's SIGTERM or the wrapper's.
-_FENCED_WRAPPER = (
-    f"trap : {_TRAPPED}; f=$1; b=$2; shift 2; "
-    'x() { e=0; read -r e < "$f" 2>/dev/null; [ "$(date +%s)" -ge "$((e + $1))" ]; }; '
-    'if x 0; then echo "hetsched: fenced: the lease in $f has expired" >&2; '
-    "echo fenced >&0; exit 125; fi; "
-    f'( trap : {_NOTICES}; while :; do sleep 1; if x "$b"; then '
-    'echo "hetsched: fenced: the lease in $f expired; stopping the task" >&2; '
-    "kill -KILL 0; fi; done ) </dev/null & w=$!; "
-    '"$@" </dev/null; c=$?; kill "$w" 2>/dev/null; echo "$c" >&0; exit "$c"'
-)
-#: the exit status of a fenced task that was not started (its lease had expired)
-FENCED_EXIT = 125
-#: what the fenced wrapper writes to the exit file when it did not start the command
-_NOT_STARTED = "fenced"
-#: how closely a recorded start time must match a live process's to adopt it (seconds)
-_START_TOLERANCE_S = 0.05
-
-
-def task_key(job_id: str, task: int, run: int) -> str:
-    """The executor's key of a task: the string form of its TaskKey (what its process
-    carries in ``HETSCHED_TASK_KEY``)."""
-    return str(TaskKey(job_id, task, run))
-
-
-def job_folder(home: Path, job_id: str) -> Path:
-    """A job's folder under an executor's home: its tasks' logs and exit files."""
-    return home / "jobs" / job_id
-
-
-def task_log(home: Path, job_id: str, task: int, stream: str) -> Path:
-    """A task's log of ``stream`` (stdout or stderr), which every run of the task appends
-    to: the layout both executors write (the Ray executor streams its tasks' output here)
-    and the service reads."""
-    return job_folder(home, job_id) / f"task-{task}.{'err' if stream == 'stderr' else 'out'}"
-
-
-def identity_env(job_id: str, task: int, run: int, node: str, instance: str) -> dict[str, str]:
-    """What a task learns of itself from its environment, whichever executor starts it
-    (``HETSCHED_TASK_KEY`` is what its reports to the service name it by)."""
-    return {
-        "HETSCHED_JOB_ID": job_id,
-        "HETSCHED_TASK_INDEX": str(task),
-        "HETSCHED_RUN": str(run),
-        "HETSCHED_NODE": node,
-        "HETSCHED_TASK_KEY": task_key(job_id, task, run),
-        "HETSCHED_INSTANCE": instance,
-    }
 
 
 @dataclass(slots=True)
@@ -146,74 +107,6 @@ class TaskHandle:
         return task_key(self.job_id, self.task, self.run)
 
 
-@dataclass(frozen=True, slots=True)
-class TaskExit:
-    """A task's main process ended. ``exit_code`` is None when it is unknown (lost)."""
-
-    job_id: str
-    task: int
-    run: int
-    exit_code: int | None
-    #: it ended after we asked it to stop
-    stopped: bool
-    reason: str
-    #: the command never ran: its federation's lease had expired when the wrapper looked
-    #: (the run goes back to the queue rather than failing: docs/federation.md)
-    not_started: bool = False
-
-
-def local_indices(devices: Sequence[Device]) -> dict[str, int]:
-    """Each device's index among the node's devices of its class and vendor: what
-    ``CUDA_VISIBLE_DEVICES`` (NVIDIA) or ``ROCR_VISIBLE_DEVICES`` (AMD) count."""
-    seen: dict[tuple[str, str], int] = {}
-    out: dict[str, int] = {}
-    for device in devices:
-        group = (device.device_class, device.vendor.lower())
-        out[device.id] = seen.get(group, 0)
-        seen[group] = out[device.id] + 1
-    return out
-
-
-def device_env(devices: Sequence[tuple[Device, int, int]]) -> dict[str, str]:
-    """How frameworks expect to see their devices: vendor variables with indices, and
-    ``HETSCHED_DEVICES`` (JSON, every class, FPGAs included) with ids, models and shares.
-
-    ``devices`` holds (device, share, index within its class and vendor on the node)."""
-    nvidia: list[str] = []
-    amd: list[str] = []
-    described = []
-    for device, share, index in devices:
-        if device.device_class == "gpu" and device.vendor.lower() == "nvidia":
-            nvidia.append(str(index))
-        elif device.device_class == "gpu" and device.vendor.lower() in {"amd", "ati"}:
-            amd.append(str(index))
-        described.append(
-            {
-                "id": device.id,
-                "class": device.device_class,
-                "vendor": device.vendor,
-                "model": device.model,
-                "index": index,
-                "share": share,
-            }
-        )
-    return {
-        # an empty value hides every GPU from a task that was given none
-        "CUDA_VISIBLE_DEVICES": ",".join(nvidia),
-        "ROCR_VISIBLE_DEVICES": ",".join(amd),
-        "HIP_VISIBLE_DEVICES": ",".join(amd),
-        "HETSCHED_DEVICES": json.dumps(described, separators=(",", ":")),
-    }
-
-
-@dataclass(slots=True)
-class RunAs:
-    """The OS account a task runs as (only when the service runs as root)."""
-
-    uid: int
-    gid: int
-
-
 @dataclass(slots=True)
 class Executor:
     home: Path
@@ -227,6 +120,8 @@ class Executor:
     #: driver can :meth:`poll` at once instead of on a timer (see agent/exits.py)
     on_exit: Callable[[], None] | None = None
     _exits: ExitWatcher | None = field(default=None, repr=False)
+    #: exits known without a process: starts that failed, stops of tasks not running
+    _known: list[Exit] = field(default_factory=list, repr=False)
 
     @property
     def exits_reported(self) -> bool:
@@ -247,10 +142,11 @@ class Executor:
             watcher.watch(pid)
 
     def next_due(self) -> float | None:
-        """The earliest time :meth:`poll` has something to do besides reporting exits: a
-        SIGTERM at the end of a notice, a SIGKILL after a grace period, a maximum runtime
-        reached; None if nothing is due."""
-        times = [h.kill_at for h in self.handles.values() if h.kill_at is not None]
+        """The earliest time :meth:`poll` has something to do besides reporting exits: an
+        exit it knows of already (at once), a SIGTERM at the end of a notice, a SIGKILL
+        after a grace period, a maximum runtime reached; None if nothing is due."""
+        times = [time.time()] if self._known else []
+        times += [h.kill_at for h in self.handles.values() if h.kill_at is not None]
         times += [h.term_at for h in self.handles.values() if h.term_at is not None]
         times += [
             h.deadline
@@ -270,64 +166,52 @@ class Executor:
 
     # -- start ---------------------------------------------------------------------------
 
-    def start(
-        self,
-        job_id: str,
-        task: int,
-        run: int,
-        placement: Placement,
-        devices: Sequence[tuple[Device, int, int]],
-        command: Sequence[str],
-        env: Mapping[str, str],
-        workdir: str | None,
-        max_runtime_s: float | None,
-        run_as: RunAs | None = None,
-        fence: Path | None = None,
-    ) -> TaskHandle:
-        """Spawn the task's process; raises OSError if it cannot be started. With
-        ``fence`` (a federation's lease file) the task runs only while that lease is live."""
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        """Spawn each task's process (its :class:`Launch` says what it runs). With a
+        ``fence`` (a federation's lease file) a task runs only while that lease is live.
+        One that cannot be spawned is reported by the next poll (``cannot start: ...``)."""
+        for start in tasks:
+            key = start.key
+            try:
+                if start.launch is None:
+                    raise OSError("no command to run")
+                self.spawn(key, start.placement, start.launch)
+            except OSError as exc:
+                reason = f"cannot start: {exc}"
+                self._known.append(Exit.of(key.job, key.task, key.run, None, False, reason))
+
+    def spawn(self, key: TaskKey, placement: Placement, launch: Launch) -> TaskHandle:
+        """Spawn one task's process; raises OSError if it cannot be started."""
+        job_id, task, run = key
         directory = self.job_dir(job_id)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         exit_file = self.exit_file(job_id, task, run)
         exit_file.unlink(missing_ok=True)
-        key = task_key(job_id, task, run)
-        full_env = self._task_env(job_id, task, run, placement.node, devices, env)
-        cwd = workdir or str(directory)
-        if run_as is not None and workdir is None:
+        full_env = self._task_env(key, placement.node, launch.devices, launch.env)
+        cwd = launch.workdir or str(directory)
+        if launch.run_as is not None and launch.workdir is None:
             # the home is private to the service: start in the account's own home
-            cwd = _home_of(run_as.uid)
-        wrapper = ["/bin/sh", "-c", _WRAPPER, "hetsched-task"]
-        if fence is not None:
-            fenced = [str(fence), str(self.fence_backstop_s)]
-            wrapper = ["/bin/sh", "-c", _FENCED_WRAPPER, "hetsched-task", *fenced]
+            cwd = home_of(launch.run_as.uid)
+        wrapper = wrapper_argv(launch.fence, self.fence_backstop_s)
         header = f"--- hetsched: run {run} of task {task} on {placement.node} ---\n".encode()
-        popen = self._spawn(
-            job_id, task, exit_file, header, [*wrapper, *command], cwd, full_env, run_as
-        )
+        argv = [*wrapper, *launch.command]
+        popen = self._spawn(job_id, task, exit_file, header, argv, cwd, full_env, launch.run_as)
         try:
             started = psutil.Process(popen.pid).create_time()
         except psutil.Error:
             started = time.time()
-        now = time.time()
+        max_runtime_s = launch.max_runtime_s
+        deadline = time.time() + max_runtime_s if max_runtime_s else None
         handle = TaskHandle(
-            job_id,
-            task,
-            run,
-            popen.pid,
-            started,
-            exit_file,
-            popen=popen,
-            deadline=now + max_runtime_s if max_runtime_s else None,
+            job_id, task, run, popen.pid, started, exit_file, popen=popen, deadline=deadline
         )
-        self.handles[key] = handle
+        self.handles[handle.key] = handle
         self._watch(popen.pid)
         return handle
 
     def _task_env(
         self,
-        job_id: str,
-        task: int,
-        run: int,
+        key: TaskKey,
         node: str,
         devices: Sequence[tuple[Device, int, int]],
         env: Mapping[str, str],
@@ -337,7 +221,7 @@ class Executor:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("HETSCHED_")}
         full_env.update(env)
         full_env.update(device_env(devices))
-        full_env.update(identity_env(job_id, task, run, node, self.instance))
+        full_env.update(identity_env(key.job, key.task, key.run, node, self.instance))
         return full_env
 
     def _spawn(
@@ -388,7 +272,7 @@ class Executor:
         deadline: float | None,
     ) -> TaskHandle | None:
         """Watch a process started by an earlier incarnation, if it is that process still."""
-        if not _alive(pid, pid_started):
+        if not alive(pid, pid_started):
             return None
         handle = TaskHandle(job_id, task, run, pid, pid_started, self.exit_file(job_id, task, run))
         handle.deadline = deadline
@@ -398,17 +282,7 @@ class Executor:
 
     def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
         """The exit code the wrapper wrote, if the task ended while nobody watched."""
-        try:
-            text = self.exit_file(job_id, task, run).read_text().strip()
-            return FENCED_EXIT if text == _NOT_STARTED else int(text)
-        except (OSError, ValueError):
-            return None
-
-    def _not_started(self, handle: TaskHandle) -> bool:
-        try:
-            return handle.exit_file.read_text().strip() == _NOT_STARTED
-        except OSError:
-            return False
+        return read_exit(self.exit_file(job_id, task, run))
 
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each live task wrapper of this instance: the
@@ -439,13 +313,25 @@ class Executor:
                 continue
             if environ.get("HETSCHED_TASK_KEY") in keep:
                 continue
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             killed.append(proc.pid)
         return killed
 
     # -- stop ----------------------------------------------------------------------------
 
-    def stop(
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        """SIGTERM each task's group and SIGKILL it after the grace period. With
+        ``notice_s`` the group first gets ``notice_signal`` and SIGTERM follows that much
+        later (a task that checkpoints then exits sooner). A second stop shortens a notice
+        in progress (``notice_s`` 0: SIGTERM now), never lengthens it. A task not running
+        here is reported stopped by the next poll."""
+        for stop in tasks:
+            key = stop.key
+            if not self.stop_one(str(key), stop.grace_s, now, stop.notice_s, stop.notice_signal):
+                reason = "stopped before it ran"
+                self._known.append(Exit.of(key.job, key.task, key.run, None, True, reason))
+
+    def stop_one(
         self,
         key: str,
         grace_s: float | None = None,
@@ -453,10 +339,8 @@ class Executor:
         notice_s: float = 0.0,
         notice_signal: str = "SIGUSR1",
     ) -> bool:
-        """SIGTERM the task's group and SIGKILL it after the grace period. With
-        ``notice_s`` the group first gets ``notice_signal`` and SIGTERM follows that much
-        later (a task that checkpoints then exits sooner). A second call shortens a notice
-        in progress (``notice_s`` 0: SIGTERM now), never lengthens it."""
+        """Stop one task (as :meth:`stop`; ``grace_s`` None: ``kill_grace_s``); False when
+        no such task is watched."""
         handle = self.handles.get(key)
         if handle is None:
             return False
@@ -465,7 +349,7 @@ class Executor:
         first = not handle.stopping
         handle.stopping = True
         if notice_s > 0 and first and handle.kill_at is None:
-            _signal_group(handle.pid, signal.Signals[notice_signal])
+            signal_group(handle.pid, signal.Signals[notice_signal])
             handle.term_at = now + notice_s
             handle.grace_s = grace
         elif handle.term_at is not None and notice_s > 0:
@@ -475,11 +359,15 @@ class Executor:
             self._terminate(handle, grace, now)
         return True
 
+    def in_notice(self, key: TaskKey) -> bool:
+        handle = self.handles.get(str(key))
+        return handle is not None and handle.term_at is not None
+
     def _terminate(self, handle: TaskHandle, grace_s: float | None, now: float | None) -> None:
         now = time.time() if now is None else now
         grace = self.kill_grace_s if grace_s is None else grace_s
         if handle.kill_at is None:
-            _signal_group(handle.pid, signal.SIGTERM)
+            signal_group(handle.pid, signal.SIGTERM)
             handle.kill_at = now + grace
         else:
             handle.kill_at = min(handle.kill_at, now + grace)
@@ -490,74 +378,67 @@ class Executor:
         handle = self.handles.get(key)
         if handle is None:
             return False
-        _signal_group(handle.pid, signal.SIGKILL)
+        signal_group(handle.pid, signal.SIGKILL)
         return True
 
-    def kill_now(self, pid: int) -> None:
-        _signal_group(pid, signal.SIGKILL)
+    def kill_pid(self, pid: int) -> None:
+        signal_group(pid, signal.SIGKILL)
 
     # -- watch ---------------------------------------------------------------------------
 
-    def poll(self, now: float | None = None) -> list[TaskExit]:
-        """Tasks whose main process ended since the last poll; escalates pending kills and
-        enforces maximum runtimes."""
+    def poll(self, now: float | None = None) -> list[Exit]:
+        """Tasks whose main process ended since the last poll (and the exits known without
+        one); escalates pending kills and enforces maximum runtimes."""
         now = time.time() if now is None else now
-        exits: list[TaskExit] = []
+        exits, self._known = self._known, []
         for key, handle in list(self.handles.items()):
             code = self._ended(handle)
             if code is None:
-                if handle.term_at is not None and now >= handle.term_at:
-                    handle.term_at = None  # the notice is over
-                    self._terminate(handle, handle.grace_s, now)
-                elif handle.kill_at is not None and now >= handle.kill_at:
-                    _signal_group(handle.pid, signal.SIGKILL)
-                    # again in a second while the group lingers, not at every poll
-                    handle.kill_at = now + 1.0
-                elif (
-                    handle.deadline is not None
-                    and now >= handle.deadline
-                    and not (handle.stopping or handle.timed_out)
-                ):
-                    handle.timed_out = True
-                    self._terminate(handle, None, now)
+                self._escalate(handle, now)
                 continue
             del self.handles[key]
             # nothing of the task may outlive it: kill what is left of its group
-            _signal_group(handle.pid, signal.SIGKILL)
-            recorded = self.recorded_exit(handle.job_id, handle.task, handle.run)
-            exit_code = recorded if recorded is not None else code[0]
-            not_started = self._not_started(handle)
-            if not_started:
-                reason = "not started: its federation's lease had expired"
-            elif handle.timed_out:
-                reason = "exceeded its maximum runtime"
-            elif exit_code is None:
-                reason = "exit status unknown"
-            elif exit_code < 0:
-                reason = f"killed by signal {-exit_code}"
-            elif exit_code > 128:
-                reason = f"exit code {exit_code} (signal {exit_code - 128})"
-            else:
-                reason = f"exit code {exit_code}"
-            exits.append(
-                TaskExit(
-                    handle.job_id,
-                    handle.task,
-                    handle.run,
-                    exit_code,
-                    handle.stopping,
-                    reason,
-                    not_started,
-                )
-            )
+            signal_group(handle.pid, signal.SIGKILL)
+            exits.append(self._exit(handle, code[0]))
         return exits
+
+    def _escalate(self, handle: TaskHandle, now: float) -> None:
+        """A running task's due step: SIGTERM after its notice, SIGKILL after its grace, or
+        SIGTERM at its maximum runtime."""
+        if handle.term_at is not None and now >= handle.term_at:
+            handle.term_at = None  # the notice is over
+            self._terminate(handle, handle.grace_s, now)
+        elif handle.kill_at is not None and now >= handle.kill_at:
+            signal_group(handle.pid, signal.SIGKILL)
+            # again in a second while the group lingers, not at every poll
+            handle.kill_at = now + 1.0
+        elif (
+            handle.deadline is not None
+            and now >= handle.deadline
+            and not (handle.stopping or handle.timed_out)
+        ):
+            handle.timed_out = True
+            self._terminate(handle, None, now)
+
+    def _exit(self, handle: TaskHandle, code: int | None) -> Exit:
+        recorded = read_exit(handle.exit_file)
+        exit_code = recorded if recorded is not None else code
+        fenced = not_started(handle.exit_file)
+        if fenced:
+            reason = "not started: its federation's lease had expired"
+        elif handle.timed_out:
+            reason = "exceeded its maximum runtime"
+        else:
+            reason = exit_reason(exit_code)
+        job_id, task, run = handle.job_id, handle.task, handle.run
+        return Exit.of(job_id, task, run, exit_code, handle.stopping, reason, fenced)
 
     def _ended(self, handle: TaskHandle) -> tuple[int | None] | None:
         """None while running; else a 1-tuple with the return code when known."""
         if handle.popen is not None:
             code = handle.popen.poll()
             return None if code is None else (code,)
-        if _alive(handle.pid, handle.pid_started):
+        if alive(handle.pid, handle.pid_started):
             return None
         return (None,)
 
@@ -571,53 +452,10 @@ class Executor:
                 # Popen would otherwise warn that the child is still running
                 handle.popen.returncode = 0
         self.handles.clear()
+        self._known.clear()
 
 
-def _home_of(uid: int) -> str:
-    try:
-        home = pwd.getpwuid(uid).pw_dir
-    except KeyError:
-        return "/"
-    return home if os.path.isdir(home) else "/"
-
-
-def _alive(pid: int, started: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        if abs(proc.create_time() - started) > _START_TOLERANCE_S:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def open_task_log(path: Path) -> int:
-    """Open a task's log for appending (later runs of the task append to it); the one
-    opener of both executors (the Ray executor appends its tasks' output here too).
-
-    An earlier run could have replaced the file in its job directory by a hard link to a
-    file it can read, or by something that is not a file; appending to that would write
-    into another file as the service. Such an entry is removed and a fresh file created
-    (O_EXCL: if the entry comes back in between, the start fails rather than follow it).
-    """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY
-    create = flags | os.O_CREAT | os.O_EXCL
-    try:
-        fd = os.open(path, flags | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return os.open(path, create, 0o600)
-    except OSError:
-        fd = -1  # a symlink (ELOOP), a FIFO without a reader (ENXIO): replaced below
-    if fd >= 0:
-        info = os.fstat(fd)
-        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.geteuid():
-            os.set_blocking(fd, True)
-            return fd
-        os.close(fd)
-    os.unlink(path)
-    return os.open(path, create, 0o600)
+if TYPE_CHECKING:
+    # mypy checks that the local executor has the protocol and every capability it claims
+    def _conforms(executor: Executor) -> tuple[ProcessExecutor, Fences, GivesNotice, KillsByPid]:
+        return executor, executor, executor, executor

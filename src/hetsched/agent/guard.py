@@ -173,13 +173,32 @@ class Guard:
         caller to kill that task. ``node_memory`` and ``node_cpu`` (fractions of the machine
         in use) default to psutil's answers."""
         now = time.time() if now is None else now
-        wall = time.monotonic()
-        gpu = self.gpu_memory() if self.gpu_memory is not None else {}
         watched = list(tasks)
-        tree = children_map() if watched else {}
-        new: list[Alert] = []
         usage: dict[str, Usage] = {}
         killed: set[str] = set()
+        new = self._task_alerts(watched, usage, killed, now)
+        memory = psutil.virtual_memory().percent / 100 if node_memory is None else node_memory
+        new += self._node_alert(
+            "node_memory", memory, self.spec.node_memory_threshold, watched, usage, killed, now
+        )
+        if self.spec.node_cpu_threshold is not None:
+            cpu = psutil.cpu_percent(interval=None) / 100 if node_cpu is None else node_cpu
+            new += self._node_alert(
+                "node_cpu", cpu, self.spec.node_cpu_threshold, watched, usage, killed, now
+            )
+        self._record(watched, usage, new)
+        return new
+
+    def _task_alerts(
+        self, watched: list[Watched], usage: dict[str, Usage], killed: set[str], now: float
+    ) -> list[Alert]:
+        """Measure each task (filling ``usage``) and alert, once while it lasts, on a task
+        over its memory request; a best-effort one is named in ``killed`` when the profile
+        says so."""
+        wall = time.monotonic()
+        gpu = self.gpu_memory() if self.gpu_memory is not None else {}
+        tree = children_map() if watched else {}
+        new: list[Alert] = []
         for task in watched:
             rss, gpu_mib, pids, cpu_s = measure_tree(task.pid, gpu, tree)
             cpu_milli = 0.0
@@ -190,40 +209,28 @@ class Guard:
             usage[task.key] = Usage(rss + gpu_mib, gpu_mib, cpu_milli, len(pids))
             limit = task.memory_mib * self.spec.memory_tolerance
             subject = ("task_memory", task.key)
-            if pids and task.memory_mib > 0 and rss + gpu_mib > limit:
-                if subject not in self._active:
-                    self._active.add(subject)
-                    kill = task.key if self.spec.kill_best_effort and task.best_effort else ""
-                    if kill:
-                        killed.add(kill)
-                    new.append(
-                        Alert(
-                            now,
-                            "task_memory",
-                            task.node,
-                            f"task {task.task} of {task.job_id} uses {rss + gpu_mib:.0f}Mi of "
-                            f"memory, over its request of {task.memory_mib}Mi"
-                            + (" (best-effort: killed)" if kill else ""),
-                            # unrounded: a rounded figure could read as the limit itself
-                            rss + gpu_mib,
-                            limit,
-                            task.job_id,
-                            task.task,
-                            task.run,
-                            kill,
-                        )
-                    )
-            else:
+            if not (pids and task.memory_mib > 0 and rss + gpu_mib > limit):
                 self._active.discard(subject)
-        memory = psutil.virtual_memory().percent / 100 if node_memory is None else node_memory
-        new += self._node_alert(
-            "node_memory", memory, self.spec.node_memory_threshold, watched, usage, killed, now
-        )
-        if self.spec.node_cpu_threshold is not None:
-            cpu = psutil.cpu_percent(interval=None) / 100 if node_cpu is None else node_cpu
-            new += self._node_alert(
-                "node_cpu", cpu, self.spec.node_cpu_threshold, watched, usage, killed, now
+                continue
+            if subject in self._active:
+                continue
+            self._active.add(subject)
+            kill = task.key if self.spec.kill_best_effort and task.best_effort else ""
+            if kill:
+                killed.add(kill)
+            message = (
+                f"task {task.task} of {task.job_id} uses {rss + gpu_mib:.0f}Mi of "
+                f"memory, over its request of {task.memory_mib}Mi"
+                + (" (best-effort: killed)" if kill else "")
             )
+            # the use unrounded: a rounded figure could read as the limit itself
+            at = (now, "task_memory", task.node, message, rss + gpu_mib, limit)
+            new.append(Alert(*at, task.job_id, task.task, task.run, kill))
+        return new
+
+    def _record(self, watched: list[Watched], usage: dict[str, Usage], new: list[Alert]) -> None:
+        """Publish this round's usage and alerts (read by the API under the lock), and
+        forget the tasks that are gone."""
         live = {t.key for t in watched}
         with self._lock:
             self.usage = usage
@@ -237,7 +244,6 @@ class Guard:
                     self.kills += 1
         for alert in new:
             log.warning("overcommit guard: %s", alert.message)
-        return new
 
     def _node_alert(
         self,

@@ -12,14 +12,7 @@ from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.framework.profile import ProfileError, parse_profile
 from hetsched.model.selector import set_parser_source
-from hetsched.model.specs import (
-    ClusterSpec,
-    JobsSpec,
-    SpecError,
-    load_yaml,
-    parse_cluster,
-    parse_jobs,
-)
+from hetsched.model.specs import SpecError, load_yaml, validate_cluster, validate_jobs
 
 __all__ = ["check", "check_document"]
 
@@ -28,16 +21,16 @@ def check_document(path: Path) -> tuple[str, Any]:
     """Validate ``path``; returns (kind, normalized document) or raises SpecError."""
     data = load_yaml(path)
     source = str(path)
+    # validated once: the model checks the rules, builds the nodes or jobs (which checks
+    # what only the built objects show, such as duplicate node names) and is printed
     if isinstance(data, dict) and "nodes" in data:
-        parse_cluster(data, source)
-        return "cluster", ClusterSpec.model_validate(data).model_dump(
-            mode="json", by_alias=True, exclude_defaults=True
-        )
+        cluster = validate_cluster(data, source)
+        cluster.build()
+        return "cluster", cluster.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     if isinstance(data, dict) and "jobs" in data:
-        parse_jobs(data, source)
-        return "jobs", JobsSpec.model_validate(data).model_dump(
-            mode="json", by_alias=True, exclude_defaults=True
-        )
+        jobs = validate_jobs(data, source)
+        jobs.build()
+        return "jobs", jobs.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     try:
         spec = parse_profile(data, path.parent)
     except ProfileError as exc:

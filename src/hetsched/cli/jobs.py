@@ -15,10 +15,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from hetsched.cli.client import Client, call, get
+from hetsched.cli.job_text import age, checkpoint_lines, resources_text, speed_lines
 from hetsched.cli.output import console, err_console, fail, print_json
 from hetsched.model.yamlio import YAMLError, safe_load
 
-__all__ = ["cancel", "job", "jobs", "load_submissions", "logs", "submit", "why"]
+__all__ = [
+    "cancel",
+    "job",
+    "jobs",
+    "jobs_file",
+    "load_submissions",
+    "logs",
+    "submit",
+    "trailing_output",
+    "why",
+]
 
 _TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
 
@@ -122,27 +133,79 @@ def _post_job(client: Client, body: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+#: what a job submitted as one command asks for (``submit``'s options; a jobs file says its own)
+_Cpu = Annotated[str | None, typer.Option(help="CPU per task, e.g. 2 or 500m.")]
+_Memory = Annotated[str | None, typer.Option(help="Memory per task, e.g. 4Gi.")]
+_Gpu = Annotated[int, typer.Option(help="Whole GPUs per task.")]
+_GpuShare = Annotated[int | None, typer.Option(help="A share of one GPU in 1/1000 (e.g. 300).")]
+_GpuModel = Annotated[
+    list[str] | None, typer.Option(help="Accept only these GPU models (repeatable).")
+]
+_Fpga = Annotated[int, typer.Option(help="FPGAs per task.")]
+_Queue = Annotated[str, typer.Option(help="Queue to submit to.")]
+_Name = Annotated[str | None, typer.Option(help="Job name.")]
+_Priority = Annotated[int, typer.Option(help="Priority (higher runs first).")]
+_Replicas = Annotated[int, typer.Option(help="Tasks (replicas) of the job.")]
+_MaxRuntime = Annotated[str | None, typer.Option(help="Kill after, e.g. 30m.")]
+_Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")]
+_Args = Annotated[
+    list[str] | None,
+    typer.Argument(help="A jobs file (YAML/JSON), or after `--` the command to run."),
+]
+
+#: the suffixes that make ``submit``'s first argument a jobs file
+_JOB_FILES = frozenset({".yaml", ".yml", ".json"})
+
+
+def jobs_file(items: list[str]) -> Path | None:
+    """The jobs file among ``submit``'s arguments, or None: they are a command.
+
+    ``submit`` parses with interspersed options off, so that a command's own flags stay its
+    own; options written after a file therefore arrive here as arguments. A first argument
+    with a jobs file's suffix is the file when it is alone (a missing file is then an error
+    to report) or when it names an existing file, whatever follows it."""
+    if not items or Path(items[0]).suffix not in _JOB_FILES:
+        return None
+    path = Path(items[0])
+    return path if len(items) == 1 or path.is_file() else None
+
+
+def trailing_output(rest: list[str], output: ListFormat) -> ListFormat:
+    """``output`` as set by the options that follow a jobs file: only ``-o``/``--output``
+    (in any of click's spellings) may; the other options describe a command job."""
+    items = iter(rest)
+    for item in items:
+        if item in ("-o", "--output"):
+            value = next(items, None)
+            if value is None:
+                fail(f"{item}: needs a value (table, wide or json)")
+        elif item.startswith("--output="):
+            value = item.removeprefix("--output=")
+        elif item.startswith("-o") and not item.startswith("--"):
+            value = item.removeprefix("-o")
+        else:
+            fail(f"{item}: after a jobs file only -o/--output may follow")
+        try:
+            output = ListFormat(value)
+        except ValueError:
+            fail(f"{item}: {value!r} is not one of table, wide, json")
+    return output
+
+
 def submit(
-    args: Annotated[
-        list[str] | None,
-        typer.Argument(help="A jobs file (YAML/JSON), or after `--` the command to run."),
-    ] = None,
-    cpu: Annotated[str | None, typer.Option(help="CPU per task, e.g. 2 or 500m.")] = None,
-    memory: Annotated[str | None, typer.Option(help="Memory per task, e.g. 4Gi.")] = None,
-    gpu: Annotated[int, typer.Option(help="Whole GPUs per task.")] = 0,
-    gpu_share: Annotated[
-        int | None, typer.Option(help="A share of one GPU in 1/1000 (e.g. 300).")
-    ] = None,
-    gpu_model: Annotated[
-        list[str] | None, typer.Option(help="Accept only these GPU models (repeatable).")
-    ] = None,
-    fpga: Annotated[int, typer.Option(help="FPGAs per task.")] = 0,
-    queue: Annotated[str, typer.Option(help="Queue to submit to.")] = "default",
-    name: Annotated[str | None, typer.Option(help="Job name.")] = None,
-    priority: Annotated[int, typer.Option(help="Priority (higher runs first).")] = 0,
-    replicas: Annotated[int, typer.Option(help="Tasks (replicas) of the job.")] = 1,
-    max_runtime: Annotated[str | None, typer.Option(help="Kill after, e.g. 30m.")] = None,
-    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")] = None,
+    args: _Args = None,
+    cpu: _Cpu = None,
+    memory: _Memory = None,
+    gpu: _Gpu = 0,
+    gpu_share: _GpuShare = None,
+    gpu_model: _GpuModel = None,
+    fpga: _Fpga = 0,
+    queue: _Queue = "default",
+    name: _Name = None,
+    priority: _Priority = 0,
+    replicas: _Replicas = 1,
+    max_runtime: _MaxRuntime = None,
+    env: _Env = None,
     output: Output = ListFormat.table,
 ) -> None:
     """Submit a jobs file, or one command (after ``--``) as a job.
@@ -157,9 +220,10 @@ def submit(
         hetsched submit --gpu 1 --max-runtime 2h -- python train.py --epochs 10
     """
     items = list(args or [])
-    client = Client()
-    if len(items) == 1 and Path(items[0]).suffix in {".yaml", ".yml", ".json"}:
-        bodies = load_submissions(Path(items[0]))
+    path = jobs_file(items)
+    if path is not None:
+        output = trailing_output(items[1:], output)
+        bodies = load_submissions(path)
     elif items:
         body: dict[str, Any] = {
             "name": name or Path(items[0]).name.replace(" ", "-")[:63] or "job",
@@ -176,8 +240,13 @@ def submit(
         bodies = [body]
     else:
         fail("give a jobs file, or a command after `--`")
-    # a file of many jobs goes as batches: all its jobs, or none, per request
-    with client:
+    _send(bodies, output)
+
+
+def _send(bodies: list[dict[str, Any]], output: ListFormat) -> None:
+    """Post the jobs (one job alone; a file of many as batches: all its jobs, or none, per
+    request) and say what was created."""
+    with Client() as client:
         if len(bodies) == 1:
             created = [_post_job(client, bodies[0])]
         else:
@@ -216,22 +285,6 @@ def _command_resources(
     if devices:
         resources["devices"] = devices
     return resources
-
-
-def _age(ts: float | None, now: float) -> str:
-    if not ts:
-        return "-"
-    s = max(0.0, now - ts)
-    return f"{s:.0f}s" if s < 120 else (f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h")
-
-
-def _resources(r: dict[str, Any]) -> str:
-    parts = [f"cpu {r.get('cpu', 0)}", f"mem {r.get('memory', 0)}"]
-    for d in r.get("devices", []):
-        amount = f"{d.get('share')}/1000" if d.get("share") else str(d.get("count", 1))
-        model = d.get("model")
-        parts.append(f"{amount} {d.get('class')}" + (f" {model}" if model else ""))
-    return ", ".join(parts)
 
 
 def jobs(
@@ -308,14 +361,14 @@ def _print_jobs(rows: list[dict[str, Any]], output: ListFormat) -> None:
             r["queue"],
             str(r["priority"]),
             r["state"],
-            _age(r["submitted_at"], now),
+            age(r["submitted_at"], now),
         ]
         if output is ListFormat.wide:
             cells += [
                 str(r["run"]),
                 str(r["restarts"]),
                 str(r["preemptions"]),
-                _resources(r["resources"]),
+                resources_text(r["resources"]),
                 r["reason"],
             ]
         table.add_row(*cells)
@@ -333,10 +386,10 @@ def job(
         return
     for key in ("id", "name", "user", "queue", "priority", "state", "reason", "run", "restarts"):
         console.print(f"[bold]{key:>10}[/bold]  {data[key]}", highlight=False)
-    for key, value in _checkpoint_lines(data):
+    for key, value in checkpoint_lines(data):
         console.print(f"[bold]{key:>10}[/bold]  {value}", highlight=False)
     console.print(f"[bold]{'command':>10}[/bold]  {' '.join(data['command'])}", markup=True)
-    console.print(f"[bold]{'resources':>10}[/bold]  {_resources(data['resources'])}")
+    console.print(f"[bold]{'resources':>10}[/bold]  {resources_text(data['resources'])}")
     table = Table(title="Tasks", title_justify="left")
     for column in ("task", "run", "node", "state", "pid", "devices", "exit", "reason"):
         table.add_column(column)
@@ -355,72 +408,6 @@ def job(
             t["reason"],
         )
     console.print(table)
-
-
-def _checkpoint_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
-    """``checkpoint`` and ``lost work`` lines of a job (its last checkpoint, the work its
-    stopped runs lost)."""
-    out: list[tuple[str, str]] = []
-    saved = data.get("checkpoint")
-    if saved:
-        when = time.strftime("%H:%M:%S", time.localtime(saved["time"]))
-        text = f"run {saved['run']} at {when}"
-        if saved.get("step") is not None:
-            text += f", step {saved['step']}"
-        if saved.get("path"):
-            text += f", {saved['path']}"
-        out.append(("checkpoint", text))
-    lost = data.get("lost_work_s")
-    if lost is not None:
-        out.append(("lost work", f"{lost:.1f}s"))
-    moved = data.get("migrations")
-    if moved:
-        out.append(("migrations", str(moved)))
-    return out
-
-
-_SOURCES = {
-    "job": "its own speed map",
-    "profile": "the profile's throughput table",
-    "learned": "learned from progress reports",
-    "none": "no speed information: every device model is equal",
-}
-
-
-def _rates(rates: dict[str, float]) -> str:
-    return ", ".join(f"{m} {r:.4g}" for m, r in sorted(rates.items(), key=lambda i: -i[1]))
-
-
-def _speed_lines(speed: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """``speed``, ``learned`` and ``measured`` lines of a job (``why``'s ``speed`` object)."""
-    if not speed:
-        return []
-    kind = speed["job_type"]
-    text = (f"job type {kind}: " if kind else "") + _SOURCES.get(speed["source"], speed["source"])
-    if speed["rates"]:
-        text += f" ({_rates(speed['rates'])})"
-    out = [("speed", text)]
-    learned = {e["model"]: e for e in speed["estimates"]}
-    if learned:
-        out.append(
-            (
-                "learned",
-                ", ".join(
-                    f"{m} {e['steps_per_second']:.4g} steps/s per device ({e['samples']} intervals)"
-                    for m, e in sorted(learned.items())
-                ),
-            )
-        )
-    measured = speed.get("measured")
-    if measured and measured.get("steps_per_second") is not None:
-        out.append(
-            (
-                "measured",
-                f"{measured['steps_per_second']:.4g} steps/s on {measured['model']} this run "
-                f"(at step {measured['steps']})",
-            )
-        )
-    return out
 
 
 def logs(
@@ -466,7 +453,7 @@ def why(
         print_json(data)
         return
     console.print(f"[bold]{job_id}[/bold] is {data['state']}: {data['reason']}", highlight=False)
-    for key, value in [*_checkpoint_lines(data), *_speed_lines(data.get("speed"))]:
+    for key, value in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]:
         console.print(f"{key}: {value}", markup=False, highlight=False)
     explanation = data.get("explanation")
     if explanation and data["state"] == "pending":

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
@@ -15,12 +16,25 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from hetsched.cli.k8s_dra import dra_driver
+from hetsched.cli.k8s_options import (
+    Backend,
+    FakeFile,
+    Kubeconfig,
+    NodeName,
+    Profile,
+    absolute,
+    check_socket,
+    existing_file,
+)
 from hetsched.cli.output import fail
 from hetsched.k8s.names import SCHEDULER_NAME
 
 if TYPE_CHECKING:
     from hetsched.framework.profile import ProfileSpec
     from hetsched.k8s.api import ClusterAPI
+    from hetsched.k8s.deviceplugin.config import PluginConfig
+    from hetsched.k8s.deviceplugin.plugin import DevicePlugin
+    from hetsched.k8s.deviceplugin.publisher import NodeAPI
     from hetsched.k8s.scheduler import PodScheduler
 
 __all__ = ["device_plugin", "extender", "k8s_app", "scheduler"]
@@ -37,22 +51,12 @@ _PLUGIN_BACKENDS = ("nvidia", "pci", "fake")
 _DevicePluginResource = Annotated[
     str, typer.Option(help="The extended resource of whole devices, e.g. hetsched.io/gpu.")
 ]
-_DevicePluginBackend = Annotated[
-    str,
-    typer.Option(help="Discovery backends, comma-separated: nvidia, pci, fake."),
-]
 _DevicePluginConfig = Annotated[
     Path | None, typer.Option("--config", help="The plugin's YAML configuration.")
 ]
 _DevicePluginPluginDir = Annotated[
     Path | None,
     typer.Option(help="The kubelet's device-plugins directory (default from --config)."),
-]
-_DevicePluginNodeName = Annotated[
-    str | None, typer.Option(help="This node's name (default: $NODE_NAME, hostname).")
-]
-_DevicePluginFake = Annotated[
-    Path | None, typer.Option("--fake", help="The fake backend's device file.")
 ]
 _DevicePluginSharedSlots = Annotated[
     int | None,
@@ -72,20 +76,17 @@ _DevicePluginKubeApi = Annotated[
 @k8s_app.command("device-plugin")
 def device_plugin(
     resource: _DevicePluginResource,
-    backend: _DevicePluginBackend = "nvidia",
+    backend: Backend = "nvidia",
     config: _DevicePluginConfig = None,
     plugin_dir: _DevicePluginPluginDir = None,
-    node_name: _DevicePluginNodeName = None,
-    fake: _DevicePluginFake = None,
+    node_name: NodeName = None,
+    fake: FakeFile = None,
     shared_slots: _DevicePluginSharedSlots = None,
     kube_api: _DevicePluginKubeApi = None,
 ) -> None:
     """Serve the kubelet device plugin API v1beta1 for one resource of this node's devices."""
     from hetsched.agent.watcher import DeviceWatcher
-    from hetsched.k8s.deviceplugin.config import load_config
     from hetsched.k8s.deviceplugin.plugin import DevicePlugin
-    from hetsched.k8s.deviceplugin.publisher import KubernetesNodeAPI, NodeAPI
-    from hetsched.model.specs import SpecError
 
     domain, slash, kind = resource.partition("/")
     if not slash or "." not in domain or not kind or domain.endswith("kubernetes.io"):
@@ -94,22 +95,14 @@ def device_plugin(
     unknown = [n for n in names if n not in _PLUGIN_BACKENDS]
     if unknown or not names:
         fail(f"unknown backend {unknown[0] if unknown else ''!r} (known: nvidia, pci, fake)")
-    try:
-        settings_file = load_config(config)
-    except SpecError as exc:
-        fail(str(exc))
-    updates: dict[str, object] = {}
-    if plugin_dir is not None:
-        updates["plugin_dir"] = plugin_dir
-    if node_name is not None:
-        updates["node_name"] = node_name
-    if fake is not None:
-        updates["fake_devices"] = fake
-    if shared_slots is not None:
-        updates["shared_slots"] = shared_slots
-    if kube_api is not None:
-        updates["kube_api"] = kube_api
-    options = settings_file.model_copy(update=updates)
+    updates = {
+        "plugin_dir": absolute(plugin_dir),
+        "node_name": node_name,
+        "fake_devices": absolute(fake),
+        "shared_slots": shared_slots,
+        "kube_api": kube_api,
+    }
+    options = _plugin_options(absolute(config), updates)
     if "fake" in names and options.fake_devices is None:
         fail("the fake backend needs a device file: --fake FILE or fake_devices in --config")
     settings = options.settings(resource)
@@ -118,14 +111,8 @@ def device_plugin(
             f"{settings.plugin_dir} is not a directory: mount the kubelet's device-plugins "
             "directory, or pass --plugin-dir"
         )
-
+    check_socket(settings.plugin_dir / "kubelet.sock", "--plugin-dir")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    api: NodeAPI | None = None
-    if options.kube_api:
-        try:
-            api = KubernetesNodeAPI(options.kubeconfig)
-        except Exception as exc:
-            fail(f"cannot reach the Kubernetes API ({exc}); --no-kube-api runs without it")
     watcher = DeviceWatcher.create(
         settings.node_name,
         names,
@@ -133,17 +120,41 @@ def device_plugin(
         fake_file=options.fake_devices,
         interval_s=options.poll_interval_s,
     )
-    plugin = DevicePlugin(settings, watcher, api)
-    stopping = threading.Event()
+    _serve_plugin(DevicePlugin(settings, watcher, _node_api(options)))
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        # only a flag: a signal may land anywhere, even inside start()
-        stopping.set()
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+def _plugin_options(config: Path | None, updates: Mapping[str, object]) -> PluginConfig:
+    """The file's configuration with the options given (not None) over it."""
+    from hetsched.k8s.deviceplugin.config import load_config
+    from hetsched.model.specs import SpecError
+
     try:
-        plugin.start()
+        settings_file = load_config(config)
+    except SpecError as exc:
+        fail(str(exc))
+    given = {k: v for k, v in updates.items() if v is not None}
+    return settings_file.model_copy(update=given)
+
+
+def _node_api(options: PluginConfig) -> NodeAPI | None:
+    from hetsched.k8s.deviceplugin.publisher import KubernetesNodeAPI
+
+    if not options.kube_api:
+        return None
+    try:
+        return KubernetesNodeAPI(options.kubeconfig)
+    except Exception as exc:
+        fail(f"cannot reach the Kubernetes API ({exc}); --no-kube-api runs without it")
+
+
+def _serve_plugin(plugin: DevicePlugin) -> None:
+    stopping = _stop_on_signals()
+    try:
+        try:
+            plugin.start()
+        except (OSError, RuntimeError) as exc:
+            # a socket that cannot be served (a folder mounted read-only, ...)
+            fail(f"cannot serve the device plugin in {plugin.settings.plugin_dir}: {exc}")
         stopping.wait()
     finally:
         # the gRPC servers' worker threads hold the process open until their streams end
@@ -153,17 +164,23 @@ def device_plugin(
 def _profile(path: Path | None) -> ProfileSpec:
     from hetsched.framework.profile import ProfileError, load_profile
 
+    path = absolute(path)
     try:
         return load_profile(path)
     except (OSError, ProfileError, ValueError) as exc:
         fail(f"{path}: {exc}")
 
 
-def _api(kubeconfig: Path | None, connections: int = 0) -> ClusterAPI:
+def _api(
+    kubeconfig: Path | None, connections: int = 0, qps: float = 0.0, burst: int = 100
+) -> ClusterAPI:
     from hetsched.k8s.api import POOL_SIZE, load_api
+    from hetsched.k8s.ratelimit import TokenBucket
 
+    path = existing_file(kubeconfig, "--kubeconfig")
+    limit = TokenBucket(qps, burst) if qps > 0 else None
     try:
-        return load_api(str(kubeconfig) if kubeconfig else None, max(POOL_SIZE, connections))
+        return load_api(str(path) if path else None, max(POOL_SIZE, connections), limit)
     except Exception as exc:
         fail(f"cannot load a Kubernetes configuration: {exc}")
 
@@ -184,47 +201,71 @@ def _stop_on_signals() -> threading.Event:
 EVENT_QUEUE = 1000
 
 
+_SchedulerName = Annotated[
+    str, typer.Option(help="Schedule the pods whose spec.schedulerName is this.")
+]
+_LeaderElect = Annotated[
+    bool, typer.Option("--leader-elect/--no-leader-elect", help="Hold a Lease to act.")
+]
+_LeaseNamespace = Annotated[str, typer.Option(help="The Lease's namespace.")]
+_LeaseName = Annotated[str, typer.Option(help="The Lease's name.")]
+_Identity = Annotated[
+    str | None, typer.Option(help="This instance's Lease identity (default: $POD_NAME).")
+]
+_FederationNamespace = Annotated[
+    str | None,
+    typer.Option(
+        help="Serve federations: pods labelled hetsched.io/federation=NAME run only while "
+        "the Lease hetsched-federation-NAME in this namespace is live (docs/federation.md).",
+    ),
+]
+_Federations = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="A federation served from the start (repeatable; with --federation-namespace)."
+    ),
+]
+_BindWorkers = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Threads that bind pods off the scheduling loop, each on a kept-alive "
+        "connection (0: bind on the loop, one pod after the other).",
+    ),
+]
+_Qps = Annotated[
+    float,
+    typer.Option(
+        "--kube-api-qps",
+        min=0,
+        help="Requests per second to the API server, the client's rate limit (0: none; "
+        "kube-scheduler's default is 50). See docs/kubernetes.md for the pods/s each allows.",
+    ),
+]
+_Burst = Annotated[
+    int,
+    typer.Option(
+        "--kube-api-burst",
+        min=1,
+        help="Requests above --kube-api-qps allowed at once (kube-scheduler's default: 100).",
+    ),
+]
+
+
 @k8s_app.command("scheduler")
 def scheduler(
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(help="A kubeconfig file (default: in-cluster config, else ~/.kube/config)."),
-    ] = None,
-    scheduler_name: Annotated[
-        str, typer.Option(help="Schedule the pods whose spec.schedulerName is this.")
-    ] = SCHEDULER_NAME,
-    profile: Annotated[
-        Path | None, typer.Option(help="A scheduling profile (YAML); default: the built-in one.")
-    ] = None,
-    leader_elect: Annotated[
-        bool, typer.Option("--leader-elect/--no-leader-elect", help="Hold a Lease to act.")
-    ] = True,
-    lease_namespace: Annotated[str, typer.Option(help="The Lease's namespace.")] = "kube-system",
-    lease_name: Annotated[str, typer.Option(help="The Lease's name.")] = SCHEDULER_NAME,
-    identity: Annotated[
-        str | None, typer.Option(help="This instance's Lease identity (default: $POD_NAME).")
-    ] = None,
-    federation_namespace: Annotated[
-        str | None,
-        typer.Option(
-            help="Serve federations: pods labelled hetsched.io/federation=NAME run only while "
-            "the Lease hetsched-federation-NAME in this namespace is live (docs/federation.md).",
-        ),
-    ] = None,
-    federation: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A federation served from the start (repeatable; with --federation-namespace)."
-        ),
-    ] = None,
-    bind_workers: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Threads that bind pods off the scheduling loop, each on a kept-alive "
-            "connection (0: bind on the loop, one pod after the other).",
-        ),
-    ] = 16,
+    kubeconfig: Kubeconfig = None,
+    scheduler_name: _SchedulerName = SCHEDULER_NAME,
+    profile: Profile = None,
+    leader_elect: _LeaderElect = True,
+    lease_namespace: _LeaseNamespace = "kube-system",
+    lease_name: _LeaseName = SCHEDULER_NAME,
+    identity: _Identity = None,
+    federation_namespace: _FederationNamespace = None,
+    federation: _Federations = None,
+    bind_workers: _BindWorkers = 16,
+    kube_api_qps: _Qps = 0.0,
+    kube_api_burst: _Burst = 100,
 ) -> None:
     """Schedule pods naming hetsched: watch pods and nodes, bind, explain what waits."""
     from hetsched.k8s.leader import LeaseLock
@@ -232,7 +273,7 @@ def scheduler(
 
     spec = _profile(profile)
     # a connection per binding worker, plus the watches, the events and the lease
-    api = _api(kubeconfig, bind_workers + 8)
+    api = _api(kubeconfig, bind_workers + 8, kube_api_qps, kube_api_burst)
     me = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sched = PodScheduler(
@@ -261,13 +302,8 @@ def scheduler(
 def extender(
     port: Annotated[int, typer.Option(help="The port to serve the webhook on.")] = 8888,
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "0.0.0.0",
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(help="A kubeconfig file (default: in-cluster config, else ~/.kube/config)."),
-    ] = None,
-    profile: Annotated[
-        Path | None, typer.Option(help="A scheduling profile (YAML); default: the built-in one.")
-    ] = None,
+    kubeconfig: Kubeconfig = None,
+    profile: Profile = None,
     watch: Annotated[
         bool,
         typer.Option(

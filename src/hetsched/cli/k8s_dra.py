@@ -13,10 +13,22 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from hetsched.cli.k8s_options import (
+    Backend,
+    ConfigFile,
+    FakeFile,
+    Kubeconfig,
+    NodeName,
+    absolute,
+    check_socket,
+    existing_file,
+    make_dir,
+)
 from hetsched.cli.output import OutputFormat, fail, print_json
 
 if TYPE_CHECKING:
     from hetsched.k8s.dra.config import DriverConfig
+    from hetsched.k8s.dra.driver import DriverSettings
 
 __all__ = ["dra_driver"]
 
@@ -48,49 +60,44 @@ def _options(config: Path | None, **overrides: Any) -> DriverConfig:
         fail(f"bad option: {format_errors(exc)}")
 
 
+_PluginsDir = Annotated[
+    Path | None,
+    typer.Option(help="The kubelet's plugins directory (default /var/lib/kubelet/plugins)."),
+]
+_RegistryDir = Annotated[
+    Path | None,
+    typer.Option(help="The kubelet's plugin registry (default /var/lib/kubelet/plugins_registry)."),
+]
+_CdiDir = Annotated[
+    Path | None, typer.Option(help="Where CDI specs are written (default /var/run/cdi).")
+]
+_DriverName = Annotated[
+    str | None, typer.Option(help="The DRA driver name (default: hetsched.io).")
+]
+_PrintSlices = Annotated[
+    bool,
+    typer.Option(
+        "--print-slices",
+        help="Print the ResourceSlices this node would publish, then exit (no API server).",
+    ),
+]
+_Output = Annotated[
+    OutputFormat, typer.Option("-o", "--output", help="With --print-slices: table or json.")
+]
+
+
 def dra_driver(
-    backend: Annotated[
-        str, typer.Option(help="Discovery backends, comma-separated: nvidia, pci, fake.")
-    ] = "nvidia",
-    config: Annotated[
-        Path | None, typer.Option("--config", help="The driver's YAML configuration.")
-    ] = None,
-    node_name: Annotated[
-        str | None, typer.Option(help="This node's name (default: $NODE_NAME, hostname).")
-    ] = None,
-    driver_name: Annotated[
-        str | None, typer.Option(help="The DRA driver name (default: hetsched.io).")
-    ] = None,
-    fake: Annotated[
-        Path | None, typer.Option("--fake", help="The fake backend's device file.")
-    ] = None,
-    plugins_dir: Annotated[
-        Path | None,
-        typer.Option(help="The kubelet's plugins directory (default /var/lib/kubelet/plugins)."),
-    ] = None,
-    registry_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="The kubelet's plugin registry (default /var/lib/kubelet/plugins_registry)."
-        ),
-    ] = None,
-    cdi_dir: Annotated[
-        Path | None, typer.Option(help="Where CDI specs are written (default /var/run/cdi).")
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(help="A kubeconfig file (default: in-cluster config, else ~/.kube/config)."),
-    ] = None,
-    print_slices: Annotated[
-        bool,
-        typer.Option(
-            "--print-slices",
-            help="Print the ResourceSlices this node would publish, then exit (no API server).",
-        ),
-    ] = False,
-    output: Annotated[
-        OutputFormat, typer.Option("-o", "--output", help="With --print-slices: table or json.")
-    ] = OutputFormat.table,
+    backend: Backend = "nvidia",
+    config: ConfigFile = None,
+    node_name: NodeName = None,
+    driver_name: _DriverName = None,
+    fake: FakeFile = None,
+    plugins_dir: _PluginsDir = None,
+    registry_dir: _RegistryDir = None,
+    cdi_dir: _CdiDir = None,
+    kubeconfig: Kubeconfig = None,
+    print_slices: _PrintSlices = False,
+    output: _Output = OutputFormat.table,
 ) -> None:
     """Serve Dynamic Resource Allocation (resource.k8s.io/v1) for this node's devices: publish
     them as ResourceSlices, prepare the ResourceClaims the kubelet starts pods with (CDI),
@@ -99,13 +106,13 @@ def dra_driver(
 
     names = _backends(backend)
     options = _options(
-        config,
+        absolute(config),
         node_name=node_name,
         driver_name=driver_name,
-        fake_devices=fake,
-        plugins_dir=plugins_dir,
-        registry_dir=registry_dir,
-        cdi_dir=cdi_dir,
+        fake_devices=absolute(fake),
+        plugins_dir=absolute(plugins_dir),
+        registry_dir=absolute(registry_dir),
+        cdi_dir=absolute(cdi_dir),
     )
     if "fake" in names and options.fake_devices is None:
         fail("the fake backend needs a device file: --fake FILE or fake_devices in --config")
@@ -120,12 +127,22 @@ def dra_driver(
     if print_slices:
         _print_slices(settings, watcher, output)
         return
+    _check_paths(settings)
+    given = existing_file(kubeconfig, "--kubeconfig")
+    _serve(settings, watcher, str(given) if given else options.kubeconfig)
+
+
+def _check_paths(settings: DriverSettings) -> None:
+    """Refuse, in one line each, the folders and sockets the driver cannot use."""
     if not settings.registry_dir.is_dir():
         fail(
             f"{settings.registry_dir} is not a directory: mount the kubelet's plugins_registry "
             "directory, or pass --registry-dir"
         )
-    _serve(settings, watcher, str(kubeconfig) if kubeconfig else options.kubeconfig)
+    make_dir(settings.data_dir, "--plugins-dir")
+    make_dir(settings.cdi_dir, "--cdi-dir")
+    check_socket(settings.socket, "--plugins-dir")
+    check_socket(settings.registration_socket, "--registry-dir")
 
 
 def _print_slices(settings: Any, watcher: Any, output: OutputFormat) -> None:
@@ -183,7 +200,11 @@ def _serve(settings: Any, watcher: Any, kubeconfig: str | None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        driver.start()
+        try:
+            driver.start()
+        except (OSError, RuntimeError) as exc:
+            # a socket that cannot be served (a folder mounted read-only, ...)
+            fail(f"cannot serve DRA driver {settings.driver_name} on {settings.socket}: {exc}")
         stopping.wait()
     finally:
         # the gRPC servers' worker threads hold the process open until their streams end

@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -14,6 +14,9 @@ from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, fail
 from hetsched.model.quantity import QuantityError, parse_memory
+
+if TYPE_CHECKING:
+    from hetsched.ray.local import LocalCluster, LocalNodeSpec
 
 __all__ = ["local", "ray_app"]
 
@@ -62,18 +65,9 @@ def local(
     every node has joined. On exit it stops exactly the processes it started. Ray binds
     more addresses than ``--host`` (docs/ray.md).
     """
-    from hetsched.ray.local import LocalCluster, LocalClusterError, parse_nodes
+    from hetsched.ray.local import LocalCluster, LocalClusterError
 
-    try:
-        specs = parse_nodes(nodes)
-    except ValueError as exc:
-        fail(str(exc), 2)
-    try:
-        memory_mib = parse_memory(memory)
-    except QuantityError as exc:
-        fail(f"--memory: {exc}", 2)
-    if memory_mib < 256:
-        fail(f"--memory: at least 256Mi per node, got {memory}", 2)
+    specs, memory_mib = _parse(nodes, memory)
     stop = _stop_on_signals()
     cluster = LocalCluster(
         specs,
@@ -92,6 +86,31 @@ def local(
     sys.stdout.write(address + "\n")
     _describe(cluster, output)
     sys.stdout.flush()
+    if not _watch(cluster, stop):
+        raise typer.Exit(1)
+
+
+def _parse(nodes: str, memory: str) -> tuple[list[LocalNodeSpec], int]:
+    """``--nodes`` and ``--memory`` (in MiB); exits with status 2 when one is wrong (the
+    memory below 256Mi)."""
+    from hetsched.ray.local import parse_nodes
+
+    try:
+        specs = parse_nodes(nodes)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    try:
+        memory_mib = parse_memory(memory)
+    except QuantityError as exc:
+        fail(f"--memory: {exc}", 2)
+    if memory_mib < 256:
+        fail(f"--memory: at least 256Mi per node, got {memory}", 2)
+    return specs, memory_mib
+
+
+def _watch(cluster: LocalCluster, stop: threading.Event) -> bool:
+    """Say which nodes stop, until ``stop`` is set or the head is gone; then stop the
+    cluster. False when the head went away on its own."""
     gone: set[str] = set()
     try:
         while not stop.wait(1.0):
@@ -104,8 +123,7 @@ def local(
     finally:
         killed = cluster.stop()
         _err.print(f"stopped the cluster ({len(killed)} processes had to be killed)")
-    if "head" in gone:
-        raise typer.Exit(1)
+    return "head" not in gone
 
 
 def _describe(cluster: object, output: OutputFormat) -> None:

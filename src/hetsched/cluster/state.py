@@ -6,6 +6,11 @@ at once. Every mutation goes through :meth:`ClusterState.allocate` and
 :meth:`ClusterState.release`, which check first and change nothing when they refuse, so
 capacity is never exceeded, never negative, and release gives back exactly what was taken.
 
+What the state reads without changing it (names to rows, device masks, the memo of
+topology-derived values) is :class:`~hetsched.cluster.views.TopologyViews`; the logs of
+which rows changed since a moment, for caches kept outside, are
+:class:`~hetsched.cluster.changes.ChangeLog`. Both are bases of :class:`ClusterState`.
+
 Allocation keys are :class:`~hetsched.keys.TaskKey` for the tasks of jobs, or strings
 ``<job id>/<label>`` for what-if placements on forks (backfill, preemption trials) and
 replays that have no runs.
@@ -14,19 +19,19 @@ replays that have no runs.
 from __future__ import annotations
 
 import copy
-from array import array
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from hetsched.cluster.batch import first_duplicate, slot_writes
-from hetsched.cluster.placement import DeviceShare, Placement
+from hetsched.cluster.changes import ChangeLog
+from hetsched.cluster.kinds import DeviceKind, kind_of
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.views import TopologyViews
 from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS, Device, Health, Node, Taint
-from hetsched.model.selector import AttrKey, attr_key, matches
 
 __all__ = ["AllocKey", "AllocationError", "ClusterState", "DeviceKind"]
 
@@ -46,23 +51,7 @@ class AllocationError(RuntimeError):
     """An allocate or release that would break the capacity invariants; nothing changed."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceKind:
-    """A distinct (class, vendor, model, attributes): selectors are evaluated once per kind."""
-
-    device_class: str
-    vendor: str
-    model: str
-    attributes: AttrKey
-
-
-def _kind_of(device: Device) -> DeviceKind:
-    return DeviceKind(
-        device.device_class, device.vendor, device.model, attr_key(device.selector_view())
-    )
-
-
-class ClusterState:
+class ClusterState(TopologyViews, ChangeLog):
     """Free and total capacity of every node and device slot, with index maps.
 
     Node rows are never reused: a removed node keeps its row with ``active`` False, so row
@@ -91,17 +80,12 @@ class ClusterState:
         #: per node: healthy slots wholly free (kept in step with dev_free, like the total)
         self.dev_whole_free: IntArray = np.zeros(0, np.int64)
         self.allocations: dict[AllocKey, Placement] = {}
-        #: rows whose free capacity grew (release, node or device added, device healed), in
-        #: order; with ``growth_mark`` a caller asks "which rows grew since then"
-        self._grown: list[int] = []
-        self._grown_base = 0
         #: counts allocations and releases, so a cache of per-row values knows which rows
-        #: changed since it was filled: ``row_tick`` is the count at each row's last change,
-        #: and the log the rows of the latest changes, in order (for a cache a few behind)
+        #: changed since it was filled: ``row_tick`` is the count at each row's last change;
+        #: with the logs of the latest changes and of growth (hetsched.cluster.changes)
         self.tick = 0
         self.row_tick: IntArray = np.zeros(0, np.int64)
-        self._touch_log = array("q")
-        self._touch_base = 0
+        self._start_log(0, 0)
         #: oversubscription for best-effort work (the profile's ``overcommit``): per node,
         #: free CPU and memory beyond the capacity that only best-effort allocations take,
         #: first, before the capacity guaranteed work sees; (factor - 1) x capacity in all
@@ -180,7 +164,7 @@ class ClusterState:
         """Index the devices of ``batch`` (rows from ``first``; ``ids`` their ids in order)
         and write their slots in one go (ids are stable here: every device is alive for the
         whole batch)."""
-        writes = slot_writes(batch, first, lambda device: self._kind_row(_kind_of(device)))
+        writes = slot_writes(batch, first, lambda device: self._kind_row(kind_of(device)))
         self.device_index.update(zip(ids, writes.where, strict=True))
         if writes.rows:
             at = (np.array(writes.rows, np.int64), np.array(writes.slots, np.int64))
@@ -209,7 +193,7 @@ class ClusterState:
         )
         self.device_index[device.id] = (row, slot)
         self.dev_free[row, slot] = SHARE_UNITS
-        self.dev_kind[row, slot] = self._kind_row(_kind_of(device))
+        self.dev_kind[row, slot] = self._kind_row(kind_of(device))
         self.dev_healthy[row, slot] = device.health is Health.HEALTHY
         self._total(row)
         self._grown.append(row)
@@ -296,88 +280,6 @@ class ClusterState:
             self._kind_index[kind] = row
         return row
 
-    # -- lookups -------------------------------------------------------------------------
-
-    def row(self, name: str) -> int:
-        try:
-            return self.node_index[name]
-        except KeyError:
-            raise KeyError(f"unknown node {name!r}") from None
-
-    def _device(self, device_id: str) -> tuple[int, int]:
-        try:
-            return self.device_index[device_id]
-        except KeyError:
-            raise KeyError(f"unknown device {device_id!r}") from None
-
-    def device_id(self, row: int, slot: int) -> str:
-        return self.nodes[row].devices[slot].id
-
-    def device_mask(self, device_class: str, selector: str | None = None) -> BoolArray:
-        """Slots holding a healthy device of ``device_class`` that ``selector`` admits.
-
-        Cached per (class, selector) until the topology or health changes; selectors are
-        evaluated once per device kind, not per device.
-        """
-        return self.memo(
-            ("device_mask", device_class, selector),
-            lambda: self._device_mask(device_class, selector),
-        )
-
-    def _device_mask(self, device_class: str, selector: str | None) -> BoolArray:
-        per_kind = np.array(
-            [
-                k.device_class == device_class
-                and (selector is None or matches(selector, k.attributes))
-                for k in self.kinds
-            ]
-            + [False],  # row -1: absent slot
-            dtype=np.bool_,
-        )
-        mask = np.asfortranarray(per_kind[self.dev_kind] & self.dev_healthy & self.active[:, None])
-        mask.flags.writeable = False
-        return mask
-
-    def all_active(self) -> bool:
-        """Whether every node row is active (no node was removed); cached per version (read
-        at every placement: an attribute check, not a memo lookup)."""
-        if self._all_active_version != self.version:
-            self._all_active = bool(self.active.all())
-            self._all_active_version = self.version
-        return self._all_active
-
-    def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
-        """A value derived from topology, labels or health, cached until ``version`` changes.
-
-        For masks that plugins would otherwise recompute every attempt (label and taint
-        matches, selector matches). Never for anything that depends on free capacity.
-        """
-        if self._memo_version != self.version:
-            self._memo = {}
-            self._memo_version = self.version
-        try:
-            return self._memo[key]  # type: ignore[no-any-return]
-        except KeyError:
-            value = self._memo[key] = compute()
-            return value
-
-    def class_names(self) -> list[str]:
-        return sorted({k.device_class for k in self.kinds})
-
-    def models(self, device_class: str) -> list[str]:
-        return sorted({k.model for k in self.kinds if k.device_class == device_class})
-
-    def device_count(self, device_class: str, model: str | None = None) -> int:
-        """Healthy devices of a class (and model) on active nodes."""
-        per_kind = np.array(
-            [
-                k.device_class == device_class and (model is None or k.model == model)
-                for k in self.kinds
-            ]
-            + [False]
-        )
-        return int((per_kind[self.dev_kind] & self.dev_healthy & self.active[:, None]).sum())
-
     # -- allocate and release ------------------------------------------------------------
 
     def check(self, placement: Placement, best_effort: bool = False) -> str | None:
@@ -456,46 +358,6 @@ class ClusterState:
         self._touched(row)
         return placement
 
-    def _touched(self, row: int) -> None:
-        self.tick += 1
-        self.row_tick[row] = self.tick
-        log = self._touch_log
-        log.append(row)
-        if len(log) >= 2 * _TOUCH_LOG:
-            del log[:_TOUCH_LOG]
-            self._touch_base += _TOUCH_LOG
-
-    def changed_since(self, tick: int) -> IntArray:
-        """Rows allocated on or released from since ``tick`` (a value of ``self.tick``).
-        Changes of topology and health bump ``version`` instead.
-
-        A few changes back, read from the log (a row may repeat); further back, from the
-        rows' ticks (each row once, in row order)."""
-        start = tick - self._touch_base
-        if start >= 0 and self.tick - tick <= _TOUCH_LOG:
-            return np.frombuffer(self._touch_log[start:], dtype=np.int64)
-        return (self.row_tick > tick).nonzero()[0]
-
-    def recent_changes(self, tick: int, limit: int) -> list[int] | None:
-        """The rows of the changes since ``tick``, in order (a row may repeat), when they
-        are at most ``limit`` and in the log; else None (ask :meth:`changed_since`)."""
-        start = tick - self._touch_base
-        if start < 0 or self.tick - tick > limit:
-            return None
-        return self._touch_log[start:].tolist()
-
-    def growth_mark(self) -> int:
-        """A position in the growth log, for ``grown_since``."""
-        return self._grown_base + len(self._grown)
-
-    def grown_since(self, mark: int) -> list[int]:
-        """Rows whose free capacity may have grown since ``mark`` (with repeats). A row not
-        listed has no more free capacity than it had then: a task that fitted nowhere then
-        can only fit now on a listed row. A mark from before a fork counts as "everything"."""
-        if mark < self._grown_base:
-            return list(range(len(self.nodes)))
-        return self._grown[mark - self._grown_base :]
-
     def _shares(self, row: int, placement: Placement, sign: int) -> None:
         """Take (``sign`` -1) or give back (+1) a placement's device shares, keeping the
         row's healthy free total and whole-free count in step device by device (the same
@@ -543,11 +405,8 @@ class ClusterState:
         other.dev_free_total = self.dev_free_total.copy()
         other.dev_whole_free = self.dev_whole_free.copy()
         other.row_tick = self.row_tick.copy()
-        other._touch_log = array("q")
-        other._touch_base = self.tick
+        other._start_log(self.tick, self.growth_mark())
         other.allocations = dict(self.allocations)
-        other._grown = []
-        other._grown_base = self.growth_mark()
         other._memo = dict(self._memo)
         for hook in _FORK_HOOKS:
             hook(self, other)
@@ -559,26 +418,8 @@ class ClusterState:
         outside it (values derived from free capacity) starts the fork from the original's."""
         _FORK_HOOKS.append(hook)
 
-    # -- summaries -----------------------------------------------------------------------
-
-    def allocated_devices(self) -> Iterator[tuple[AllocKey, DeviceShare]]:
-        for key, placement in self.allocations.items():
-            for d in placement.devices:
-                yield key, d
-
-    def device_of(self, device_id: str) -> Device:
-        row, slot = self._device(device_id)
-        return self.nodes[row].devices[slot]
-
-    def free_share(self, device_id: str) -> int:
-        return int(self.dev_free[self._device(device_id)])
-
 
 _FORK_HOOKS: list[Callable[[ClusterState, ClusterState], None]] = []
-#: how many changes back ``changed_since`` reads the log rather than every row's tick (a
-#: request class comes back a few hundred placements later; the log then answers with a
-#: short copy, where the row ticks take a comparison and a nonzero over every row)
-_TOUCH_LOG = 256
 
 
 def _slack(capacity: IntArray, factor: float) -> IntArray:

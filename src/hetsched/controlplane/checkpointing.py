@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hetsched.agent.checkpoints import CheckpointDirs, Report, ReportWatcher, task_env
-from hetsched.agent.executor import RunAs
 from hetsched.agent.progress import Progress, ProgressWatcher
 from hetsched.controlplane.tasktokens import TaskTokens
 from hetsched.drivers import Start, Stop
+from hetsched.drivers.executor import RunAs
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hetsched.agent.guard import Guard
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.stranding import Typical
 from hetsched.controlplane.api.auth import Authenticator, RateLimiter
@@ -25,6 +24,7 @@ from hetsched.controlplane.queues import QueuesSpec
 from hetsched.controlplane.schemas import Feasibility, SubmitSpec
 from hetsched.controlplane.speedlearn import SpeedLearner
 from hetsched.controlplane.storage.store import Store
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.model.device import Device
 from hetsched.model.job import Job
 from hetsched.scheduler.view import SchedulerView

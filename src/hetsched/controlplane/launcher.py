@@ -5,10 +5,10 @@ says, reports their exits, and runs the overcommit guard over them. It knows eac
 spec (command, environment, working directory) and its owner's OS account; it never reads
 the scheduling core.
 
-It drives any :class:`~hetsched.agent.protocol.ProcessExecutor`: the local process executor,
+It drives any :class:`~hetsched.drivers.executor.ProcessExecutor`: the local process executor,
 or the Ray executor (``hetsched up --executor ray``). It kills by task key, never by pid, so
 that it means the same on both; the guard, which measures local processes by pid, runs only
-with the local one.
+with an executor that :class:`~hetsched.drivers.executor.KillsByPid` (the local one).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from hetsched.agent.executor import RunAs, TaskExit, local_indices, task_key
+from hetsched.agent.executor import local_indices, task_key
 from hetsched.agent.guard import Alert, Guard, Watched
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.cluster.placement import Placement
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.fencing import Fencing
 from hetsched.controlplane.schemas import SubmitSpec
-from hetsched.drivers import Start, Stop
+from hetsched.drivers import Exit, GivesNotice, KillsByPid, Launch, RunAs, Start, Stop
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
@@ -135,23 +135,25 @@ class Launcher:
 
     # -- what a committed plan says --------------------------------------------------------
 
-    def launch(self, starts: Sequence[Start]) -> tuple[list[Launched], list[TaskExit]]:
+    def launch(self, starts: Sequence[Start]) -> tuple[list[Launched], list[Exit]]:
         """Spawn each task; returns those spawned, and the exits of those that could not
-        start (reported as failed in the next turn)."""
-        launched: list[Launched] = []
-        failed: list[TaskExit] = []
+        start for want of a spec or an account (the executor reports those it could not
+        spawn from its next poll: reported as failed in the next turn)."""
+        failed: list[Exit] = []
+        ready: list[Start] = []
         for start in starts:
             key = start.key
             problem, run_as = self._account(key.job)
             if problem is None:
-                try:
-                    handle = self._spawn(start, run_as)
-                except OSError as exc:
-                    problem = f"cannot start: {exc}"
-                else:
-                    launched.append(Launched(key, handle[0], handle[1], time.time()))
-                    continue
-            failed.append(TaskExit(key.job, key.task, key.run, None, False, problem))
+                ready.append(start._replace(launch=self._launch(start, run_as)))
+            else:
+                failed.append(Exit.of(key.job, key.task, key.run, None, False, problem))
+        self.executor.start(ready, time.time())
+        launched: list[Launched] = []
+        for start in ready:
+            handle = self.executor.handles.get(str(start.key))
+            if handle is not None:
+                launched.append(Launched(start.key, handle.pid, handle.pid_started, time.time()))
         return launched, failed
 
     def _account(self, job_id: str) -> tuple[str | None, RunAs | None]:
@@ -167,63 +169,55 @@ class Launcher:
             return f"no OS account mapped for user {user}", None
         return None, account
 
-    def _spawn(self, start: Start, run_as: RunAs | None) -> tuple[int, float]:
+    def _launch(self, start: Start, run_as: RunAs | None) -> Launch:
+        """What the task runs: its job's command, environment and directory, its devices,
+        its maximum runtime, its account and its federation's lease."""
         job, spec = self.jobs[start.key.job]
-        placement = start.placement
-        devices = [
+        devices = tuple(
             (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
-            for d in placement.devices
-        ]
+            for d in start.placement.devices
+        )
         env = spec.env
         if self.checkpoints is not None:
             # what the service tells the task goes over the job's own variables
             env = {**env, **self.checkpoints.env(start, job, run_as, spec.env.get("PATH"))}
-        handle = self.executor.start(
-            job.id,
-            start.key.task,
-            start.key.run,
-            placement,
-            devices,
-            list(spec.command),
-            dict(env),
-            spec.workdir,
-            job.max_runtime_s,
-            run_as,
-            self._fence_file(spec),
+        fence = self._fence_file(spec)
+        return Launch(
+            spec.command, dict(env), spec.workdir, devices, job.max_runtime_s, run_as, fence
         )
-        return handle.pid, handle.pid_started
 
     def _fence_file(self, spec: LaunchSpec) -> Path | None:
         if spec.federation is None or self.fencing is None:
             return None
         return self.fencing.lease_file(spec.federation)
 
-    def signal(self, stops: Sequence[Stop], now: float) -> list[TaskExit]:
+    def signal(self, stops: Sequence[Stop], now: float) -> list[Exit]:
         """SIGTERM each task (SIGKILL after its grace), after its notice when it has one
-        (the notice file, then the job's notice signal); returns the exits of tasks with no
-        process (never started, or ended meanwhile): they are stopped at once."""
-        gone: list[TaskExit] = []
+        (the notice file, then the job's notice signal); the executor reports the tasks
+        with no process (never started, or ended meanwhile) as stopped by its next poll."""
+        told: list[Stop] = []
         for stop in stops:
             key = stop.key
-            # without the protocol (a Ray executor) there is no notice: SIGTERM at once
-            notice_s = stop.notice_s if self.checkpoints is not None else 0.0
+            # without the protocol, or an executor that gives none (Ray), there is no
+            # notice: SIGTERM at once
+            gives = self.checkpoints is not None and isinstance(self.executor, GivesNotice)
+            notice_s = stop.notice_s if gives else 0.0
             signal = "SIGUSR1"
             handle = self.executor.handles.get(str(key))
             if notice_s > 0 and self.checkpoints is not None and handle and not handle.stopping:
                 known = self.jobs.get(key.job)
                 signal = self.checkpoints.notify(stop, known[0] if known else None, now)
-            if not self.executor.stop(str(key), stop.grace_s, now, notice_s, signal):
-                reason = "stopped before it ran"
-                gone.append(TaskExit(key.job, key.task, key.run, None, True, reason))
-        return gone
+            told.append(replace(stop, notice_s=notice_s, notice_signal=signal))
+        self.executor.stop(told, now)
+        return []
 
-    def poll(self, now: float) -> list[TaskExit]:
+    def poll(self, now: float) -> list[Exit]:
         """Tasks that ended since the last poll (a guard kill says so in its reason)."""
-        out: list[TaskExit] = []
+        out: list[Exit] = []
         for exit_ in self.executor.poll(now):
             why = self._guard_kills.pop(task_key(exit_.job_id, exit_.task, exit_.run), None)
             if why is not None and not exit_.stopped:
-                exit_ = replace(exit_, reason=f"killed by the overcommit guard: {why}")
+                exit_ = exit_._replace(reason=f"killed by the overcommit guard: {why}")
             out.append(exit_)
         return out
 
@@ -248,6 +242,8 @@ class Launcher:
         guard = self.guard
         if guard is None or now - self._guard_at < guard.spec.interval_s:
             return []
+        if not isinstance(self.executor, KillsByPid):
+            return []  # its pids are not this machine's: nothing to measure
         self._guard_at = now
         watched: list[Watched] = []
         for key, handle in self.executor.handles.items():

@@ -37,7 +37,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from hetsched.agent.checkpoints import Report
-from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Guard
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.controlplane.checkpointing import CheckpointProtocol
@@ -48,6 +47,7 @@ from hetsched.controlplane.runner import Runner
 from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import quota_view
+from hetsched.drivers import Exit
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 from hetsched.model.job import Job
@@ -91,7 +91,7 @@ class ControlLoop:
         self._thread: threading.Thread | None = None
         #: events and exits for the next turn (recovery's, failed starts, empty stops)
         self._events: list[Event] = []
-        self._exits: list[TaskExit] = []
+        self._exits: list[Exit] = []
         self._last_tick = 0.0
         self.lock = threading.Lock()
         #: the node view the API serves, refreshed by the loop
@@ -156,7 +156,7 @@ class ControlLoop:
         self._inbox.put((kind, payload))
         self._wake.set()
 
-    def later(self, events: Iterable[Event] = (), exits: Iterable[TaskExit] = ()) -> None:
+    def later(self, events: Iterable[Event] = (), exits: Iterable[Exit] = ()) -> None:
         """Events and exits for the next turn, from the loop's own thread."""
         events, exits = list(events), list(exits)
         self._events += events
@@ -331,7 +331,7 @@ class ControlLoop:
         self._refresh(now)
         return plan.actions
 
-    def _collect(self, now: float) -> tuple[list[Event], list[TaskExit]]:
+    def _collect(self, now: float) -> tuple[list[Event], list[Exit]]:
         events, self._events = self._events, []
         exits, self._exits = self._exits, []
         while True:
@@ -353,7 +353,7 @@ class ControlLoop:
     def _plan(
         self,
         events: list[Event],
-        exits: list[TaskExit],
+        exits: list[Exit],
         reports: list[tuple[TaskKey, Report]],
         now: float,
     ) -> TurnPlan:

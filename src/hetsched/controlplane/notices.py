@@ -11,14 +11,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from hetsched.agent.executor import TaskExit, task_key
-from hetsched.agent.protocol import ProcessExecutor
+from hetsched.agent.executor import task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.controlplane.recovered import LiveJob, Noticed, Recovered, finish_task
 from hetsched.controlplane.schemas import from_stored
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.storage.turnstore import checkpoint_of
+from hetsched.drivers.executor import Exit, ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.scheduler import Scheduler
 
@@ -155,7 +155,7 @@ def keep_moving(
         handle = adopt_stopping(executor, leaders, job.id, t)
         if handle is None:
             code = executor.recorded_exit(job.id, task, run)
-            found.exits.append(TaskExit(job.id, task, run, code, True, "ended during a restart"))
+            found.exits.append(Exit.of(job.id, task, run, code, True, "ended during a restart"))
         else:
             found.processes.append(handle)
         key, placement = TaskKey(job.id, task, run), stopping[task]

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetsched.agent.checkpoints import Report
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster.placement import Placement
 from hetsched.drivers import Exit, Interpreter, Observer, Start, Stop, in_order
 from hetsched.keys import TaskKey
@@ -70,7 +69,7 @@ class TurnPlan:
     unreserved: list[TaskKey] = field(default_factory=list)
 
 
-def exit_of(exit_: TaskExit) -> Exit:
+def exit_of(exit_: Exit) -> Exit:
     """A process exit as the interpreter reads it."""
     key = TaskKey(exit_.job_id, exit_.task, exit_.run)
     return Exit(key, exit_.exit_code == 0, exit_.reason)
@@ -109,7 +108,7 @@ class TurnPlanner(Observer):
     def plan(
         self,
         events: Sequence[Event],
-        exits: Sequence[TaskExit],
+        exits: Sequence[Exit],
         now: float,
         reports: Sequence[tuple[TaskKey, Report]] = (),
     ) -> TurnPlan:
@@ -198,3 +197,9 @@ class _Recorder:
 
     def stop(self, tasks: Sequence[Stop], now: float) -> None:
         self.planner.stopped(tasks)
+
+    def poll(self, now: float) -> list[Exit]:
+        return []  # the exits come from the launcher's executor, after the commit
+
+    def shutdown(self) -> None:
+        pass

@@ -17,10 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hetsched.agent.checkpoints import Report
-from hetsched.agent.executor import Executor, RunAs, TaskExit
 from hetsched.agent.guard import Guard
 from hetsched.agent.progress import Progress
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.state import ClusterState
 from hetsched.controlplane.checkpointing import CheckpointProtocol
@@ -34,7 +32,8 @@ from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.speedlearn import Estimate, SpeedLearner
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import node_view
-from hetsched.drivers import Stop
+from hetsched.drivers import Exit, KillsByPid, Stop
+from hetsched.drivers.executor import ProcessExecutor, RunAs
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
@@ -80,7 +79,7 @@ class ProcessRunner:
         self._progress: list[tuple[TaskKey, Progress]] = []
         #: the tasks are this machine's processes: a power loss ends them with the service,
         #: so recording their start need not wait for the disk (Store.record_turn)
-        self.tasks_here = isinstance(executor, Executor)
+        self.tasks_here = isinstance(executor, KillsByPid)
         self._loop: LoopHandle | None = None
         #: node name -> in the cluster, after the node changes posted so far this turn
         self._batch: dict[str, bool] = {}
@@ -141,7 +140,7 @@ class ProcessRunner:
         # queued since the API committed it, as a restart will say
         return JobSubmitted(job, queued_since=job.submit_time)
 
-    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[TaskExit]]:
+    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[Exit]]:
         if kind == "checkpoint":
             self._reports.append(payload)
         elif kind == "progress":
@@ -209,9 +208,7 @@ class ProcessRunner:
             out.append(JobCancelled(job_id, reason))
         return out
 
-    def _fenced_exits(
-        self, exits: list[TaskExit], planner: TurnPlanner | None = None
-    ) -> list[TaskExit]:
+    def _fenced_exits(self, exits: list[Exit], planner: TurnPlanner | None = None) -> list[Exit]:
         """Exits of tasks killed while their federation's lease had lapsed say so: the
         task's watchdog (or this service) stopped it because of that lease. Without this,
         a task the watchdog killed while the service was down ends as "killed by signal
@@ -280,7 +277,7 @@ class ProcessRunner:
         if self.speeds is not None:
             self.speeds.forget(job_id)
 
-    def carry_out(self, plan: TurnPlan, now: float) -> list[TaskExit]:
+    def carry_out(self, plan: TurnPlan, now: float) -> list[Exit]:
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
         self.loop.store.record_launched(launched, durable=not self.tasks_here)
@@ -290,7 +287,7 @@ class ProcessRunner:
 
     def recover(
         self, store: Store, planner: TurnPlanner, now: float
-    ) -> tuple[list[Event], list[TaskExit]]:
+    ) -> tuple[list[Event], list[Exit]]:
         found = recover(store, planner.core, self.executor, now)
         for job, spec in found.jobs:
             self.launcher.know(job, spec)
@@ -300,7 +297,7 @@ class ProcessRunner:
         gone = self._resume_notices(found, planner, now)
         return list(found.events), self._fenced_exits([*found.exits, *gone], planner)
 
-    def _resume_notices(self, found: Recovered, planner: TurnPlanner, now: float) -> list[TaskExit]:
+    def _resume_notices(self, found: Recovered, planner: TurnPlanner, now: float) -> list[Exit]:
         """Tasks adopted in their notice go on with it: the task gets its notice again (the
         notice file, the signal) with what is left of it, so SIGTERM follows at the deadline
         it was first given (at once when that has passed); the grace after SIGTERM is the

@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from hetsched.agent.executor import TaskExit, task_key
-from hetsched.agent.protocol import ProcessExecutor
+from hetsched.agent.executor import task_key
 from hetsched.cluster.placement import Placement
 from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.controlplane.storage.store import Store
+from hetsched.drivers.executor import Exit, ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.scheduler import Event
@@ -30,7 +30,7 @@ class Recovered:
     #: resubmissions and cancellations asked before the restart
     events: list[Event] = field(default_factory=list)
     #: tasks of restored jobs that ended while the service was down
-    exits: list[TaskExit] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
     #: every live job and its spec
     jobs: list[tuple[Job, SubmitSpec]] = field(default_factory=list)
     #: tasks the core holds again (restored jobs), with their placements
@@ -71,7 +71,7 @@ class LiveJob:
     job: Job
     run: int
     placements: dict[int, Placement] = field(default_factory=dict)
-    exits: list[TaskExit] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
 
 
 def finish_task(

@@ -46,8 +46,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from hetsched.agent.executor import TaskExit, task_key
-from hetsched.agent.protocol import ProcessExecutor
+from hetsched.agent.executor import task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.controlplane.notices import in_notice, keep_moving, keep_noticed, moves
@@ -61,6 +60,7 @@ from hetsched.controlplane.recovered import (
 from hetsched.controlplane.schemas import from_stored
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.storage.turnstore import checkpoint_of
+from hetsched.drivers.executor import Exit, ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.scheduler import JobCancelled, JobSubmitted, Scheduler
@@ -271,7 +271,7 @@ def _check_tasks(
         reason = f"exit code {code}" if code is not None else "lost: its process was gone"
         if code is None:
             reason += " after a restart"
-        item.exits.append(TaskExit(job.id, task, run, code, False, reason))
+        item.exits.append(Exit.of(job.id, task, run, code, False, reason))
 
 
 def _adopt(

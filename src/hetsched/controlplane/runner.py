@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hetsched.agent.checkpoints import Report
-from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Guard
 from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.state import ClusterState
@@ -29,6 +28,7 @@ from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.controlplane.storage.store import Store
+from hetsched.drivers import Exit
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 from hetsched.model.job import Job
@@ -44,7 +44,7 @@ class Before:
     fenced, a lease lapsed), task exits it polled, and checkpoint reports."""
 
     events: list[Event] = field(default_factory=list)
-    exits: list[TaskExit] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
     reports: list[tuple[TaskKey, Report]] = field(default_factory=list)
 
 
@@ -62,7 +62,7 @@ class LoopHandle(Protocol):
     def post(self, kind: str, payload: Any) -> None:
         """Something for the next turn, from any thread (read by :meth:`Runner.message`)."""
 
-    def later(self, events: Iterable[Event] = (), exits: Iterable[TaskExit] = ()) -> None:
+    def later(self, events: Iterable[Event] = (), exits: Iterable[Exit] = ()) -> None:
         """Events and exits for the next turn, from the loop's thread."""
 
     def wake(self) -> None:
@@ -111,7 +111,7 @@ class Runner(Protocol):
         API validated and built, when it did); the runner learns the job."""
         ...
 
-    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[TaskExit]]:
+    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[Exit]]:
         """Something posted to the loop that is not a submission or a cancel."""
         ...
 
@@ -126,14 +126,14 @@ class Runner(Protocol):
     def ended(self, job_id: str) -> None:
         """``job_id`` ended (committed): forget it."""
 
-    def carry_out(self, plan: TurnPlan, now: float) -> list[TaskExit]:
+    def carry_out(self, plan: TurnPlan, now: float) -> list[Exit]:
         """Start and stop what the committed ``plan`` says; returns exits for the next
         turn (tasks that could not start, stops of tasks that no longer run)."""
         ...
 
     def recover(
         self, store: Store, planner: TurnPlanner, now: float
-    ) -> tuple[list[Event], list[TaskExit]]:
+    ) -> tuple[list[Event], list[Exit]]:
         """Rebuild ``planner``'s core from the store (a start, or after a failed turn): the
         tasks that still run are adopted; returns the first turn's events and exits."""
         ...

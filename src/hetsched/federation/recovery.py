@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.controlplane import Store, from_stored
+from hetsched.drivers import Exit
 from hetsched.federation.dispatch import Dispatch
 from hetsched.federation.jobs import as_one_task
 from hetsched.federation.member import nodes_from_view
@@ -50,7 +50,7 @@ class Found:
 
     events: list[Event] = field(default_factory=list)
     dispatches: list[Dispatch] = field(default_factory=list)
-    exits: list[TaskExit] = field(default_factory=list)
+    exits: list[Exit] = field(default_factory=list)
     #: tasks the core holds again, with their placements (the interpreter adopts them)
     adopted: list[tuple[TaskKey, Placement]] = field(default_factory=list)
     #: job id -> its resubmission, held until its dispatches being stopped have ended
@@ -129,7 +129,7 @@ def _stopping(
         dispatch = _dispatch(t, members)
         if dispatch is None:
             key = TaskKey(str(t["job_id"]), int(t["task"]), int(t["run"]))
-            found.exits.append(TaskExit(key.job, key.task, key.run, None, True, "member gone"))
+            found.exits.append(Exit.of(key.job, key.task, key.run, None, True, "member gone"))
             continue
         dispatch.stopping = True
         found.dispatches.append(dispatch)

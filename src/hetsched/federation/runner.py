@@ -22,7 +22,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hetsched.agent.executor import TaskExit
 from hetsched.cluster.state import ClusterState
 from hetsched.controlplane import (
     Before,
@@ -34,7 +33,7 @@ from hetsched.controlplane import (
     from_stored,
 )
 from hetsched.controlplane import node_view as core_node_view
-from hetsched.drivers import Stop
+from hetsched.drivers import Exit, Stop
 from hetsched.federation.advice import explained, questions
 from hetsched.federation.dispatch import Dispatch
 from hetsched.federation.jobs import as_one_task, member_body
@@ -157,9 +156,9 @@ class MemberRunner:
         self.submissions[whole.id] = dict(row["spec"])
         return JobSubmitted(as_one_task(whole))
 
-    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[TaskExit]]:
+    def message(self, kind: str, payload: Any, now: float) -> tuple[list[Event], list[Exit]]:
         events: list[Event] = []
-        exits: list[TaskExit] = []
+        exits: list[Exit] = []
         if kind == "member":
             self._message(payload, now, events, exits)
         return events, exits
@@ -172,7 +171,7 @@ class MemberRunner:
 
     def recover(
         self, store: Store, planner: TurnPlanner, now: float
-    ) -> tuple[list[Event], list[TaskExit]]:
+    ) -> tuple[list[Event], list[Exit]]:
         """What recovery found: the first turn's events, tasks the core holds again, the
         dispatches it took back (each sent again where the member's job id is unknown,
         stopped again where it was being stopped), exits to report, and resubmissions held
@@ -257,7 +256,7 @@ class MemberRunner:
     # -- members ---------------------------------------------------------------------------
 
     def _message(
-        self, message: Message, now: float, events: list[Event], exits: list[TaskExit]
+        self, message: Message, now: float, events: list[Event], exits: list[Exit]
     ) -> None:
         state = self.members[message.member]
         match message:
@@ -275,7 +274,7 @@ class MemberRunner:
                 if dispatch is not None and dispatch.incarnation == incarnation:
                     self._end(dispatch)
                     why = f"member {state.name} refused it: {reason}"
-                    exits.append(TaskExit(key.job, key.task, key.run, None, False, why))
+                    exits.append(Exit.of(key.job, key.task, key.run, None, False, why))
             case Answered(_, answers):
                 if self.book.whatif.get(state.name) != answers:
                     self.book.whatif[state.name] = dict(answers)
@@ -293,7 +292,7 @@ class MemberRunner:
         report: Report,
         now: float,
         events: list[Event],
-        exits: list[TaskExit],
+        exits: list[Exit],
     ) -> None:
         lapsed = (
             report.lapsed
@@ -327,7 +326,7 @@ class MemberRunner:
         if state.in_core:
             self._save(state)
 
-    def _reported_jobs(self, state: MemberState, report: Report, exits: list[TaskExit]) -> None:
+    def _reported_jobs(self, state: MemberState, report: Report, exits: list[Exit]) -> None:
         """Jobs the member reports ended become exits. While its lease has lapsed there,
         only successes count: the rest were stopped by the lapse, and the fence requeues
         them."""
@@ -348,9 +347,9 @@ class MemberRunner:
                 )
                 exits.append(self._exit(dispatch, code if code is not None else None, text))
 
-    def _exit(self, dispatch: Dispatch, code: int | None, reason: str) -> TaskExit:
+    def _exit(self, dispatch: Dispatch, code: int | None, reason: str) -> Exit:
         key = dispatch.key
-        return TaskExit(key.job, key.task, key.run, code, dispatch.stopping, reason)
+        return Exit.of(key.job, key.task, key.run, code, dispatch.stopping, reason)
 
     def _deadlines(self, now: float) -> list[Event]:
         """Members not confirmed live in time are marked unreachable; those whose tasks have
@@ -435,19 +434,19 @@ class MemberRunner:
         if dispatch.stopping:
             state.worker.submit(Cancel(job_id, incarnation))
 
-    def _send(self, state: MemberState, dispatch: Dispatch) -> list[TaskExit]:
+    def _send(self, state: MemberState, dispatch: Dispatch) -> list[Exit]:
         """Send the dispatch's job to its member; an exit if its submission is unknown."""
         submission = self.submissions.get(dispatch.key.job)
         if submission is None:
             key = dispatch.key
-            return [TaskExit(key.job, key.task, key.run, None, False, "no spec")]
+            return [Exit.of(key.job, key.task, key.run, None, False, "no spec")]
         body = member_body(submission, self.federation, state.queue)
         idempotency = f"{self.federation}:{dispatch.key}"
         state.worker.submit(Send(dispatch.key, dispatch.incarnation, idempotency, body))
         return []
 
-    def carry_out(self, plan: TurnPlan, now: float) -> list[TaskExit]:
-        exits: list[TaskExit] = []
+    def carry_out(self, plan: TurnPlan, now: float) -> list[Exit]:
+        exits: list[Exit] = []
         for start in plan.starts:
             state = self.members[start.placement.node]
             dispatch = Dispatch(start.key, state.name, state.incarnation)
@@ -458,13 +457,13 @@ class MemberRunner:
         self._watch()
         return exits
 
-    def _stopping(self, stop: Stop) -> list[TaskExit]:
+    def _stopping(self, stop: Stop) -> list[Exit]:
         dispatch = self.dispatches.get(stop.key)
         key = stop.key
         if stop.released or dispatch is None:
             # its member was fenced (or it ended): nothing runs; the core freed it already
             why = stop.reason or "stopped"
-            return [TaskExit(key.job, key.task, key.run, None, True, why)]
+            return [Exit.of(key.job, key.task, key.run, None, True, why)]
         dispatch.stopping = True
         if dispatch.job_id is not None:
             worker = self.members[dispatch.member].worker

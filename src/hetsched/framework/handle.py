@@ -2,9 +2,10 @@
 
 A plugin gets a handle when it is built (``cls(args, handle)``; None when a Framework runs
 without a core). The handle is for reading: the cluster as it is, the usage ledger, queue
-weights, the jobs in the core. Nothing here changes the core's books; the one call that
-asks for something, :meth:`SchedulerHandle.track_usage`, subscribes to a decayed usage
-integral the core keeps up to date.
+weights, the jobs in the core, the throughput table job types resolve in. Nothing here
+changes the core's books; the one call that asks for something,
+:meth:`SchedulerHandle.track_usage`, subscribes to a decayed usage integral the core keeps
+up to date.
 
 The types here are protocols so that this module depends on nothing above the framework:
 the core's job records and ledger satisfy them structurally.
@@ -17,6 +18,7 @@ from typing import Protocol
 
 from hetsched.cluster.state import ClusterState
 from hetsched.model.job import Job
+from hetsched.model.speed import SpeedTable
 
 __all__ = ["DecayedView", "QueuedJob", "SchedulerHandle", "UsageView"]
 
@@ -79,6 +81,13 @@ class SchedulerHandle(Protocol):
 
     @property
     def usage(self) -> UsageView: ...
+
+    @property
+    def speed_table(self) -> SpeedTable | None:
+        """The throughput table that a job's ``job_type`` resolves in (the profile's
+        ``speeds``, plus what the driver learned), or None: handed to the core by its
+        driver, which may replace it between two ``handle`` calls, so read it per use."""
+        ...
 
     def queue_weight(self, queue: str) -> float:
         """The queue's fair-share weight in the profile's queue tree (1 without one)."""

@@ -30,6 +30,9 @@ migration: {min_runtime_s: 600, defrag: {enabled: true, max_moves: 2}}  # moving
 rounds: {policy: las, round_s: 360}  # round-based allocation of devices (docs/heterogeneity.md)
 fairness: {units: normalized, reference_model: V100}  # fair shares in reference-device units
 ```
+
+The queue tree (``QueueSpec``, quota amounts per flavor and their checks) is
+``hetsched.framework.queues``; the ``speeds`` section is ``hetsched.framework.speeds``.
 """
 
 from __future__ import annotations
@@ -46,9 +49,9 @@ from pydantic import (
     model_validator,
 )
 
+from hetsched.framework.queues import QueueSpec, check_queue_tree, flavor_amount
 from hetsched.framework.registry import Registry, installed
 from hetsched.framework.speeds import SpeedsSpec, check_speeds
-from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.yamlio import safe_load
 
 __all__ = [
@@ -68,49 +71,12 @@ __all__ = [
     "TimeoutSpec",
     "UpgradeSpec",
     "check_profile",
+    "check_queues",
+    "check_rounds",
     "flavor_amount",
     "load_profile",
     "parse_profile",
 ]
-
-#: the units every quota amount is turned into: cpu millicores, memory MiB, and for a device
-#: flavor milli-units of a device (1000 = one whole device), the units of cluster state
-Amount = str | int | float
-
-
-def flavor_amount(flavor: str, value: Amount) -> int:
-    """A quota amount in internal units; raises ValueError (QuantityError) if invalid.
-
-    ``cpu`` takes Kubernetes CPU notation (``500m``, ``2``), ``memory`` memory notation
-    (``16Gi``); a device flavor takes a device count, fractions allowed (``0.5``).
-    """
-    if flavor == "cpu":
-        return parse_cpu(value)
-    if flavor == "memory":
-        return parse_memory(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise QuantityError(f"expected a device count, got {value!r}")
-    if value < 0:
-        raise QuantityError(f"must not be negative, got {value!r}")
-    return round(value * 1000)
-
-
-class QueueSpec(BaseModel):
-    """One queue of the tree: its guarantee and how much it may borrow and lend, per flavor.
-
-    ``nominal`` is guaranteed; a flavor it does not name has a guarantee of 0. A flavor
-    absent from ``borrowing_limit`` may borrow without limit (up to what others lend); one
-    absent from ``lending_limit`` lends all of its idle nominal quota.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    parent: str | None = None
-    weight: float = Field(default=1.0, gt=0)
-    nominal: dict[str, Amount] = Field(default_factory=dict)
-    borrowing_limit: dict[str, Amount] = Field(default_factory=dict)
-    lending_limit: dict[str, Amount] = Field(default_factory=dict)
 
 
 class GangSpec(BaseModel):
@@ -409,70 +375,10 @@ def check_plugins(spec: ProfileSpec, registry: Registry | None = None) -> list[s
     return errors
 
 
-def known_flavors(spec: ProfileSpec) -> set[str]:
-    """cpu, memory, every declared flavor, and the device class of every ``class/model``."""
-    out = {"cpu", "memory"}
-    for flavor in spec.flavors:
-        out.add(flavor)
-        out.add(flavor.split("/", 1)[0])
-    return out
-
-
 def check_queues(spec: ProfileSpec) -> list[str]:
-    """Every problem of the queue tree and its quotas, with field paths.
-
-    Unknown or duplicate names, unknown parents, cycles, unknown flavors, invalid or negative
-    amounts, and lending limits above the nominal quota.
-    """
-    errors: list[str] = []
-    flavors = known_flavors(spec)
-    for index, flavor in enumerate(spec.flavors):
-        device_class, _, model = flavor.partition("/")
-        if not device_class or flavor in ("cpu", "memory") or "/" in model:
-            errors.append(f"flavors[{index}]: {flavor!r} is not 'class' or 'class/model'")
-    names: dict[str, int] = {}
-    for index, queue in enumerate(spec.queues):
-        if queue.name in names:
-            errors.append(f"queues[{index}].name: queue {queue.name!r} is declared twice")
-        names.setdefault(queue.name, index)
-    parents = {q.name: q.parent for q in spec.queues}
-    for index, queue in enumerate(spec.queues):
-        where = f"queues[{index}]"
-        if queue.parent is not None and queue.parent not in names:
-            errors.append(f"{where}.parent: unknown queue {queue.parent!r}")
-        seen = [queue.name]
-        parent = queue.parent
-        while parent is not None and parent in parents:
-            if parent in seen:
-                errors.append(
-                    f"{where}.parent: cycle in the queue tree: {' -> '.join([*seen, parent])}"
-                )
-                break
-            seen.append(parent)
-            parent = parents[parent]
-        amounts: dict[str, dict[str, int]] = {}
-        for part in ("nominal", "borrowing_limit", "lending_limit"):
-            amounts[part] = {}
-            for flavor, value in getattr(queue, part).items():
-                if flavor not in flavors:
-                    known = ", ".join(sorted(flavors))
-                    errors.append(
-                        f"{where}.{part}.{flavor}: unknown flavor {flavor!r} (known: {known}; "
-                        "declare device flavors under 'flavors')"
-                    )
-                    continue
-                try:
-                    amounts[part][flavor] = flavor_amount(flavor, value)
-                except ValueError as exc:
-                    errors.append(f"{where}.{part}.{flavor}: {exc}")
-        for flavor, lend in amounts["lending_limit"].items():
-            nominal = amounts["nominal"].get(flavor, 0)
-            if lend > nominal:
-                errors.append(
-                    f"{where}.lending_limit.{flavor}: {queue.lending_limit[flavor]} exceeds the "
-                    f"nominal quota {queue.nominal.get(flavor, 0)}"
-                )
-    return errors
+    """Every problem of the profile's queue tree and its quotas, with field paths (see
+    :func:`~hetsched.framework.queues.check_queue_tree`)."""
+    return check_queue_tree(spec.flavors, spec.queues)
 
 
 def check_rounds(spec: ProfileSpec) -> list[str]:

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hetsched.k8s.ratelimit import TokenBucket
+
 __all__ = [
     "ApiError",
     "ClusterAPI",
@@ -127,9 +129,11 @@ def _code(exc: Exception) -> int:
 POOL_SIZE = 32
 
 
-def load_api(kubeconfig: str | None = None, pool_size: int = POOL_SIZE) -> KubeClusterAPI:
+def load_api(
+    kubeconfig: str | None = None, pool_size: int = POOL_SIZE, limit: TokenBucket | None = None
+) -> KubeClusterAPI:
     """A client from ``kubeconfig``, else in-cluster config, else the default kubeconfig,
-    keeping up to ``pool_size`` connections alive."""
+    keeping up to ``pool_size`` connections alive; ``limit`` rate-limits its requests."""
     client, config = _k8s("client"), _k8s("config")
     configuration = client.Configuration()
     if kubeconfig:
@@ -140,7 +144,7 @@ def load_api(kubeconfig: str | None = None, pool_size: int = POOL_SIZE) -> KubeC
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = max(pool_size, 1)
-    return KubeClusterAPI(client.ApiClient(configuration))
+    return KubeClusterAPI(client.ApiClient(configuration), limit)
 
 
 def for_host(host: str, pool_size: int = POOL_SIZE) -> KubeClusterAPI:
@@ -182,9 +186,11 @@ class KubeClusterAPI:
     answers with a Status, which the client fails to read as a Binding after the bind
     succeeded."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, limit: TokenBucket | None = None) -> None:
         client = _k8s("client")
         self.api_client = api_client
+        #: every request (not the watches' streams) takes a token of it; None: no limit
+        self.limit = limit
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
@@ -211,6 +217,8 @@ class KubeClusterAPI:
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Obj:
         api_exception = _api_exception()
+        if self.limit is not None:
+            self.limit.take()
         try:
             return self._json(fn(*args, _preload_content=False, **kwargs))
         except api_exception as exc:
@@ -287,6 +295,8 @@ class KubeClusterAPI:
         its end and the connection handed back to the pool: an unread answer keeps its
         connection, and the next call opens a new one (a TLS handshake per pod against a
         real cluster)."""
+        if self.limit is not None:
+            self.limit.take()
         api_client = self.api_client
         headers = dict(api_client.default_headers)
         headers["Content-Type"] = headers["Accept"] = "application/json"

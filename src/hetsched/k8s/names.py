@@ -67,9 +67,11 @@ ASSIGN_PHASE = f"{DOMAIN}/assign-phase"
 #: (``hetsched.io/share.gpu``) is the share of that class; the bare one applies to the pod's
 #: shared slots, or to its only device class (see :mod:`hetsched.k8s.podrequest`)
 DEVICE_SHARE = f"{DOMAIN}/share"
-#: The share of a shared-device slot whose pod names none: a tenth of the device (the
-#: device plugin's slots default to 10 per device, and it gives a slot nobody assigned
-#: this share too), never the whole device
+#: The share the scheduler counts for a shared-device slot whose pod names none: a tenth
+#: of the device, never the whole device. The device plugin gives a slot nobody assigned
+#: its even part of the device (1000 / its ``shared_slots``), which is this share with 10
+#: slots per device; with another slot count, pods name their share
+#: (``hetsched.io/share``) so that the scheduler counts what the container gets
 DEFAULT_SLOT_SHARE = 100
 #: Pod annotation: a CEL selector over device attributes (DRA syntax);
 #: ``<DEVICE_SELECTOR>.<class>`` is one for that class alone

@@ -52,7 +52,9 @@ C = TypeVar("C", bound=NodeAgentConfig)
 
 def load_node_config(kind: type[C], path: str | Path | None) -> C:
     """The file's configuration (defaults without a file); SpecError with field paths.
-    ``fake_devices`` is taken relative to the file."""
+    Every path in it (``fake_devices``, ``plugins_dir``, ``kubeconfig``, ...) that is
+    relative is taken relative to the file's folder, made absolute: the agent serves
+    sockets at them and hands them to the kubelet, which needs absolute paths."""
     if path is None:
         return kind()
     data = load_yaml(path)
@@ -60,6 +62,11 @@ def load_node_config(kind: type[C], path: str | Path | None) -> C:
         config = kind.model_validate(data or {})
     except ValidationError as exc:
         raise SpecError(format_errors(exc), str(path)) from None
-    if config.fake_devices is not None and not config.fake_devices.is_absolute():
-        config.fake_devices = Path(path).parent / config.fake_devices
+    base = Path(path).absolute().parent
+    for name in kind.model_fields:
+        value = getattr(config, name)
+        if isinstance(value, Path) and not value.is_absolute():
+            setattr(config, name, base / value)
+    if config.kubeconfig and not Path(config.kubeconfig).expanduser().is_absolute():
+        config.kubeconfig = str(base / config.kubeconfig)
     return config

@@ -18,6 +18,10 @@ by deleting their pods.
   when the notice ends (:mod:`hetsched.k8s.notices`).
 - **Resuming**: the Binding of a checkpointable job's pod carries where it resumes from
   (:func:`hetsched.k8s.checkpoints.resume_annotations`).
+- **Exits** come by callback: a pod's end is handed to the interpreter as the watch shows
+  it (its ``poll`` has none). Of the optional capabilities it has
+  :class:`~hetsched.drivers.executor.GivesNotice`; pods are the API server's to keep, so
+  there is nothing to adopt, fence or kill by pid.
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ class PodExecutor:
         #: job id -> bindings of it that failed in a row
         self._failures: dict[str, int] = {}
 
-    # -- the Executor protocol -----------------------------------------------------------
+    # -- the executor protocol (drivers/executor.py) ------------------------------------
 
     def start(self, tasks: Sequence[Start], now: float) -> None:
         if not tasks:
@@ -156,6 +160,17 @@ class PodExecutor:
             self._stop_pod(
                 pod_key, stop.key, stop.grace_s, reason, bool(stop.preemptor), stop.notice_s, now
             )
+
+    def poll(self, now: float) -> list[Exit]:
+        return []  # a pod's end is reported as the watch shows it
+
+    def shutdown(self) -> None:
+        """Wait for the bindings in flight and stop the binding workers."""
+        self.binder.close()
+
+    def in_notice(self, key: TaskKey) -> bool:
+        pod_key = self._stopping_tasks().get(key)
+        return pod_key is not None and pod_key in self.notices.pending
 
     def _stopping_tasks(self) -> dict[TaskKey, str]:
         """Task -> its pod, for the pods asked to stop (few: those going away now)."""

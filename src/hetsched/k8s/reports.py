@@ -22,7 +22,9 @@ __all__ = ["CheckpointReports"]
 log = logging.getLogger(__name__)
 
 
-class _Executor(Protocol):
+class _Stopping(Protocol):
+    """What the reports read of the pod executor: the pods asked to stop, and their tasks."""
+
     stopping: dict[str, TaskKey]
 
 
@@ -34,7 +36,7 @@ class _Scheduler(Protocol):
     owner: dict[str, tuple[str, int]]
 
     @property
-    def executor(self) -> _Executor: ...
+    def executor(self) -> _Stopping: ...
 
     def running_run(self, job_id: str) -> int | None: ...
 

@@ -38,7 +38,6 @@ threads, feeding it.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -47,7 +46,7 @@ from typing import Any
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
-from hetsched.drivers import Exit, Interpreter, Observer, in_order
+from hetsched.drivers import Interpreter, Observer, in_order
 from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.speeds import load_speed_table
 from hetsched.k8s.api import ClusterAPI
@@ -59,18 +58,17 @@ from hetsched.k8s.fencing import LeaseFencing
 from hetsched.k8s.fencing import federation_of as _federation
 from hetsched.k8s.leading import run_leading
 from hetsched.k8s.listwatch import Change, ListWatch
+from hetsched.k8s.membership import Membership
 from hetsched.k8s.names import SCHEDULER_NAME
 from hetsched.k8s.nominate import Nominations
 from hetsched.k8s.podevents import PodEvents
 from hetsched.k8s.podexec import PodExecutor
-from hetsched.k8s.podgroups import PodGroups
-from hetsched.k8s.recreate import Vacancies, workload_of
+from hetsched.k8s.recreate import workload_of
 from hetsched.k8s.reports import CheckpointReports
 from hetsched.k8s.takeback import TakeBack
 from hetsched.k8s.translate import (
     PodInfo,
     TranslateError,
-    group_job,
     pod_info,
     pod_job,
 )
@@ -79,7 +77,6 @@ from hetsched.model.device import Node
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.scheduler import (
     Event,
-    JobCancelled,
     JobSubmitted,
     JobTransition,
     Migrate,
@@ -105,7 +102,7 @@ def _short(uid: str) -> str:
     return f"#{uid[:8]}" if uid else ""
 
 
-class PodScheduler(Observer):
+class PodScheduler(Membership, Observer):
     """A secondary scheduler for the pods naming ``scheduler_name``.
 
     ``clock`` gives the core's time in seconds (monotonic by default). ``identity`` names
@@ -139,31 +136,17 @@ class PodScheduler(Observer):
         self.core.speed_table = load_speed_table(profile.speeds) if profile else None
         self.events = PodEvents(api, scheduler_name, identity, event_queue)
         self.nominations = Nominations(api)
-        self.recreate_timeout_s = recreate_timeout_s
         #: the cache: the latest JSON of every node and pod
         self.nodes: dict[str, Obj] = {}
         self._node_models: dict[str, Node] = {}
         self.pods: dict[str, Obj] = {}
-        #: pod key -> (job id, task): pods the core holds as tasks of a job
-        self.owner: dict[str, tuple[str, int]] = {}
-        #: job id -> its pods' keys, by task index ("" while the task has no pod)
-        self.members: dict[str, list[str]] = {}
-        #: job id -> its current run and state, as the core's actions told them
-        self._run: dict[str, int] = {}
-        self._state: dict[str, JobState] = {}
-        #: job id -> what recreates its pods (see _workload), None for bare pods
-        self._workloads: dict[str, str | None] = {}
-        #: tasks of requeued jobs waiting for their workload to recreate a pod
-        self.vacant = Vacancies(recreate_timeout_s)
-        #: pods of pod groups waiting to reach their minimum
-        self._groups = PodGroups()
+        self._init_membership(recreate_timeout_s)
         #: bound pods taken back as jobs (the pods of a group as one, during a sync)
         self.takeback = TakeBack(self)
         self._syncing = False
         self.followups: list[Event] = []
         self._moving: list[str] = []  # jobs whose Migrate was carried out this round
         self.rechecks: list[str] = []
-        self._seq = itertools.count()
         #: Dynamic Resource Allocation: the claims of our pods, the slices' devices
         self.dra = ClaimSide(self)
         caches = {"nodes": self.nodes, "pods": self.pods, **self.dra.caches}
@@ -380,21 +363,6 @@ class PodScheduler(Observer):
                 self.takeback.pod(info, obj)
         return []
 
-    def _owned_change(self, info: PodInfo, owned: tuple[str, int]) -> list[Event]:
-        """A pod that is a task of a job changed: it ended, or someone else bound it."""
-        job_id, task = owned
-        if info.terminal:
-            del self.owner[info.key]
-            key = TaskKey(job_id, task, self._run.get(job_id, 1))
-            event = self.interpreter.report(Exit(key, info.phase == "Succeeded", info.phase))
-            return [event] if event is not None else []
-        if info.node_name and self._state.get(job_id) is JobState.PENDING:
-            # bound while it waited in our queue, by someone else (another scheduler, a
-            # user, a former leader): stop placing it and count it where it went
-            self.rechecks.append(info.key)
-            return self._withdraw(job_id, info.key, f"bound to {info.node_name} by another")
-        return []
-
     def _fence(self) -> list[Change]:
         """Renew the federations' leases; delete every pod of one whose lease lapsed; let
         pods held back for want of a lease be scheduled once it is live."""
@@ -417,53 +385,6 @@ class PodScheduler(Observer):
         self.events.failed_scheduling(obj, f"waiting for a live lease of federation {name}")
         return True
 
-    def _fill(self, info: PodInfo, obj: Obj) -> bool:
-        """A new pending pod of a workload whose requeued job waits for a recreated pod
-        takes that job's task (bound at once if the core placed the task already)."""
-        vacancy = self.vacant.take(workload_of(obj, info))
-        if vacancy is None:
-            return False
-        job_id, task = vacancy.job_id, vacancy.task
-        self.members[job_id][task] = info.key
-        self.owner[info.key] = (job_id, task)
-        self.executor.filled(job_id)
-        return True
-
-    def _vacate(self, job_id: str, now: float) -> list[Event]:
-        """A job went back to the queue: the pods of its tasks that ran are gone or going
-        (those that never bound stay its tasks). They wait for their workload to recreate
-        them; a job of bare pods is cancelled instead (nothing will ever run it again)."""
-        self.executor.requeued(job_id)
-        workload = self._workloads.get(job_id)
-        members = self.members.get(job_id, [])
-        notices = self.executor.notices.pending
-        # pods in their notice stay until it ends: nothing recreates them before
-        since = max([now] + [notices[k].deadline for k in members if k in notices])
-        vacant = []
-        for task, key in enumerate(members):
-            if key and self.owner.get(key) == (job_id, task):
-                continue  # still its pod, never bound: it waits with the job
-            members[task] = ""
-            vacant.append(task)
-        if not vacant:
-            return []
-        if workload is None:
-            return [JobCancelled(job_id, "its pods were deleted and no controller recreates them")]
-        self.vacant.add(workload, job_id, vacant, since)
-        return []
-
-    def _expired_vacancies(self, now: float) -> list[Event]:
-        """Jobs whose pods were not recreated in time are cancelled."""
-        reason = f"no pod was recreated for it within {self.recreate_timeout_s:g}s"
-        late = self.vacant.expired(now)
-        return [JobCancelled(job_id, reason) for job_id in late]
-
-    def _own(self, job_id: str, keys: list[str], workload: str | None) -> None:
-        self.members[job_id] = list(keys)
-        self._workloads[job_id] = workload
-        for task, key in enumerate(keys):
-            self.owner[key] = (job_id, task)
-
     def assume(self, obj: Obj) -> None:
         """Account a pod someone just bound (the extender), before the watch shows it."""
         info = pod_info(obj)
@@ -485,55 +406,6 @@ class PodScheduler(Observer):
             self.executor.notices.withdraw(self.api, pod_info(self.pods[key]), self.pods[key])
         for task, placement in placements.items():
             self.interpreter.adopt(TaskKey(job_id, task, 1), placement)
-
-    def _pod_gone(self, key: str) -> list[Event]:
-        self.events.reported.pop(key, None)
-        self.nominations.forget(key)
-        stopped = self.executor.gone(key)
-        if stopped is not None:
-            event = self.interpreter.report(Exit(stopped, False, "pod deleted"))
-            return [event] if event is not None else []
-        if self._groups.discard(key):
-            return []
-        owned = self.owner.pop(key, None)
-        if owned is None:
-            return []
-        job_id, task = owned
-        if self._state.get(job_id) is JobState.PENDING:
-            return self._withdraw(job_id, key, f"pod {key} deleted")
-        ran = TaskKey(job_id, task, self._run.get(job_id, 1))
-        event = self.interpreter.report(Exit(ran, False, "pod deleted"))
-        return [event] if event is not None else []
-
-    def _withdraw(self, job_id: str, key: str, reason: str) -> list[Event]:
-        """Cancel a pending job that lost its pod ``key``; the rest of a gang's pods wait
-        for their group's minimum again."""
-        self.owner.pop(key, None)
-        self.dra.book.forget(key)
-        self.vacant.drop(job_id)
-        for other in self.members.get(job_id, []):
-            if other == key or self.owner.pop(other, None) is None or other not in self.pods:
-                continue
-            info = pod_info(self.pods[other])
-            if info.group is not None:
-                self._groups.again(f"{info.namespace}/{info.group}", other)
-        return [JobCancelled(job_id, reason)]
-
-    def _submit_groups(self, now: float) -> list[Event]:
-        events: list[Event] = []
-        for group, keys, minimum in self._groups.ready(self.pods, self.events.failed_scheduling):
-            job_id = f"{group}#g{next(self._seq)}"
-            try:
-                job = group_job(job_id, [self.pods[k] for k in keys], minimum, now)
-                job = self.dra.book.group_request(keys, self.pods, job)
-            except (TranslateError, ClaimError) as exc:
-                for key in keys:
-                    self.events.failed_scheduling(self.pods[key], str(exc))
-                continue
-            self._groups.take(group)
-            self._own(job_id, keys, f"group:{group}")
-            events.append(JobSubmitted(job))
-        return events
 
     # -- what the core says about jobs (the interpreter's Observer) ----------------------
 
@@ -560,17 +432,6 @@ class PodScheduler(Observer):
         not movable, ``pod_job``); should one be, its job is cancelled once it is gone."""
         self._moving.append(action.job_id)
 
-    def _waits_for_room(self, job_id: str) -> bool:
-        """The job waits, with room kept for it by the preemptions it started."""
-        return self._state.get(job_id) is JobState.PENDING and self.core.view.promised(job_id)
-
-    def _pending_pods(self, job_id: str) -> list[str]:
-        return [
-            k
-            for k in self.members.get(job_id, [])
-            if k in self.pods and not pod_info(self.pods[k]).node_name
-        ]
-
     # -- what the executor reads and tells ---------------------------------------------
 
     def started_run(self, job_id: str, run: int) -> None:
@@ -593,13 +454,3 @@ class PodScheduler(Observer):
     def conflicts(self) -> list[str]:
         """Pods whose bind this instance lost (409)."""
         return self.executor.conflicts
-
-    def held_node(self, key: str) -> str:
-        """The node where the core holds pod ``key``'s allocation (an assumed binding
-        whose pod the watch may still show unbound); empty when it holds none."""
-        owned = self.owner.get(key)
-        if owned is None:
-            return ""
-        view = self.core.view.job(owned[0])
-        placement = view.placements.get(owned[1]) if view is not None else None
-        return placement.node if placement is not None else ""

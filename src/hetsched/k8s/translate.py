@@ -203,7 +203,27 @@ class PodInfo:
         )
 
 
+#: the latest PodInfo of each pod object, by identity: a pod's JSON, once received, is never
+#: changed in place (a change is a new object from the watch, and whoever edits a pod edits
+#: a copy), and the scheduler reads the same object's info several times in one batch
+_INFOS: dict[int, tuple[JSON, PodInfo]] = {}
+_INFOS_MAX = 8192
+
+
 def pod_info(obj: JSON) -> PodInfo:
+    """What the scheduler needs of the pod ``obj`` (see :class:`PodInfo`), read once per
+    object (never change a pod's JSON in place: copy it)."""
+    hit = _INFOS.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    info = _pod_info(obj)
+    if len(_INFOS) >= _INFOS_MAX:
+        _INFOS.clear()
+    _INFOS[id(obj)] = (obj, info)
+    return info
+
+
+def _pod_info(obj: JSON) -> PodInfo:
     if not isinstance(obj, Mapping):
         raise TranslateError(f"pod: must be an object, got {type(obj).__name__}")
     meta = _meta(obj)

@@ -9,7 +9,7 @@ from types import MappingProxyType
 
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
-from hetsched.model.speed import JobSpeed
+from hetsched.model.speed import NO_SPEED, JobSpeed
 
 __all__ = [
     "Checkpointing",
@@ -144,11 +144,6 @@ class DeviceFailurePolicy(enum.StrEnum):
     FAIL = "fail"
 
 
-#: the speed of a job that names none, shared (it is immutable): a simulator or a benchmark
-#: builds a job per task, and building a fresh one each time cost more than the rest of Job
-_NO_SPEED = JobSpeed()
-
-
 @dataclass(frozen=True, slots=True)
 class Job:
     """A unit of work: ``replicas`` identical tasks, bound all-or-nothing in groups of ``gang``.
@@ -177,7 +172,7 @@ class Job:
     best_effort: bool = False
     #: how fast the job runs per device model and how much work it has (see
     #: :mod:`hetsched.model.speed`); empty: every model is equal
-    speed: JobSpeed = field(default_factory=lambda: _NO_SPEED)
+    speed: JobSpeed = field(default_factory=lambda: NO_SPEED)
     #: how it saves its state (see :mod:`hetsched.model.checkpoint`); None: it does not,
     #: so a stop loses its run's work and it gets no notice
     checkpoint: Checkpointing | None = None

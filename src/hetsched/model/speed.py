@@ -30,18 +30,17 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hetsched.model.job import Job
+from typing import Any, Protocol
 
 __all__ = [
     "DEFAULT_KEY",
+    "NO_SPEED",
     "JobSpeed",
     "SpeedError",
+    "SpeedSubject",
     "SpeedTable",
     "Speeds",
     "job_devices",
@@ -57,6 +56,39 @@ DEFAULT_KEY = "*"
 class SpeedError(ValueError):
     """Speed information that cannot be resolved (an unknown job type, work in steps
     without any rate, a duration on a model the job has no rate for)."""
+
+
+class _Choice(Protocol):
+    @property
+    def count(self) -> int: ...
+
+
+class _Request(Protocol):
+    @property
+    def primary(self) -> _Choice: ...
+
+
+class _Resources(Protocol):
+    @property
+    def devices(self) -> Sequence[_Request]: ...
+
+
+class SpeedSubject(Protocol):
+    """What a job's speed is resolved from; a :class:`~hetsched.model.job.Job` is one.
+    A job holds its :class:`JobSpeed`, so this module names no job class (the dependency
+    goes one way: job -> speed)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def replicas(self) -> int: ...
+
+    @property
+    def resources(self) -> _Resources: ...
+
+    @property
+    def speed(self) -> JobSpeed: ...
 
 
 def _fold(model: str) -> str:
@@ -260,7 +292,12 @@ class Speeds:
         return best
 
 
-def job_devices(job: Job) -> int:
+#: the speed of a job that says nothing about it, shared (it is immutable): most jobs say
+#: nothing, and a simulator or a benchmark builds a job per task
+NO_SPEED = JobSpeed()
+
+
+def job_devices(job: SpeedSubject) -> int:
     """Devices the whole job takes (replicas x the count of its first device request;
     at least 1): the size a throughput table is looked up at."""
     request = job.resources
@@ -268,7 +305,7 @@ def job_devices(job: Job) -> int:
     return max(1, int(count) * int(job.replicas))
 
 
-def _rates_of(job: Job, speed: JobSpeed, table: SpeedTable | None) -> dict[str, float]:
+def _rates_of(job: SpeedSubject, speed: JobSpeed, table: SpeedTable | None) -> dict[str, float]:
     if speed.rates:
         return {_fold(m): r for m, r in speed.rates.items()}
     if speed.job_type is None:
@@ -288,8 +325,10 @@ def _rates_of(job: Job, speed: JobSpeed, table: SpeedTable | None) -> dict[str, 
     return dict(rates)
 
 
-def resolve(job: Job, table: SpeedTable | None = None, duration_s: float | None = None) -> Speeds:
-    """The speed of ``job`` (a :class:`~hetsched.model.job.Job`).
+def resolve(
+    job: SpeedSubject, table: SpeedTable | None = None, duration_s: float | None = None
+) -> Speeds:
+    """The speed of ``job`` (a :class:`~hetsched.model.job.Job`, or anything of its shape).
 
     ``table`` is the profile's throughput table; ``duration_s`` the job's true duration
     where the driver knows one (its run time on the fastest model when the job gives no
@@ -318,12 +357,14 @@ def resolve(job: Job, table: SpeedTable | None = None, duration_s: float | None 
     return Speeds(MappingProxyType(rates), float(default_rate), float(work))
 
 
-def speed_of(job: Job, model: str, table: SpeedTable | None = None) -> float:
+def speed_of(job: SpeedSubject, model: str, table: SpeedTable | None = None) -> float:
     """The rate of ``job`` on device ``model`` (1.0 everywhere without speed information)."""
     return resolve(job, table).on(model)
 
 
-def time_on(job: Job, model: str, remaining: float, table: SpeedTable | None = None) -> float:
+def time_on(
+    job: SpeedSubject, model: str, remaining: float, table: SpeedTable | None = None
+) -> float:
     """Seconds ``job`` needs on ``model`` to do ``remaining`` work (inf where it cannot
     progress)."""
     return resolve(job, table).time_on(model, remaining)

@@ -1,38 +1,39 @@
-"""Reading YAML, fast: every YAML file hetsched reads goes through :func:`safe_load`.
+"""Reading YAML: every YAML file hetsched reads goes through :func:`safe_load`.
 
-PyYAML's safe loading, with four changes that keep its results and make it several times
-faster on the large cluster and job files ``place`` and the simulator read:
+PyYAML's safe loading over libyaml (``yaml.CSafeLoader``; the pure-Python loader where
+PyYAML was built without it), with a lighter constructor for the documents spec files are
+made of: libyaml parses, PyYAML's resolver gives every scalar its tag and PyYAML's
+constructors build every scalar that is not a string; only plain mappings and sequences
+are assembled here, straight from the parser's events, without composing the node graph
+first (the graph is most of the time PyYAML spends on a large file). A document with
+anything else (an anchor or alias, an explicit tag, a key that is not a string, a merge
+key ``<<``, a timestamp, several documents, an error) is loaded again by PyYAML's own
+loader, so its value or its error is exactly PyYAML's.
 
-- a document given as text or bytes that lies entirely in the common block-style subset
-  (block mappings and sequences of one-line plain and quoted scalars, one-line flow
-  sequences and mappings of such scalars, nested, comments; the subset is spelled out in
-  :mod:`hetsched.model.yamlblock`) is read line by line without PyYAML's composer, about
-  six times faster; its scalars that are not strings are still resolved and built by
-  PyYAML's own resolver and constructors, and every other document (anchors, tags,
-  multi-line scalars or flow collections, several documents, streams, anything PyYAML refuses)
-  goes to the loader below, so the value or the error is PyYAML's;
-- the C parser and composer (libyaml, ``yaml.CSafeLoader``) where PyYAML was built with
-  it, the pure-Python loader otherwise;
-- plain strings, lists and mappings are built by one tight walk over the composed nodes;
-  every other node (numbers, booleans, nulls, timestamps, merge keys, explicit tags) goes
-  through PyYAML's own constructors, so the values are the same;
-- Python's cyclic garbage collector is paused while the document is built: a large document
-  is hundreds of thousands of new containers, and each collection pass would walk them all
-  again (a loaded document has no garbage to collect).
+Python's cyclic garbage collector is paused while a document is built: a large document
+is hundreds of thousands of new containers, and each collection pass would walk them all
+again (a loaded document has no garbage to collect).
 """
 
 from __future__ import annotations
 
 import gc
-import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
 import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-
-from hetsched.model.yamlblock import DECLINED, load_block
+from yaml.events import (
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
+from yaml.nodes import ScalarNode
 
 __all__ = ["C_LOADER", "YAMLError", "gc_paused", "safe_load"]
 
@@ -42,115 +43,95 @@ YAMLError = yaml.YAMLError
 C_LOADER = hasattr(yaml, "CSafeLoader")
 
 _STR = "tag:yaml.org,2002:str"
-_SEQ = "tag:yaml.org,2002:seq"
-_MAP = "tag:yaml.org,2002:map"
 #: tags whose values are immutable (the same text gives an equal, interchangeable value)
 _IMMUTABLE = frozenset(f"tag:yaml.org,2002:{name}" for name in ("int", "float", "bool", "null"))
-_MISSING = object()
-#: C functions without effects, of two arguments and of none (see _Loader.__init__)
-_IGNORE_TWO: Callable[[Any, Any], object] = operator.is_
-_IGNORE_NONE: Callable[[], object] = tuple
+#: the tags of a node without an explicit one
+_IMPLICIT = (None, "!")
+_MISSING: Any = object()
 _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class _NotPlain(Exception):
+    """The document has more than plain mappings, sequences and scalars: PyYAML builds it."""
+
+
 class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped classes
-    """The safe loader with a fast path for plain strings, lists and mappings."""
+    """The safe loader; :meth:`plain_document` builds a plain document from the events."""
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
-        # the composer asks for the tag of every node: a large file asks the same few
-        # questions (``"4"``, ``"gpu"``, a mapping) a hundred thousand times
-        self._tags: dict[tuple[Any, Any, Any], str] = {}
-        if not self.yaml_path_resolvers:
-            # the composer calls these two around every node, for path resolvers the safe
-            # loader does not have: C callables that take the same arguments and do
-            # nothing with them cost less than Python no-ops (a few % of the composer)
-            self.descend_resolver = _IGNORE_TWO
-            self.ascend_resolver = _IGNORE_NONE
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
-        key = (kind, value, implicit)
-        tag = self._tags.get(key)
-        if tag is None:
-            tag = super().resolve(kind, value, implicit)
-            # a path resolver makes the tag depend on where the node is: no memo then
-            if not self.yaml_path_resolvers:
-                self._tags[key] = tag
-        return tag
-
-    def construct_document(self, node: Node) -> Any:
-        self._built: dict[int, Any] = {}
+        # a large file asks the resolver the same few questions (``"4"``, ``"gpu"``)
+        # thousands of times: one answer per (text, implicit flags)
+        self._tags: dict[tuple[str, Any], str] = {}
         self._scalars: dict[tuple[str, str], Any] = {}
-        try:
-            return self._build(node)
-        except RecursionError:
-            raise
-        except Exception:  # raised again below, in PyYAML's order
-            # the walk builds depth first, PyYAML breadth first through its generators:
-            # which error comes first (and its marks) is PyYAML's, so PyYAML builds again
-            self._reset()
-            return super().construct_document(node)
-        finally:
-            self._built = {}
-            self._scalars = {}
-            self._reset()
 
-    def _reset(self) -> None:
-        self.constructed_objects: dict[Node, Any] = {}
-        self.recursive_objects: dict[Node, None] = {}
-        self.state_generators: list[Any] = []
-        self.deep_construct = False
+    def _not_a_string(self, event: Any, tag: str) -> Any:
+        """A scalar whose tag is not ``str``: a number, a boolean or null, built by PyYAML's
+        constructor once per distinct text (the values are immutable)."""
+        if tag not in _IMMUTABLE:
+            # timestamps, binary, merge and value keys, a constructor a subclass added
+            raise _NotPlain
+        key = (tag, event.value)
+        built = self._scalars.get(key, _MISSING)
+        if built is _MISSING:
+            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+            built = self._scalars[key] = self.construct_object(node, deep=True)
+        return built
 
-    def _build(self, node: Node) -> Any:
-        kind = type(node)
-        if kind is ScalarNode:
-            tag = node.tag
-            if tag == _STR:
-                return node.value
-            if tag in _IMMUTABLE:
-                # numbers, booleans and nulls are values: one per distinct text is enough
-                key = (tag, node.value)
-                value = self._scalars.get(key, _MISSING)
-                if value is _MISSING:
-                    value = self._scalars[key] = self.construct_object(node, deep=True)
-                return value
-        elif kind is MappingNode:
-            if node.tag == _MAP:
-                mapping = self._plain_mapping(node)
-                if mapping is not None:
-                    return mapping
-        elif kind is SequenceNode and node.tag == _SEQ:
-            # an alias is the same node again: the same object, as PyYAML builds it
-            built = self._built
-            seen = built.get(id(node))
-            if seen is not None:
-                return seen
-            items: list[Any] = []
-            built[id(node)] = items
-            build = self._build
-            items.extend([build(child) for child in node.value])
-            return items
-        return self.construct_object(node, deep=True)
+    def plain_document(self) -> Any:
+        """The one document of the stream; _NotPlain when it is not plain (see the
+        module docstring)."""
+        if self.yaml_path_resolvers:
+            raise _NotPlain  # tags that depend on where a node is: the composer knows
+        get = self.get_event
+        tags = self._tags
+        resolve = self.resolve
+        not_a_string = self._not_a_string
 
-    def _plain_mapping(self, node: Node) -> dict[str, Any] | None:
-        """The mapping when every key is a plain string (no merge key ``<<``, no number or
-        collection as a key), else None."""
-        built = self._built
-        seen = built.get(id(node))
-        if seen is not None:
-            return seen  # type: ignore[no-any-return]
-        pairs = node.value
-        for key, _value in pairs:
-            if type(key) is not ScalarNode or key.tag != _STR:
-                return None
-        mapping: dict[str, Any] = {}
-        built[id(node)] = mapping
-        build = self._build
-        # every value is built, in order, a duplicate key's too: as in PyYAML, a value
-        # that cannot be built is an error even when a later duplicate replaces it
-        for key, value in pairs:
-            mapping[key.value] = build(value)
-        return mapping
+        def scalar(event: Any) -> Any:
+            if event.anchor is not None or event.tag not in _IMPLICIT:
+                raise _NotPlain  # an anchor (PyYAML checks them), an explicit tag
+            value, implicit = event.value, event.implicit
+            tag = tags.get((value, implicit))
+            if tag is None:
+                tag = tags[(value, implicit)] = resolve(ScalarNode, value, implicit)
+            return value if tag == _STR else not_a_string(event, tag)
+
+        def build(event: Any) -> Any:
+            kind = type(event)
+            if kind is ScalarEvent:
+                return scalar(event)
+            if event.anchor is not None or event.tag not in _IMPLICIT:
+                raise _NotPlain
+            if kind is MappingStartEvent:
+                mapping: dict[str, Any] = {}
+                key = get()
+                while type(key) is ScalarEvent:
+                    name = scalar(key)
+                    if type(name) is not str:
+                        raise _NotPlain  # a number, a null or a merge key as a key
+                    value = get()
+                    mapping[name] = scalar(value) if type(value) is ScalarEvent else build(value)
+                    key = get()
+                if type(key) is not MappingEndEvent:
+                    raise _NotPlain  # a collection or an alias as a key
+                return mapping
+            if kind is SequenceStartEvent:
+                items: list[Any] = []
+                event = get()
+                while type(event) is not SequenceEndEvent:
+                    items.append(build(event))
+                    event = get()
+                return items
+            raise _NotPlain  # an alias
+
+        get()  # the stream's start
+        if type(get()) is not DocumentStartEvent:
+            raise _NotPlain  # no document: PyYAML says what an empty stream is
+        root = build(get())
+        if type(get()) is not DocumentEndEvent or type(get()) is not StreamEndEvent:
+            raise _NotPlain  # another document: PyYAML's error
+        return root
 
 
 @contextmanager
@@ -166,21 +147,30 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _pyyaml_load(data: Any) -> Any:
+    loader = _Base(data)
+    try:
+        return loader.get_single_data()
+    except RecursionError:
+        raise yaml.YAMLError("the document is nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
 def safe_load(stream: str | bytes | IO[str] | IO[bytes]) -> Any:
-    """One YAML document as plain Python values, like ``yaml.safe_load``.
+    """One YAML document as plain Python values, like ``yaml.safe_load`` (with libyaml).
 
     Raises ``yaml.YAMLError`` on malformed YAML, and ``yaml.YAMLError`` too (not
     RecursionError) on a document nested deeper than the interpreter's stack allows.
     """
     with gc_paused():
-        if isinstance(stream, str | bytes):
-            value = load_block(stream, _Loader(""))
-            if value is not DECLINED:
-                return value
+        if not isinstance(stream, str | bytes):
+            return _pyyaml_load(stream)  # a stream is read once: PyYAML reads it
         loader = _Loader(stream)
         try:
-            return loader.get_single_data()
-        except RecursionError:
-            raise yaml.YAMLError("the document is nested too deeply") from None
+            return loader.plain_document()
+        except Exception:  # _NotPlain, or an error: PyYAML's loader gives its own
+            pass
         finally:
             loader.dispose()
+        return _pyyaml_load(stream)

@@ -19,7 +19,7 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import FloatArray, IntArray
 from hetsched.framework.registry import register
-from hetsched.model.speed import SpeedError, Speeds, SpeedTable, resolve
+from hetsched.model.speed import SpeedError, Speeds, resolve
 
 __all__ = ["Speed"]
 
@@ -40,7 +40,7 @@ class Speed:
     def _speeds(self, ctx: CycleContext) -> Speeds | None:
         if not ctx.job.speed.known:
             return None
-        table: SpeedTable | None = getattr(self._handle, "speed_table", None)
+        table = None if self._handle is None else self._handle.speed_table
         try:
             speeds = resolve(ctx.job, table)
         except SpeedError:

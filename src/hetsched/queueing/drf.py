@@ -5,7 +5,7 @@ weight (> 0; default 1, or the queue's ``weight`` from the profile's queue tree 
 ``by: queue``).
 
 An entity's dominant share is the largest, over every flavor (cpu, memory, each device
-class and each class/model, see ``hetsched.scheduler.usage``), of what it holds divided by
+class and each class/model, see ``hetsched.cluster.usage``), of what it holds divided by
 the cluster's capacity in that flavor. Jobs of the entity with the smallest
 ``dominant share / weight`` go first (ties: queue time, then arrival). The core re-reads the
 key of a job before trying it, so shares move as jobs start within one cycle (progressive
@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.cluster.usage import capacity, dominant_share
 from hetsched.framework.handle import QueuedJob, SchedulerHandle
 from hetsched.framework.registry import register
-from hetsched.scheduler.usage import capacity, dominant_share
 
 __all__ = ["Drf", "DrfArgs", "entity_weight"]
 

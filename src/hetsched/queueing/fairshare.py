@@ -16,10 +16,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hetsched.cluster.usage import DecayedUsage
 from hetsched.framework.handle import DecayedView, QueuedJob, SchedulerHandle
 from hetsched.framework.registry import register
 from hetsched.queueing.drf import Drf, DrfArgs, entity_weight
-from hetsched.scheduler.usage import DecayedUsage
 
 __all__ = ["Fairshare", "FairshareArgs"]
 

@@ -23,7 +23,9 @@ A cycle must not cost more as the backlog grows. So the queue keeps, for every w
   until one of them fails for capacity, which closes the shape for the rest of the cycle
   (capacity only shrinks within a cycle).
 
-The rules are the cycle's (``hetsched.scheduler.cycle``); this module only answers "is this
+What a waiting job needs (tasks at once, its shape) and when moving running jobs may help
+it are in ``hetsched.queueing.needs``. The rules are the cycle's
+(``hetsched.scheduler.cycle``); this module only answers "is this
 job parked" (:meth:`WaitingQueue.parked`) and "which jobs, in which order, may matter"
 (:meth:`WaitingQueue.order`). The full-sort reference cycle asks the first question of every
 job and must take the same decisions: a hypothesis property checks it.
@@ -37,14 +39,12 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hetsched.cluster.state import ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.interfaces import LanedQueueSort
-from hetsched.framework.runtime import Framework
 from hetsched.framework.status import PluginError
 from hetsched.model.lifecycle import JobState
 from hetsched.queueing.lanes import (
@@ -58,43 +58,29 @@ from hetsched.queueing.lanes import (
     merge,
     rank_of,
 )
+from hetsched.queueing.needs import (
+    PREEMPTION_RETRY_S,
+    QueueOwner,
+    moves_may_help,
+    needed,
+    preemption_may_help,
+    shape_of,
+)
 
 if TYPE_CHECKING:
     from hetsched.scheduler.records import JobRecord
 
 __all__ = [
+    "PREEMPTION_RETRY_S",
     "QueueOwner",
     "Shape",
     "WaitingQueue",
     "moves_may_help",
+    "needed",
     "preemption_may_help",
     "shape_of",
 ]
 
-
-class QueueOwner(Protocol):
-    """What the queue reads of the scheduler that owns it."""
-
-    @property
-    def framework(self) -> Framework: ...
-
-    @property
-    def state(self) -> ClusterState: ...
-
-    @property
-    def jobs(self) -> Mapping[str, JobRecord]: ...
-
-    @property
-    def capacity_epoch(self) -> int: ...
-
-    @property
-    def now(self) -> float: ...
-
-
-#: how often (driver seconds) a waiting job that preemption might help is tried again when
-#: no room appeared for it: victims become eligible as they pass their minimum runtime, and
-#: lower-priority jobs that started since are new candidates
-PREEMPTION_RETRY_S = 1.0
 
 ROOM = "room"
 EPOCH = "epoch"
@@ -107,41 +93,6 @@ _BACKOFF = ("backoff",)
 _ACTIVE = (ACTIVE,)
 #: blocked_by values that make a parked job the backfill head when it comes first
 _HEADISH = ("capacity", "gang")
-
-
-def needed(record: JobRecord) -> int:
-    """Tasks the job must place at once: its gang minimum (or what is left of it); one
-    more task at a time for a running job."""
-    if record.state is JobState.RUNNING:
-        return 1
-    if record.placements or record.moving or record.finished:
-        return min(record.job.gang_min, len(record.unplaced))
-    return record.job.gang_min  # every task unplaced: gang_min <= replicas
-
-
-def shape_of(record: JobRecord) -> Shape:
-    """Jobs of one shape place alike: filters and scores read the request and whether the
-    job is best effort, nothing else of the job."""
-    return (record.job.resources, record.job.best_effort, needed(record))
-
-
-def moves_may_help(sched: QueueOwner) -> bool:
-    """Preemption or defragmentation is enabled: moving or stopping running jobs may give
-    a waiting job room without any capacity being freed."""
-    framework = sched.framework
-    return bool(framework.post_filters) or framework.spec.migration.defrag.enabled
-
-
-def preemption_may_help(sched: QueueOwner, record: JobRecord, now: float) -> bool:
-    """Whether the job is due for another try because preemption (or defragmentation) is
-    enabled: a failure for room, quota or a gang can turn into a preemption without any
-    capacity being freed."""
-    return (
-        record.state is JobState.PENDING
-        and record.blocked_by in ("capacity", "quota", "gang")
-        and now >= record.retry_at
-        and moves_may_help(sched)
-    )
 
 
 class WaitingQueue:

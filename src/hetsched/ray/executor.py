@@ -7,9 +7,16 @@ control plane's driver), pinned to the chosen node by hard node affinity, asking
 CPU, GPU or memory (hetsched did the accounting and chose the devices; Ray sets nothing).
 
 Contracts (those of the local executor, and where they differ):
+- It implements the executor protocol (:mod:`hetsched.drivers.executor`) with the
+  capabilities :class:`~hetsched.drivers.executor.Polled` (it learns of exits only by
+  polling: ``exits_reported`` is False), :class:`~hetsched.drivers.executor.Adopts` and
+  :class:`~hetsched.drivers.executor.ProcessTasks`; not ``Fences`` (a lease file is on the
+  control plane's machine), ``GivesNotice`` or ``KillsByPid`` (a pid means nothing off its
+  node).
 - ``start`` returns at once; the process starts when Ray has placed the actor (its pid is
-  known from the first answer, ``handle.pid`` is 0 until then). It raises
-  :class:`RayStartError` (an ``OSError``) when Ray refuses the actor.
+  known from the first answer, ``handle.pid`` is 0 until then). A task Ray refuses
+  (:class:`RayStartError`, an ``OSError``, from :meth:`RayExecutor.spawn`) is reported by
+  the next poll as one that could not start.
 - The task's environment: the node's, less ``HETSCHED_*``, plus the job's variables,
   ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` /
   ``HETSCHED_DEVICES`` exactly as the local executor sets them, and ``HETSCHED_JOB_ID``,
@@ -40,80 +47,46 @@ Contracts (those of the local executor, and where they differ):
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsched.agent.executor import (
-    TaskExit,
+from hetsched.agent.taskenv import (
     device_env,
     identity_env,
     job_folder,
-    open_task_log,
     task_key,
     task_log,
 )
 from hetsched.cluster.placement import Placement
-from hetsched.model.device import Device
+from hetsched.drivers.executor import Exit, Launch, Start, Stop
+from hetsched.keys import TaskKey
 from hetsched.ray import _api
-from hetsched.ray.runner import TaskRunner
+from hetsched.ray.actors import LOOKUP_TIMEOUT_S, actor_named, actor_names, create_actor, statuses
+from hetsched.ray.handle import (
+    RayStartError,
+    RayTaskHandle,
+    append_output,
+    kill_actor,
+    lost_reason,
+    read_bases,
+    reply_exit,
+    short,
+    size_of,
+    write_header,
+)
 
 __all__ = ["RayExecutor", "RayStartError", "RayTaskHandle"]
 
 log = logging.getLogger(__name__)
 
-#: seconds to wait for an actor's answer when adopting or looking for tasks
-_LOOKUP_TIMEOUT_S = 10.0
 #: how often the actors being retired are looked at while nothing else is due
 _RETIRE_CHECK_S = 0.5
-#: threads per runner actor: a long poll, a signal, a status and retire at once
-_RUNNER_THREADS = 4
-
-
-class RayStartError(OSError):
-    """Ray would not take the task (unknown node, a name already taken, no connection). An
-    ``OSError`` so that a driver treats it like a process that could not be spawned."""
-
-
-@dataclass(slots=True)
-class RayTaskHandle:
-    job_id: str
-    task: int
-    run: int
-    #: the hetsched node and its Ray node id
-    node: str
-    node_id: str
-    actor: Any
-    #: on the node; 0 until the runner has said
-    pid: int = 0
-    pid_started: float = 0.0
-    deadline: float | None = None
-    kill_at: float | None = None
-    #: when the actor is killed through Ray if the task has not ended by then
-    force_at: float | None = None
-    stopping: bool = False
-    timed_out: bool = False
-    killed_by_ray: bool = False
-    #: bytes of this run's stdout and stderr received so far
-    received: list[int] = field(default_factory=lambda: [0, 0])
-    #: the outstanding long poll (an ObjectRef) and when to issue the next one
-    call: Any = None
-    next_call: float = 0.0
-    #: lost with its node: when that was seen, and the exit waiting to be reported
-    lost_at: float | None = None
-    lost_exit: TaskExit | None = None
-
-    @property
-    def key(self) -> str:
-        return task_key(self.job_id, self.task, self.run)
 
 
 @dataclass
@@ -141,7 +114,8 @@ class RayExecutor:
     _reported: list[Any] = field(default_factory=list)
     #: retire call -> (actor, when it was asked)
     _retiring: dict[Any, tuple[Any, float]] = field(default_factory=dict)
-    _runner: Any = None
+    #: exits known without an answer: starts Ray refused, stops of tasks not running
+    _known: list[Exit] = field(default_factory=list)
 
     @property
     def namespace(self) -> str:
@@ -153,101 +127,59 @@ class RayExecutor:
     def log_path(self, job_id: str, task: int, stream: str) -> Path:
         return task_log(self.home, job_id, task, stream)
 
-    def _bases_path(self, job_id: str, task: int, run: int) -> Path:
-        """Where this run's output starts in the log files (survives a control-plane crash)."""
-        return self.job_dir(job_id) / f"task-{task}.run-{run}.ray.json"
-
     # -- start ----------------------------------------------------------------------------
 
-    def start(
-        self,
-        job_id: str,
-        task: int,
-        run: int,
-        placement: Placement,
-        devices: Sequence[tuple[Device, int, int]],
-        command: Sequence[str],
-        env: Mapping[str, str],
-        workdir: str | None,
-        max_runtime_s: float | None,
-        run_as: Any = None,
-        fence: Path | None = None,
-    ) -> RayTaskHandle:
-        """Create the task's actor on its node; raises RayStartError if Ray will not.
-        ``run_as`` (an object with ``uid`` and ``gid``) needs the node's Ray worker to run as
-        root. A federation's lease (``fence``) is a file on the control plane's machine that
-        no Ray node can read: such a task is refused."""
-        if fence is not None:
+    def start(self, tasks: Sequence[Start], now: float) -> None:
+        """Create each task's actor on its node. One that Ray will not take is reported by
+        the next poll (``cannot start: ...``)."""
+        for start in tasks:
+            key = start.key
+            try:
+                if start.launch is None:
+                    raise RayStartError("no command to run")
+                self.spawn(key, start.placement, start.launch)
+            except OSError as exc:
+                reason = f"cannot start: {exc}"
+                self._known.append(Exit.of(key.job, key.task, key.run, None, False, reason))
+
+    def spawn(self, key: TaskKey, placement: Placement, launch: Launch) -> RayTaskHandle:
+        """Create one task's actor; raises RayStartError if Ray will not. ``run_as`` needs
+        the node's Ray worker to run as root. A federation's lease (``fence``) is a file on
+        the control plane's machine that no Ray node can read: such a task is refused."""
+        if launch.fence is not None:
             raise RayStartError("a task fenced by a federation's lease needs the local executor")
         node_id = self.node_id_of(placement.node)
         if node_id is None:
             raise RayStartError(f"node {placement.node} is not in the Ray cluster")
-        key = task_key(job_id, task, run)
-        self._write_header(job_id, task, run, placement.node, node_id)
-        overlay = dict(env)
-        overlay.update(device_env(devices))
+        job_id, task, run = key
+        write_header(self.home, key, placement.node, node_id)
+        overlay = dict(launch.env)
+        overlay.update(device_env(launch.devices))
         overlay.update(identity_env(job_id, task, run, placement.node, self.instance))
         node_dir = Path(self.node_dir or Path(tempfile.gettempdir()) / "hetsched-ray")
+        run_as = launch.run_as
         spec: dict[str, Any] = {
-            "key": key,
+            "key": str(key),
             "job_id": job_id,
             "task": task,
             "run": run,
             "node": placement.node,
-            "command": [str(a) for a in command],
+            "command": [str(a) for a in launch.command],
             "env": overlay,
-            "workdir": workdir,
+            "workdir": launch.workdir,
             "node_dir": str(node_dir / self.namespace),
             "run_as": [run_as.uid, run_as.gid] if run_as is not None else None,
         }
         try:
-            actor = self._create(key, node_id, spec)
+            actor = create_actor(str(key), self.namespace, node_id, spec)
         except Exception as exc:
-            raise RayStartError(f"Ray would not start the task: {_short(exc)}") from exc
-        now = time.time()
+            raise RayStartError(f"Ray would not start the task: {short(exc)}") from exc
         handle = RayTaskHandle(job_id, task, run, placement.node, node_id, actor)
-        handle.deadline = now + max_runtime_s if max_runtime_s else None
-        self.handles[key] = handle
+        max_runtime_s = launch.max_runtime_s
+        handle.deadline = time.time() + max_runtime_s if max_runtime_s else None
+        self.handles[str(key)] = handle
         self._call(handle)
         return handle
-
-    def _create(self, key: str, node_id: str, spec: dict[str, Any]) -> Any:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        if self._runner is None:
-            import ray
-
-            self._runner = ray.remote(TaskRunner)
-        return self._runner.options(
-            name=key,
-            namespace=self.namespace,
-            lifetime="detached",
-            num_cpus=0,
-            num_gpus=0,
-            memory=0,
-            max_restarts=0,
-            max_task_retries=0,
-            max_concurrency=_RUNNER_THREADS,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        ).remote(spec)
-
-    def _write_header(self, job_id: str, task: int, run: int, node: str, node_id: str) -> None:
-        directory = self.job_dir(job_id)
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        header = f"--- hetsched: run {run} of task {task} on {node} ---\n".encode()
-        bases = {}
-        for stream in ("stdout", "stderr"):
-            fd = open_task_log(self.log_path(job_id, task, stream))
-            try:
-                if stream == "stdout":
-                    os.write(fd, header)
-                bases[stream] = os.fstat(fd).st_size
-            finally:
-                os.close(fd)
-        bases_path = self._bases_path(job_id, task, run)
-        partial = bases_path.with_suffix(".tmp")
-        partial.write_text(json.dumps({**bases, "node": node, "node_id": node_id}))
-        partial.replace(bases_path)
 
     # -- adopt after a restart ----------------------------------------------------------------
 
@@ -264,13 +196,13 @@ class RayExecutor:
         (found by its key; ``pid`` is not needed and not checked). Its output resumes where
         the log files stop."""
         key = task_key(job_id, task, run)
-        actor = self._actor(key)
+        actor = actor_named(key, self.namespace)
         if actor is None:
             return None
-        status = self._status_of({key: actor}).get(key)
+        status = statuses({key: actor}).get(key)
         if status is None:
             return None
-        bases = self._bases(job_id, task, run)
+        bases = read_bases(self.home, TaskKey(job_id, task, run))
         handle = RayTaskHandle(
             job_id,
             task,
@@ -283,7 +215,7 @@ class RayExecutor:
         )
         handle.deadline = deadline
         for index, stream in enumerate(("stdout", "stderr")):
-            size = _size(self.log_path(job_id, task, stream))
+            size = size_of(self.log_path(job_id, task, stream))
             handle.received[index] = max(0, size - int(bases.get(stream, size)))
         self.handles[key] = handle
         self._call(handle)
@@ -293,10 +225,10 @@ class RayExecutor:
         """The exit code of a task that ended while nobody watched, if its actor still holds
         it (an exit not yet reported)."""
         key = task_key(job_id, task, run)
-        actor = self._actor(key)
+        actor = actor_named(key, self.namespace)
         if actor is None:
             return None
-        status = self._status_of({key: actor}).get(key)
+        status = statuses({key: actor}).get(key)
         if status is None or not status["ended"] or status["exit"] is None:
             return None
         return int(status["exit"])
@@ -304,10 +236,10 @@ class RayExecutor:
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each task actor of this instance that answers
         (its process running or ended but not yet reported)."""
-        actors = {key: a for key in self._names() if (a := self._actor(key)) is not None}
+        space = self.namespace
+        actors = {k: a for k in actor_names(space) if (a := actor_named(k, space)) is not None}
         return {
-            key: (int(s["pid"]), float(s["pid_started"]))
-            for key, s in self._status_of(actors).items()
+            key: (int(s["pid"]), float(s["pid_started"])) for key, s in statuses(actors).items()
         }
 
     def sweep(self, live_keys: Iterable[str]) -> list[str]:
@@ -316,67 +248,34 @@ class RayExecutor:
         import ray
 
         keep = set(live_keys) | set(self.handles)
-        strays = {key: a for key in self._names() if key not in keep and (a := self._actor(key))}
+        space = self.namespace
+        names = [key for key in actor_names(space) if key not in keep]
+        strays = {key: a for key in names if (a := actor_named(key, space))}
         # retire first: their files on the nodes go too
         calls = [actor.retire.remote() for actor in strays.values()]
         if calls:
-            ray.wait(calls, num_returns=len(calls), timeout=_LOOKUP_TIMEOUT_S)
+            ray.wait(calls, num_returns=len(calls), timeout=LOOKUP_TIMEOUT_S)
         for actor in strays.values():
-            _kill_actor(actor)
+            kill_actor(actor)
         return sorted(strays)
-
-    def _names(self) -> list[str]:
-        import ray
-
-        listed: list[dict[str, str]] = ray.util.list_named_actors(all_namespaces=True)
-        return [a["name"] for a in listed if a.get("namespace") == self.namespace]
-
-    def _actor(self, key: str) -> Any:
-        import ray
-
-        try:
-            return ray.get_actor(key, namespace=self.namespace)
-        except ValueError:
-            return None
-
-    def _status_of(self, actors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-        """Each actor's status; those that do not answer in time are left out."""
-        import ray
-
-        calls = {actor.status.remote(): key for key, actor in actors.items()}
-        if not calls:
-            return {}
-        ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=_LOOKUP_TIMEOUT_S)
-        out: dict[str, dict[str, Any]] = {}
-        for ref in ready:
-            try:
-                out[calls[ref]] = ray.get(ref)
-            except Exception as exc:
-                log.info("task %s: its actor does not answer: %s", calls[ref], _short(exc))
-        return out
-
-    def _bases(self, job_id: str, task: int, run: int) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(self._bases_path(job_id, task, run).read_text())
-        except (OSError, ValueError):
-            return {}
-        return data
 
     # -- stop -----------------------------------------------------------------------------
 
-    def stop(
-        self,
-        key: str,
-        grace_s: float | None = None,
-        now: float | None = None,
-        notice_s: float = 0.0,
-        notice_signal: str = "SIGUSR1",
-    ) -> bool:
-        """SIGTERM the task's group now and SIGKILL it after the grace period. Ray tasks get
-        no checkpoint notice (``notice_s`` and ``notice_signal`` are ignored): the
-        checkpoint protocol needs the service home on the task's machine, so it is the local
-        executor's alone (docs/checkpointing.md)."""
-        del notice_s, notice_signal
+    def stop(self, tasks: Sequence[Stop], now: float) -> None:
+        """SIGTERM each task's group now and SIGKILL it after the grace period. Ray tasks
+        get no checkpoint notice (``notice_s`` is ignored): the checkpoint protocol needs
+        the service home on the task's machine, so it is the local executor's alone
+        (docs/checkpointing.md). A task not running here is reported stopped by the next
+        poll."""
+        for stop in tasks:
+            key = stop.key
+            if not self.stop_one(str(key), stop.grace_s, now):
+                reason = "stopped before it ran"
+                self._known.append(Exit.of(key.job, key.task, key.run, None, True, reason))
+
+    def stop_one(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool:
+        """Stop one task (as :meth:`stop`; ``grace_s`` None: ``kill_grace_s``); False when
+        no such task is watched."""
         handle = self.handles.get(key)
         if handle is None:
             return False
@@ -419,7 +318,7 @@ class RayExecutor:
         grace, ``ray.kill`` of an actor that did not confirm, a maximum runtime, a task lost
         with its node to report, or the actors of reported exits to retire (at once)."""
         times: list[float] = []
-        if self._reported:
+        if self._reported or self._known:
             times.append(time.time())
         elif self._retiring:
             times.append(time.time() + _RETIRE_CHECK_S)  # asked; its answer comes soon
@@ -431,7 +330,7 @@ class RayExecutor:
                 times.append(h.lost_at + self.node_loss_wait_s)
         return min(times, default=None)
 
-    def poll(self, now: float | None = None) -> list[TaskExit]:
+    def poll(self, now: float | None = None) -> list[Exit]:
         """Tasks that ended since the last poll (their output all in the log files); appends
         output, escalates pending kills, enforces maximum runtimes, and retires the actors
         of the exits the previous poll reported."""
@@ -443,7 +342,7 @@ class RayExecutor:
         ready: list[Any] = []
         if calls:
             ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=0)
-        exits: list[TaskExit] = []
+        exits: list[Exit] = []
         lost: list[tuple[RayTaskHandle, BaseException]] = []
         for ref in ready:
             handle = calls[ref]
@@ -462,44 +361,30 @@ class RayExecutor:
                 exits.append(exit_)
         exits += self._lost(lost, now)
         exits += self._node_losses(now)
-        ended = {task_key(e.job_id, e.task, e.run) for e in exits}
+        ended = {str(e.key) for e in exits}
         for handle in self.handles.values():
             if handle.key not in ended:
                 self._watch(handle, now)
         for exit_ in exits:
-            handle = self.handles.pop(task_key(exit_.job_id, exit_.task, exit_.run))
+            handle = self.handles.pop(str(exit_.key))
             self._reported.append(handle.actor)
-        return exits
+        known, self._known = self._known, []
+        return known + exits
 
-    def _answer(self, handle: RayTaskHandle, reply: Mapping[str, Any]) -> TaskExit | None:
+    def _answer(self, handle: RayTaskHandle, reply: Mapping[str, Any]) -> Exit | None:
         handle.pid = int(reply["pid"]) or handle.pid
         handle.pid_started = float(reply["pid_started"]) or handle.pid_started
         for index, stream in enumerate(("stdout", "stderr")):
             data: bytes = reply["out" if index == 0 else "err"]
             if data:
-                _append(self.log_path(handle.job_id, handle.task, stream), data, handle.key)
+                append_output(self.log_path(handle.job_id, handle.task, stream), data, handle.key)
                 handle.received[index] += len(data)
-        if reply["error"]:
-            return TaskExit(
-                handle.job_id, handle.task, handle.run, None, handle.stopping, str(reply["error"])
-            )
-        if not reply["ended"]:
+        if not reply["error"] and not reply["ended"]:
             self._call(handle)
             return None
-        code = reply["exit"]
-        if handle.timed_out:
-            reason = "exceeded its maximum runtime"
-        elif code is None:
-            reason = "exit status unknown"
-        elif code < 0:
-            reason = f"killed by signal {-code}"
-        elif code > 128:
-            reason = f"exit code {code} (signal {code - 128})"
-        else:
-            reason = f"exit code {code}"
-        return TaskExit(handle.job_id, handle.task, handle.run, code, handle.stopping, reason)
+        return reply_exit(handle, reply)
 
-    def _lost(self, lost: list[tuple[RayTaskHandle, BaseException]], now: float) -> list[TaskExit]:
+    def _lost(self, lost: list[tuple[RayTaskHandle, BaseException]], now: float) -> list[Exit]:
         """Exits for tasks whose actor died with no word: killed through Ray after the grace,
         lost with their node (held back: :meth:`_node_losses`), or never started."""
         if not lost:
@@ -507,33 +392,16 @@ class RayExecutor:
         table = {str(n["NodeID"]): n for n in _api.nodes()}
         exits = []
         for handle, exc in lost:
-            node_dead = False
-            entry = table.get(handle.node_id)
-            if handle.killed_by_ray:
-                code: int | None = -signal.SIGKILL
-                reason = "killed by signal 9 (its Ray actor was killed after the grace)"
-                if handle.timed_out:
-                    reason = "exceeded its maximum runtime"
-            elif entry is None or not entry["Alive"]:
-                code = None
-                message = str((entry or {}).get("DeathReasonMessage") or "")
-                reason = f"lost: node {handle.node} died" + (f" ({message})" if message else "")
-                node_dead = True
-            elif handle.pid == 0:
-                code = None
-                reason = f"cannot start on node {handle.node}: {_short(exc)}"
-            else:
-                code = None
-                reason = f"lost: its Ray actor on node {handle.node} died: {_short(exc)}"
+            code, reason, node_dead = lost_reason(handle, table.get(handle.node_id), exc)
             log.warning("task %s: %s", handle.key, reason)
-            exit_ = TaskExit(handle.job_id, handle.task, handle.run, code, handle.stopping, reason)
+            exit_ = handle.exit(code, reason)
             if node_dead:
                 handle.lost_at, handle.lost_exit = now, exit_
             else:
                 exits.append(exit_)
         return exits
 
-    def _node_losses(self, now: float) -> list[TaskExit]:
+    def _node_losses(self, now: float) -> list[Exit]:
         """The exits of tasks lost with their node that the driver has since asked to stop,
         or that have waited ``node_loss_wait_s``."""
         exits = []
@@ -541,7 +409,7 @@ class RayExecutor:
             if handle.lost_at is None or handle.lost_exit is None:
                 continue
             if handle.stopping or now - handle.lost_at >= self.node_loss_wait_s:
-                exits.append(replace(handle.lost_exit, stopped=handle.stopping))
+                exits.append(handle.lost_exit._replace(stopped=handle.stopping))
         return exits
 
     def _watch(self, handle: RayTaskHandle, now: float) -> None:
@@ -551,7 +419,7 @@ class RayExecutor:
             self._call(handle)
         if handle.force_at is not None and now >= handle.force_at and not handle.killed_by_ray:
             handle.killed_by_ray = True
-            _kill_actor(handle.actor)
+            kill_actor(handle.actor)
         elif handle.kill_at is not None and now >= handle.kill_at:
             self._sigkill(handle, now)
         elif (
@@ -584,7 +452,7 @@ class RayExecutor:
         ready, _ = ray.wait(list(self._retiring), num_returns=len(self._retiring), timeout=0)
         for ref, (actor, asked) in list(self._retiring.items()):
             if ref in ready or now - asked > 30:
-                _kill_actor(actor)
+                kill_actor(actor)
                 del self._retiring[ref]
 
     def shutdown(self) -> None:
@@ -599,48 +467,14 @@ class RayExecutor:
         if self._retiring:
             ray.wait(list(self._retiring), num_returns=len(self._retiring), timeout=5)
         for actor, _asked in self._retiring.values():
-            _kill_actor(actor)
+            kill_actor(actor)
         self._retiring.clear()
         self.handles.clear()
-
-
-def _append(path: Path, data: bytes, key: str) -> None:
-    """Append a task's output to its log through the local executor's opener (a task shares
-    the machine with the control plane and can plant a link under its log's name). The task
-    can also make that fail (a directory under the name, its job directory removed): its
-    output is dropped then, and the other tasks' answers are still taken."""
-    try:
-        fd = open_task_log(path)
-    except OSError as exc:
-        log.warning("task %s: output dropped, its log cannot be opened: %s", key, exc)
-        return
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.lstat().st_size
-    except OSError:
-        return 0
-
-
-def _kill_actor(actor: Any) -> None:
-    import ray
-
-    with contextlib.suppress(Exception):
-        ray.kill(actor, no_restart=True)
-
-
-def _short(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(exc).__name__
+        self._known.clear()
 
 
 if TYPE_CHECKING:
-    from hetsched.agent.protocol import ProcessExecutor
+    from hetsched.drivers.executor import ProcessExecutor
 
     def _conforms(executor: RayExecutor) -> ProcessExecutor:
         return executor

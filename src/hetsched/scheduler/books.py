@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocKey, ClusterState
+from hetsched.cluster.usage import Ledger, Usage
 from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.runtime import Framework
 from hetsched.keys import TaskKey
@@ -24,7 +25,6 @@ from hetsched.scheduler.actions import Action, MigrationKind, PreemptionKind
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord, MoveBook
 from hetsched.scheduler.tally import Tally
-from hetsched.scheduler.usage import Ledger, Usage
 
 __all__ = ["Books", "RoundHold"]
 

@@ -17,10 +17,11 @@ The cycle, in steps:
    parked: nothing it waits for happened (no room appeared for its shape, no capacity was
    freed since it failed, the topology did not change). A parked job blocked by capacity
    may still become the backfill head;
-4. otherwise it is attempted: quota pre-check, placement of its gang (keeping its partial
-   hold, if any), exact quota check on the chosen devices, then the guards: capacity
-   promised to a preemptor and the backfill head's reservation must survive the placement.
-   A job whose shape already failed for capacity in this cycle is not placed again;
+4. otherwise it is attempted (``hetsched.scheduler.attempt``): quota pre-check, placement
+   of its gang (keeping its partial hold, if any), exact quota check on the chosen devices,
+   then the guards: capacity promised to a preemptor and the backfill head's reservation
+   must survive the placement. A job whose shape already failed for capacity in this cycle
+   is not placed again;
 5. on failure: a partial gang may hold what it placed (one holder at a time, so two gangs
    never hold parts of the cluster each), the PostFilter (preemption) may choose victims,
    the first job blocked by capacity becomes the backfill head, its explanation says why,
@@ -37,30 +38,24 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from hetsched.cluster.placement import Placement
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code, PluginError, Status
-from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
-from hetsched.queueing.waiting import (
+from hetsched.queueing.needs import (
     PREEMPTION_RETRY_S,
-    Shape,
     needed,
     preemption_may_help,
 )
 from hetsched.scheduler.actions import Action, Pending
-from hetsched.scheduler.backfill import Reservation, reserve
+from hetsched.scheduler.attempt import Outcome, Pass, attempt
+from hetsched.scheduler.backfill import reserve
 from hetsched.scheduler.books import Books
-from hetsched.scheduler.explain import Explanation, explain_placement
+from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.migration import defragment
-from hetsched.scheduler.preemption import PLAN_KEY, Plan, promises_kept
-from hetsched.scheduler.quota import QuotaBlock
+from hetsched.scheduler.preemption import PLAN_KEY, Plan
 from hetsched.scheduler.records import BlockedBy, JobRecord
-from hetsched.scheduler.usage import Usage
 
 __all__ = ["PREEMPTION_RETRY_S", "placed_in_line", "run_cycle"]
 
@@ -72,35 +67,10 @@ _ROOM = frozenset({BlockedBy.CAPACITY, BlockedBy.GANG})
 _BACKFILL_PASSES = frozenset({BlockedBy.CAPACITY, BlockedBy.GANG, BlockedBy.RESERVATION})
 
 
-#: what an extension point without plugins answers
-_PASSED = Status.success()
-
-
-@dataclass(slots=True)
-class _Outcome:
-    placements: list[tuple[int, Placement]] | None
-    kind: BlockedBy = BlockedBy.NONE
-    explanation: Explanation | None = None
-
-
-@dataclass(slots=True)
-class _Pass:
-    """What one cycle learned so far."""
-
-    now: float
-    #: strict mode: queue -> the job that blocks it
-    blocked: dict[str, str] = field(default_factory=dict)
-    head: JobRecord | None = None
-    reservation: Reservation | None = None
-    #: shape -> explanation, for attempts that failed for capacity in this cycle: free
-    #: capacity only shrinks during a cycle, so a job of the same shape fails too
-    no_room: dict[Shape, Explanation] = field(default_factory=dict)
-
-
 def run_cycle(sched: Books, now: float) -> None:
     """One cycle; its actions go out through ``sched.emit``. The caller then gives the
     Pending ones their place in line with :func:`placed_in_line`."""
-    cycle = _Pass(now)
+    cycle = Pass(now)
     queue = sched.queue
     queue.begin_cycle(now)
     try:
@@ -134,7 +104,7 @@ def _sorted(sched: Books) -> Iterator[JobRecord]:
             yield record
 
 
-def _merged(sched: Books, cycle: _Pass) -> Iterator[JobRecord]:
+def _merged(sched: Books, cycle: Pass) -> Iterator[JobRecord]:
     """The incremental order: the queue's lanes merged, only the jobs that can matter."""
     backfill = sched.profile.backfill.enabled
 
@@ -144,7 +114,7 @@ def _merged(sched: Books, cycle: _Pass) -> Iterator[JobRecord]:
     return sched.queue.order(sched.queue.relevance(sched.strict, need_head, cycle.blocked))
 
 
-def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
+def _visit(sched: Books, cycle: Pass, record: JobRecord) -> None:
     """Try one job, or say why it is not tried; raises PluginError (with its attempt
     undone) when a plugin fails."""
     now = cycle.now
@@ -173,9 +143,9 @@ def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
     need = needed(record)
     same = (record.job.resources, record.job.best_effort, need)  # shape_of(record)
     if same in cycle.no_room and not record.held and not sched.quotas.enabled:
-        outcome = _Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
+        outcome = Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:
-        outcome = _attempt(sched, cycle, record, need, now)
+        outcome = attempt(sched, cycle, record, need, now)
         if outcome.kind is BlockedBy.CAPACITY and outcome.explanation is not None:
             cycle.no_room.setdefault(same, outcome.explanation)
     if outcome.placements is not None:
@@ -185,7 +155,7 @@ def _visit(sched: Books, cycle: _Pass, record: JobRecord) -> None:
     _failed(sched, cycle, record, outcome)
 
 
-def _plugin_failed(sched: Books, cycle: _Pass, record: JobRecord, status: Status) -> None:
+def _plugin_failed(sched: Books, cycle: Pass, record: JobRecord, status: Status) -> None:
     """A plugin raised during the job's visit (its attempt was undone): it waits, explained
     with ``Code.ERROR``, and is tried again once capacity changes."""
     record.retry_at = cycle.now + PREEMPTION_RETRY_S
@@ -194,7 +164,7 @@ def _plugin_failed(sched: Books, cycle: _Pass, record: JobRecord, status: Status
     sched.queue.failed(record, BlockedBy.ERROR)
 
 
-def _failed(sched: Books, cycle: _Pass, record: JobRecord, outcome: _Outcome) -> None:
+def _failed(sched: Books, cycle: Pass, record: JobRecord, outcome: Outcome) -> None:
     now = cycle.now
     record.retry_at = now + PREEMPTION_RETRY_S
     record.blocked_by = outcome.kind
@@ -246,7 +216,7 @@ def placed_in_line(sched: Books, actions: list[Action], start: int = 0) -> None:
             actions[index] = Pending(action.job_id, explanation)
 
 
-def _block(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> None:
+def _block(sched: Books, cycle: Pass, record: JobRecord, now: float) -> None:
     """Strict mode: a job that cannot start blocks the rest of its queue. With backfill, a
     job blocked by capacity does not: the head's reservation is what later jobs must not
     delay (EASY backfill), and only the first such job gets one."""
@@ -259,7 +229,7 @@ def _block(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> None:
     cycle.blocked.setdefault(record.job.queue, record.id)
 
 
-def _make_head(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> None:
+def _make_head(sched: Books, cycle: Pass, record: JobRecord, now: float) -> None:
     """The first job blocked by capacity holds the backfill reservation (only backfill
     reads the head: without it, choosing one changes nothing)."""
     if not sched.profile.backfill.enabled:
@@ -276,210 +246,6 @@ def _make_head(sched: Books, cycle: _Pass, record: JobRecord, now: float) -> Non
         start = cycle.reservation.start
         if record.reserved_start != start:
             record.reserved_starts.append(start)
-
-
-def _quota_blocked(block: QuotaBlock) -> _Outcome:
-    """The outcome of an attempt stopped by a queue's quota (before or after placement)."""
-    text = f"blocked by the quota of queue {block.queue}"
-    return _Outcome(None, BlockedBy.QUOTA, Explanation(Code.UNSCHEDULABLE, text, (str(block),)))
-
-
-@dataclass(slots=True)
-class _Trial:
-    """One attempt's placements: the partial hold it started from, and what it added
-    (allocated on the live state, so a failure must roll them back)."""
-
-    sched: Books
-    record: JobRecord
-    ctx: CycleContext
-    run: int
-    placed: list[tuple[int, Placement]]
-    new: list[tuple[int, Placement]] = field(default_factory=list)
-
-    def place(self) -> None:
-        """Place the job's unplaced tasks one by one until one does not fit."""
-        framework = self.sched.framework
-        job = self.record.job
-        for task in self.record.unplaced:
-            if task in self.record.held:
-                continue
-            placement = framework.select(self.ctx)
-            if placement is None:
-                break
-            key = TaskKey(job.id, task, self.run)
-            self.sched.allocate(key, placement, job)
-            if not framework.reservers:  # nothing to reserve: the point passes
-                self.new.append((task, placement))
-                self.placed.append((task, placement))
-                continue
-            reserved = framework.reserve(self.ctx, placement)
-            if not reserved.ok:
-                self.sched.unallocate(key)
-                _raise_error(reserved)
-                break
-            self.new.append((task, placement))
-            self.placed.append((task, placement))
-
-    def rollback(self) -> None:
-        """Give back what this attempt took (once: a second call does nothing)."""
-        while self.new:
-            task, placement = self.new.pop()
-            try:
-                self.sched.framework.unreserve(self.ctx, placement)
-            finally:
-                self.sched.unallocate(TaskKey(self.record.id, task, self.run))
-
-    @property
-    def placements(self) -> list[Placement]:
-        return [p for _, p in self.placed]
-
-
-def _attempt(sched: Books, cycle: _Pass, record: JobRecord, need: int, now: float) -> _Outcome:
-    """Place the job's tasks, all-or-nothing up to its gang minimum (``need``, see the
-    module doc). A plugin error (PluginError, or a point's ERROR status) is raised with
-    everything the attempt allocated given back."""
-    job = record.job
-    framework = sched.framework
-    ctx = CycleContext(sched.state, job, job.resources, now)
-    if sched.quotas.enabled:
-        use = sched.request_of(job, max(0, need - len(record.held)))
-        block = sched.quotas.check(job.queue, use, sched.ledger, sched.state)
-        if block is not None:
-            return _quota_blocked(block)
-    status = framework.prefilter(ctx)
-    if not status.ok:
-        _raise_error(status)
-        kind = BlockedBy.UNRESOLVABLE if status.code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
-        return _Outcome(None, kind, explain_placement(framework, ctx, 0, need, status))
-    running = record.state is JobState.RUNNING
-    run = record.run if running else record.run + 1
-    trial = _Trial(sched, record, ctx, run, sorted(record.held.items()))
-    try:
-        return _place(sched, cycle, trial, need, status, now)
-    except PluginError:
-        trial.rollback()
-        raise
-
-
-def _place(
-    sched: Books, cycle: _Pass, trial: _Trial, need: int, status: Status, now: float
-) -> _Outcome:
-    """The rest of :func:`_attempt` (``status``: what the PreFilter said), with the trial
-    to roll back on a plugin error."""
-    record, ctx, framework = trial.record, trial.ctx, sched.framework
-    running = record.state is JobState.RUNNING
-    trial.place()
-    # no Permit plugin: the point passes (without listing the placements for it)
-    permit = framework.permit(ctx, trial.placements) if framework.permits else _PASSED
-    _raise_error(permit)
-    if len(trial.placed) >= need and permit.ok:
-        return _complete(sched, cycle, trial, now)
-    explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
-    if not permit.ok and len(trial.placed) >= need:
-        trial.rollback()
-        return _Outcome(None, BlockedBy.CAPACITY, Explanation(Code.UNSCHEDULABLE, str(permit)))
-    if not running and need > 1:
-        held = _hold(sched, cycle, trial, explanation, need, now)
-        if held is not None:
-            return held
-    trial.rollback()
-    if need > 1 and sched.holder not in (None, record.id):
-        text = f"waiting for its gang; job {sched.holder} holds the one gang reservation"
-        explanation = _with_reasons(explanation, (text,))
-    return _Outcome(None, BlockedBy.CAPACITY, explanation)
-
-
-def _raise_error(status: Status) -> None:
-    """A point whose plugin raised fails the whole attempt, as the exception would have."""
-    if status.code is Code.ERROR:
-        raise PluginError(status)
-
-
-def _complete(sched: Books, cycle: _Pass, trial: _Trial, now: float) -> _Outcome:
-    """Every task the job needs is placed: the exact quota check on the chosen devices,
-    the guards (promised capacity, the backfill reservation), then the Bind plugins."""
-    record = trial.record
-    if sched.quotas.enabled and trial.new:
-        use: Usage = Counter()
-        for _, placement in trial.new:
-            use.update(sched.usage_of(record.job, placement))
-        queue = record.job.queue
-        block = sched.quotas.check(queue, use, sched.ledger, sched.state, {queue: use})
-        if block is not None:
-            trial.rollback()
-            return _quota_blocked(block)
-    reason = _guard(sched, cycle, record, trial.placements, now)
-    if reason is not None:
-        trial.rollback()
-        return _Outcome(None, BlockedBy.RESERVATION, Explanation(Code.UNSCHEDULABLE, reason))
-    framework = sched.framework
-    bound = framework.bind(trial.ctx, trial.placements) if framework.binders else _PASSED
-    _raise_error(bound)
-    if not bound.ok:
-        trial.rollback()
-        return _Outcome(None, BlockedBy.CAPACITY, Explanation(bound.code, str(bound)))
-    return _Outcome(trial.placed)
-
-
-def _hold(
-    sched: Books,
-    cycle: _Pass,
-    trial: _Trial,
-    explanation: Explanation,
-    need: int,
-    now: float,
-) -> _Outcome | None:
-    """A gang that placed only part of what it needs keeps that part, when gang holds are
-    on and no other job holds one; None when it may not."""
-    record = trial.record
-    gang = sched.profile.gang
-    if (
-        not trial.placed
-        or not gang.hold
-        or sched.holder not in (None, record.id)
-        or explanation.code is not Code.UNSCHEDULABLE
-        or _guard(sched, cycle, record, trial.placements, now) is not None
-    ):
-        return None
-    record.held = dict(trial.placed)
-    if record.hold_since is None:
-        record.hold_since = now
-    sched.holder = record.id
-    reason = (
-        f"waiting for its gang: holds {len(trial.placed)} of the {need} tasks it needs at "
-        f"once since t={record.hold_since:g}; released at t={record.hold_since + gang.timeout_s:g}"
-    )
-    replaced = dataclasses.replace(explanation, reasons=(reason,))
-    return _Outcome(None, BlockedBy.GANG, replaced)
-
-
-def _with_reasons(explanation: Explanation, reasons: tuple[str, ...]) -> Explanation:
-    return dataclasses.replace(explanation, reasons=reasons)
-
-
-def _guard(
-    sched: Books, cycle: _Pass, record: JobRecord, placements: list[Placement], now: float
-) -> str | None:
-    """Why ``record`` may not take ``placements`` (already allocated on the live state):
-    capacity promised to a preemptor, or the backfill head's reservation."""
-    if sched.promising and not promises_kept(sched, now, skip=record):
-        return (
-            "held back: the capacity it needs is kept for jobs that preempted others to "
-            "start: " + ", ".join(sorted(sched.promised))
-        )
-    head = cycle.head
-    if (
-        cycle.reservation is not None
-        and head is not None
-        and head is not record
-        and not record.promised  # the reservation was planned around it
-        and not cycle.reservation.admits(sched, record, placements, now)
-    ):
-        return (
-            f"held back by the backfill reservation of job {head.id} "
-            f"(starts at t={cycle.reservation.start:g}); it would delay it"
-        )
-    return None
 
 
 def _preempt(sched: Books, record: JobRecord, now: float) -> list[str]:

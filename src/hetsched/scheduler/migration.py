@@ -37,6 +37,7 @@ import numpy as np
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
+from hetsched.cluster.usage import Usage
 from hetsched.framework.cycle import CycleContext
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
@@ -46,7 +47,6 @@ from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.defrag import Mover, plan_defrag
 from hetsched.scheduler.records import JobRecord
-from hetsched.scheduler.usage import Usage
 
 __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
 
@@ -117,28 +117,34 @@ def _usage(sched: Books, job: Job, placements: Sequence[Placement]) -> Usage:
     return +total
 
 
-def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
-    """Move running jobs so that ``record`` (pending, failed for room) fits; explanation
-    lines, empty when defragmentation is off or not due."""
+def _defrag_budget(sched: Books, record: JobRecord, now: float) -> int:
+    """How many jobs defragmentation may move for ``record`` now: 0 (or less) when it is
+    off, the job is not a pending one that waits for room alone, or a plan is not due."""
     spec = sched.profile.migration
     if not spec.defrag.enabled or record.state is not JobState.PENDING:
-        return []
+        return 0
     if record.nominated or record.promised or record.waits_for_stop:
-        return []
+        return 0
     book = sched.moves
     interval = spec.defrag.min_interval_s
     if book.planned_at is not None and now - book.planned_at < interval:
-        return []
+        return 0
     tried = book.failed.get(record.id)
     if tried is not None and now - tried < interval:
-        return []
-    budget = min(spec.defrag.max_moves, _budget(sched, now))
+        return 0
+    return min(spec.defrag.max_moves, _budget(sched, now))
+
+
+def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
+    """Move running jobs so that ``record`` (pending, failed for room) fits; explanation
+    lines, empty when defragmentation is off or not due."""
+    budget = _defrag_budget(sched, record, now)
     if budget <= 0:
         return []
     movers, pinned = _candidates(sched, record, now)
     if not movers:
         return _unmovable(pinned)
-    state = sched.state
+    spec = sched.profile.migration
 
     def accept(mover: Mover, placements: Sequence[Placement]) -> bool:
         # a move may not change what a queue is charged for (a device model flavor)
@@ -149,7 +155,7 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
 
     needed = min(record.job.gang_min, len(record.unplaced))
     plan = plan_defrag(
-        state,
+        sched.state,
         sched.framework,
         record.job,
         needed,
@@ -160,13 +166,25 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
         accept,
     )
     if plan is None:
-        book.fail(record.id, now, interval)
+        sched.moves.fail(record.id, now, spec.defrag.min_interval_s)
         return [
             f"defragmentation: moving at most {budget} checkpointable job(s) would not make room",
             *_unmovable(pinned),
         ]
+    return _carry_out(sched, record, plan.moves, now)
+
+
+def _carry_out(
+    sched: Books,
+    record: JobRecord,
+    moves: Sequence[tuple[Mover, Sequence[Placement]]],
+    now: float,
+) -> list[str]:
+    """Start the plan's moves for ``record``, which waits for them (promised); a move
+    that no longer fits is left out, and the rest of the plan goes on."""
+    book = sched.moves
     moved: list[str] = []
-    for mover, placements in plan.moves:
+    for mover, placements in moves:
         victim = sched.jobs[mover.id]
         tasks = [key.task for key, _ in mover.tasks if isinstance(key, TaskKey)]
         try:
@@ -175,7 +193,7 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
                 list(zip(tasks, placements, strict=True)),
                 MigrationKind.DEFRAG,
                 record,
-                spec.grace_s,
+                sched.profile.migration.grace_s,
                 now,
             )
         except AllocationError:

@@ -44,6 +44,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import ClusterState
+from hetsched.cluster.usage import (
+    Usage,
+    capacity,
+    dominant_share,
+)
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import Rejection
@@ -56,11 +61,6 @@ from hetsched.scheduler.books import Books
 from hetsched.scheduler.checkpoints import work_lost
 from hetsched.scheduler.placing import trial
 from hetsched.scheduler.records import JobRecord
-from hetsched.scheduler.usage import (
-    Usage,
-    capacity,
-    dominant_share,
-)
 
 __all__ = ["Plan", "Preemption", "PreemptionArgs", "plan"]
 

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hetsched.cluster.state import ClusterState
+from hetsched.cluster.usage import Ledger, Usage, capacity, request_usage
 from hetsched.framework.profile import QueueSpec, flavor_amount
 from hetsched.model.job import Job
-from hetsched.scheduler.usage import Ledger, Usage, capacity, request_usage
 
 __all__ = ["QueueNode", "QuotaBlock", "QuotaTree", "describe_amount"]
 

@@ -18,10 +18,10 @@ Pure: the rates come from the job's speed model, never from clocks.
 from __future__ import annotations
 
 from hetsched.cluster.state import ClusterState
+from hetsched.cluster.usage import UnitScale
 from hetsched.framework.profile import FairnessSpec
 from hetsched.model.job import Job
 from hetsched.model.speed import SpeedError, SpeedTable, resolve
-from hetsched.scheduler.usage import UnitScale
 
 __all__ = ["Units"]
 

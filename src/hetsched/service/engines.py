@@ -1,7 +1,7 @@
 """Where ``hetsched up`` runs tasks: this machine (the local process executor and the
 machine's device watcher) or a Ray cluster (the Ray executor and the cluster's node
 inventory). The rest of the service (the loop, the launcher, recovery, the API) drives
-either through the same surfaces (:class:`~hetsched.agent.protocol.ProcessExecutor`,
+either through the same surfaces (:class:`~hetsched.drivers.executor.ProcessExecutor`,
 :class:`~hetsched.agent.watcher.NodeWatcher`); this module is the only place that chooses.
 
 What only the local executor offers is ``None`` on Ray: the overcommit guard (it measures
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.agent.watcher import DeviceWatcher, NodeWatcher
 from hetsched.controlplane import Fencing
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
 from hetsched.model.specs import load_cluster

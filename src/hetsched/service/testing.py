@@ -16,8 +16,8 @@ from typing import IO
 import httpx
 
 from hetsched.agent.executor import Executor
-from hetsched.agent.protocol import ProcessExecutor
 from hetsched.controlplane import free_port, serve
+from hetsched.drivers.executor import ProcessExecutor
 from hetsched.service.server import Built, Options, build
 
 __all__ = ["Running", "ServerProcess", "free_port", "running", "serve"]

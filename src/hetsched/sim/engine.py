@@ -553,7 +553,10 @@ _TOLD = frozenset({Change.LOST, Change.RESTARTED, Change.FAILED, Change.REJECTED
 
 @dataclass(frozen=True, slots=True)
 class _Clock:
-    """The simulator as the interpreter's executor."""
+    """The simulator as the interpreter's executor (:mod:`hetsched.drivers.executor`): a
+    task's end is an event on the virtual clock, handed to the interpreter when the clock
+    reaches it (exits by callback, so :meth:`poll` has none). It has no optional capability
+    (a notice is simulated inside :meth:`stop`; there is nothing to adopt or fence)."""
 
     sim: Simulator
 
@@ -562,3 +565,9 @@ class _Clock:
 
     def stop(self, tasks: Sequence[Stop], now: float) -> None:
         self.sim.stop_tasks(tasks, now)
+
+    def poll(self, now: float) -> list[Exit]:
+        return []
+
+    def shutdown(self) -> None:
+        pass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fastapi import HTTPException
 
-from hetsched.agent.protocol import ProcessExecutor
+from hetsched.drivers.executor import ProcessExecutor
 
 __all__ = ["MAX_LOG_CHUNK", "MAX_LOG_OFFSET", "LocalLogs"]
 

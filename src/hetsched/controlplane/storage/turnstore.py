@@ -15,13 +15,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Update, and_, bindparam, delete, or_, select, update
 
-from hetsched.agent.executor import TaskExit
 from hetsched.agent.guard import Alert
 from hetsched.cluster.placement import Placement
 from hetsched.controlplane.launcher import Launched
 from hetsched.controlplane.planner import TurnPlan
 from hetsched.controlplane.storage.tables import allocations, jobs, tasks, transitions
-from hetsched.drivers import Start
+from hetsched.drivers import Exit, Start
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import SavedCheckpoint
 from hetsched.model.lifecycle import TERMINAL, JobState
@@ -37,7 +36,7 @@ class TurnRecords:
         raise NotImplementedError  # provided by Store
 
     def record_turn(
-        self, exits: Sequence[TaskExit], plan: TurnPlan, starts_die_with_host: bool = False
+        self, exits: Sequence[Exit], plan: TurnPlan, starts_die_with_host: bool = False
     ) -> None:
         """One transaction: the exits reported this turn and the allocations they free,
         tasks asked to stop, new tasks and their allocations, preemptions, and each job's
@@ -181,7 +180,7 @@ class TurnRecords:
             )
         return stale
 
-    def record_task_exit(self, conn: Connection, exit_: TaskExit, now: float) -> None:
+    def record_task_exit(self, conn: Connection, exit_: Exit, now: float) -> None:
         """A task that ended while the service was down (its exit file, or lost)."""
         _record_exit(conn, exit_, now)
 
@@ -218,7 +217,7 @@ def release_allocations(conn: Connection, job_id: str, task: int, run: int, now:
     )
 
 
-def _record_exit(conn: Connection, exit_: TaskExit, now: float) -> None:
+def _record_exit(conn: Connection, exit_: Exit, now: float) -> None:
     """Record a task's end. A stale exit (its task ended already: one recovery killed, an
     earlier report) changes nothing, not even its job's exit code."""
     state = "stopped" if exit_.stopped else ("exited" if exit_.exit_code is not None else "lost")

@@ -21,9 +21,9 @@ assignment is honoured only when all of these hold:
 A container always gets the devices the kubelet chose, never others: the kubelet counts
 those as taken, and would hand a substituted device to another container. When the
 assignment is honoured it adds the shares (a slot's share of its device); when it is not,
-whole devices are the kubelet's and a slot is :data:`~hetsched.k8s.names.DEFAULT_SLOT_SHARE`
-of its device, and the plugin says so in an Event on the pod whose assignment was passed
-over (on the Node when it cannot tell which pod).
+whole devices are the kubelet's and a slot is its even part of its device (1000 / the
+configured slots per device: 250 with 4), and the plugin says so in an Event on the pod
+whose assignment was passed over (on the Node when it cannot tell which pod).
 """
 
 from __future__ import annotations
@@ -210,9 +210,10 @@ class Decision:
     warning: str = ""
 
 
-def slot_share(count: int) -> int:
-    """The share of ``count`` slots of one device nobody assigned."""
-    return min(SHARE_UNITS, count * DEFAULT_SLOT_SHARE)
+def slot_share(count: int, slots: int = SHARE_UNITS // DEFAULT_SLOT_SHARE) -> int:
+    """The share of ``count`` of the ``slots`` slots of one device, nobody having assigned
+    them: their even part of the device (``slots`` 4: 250 each), rounded down."""
+    return min(SHARE_UNITS, count * SHARE_UNITS // max(slots, 1))
 
 
 def _oldest(candidates: Sequence[Pending]) -> Pending:
@@ -220,11 +221,15 @@ def _oldest(candidates: Sequence[Pending]) -> Pending:
 
 
 def decide(
-    candidates: Sequence[Pending], resource: str, ids: Sequence[str], shared: bool
+    candidates: Sequence[Pending],
+    resource: str,
+    ids: Sequence[str],
+    shared: bool,
+    slots: int = SHARE_UNITS // DEFAULT_SLOT_SHARE,
 ) -> Decision:
-    """The decision for an Allocate of the kubelet ids ``ids`` (see the module doc). Among
-    several candidates that match (slots of one device, without the pod-resources API) the
-    oldest pod is taken."""
+    """The decision for an Allocate of the kubelet ids ``ids`` (see the module doc);
+    ``slots``: the shared resource's slots per device. Among several candidates that match
+    (slots of one device, without the pod-resources API) the oldest pod is taken."""
     matched = [c for c in candidates if _matches(c, ids, shared)]
     if matched:
         chosen = _oldest(matched)
@@ -237,7 +242,7 @@ def decide(
     counts: dict[str, int] = {}
     for i in ids:
         counts[_short(i)] = counts.get(_short(i), 0) + 1
-    shares = {i: slot_share(counts[_short(i)]) if shared else SHARE_UNITS for i in ids}
+    shares = {i: slot_share(counts[_short(i)], slots) if shared else SHARE_UNITS for i in ids}
     if not candidates:
         return Decision(None, shares)  # no assignment waits: a pod hetsched did not place
     passed = candidates[0].pod if len(candidates) == 1 else None

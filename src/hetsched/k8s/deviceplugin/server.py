@@ -148,16 +148,18 @@ class Allocator:
             log.warning("cannot read the pods on %s: %s", self.node, exc)
             return None
 
-    def take(self, resource: str, ids: list[str], shared: bool, known: set[str]) -> Decision:
-        """The decision for this Allocate; the honoured pod is marked allocated."""
+    def take(self, resource: str, ids: list[str], slots: int, known: set[str]) -> Decision:
+        """The decision for this Allocate (``slots``: per device of the shared resource, 0
+        for whole devices); the honoured pod is marked allocated."""
+        shared = slots > 0
         if self.api is None:
-            return decide([], resource, ids, shared)
+            return decide([], resource, ids, shared, slots)
         with self._lock:
             try:
                 candidates = self._pending(resource, shared, known)
             except Exception as exc:
                 raise Refused(f"cannot list the pods on node {self.node}: {exc}") from exc
-            decision = decide(candidates, resource, ids, shared)
+            decision = decide(candidates, resource, ids, shared, slots)
             if decision.pod is not None:
                 self._mark(decision.pod, resource, ids)
         if decision.warning:
@@ -361,7 +363,7 @@ class DevicePluginServicer(api_pb2_grpc.DevicePluginServicer):
             if not is_healthy(device):
                 raise Refused(f"device {id_} is unhealthy")
         known = {d.id for d in devices.values()}
-        decision = self.allocator.take(self.resource, ids, self.shared, known)
+        decision = self.allocator.take(self.resource, ids, self.slots, known)
         per_device: dict[str, int] = {}
         for id_, share in decision.shares.items():
             per_device.setdefault(physical_id(id_), share)

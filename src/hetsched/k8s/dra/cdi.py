@@ -5,12 +5,18 @@ reads the matching specs from its CDI directory (``/var/run/cdi``) and applies t
 to the container. hetsched writes one spec file per prepared claim,
 ``k8s.hetsched.io-claim_<claim uid>.json``, of kind :data:`CDI_KIND`:
 
-- one CDI device per allocated device, named ``<claim uid>-<device>``, whose edits add the
-  device's nodes (``/dev/nvidia3``, ``/dev/dri/renderD128``, ...);
-- edits for the whole claim (applied when any of its devices is injected): the environment
-  the device plugin gives a container (``HETSCHED_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ...,
-  and for one shared device its share), the vendors' control nodes (``/dev/nvidiactl``) and
-  the configured mounts.
+- one CDI device per allocated device, named ``<claim uid>-<device>`` (a device's name,
+  never a request's: a firstAvailable sub-request ``gpus/two-a100`` has a slash, which a CDI
+  name may not hold), whose edits add the device's nodes (``/dev/nvidia3``,
+  ``/dev/dri/renderD128``, ...) and the environment the device plugin gives a container
+  (``HETSCHED_DEVICES``, ``CUDA_VISIBLE_DEVICES``, ..., and for one shared device its
+  share). The CDI specification requires every device to carry at least one edit, and a
+  runtime refuses the whole spec otherwise: a device without nodes (an FPGA or an NPU seen
+  through its environment only, a fake device) still carries the environment. The
+  environment is the claim's, the same on each of its devices, so that injecting any of
+  them, or all, gives the same values;
+- edits for the whole claim (applied when any of its devices is injected), when there are
+  any: the vendors' control nodes (``/dev/nvidiactl``) and the configured mounts.
 
 Files are written whole (a temporary file renamed into place), so the runtime never reads
 half a spec.
@@ -71,7 +77,8 @@ def claim_spec(
 ) -> Obj:
     """The CDI spec of one claim: ``devices`` as (DRA device name, assignment)."""
     assignments = [a for _, a in devices]
-    edits: Obj = {"env": [f"{k}={v}" for k, v in sorted(visible_env(assignments).items())]}
+    env = [f"{k}={v}" for k, v in sorted(visible_env(assignments).items())]
+    edits: Obj = {}
     controls = control_nodes((a.device.vendor for a in assignments), roots)
     if controls:
         edits["deviceNodes"] = [{"path": p} for p in controls]
@@ -84,20 +91,27 @@ def claim_spec(
             }
             for m in mounts
         ]
-    return {
+    spec: Obj = {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
         "devices": [
-            {
-                "name": _device_name(claim_uid, name),
-                "containerEdits": {
-                    "deviceNodes": [{"path": p} for p in device_nodes(a.device, roots)]
-                },
-            }
+            {"name": _device_name(claim_uid, name), "containerEdits": _device_edits(a, env, roots)}
             for name, a in devices
         ],
-        "containerEdits": edits,
     }
+    if edits:
+        spec["containerEdits"] = edits
+    return spec
+
+
+def _device_edits(assignment: Assignment, env: list[str], roots: Roots) -> Obj:
+    """One device's edits: the claim's environment (never empty: ``HETSCHED_DEVICES`` is
+    always there), then its device nodes when it has any."""
+    edits: Obj = {"env": list(env)}
+    nodes = device_nodes(assignment.device, roots)
+    if nodes:
+        edits["deviceNodes"] = [{"path": p} for p in nodes]
+    return edits
 
 
 def write_spec(path: Path, spec: Obj) -> None:

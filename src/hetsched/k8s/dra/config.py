@@ -11,6 +11,8 @@ shareable: [gpu]               # classes whose devices may go to several claims 
 poll_interval_s: 2.0           # device watch (health, hot-plug)
 socket_check_interval_s: 0.5   # a deleted socket is served again
 slice_resync_s: 60             # rewrite the ResourceSlices this often even without a change
+health_interval_s: 10          # the health stream speaks this often without a change
+health_timeout_s: 30           # per device: the kubelet counts it Unknown after this silence
 fake_devices: devices.yaml     # the fake backend's file (relative to this file)
 sysfs_root: /sys
 dev_root: /dev
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hetsched.k8s.dra.driver import (
     DEFAULT_CDI_DIR,
@@ -34,6 +36,7 @@ from hetsched.k8s.dra.driver import (
     DEFAULT_REGISTRY_DIR,
     DriverSettings,
 )
+from hetsched.k8s.dra.service import HealthTiming
 from hetsched.k8s.nodeconfig import NodeAgentConfig, load_node_config
 
 __all__ = ["DriverConfig", "load_config"]
@@ -52,6 +55,18 @@ class DriverConfig(NodeAgentConfig):
     classes: list[str] = Field(default_factory=list)
     shareable: list[str] = Field(default_factory=lambda: ["gpu"])
     slice_resync_s: float = Field(default=60.0, gt=0)
+    health_interval_s: float = Field(default=10.0, gt=0)
+    health_timeout_s: int = Field(default=30, gt=0)
+
+    @model_validator(mode="after")
+    def _health_fits(self) -> DriverConfig:
+        if self.health_interval_s >= self.health_timeout_s:
+            raise ValueError(
+                f"health_interval_s ({self.health_interval_s}) must be below health_timeout_s "
+                f"({self.health_timeout_s}): the kubelet would count devices Unknown between "
+                "two lists"
+            )
+        return self
 
     def settings(self) -> DriverSettings:
         return DriverSettings(
@@ -66,6 +81,7 @@ class DriverConfig(NodeAgentConfig):
             slice_resync_s=self.slice_resync_s,
             roots=self.roots(),
             mounts=self.mount_specs(),
+            health=HealthTiming(self.health_interval_s, self.health_timeout_s),
         )
 
 

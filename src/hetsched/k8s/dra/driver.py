@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,7 @@ from hetsched.k8s.dra.service import (
     DRAPluginV1,
     DRAPluginV1beta1,
     Health,
+    HealthTiming,
     Registration,
     RegistrationState,
 )
@@ -95,6 +96,8 @@ class DriverSettings:
     slice_resync_s: float = 60.0
     roots: Roots = field(default_factory=Roots)
     mounts: tuple[MountSpec, ...] = ()
+    #: how often the health stream speaks, and the per-device timeout it asks for
+    health: HealthTiming = field(default_factory=HealthTiming)
 
     @property
     def data_dir(self) -> Path:
@@ -117,6 +120,8 @@ class DraDriver:
     api: DriverAPI
     book: DeviceBook = field(default_factory=DeviceBook)
     registration: RegistrationState = field(default_factory=RegistrationState)
+    #: the Unix time the health stream reports its lists at (a test hands in its own)
+    clock: Callable[[], float] = time.time
     _servers: list[grpc.Server] = field(default_factory=list)
     _health: Health | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -180,7 +185,7 @@ class DraDriver:
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
             DRAPluginV1beta1(self.preparer), plugin
         )
-        self._health = Health(self.book, s.node_name)
+        self._health = Health(self.book, s.node_name, s.health, self.clock)
         health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(self._health, plugin)
         plugin.add_insecure_port(f"unix://{s.socket}")
         plugin.start()

@@ -8,12 +8,16 @@ reads the claim from the API server and checks it before touching anything:
 - every device of this driver in it is in this node's pool and is a device of this node, by
   name, and healthy: a device of another node is never prepared here.
 
-Then it writes the claim's CDI spec, records the claim in the checkpoint, and answers with
-the CDI ids. Preparing a claim already in the checkpoint answers the same again (its spec
-rewritten if it went missing) without asking the API server; unpreparing removes the spec
-and forgets the claim, and unpreparing a claim it does not know is a success. A failure
-is that claim's ``error``; the others are prepared all the same. One lock serialises all of
-it, as the kubelet may call from several goroutines.
+Then it writes the claim's CDI spec (none when the claim has no device of this driver),
+records the claim in the checkpoint, and answers with the CDI ids. Each device is answered
+under the requests of the claim it serves: a result of a ``firstAvailable`` sub-request
+(``gpus/two-a100``) under its parent request (``gpus``), the name a container's
+``resources.claims[].request`` gives and the kubelet looks devices up by. Preparing a claim
+already in the checkpoint answers the same again (its spec rewritten if it went missing)
+without asking the API server; unpreparing removes the spec and forgets the claim, and
+unpreparing a claim it does not know is a success. A failure is that claim's ``error``; the
+others are prepared all the same. One lock serialises all of it, as the kubelet may call
+from several goroutines.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,7 +36,7 @@ from hetsched.k8s.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevic
 from hetsched.k8s.dra.devices import allocated_devices
 from hetsched.model.device import Health
 
-__all__ = ["ClaimReader", "ClaimRef", "Outcome", "Preparer"]
+__all__ = ["ClaimReader", "ClaimRef", "Outcome", "Preparer", "parent_requests"]
 
 log = logging.getLogger("hetsched.k8s.dra")
 
@@ -112,9 +116,10 @@ class Preparer:
         done = self.checkpoint.claims.get(ref.uid)
         if done is not None:
             path = spec_path(self.cdi_dir, ref.uid)
-            if not path.exists():
+            if done.spec.get("devices") and not path.exists():
                 write_spec(path, done.spec)
-            return done.devices
+            # a checkpoint of an earlier version may hold sub-request names
+            return tuple(replace(d, requests=parent_requests(d.requests)) for d in done.devices)
         claim = self.api.get_resource_claim(ref.namespace, ref.name)
         where = f"claim {ref.namespace}/{ref.name}"
         if claim is None:
@@ -145,7 +150,7 @@ class Preparer:
         spec = claim_spec(ref.uid, chosen, self.roots, self.mounts)
         prepared = tuple(
             PreparedDevice(
-                entry.requests,
+                parent_requests(entry.requests),
                 entry.pool,
                 entry.device,
                 (cdi_id(ref.uid, entry.device),),
@@ -154,7 +159,8 @@ class Preparer:
             )
             for entry in allocated
         )
-        write_spec(spec_path(self.cdi_dir, ref.uid), spec)
+        if chosen:
+            write_spec(spec_path(self.cdi_dir, ref.uid), spec)
         self.checkpoint.put(PreparedClaim(ref.namespace, ref.name, ref.uid, prepared, spec))
         log.info(
             "claim %s/%s prepared: %s",
@@ -163,6 +169,12 @@ class Preparer:
             ", ".join(f"{d.device}@{d.share}" for d in prepared) or "no device of this driver",
         )
         return prepared
+
+
+def parent_requests(requests: Sequence[str]) -> tuple[str, ...]:
+    """The claim's requests that ``requests`` (results' request names) serve: a
+    sub-request ``gpus/two-a100`` is its parent ``gpus``; each name once, in order."""
+    return tuple(dict.fromkeys(r.split("/", 1)[0] for r in requests if r))
 
 
 def refs(claims: Sequence[Any]) -> list[ClaimRef]:

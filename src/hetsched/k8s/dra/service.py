@@ -4,8 +4,13 @@
   it) on the driver's socket: NodePrepareResources and NodeUnprepareResources, answered by a
   :class:`~hetsched.k8s.dra.prepare.Preparer`; every claim of a request gets an entry;
 - ``DRAResourceHealth`` v1 on the same socket: NodeWatchResources streams every device the
-  driver ever saw with its health (a removed one unhealthy, ``removed``), at once and again
-  whenever it changes;
+  driver ever saw with its health (a removed one unhealthy, ``removed``), at once, again as
+  soon as it changes, and again every :attr:`HealthTiming.interval_s` when nothing changes.
+  The kubelet counts a device whose health it has not heard within the device's
+  ``health_check_timeout_seconds`` (its own default, 30 s, when unset) as Unknown, from the
+  ``last_updated_time`` the driver sends: so every list carries the time it was determined
+  (now, not when the health last changed) and each device the timeout the driver keeps to,
+  :attr:`HealthTiming.timeout_s`, a few intervals long;
 - ``pluginregistration.Registration`` on the registration socket: GetInfo says what the
   plugin is (a ``DRAPlugin`` named after the driver, its socket, its services);
   NotifyRegistrationStatus is the kubelet's verdict, kept in :class:`RegistrationState`.
@@ -15,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -40,6 +46,7 @@ __all__ = [
     "DRAPluginV1",
     "DRAPluginV1beta1",
     "Health",
+    "HealthTiming",
     "Registration",
     "RegistrationState",
 ]
@@ -124,12 +131,39 @@ class DRAPluginV1beta1(dra_v1beta1_pb2_grpc.DRAPluginServicer):
         return response
 
 
-class Health(health_v1_pb2_grpc.DRAResourceHealthServicer):
-    """The device health stream; ``pool`` is the driver's pool on this node."""
+@dataclass(frozen=True, slots=True)
+class HealthTiming:
+    """How often the health stream speaks when nothing changes, and the timeout it asks
+    the kubelet to keep per device (a few intervals, so that one late list is harmless)."""
 
-    def __init__(self, book: DeviceBook, pool: str) -> None:
+    interval_s: float = 10.0
+    timeout_s: int = 30
+    #: how often a stream looks at the clock between changes (a change wakes it at once)
+    poll_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.interval_s < self.timeout_s or self.poll_s <= 0:
+            raise ValueError(
+                f"health interval {self.interval_s} s must be above 0 and below the timeout "
+                f"{self.timeout_s} s, and the poll above 0"
+            )
+
+
+class Health(health_v1_pb2_grpc.DRAResourceHealthServicer):
+    """The device health stream; ``pool`` is the driver's pool on this node. ``clock``
+    gives the Unix time each list is determined at (a test hands in its own)."""
+
+    def __init__(
+        self,
+        book: DeviceBook,
+        pool: str,
+        timing: HealthTiming | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.book = book
         self.pool = pool
+        self.timing = timing or HealthTiming()
+        self.clock = clock
         #: set when the server stops: the streams end
         self.stopping = threading.Event()
 
@@ -139,13 +173,15 @@ class Health(health_v1_pb2_grpc.DRAResourceHealthServicer):
 
     def health_list(self) -> tuple[int, health_v1_pb2.NodeWatchResourcesResponse]:
         version, _, health = self.book.snapshot()
+        now = int(self.clock())
         response = health_v1_pb2.NodeWatchResourcesResponse()
         for name in sorted(health):
             entry = health[name]
             response.devices.add(
                 device=health_v1_pb2.DeviceIdentifier(pool_name=self.pool, device_name=name),
                 health=health_v1_pb2.HEALTHY if entry.healthy else health_v1_pb2.UNHEALTHY,
-                last_updated_time=entry.since,
+                last_updated_time=now,
+                health_check_timeout_seconds=self.timing.timeout_s,
                 message=entry.message[:_MESSAGE_LIMIT],
             )
         return version, response
@@ -156,11 +192,15 @@ class Health(health_v1_pb2_grpc.DRAResourceHealthServicer):
         # the kubelet keeps the stream open; a cancelled stream or a stopping server ends it
         context.add_callback(self.book.wake)
         version, response = self.health_list()
+        sent = self.clock()
         yield response
         while context.is_active() and not self.stopping.is_set():
-            latest = self.book.wait_change(version, timeout_s=1.0)
-            if latest != version and context.is_active() and not self.stopping.is_set():
+            latest = self.book.wait_change(version, timeout_s=self.timing.poll_s)
+            if not context.is_active() or self.stopping.is_set():
+                break
+            if latest != version or self.clock() - sent >= self.timing.interval_s:
                 version, response = self.health_list()
+                sent = self.clock()
                 yield response
 
 

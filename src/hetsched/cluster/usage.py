@@ -7,6 +7,10 @@ fair shares can speak of "GPUs" and of "A100s".
 
 The ledger is charged when the core allocates a task's resources (binding, a gang hold)
 and refunded when it releases them, so it always equals what the cluster state holds per key.
+
+Usage is a measure of the cluster (what its allocation keys hold, against its capacity), so
+it lives beside the cluster state: the queue's orderings (drf, fairshare) and the scheduler
+both read it, and neither has to import the other for it.
 """
 
 from __future__ import annotations

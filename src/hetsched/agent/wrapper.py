@@ -1,0 +1,116 @@
+"""The ``/bin/sh`` wrapper every local task runs under, and what it leaves behind.
+
+The wrapper writes the command's exit status to the task's exit file when it ends: that
+file is how an exit status survives a control-plane crash (a restarted service learns the
+status of a task that ended while nobody watched). A fenced task's wrapper (a federation's
+lease, ``service/fencing.py``) also refuses to start the command once the lease expired and
+kills its own group when the lease has lapsed for the backstop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+from pathlib import Path
+
+import psutil
+
+__all__ = [
+    "FENCED_EXIT",
+    "alive",
+    "home_of",
+    "not_started",
+    "read_exit",
+    "signal_group",
+    "wrapper_argv",
+]
+
+#: the notice signals (model/checkpoint.py): a notice goes to the task's whole group, so
+#: the wrapper and a fenced task's watchdog survive them
+_NOTICES = "INT HUP USR1 USR2 QUIT ALRM"
+#: the signals the wrapper survives: SIGTERM and every notice signal
+_TRAPPED = f"TERM {_NOTICES}"
+#: The wrapper survives the group's SIGTERM (a trap, not an ignore, so the command keeps the
+#: default disposition) and waits for the command, so a command that takes its grace period
+#: gets all of it and its exit status is recorded; SIGKILL of the group ends both. The exit
+#: file is opened by the service and handed over as the wrapper's stdin (written with
+#: ``>&0``; the command gets /dev/null), so a job running as another OS user needs no access
+#: to the service's home.
+_WRAPPER = f'trap : {_TRAPPED}; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
+#: The wrapper of a task fenced by a federation's lease (``service/fencing.py``): ``$1`` is
+#: the lease file, whose first line is the expiry in whole wall-clock seconds, ``$2`` the
+#: backstop. It never starts the command at or after the expiry (exit 125), and a watchdog
+#: in the task's group kills the whole group once ``expiry + backstop`` has passed, whether
+#: or not the service is alive to do it. A command it did not start leaves ``fenced`` in the
+#: exit file (not a number: a command's own 125 must not read as one it never ran).
+#: The watchdog outlives a notice (a ``sleep`` the notice ends only shortens one wait) and
+#: ends with the group's SIGTERM or the wrapper's.
+_FENCED_WRAPPER = (
+    f"trap : {_TRAPPED}; f=$1; b=$2; shift 2; "
+    'x() { e=0; read -r e < "$f" 2>/dev/null; [ "$(date +%s)" -ge "$((e + $1))" ]; }; '
+    'if x 0; then echo "hetsched: fenced: the lease in $f has expired" >&2; '
+    "echo fenced >&0; exit 125; fi; "
+    f'( trap : {_NOTICES}; while :; do sleep 1; if x "$b"; then '
+    'echo "hetsched: fenced: the lease in $f expired; stopping the task" >&2; '
+    "kill -KILL 0; fi; done ) </dev/null & w=$!; "
+    '"$@" </dev/null; c=$?; kill "$w" 2>/dev/null; echo "$c" >&0; exit "$c"'
+)
+#: the exit status of a fenced task that was not started (its lease had expired)
+FENCED_EXIT = 125
+#: what the fenced wrapper writes to the exit file when it did not start the command
+_NOT_STARTED = "fenced"
+#: how closely a recorded start time must match a live process's to adopt it (seconds)
+_START_TOLERANCE_S = 0.05
+
+
+def wrapper_argv(fence: Path | None, backstop_s: int) -> list[str]:
+    """The wrapper's argv, before the command's: fenced by the lease file ``fence``."""
+    if fence is None:
+        return ["/bin/sh", "-c", _WRAPPER, "hetsched-task"]
+    return ["/bin/sh", "-c", _FENCED_WRAPPER, "hetsched-task", str(fence), str(backstop_s)]
+
+
+def read_exit(exit_file: Path) -> int | None:
+    """The exit status the wrapper wrote (FENCED_EXIT for a command it did not start), or
+    None while there is none."""
+    try:
+        text = exit_file.read_text().strip()
+        return FENCED_EXIT if text == _NOT_STARTED else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def not_started(exit_file: Path) -> bool:
+    """Whether the fenced wrapper refused to start the command."""
+    try:
+        return exit_file.read_text().strip() == _NOT_STARTED
+    except OSError:
+        return False
+
+
+def home_of(uid: int) -> str:
+    """Where a task running as account ``uid`` starts when its job names no directory."""
+    try:
+        home = pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return "/"
+    return home if os.path.isdir(home) else "/"
+
+
+def alive(pid: int, started: float) -> bool:
+    """Whether ``pid`` is the process that started at ``started``, and not a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - started) > _START_TOLERANCE_S:
+            return False
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group led by ``pid``; one that is gone is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

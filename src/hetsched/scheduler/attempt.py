@@ -1,0 +1,262 @@
+"""One job's attempt in a scheduling cycle (step 4 of ``hetsched.scheduler.cycle``): the
+quota pre-check, placement of its gang (keeping its partial hold, if any), the exact quota
+check on the chosen devices, then the guards: capacity promised to a preemptor and the
+backfill head's reservation must survive the placement; then the Bind plugins.
+
+A placement is allocated on the live state as it is chosen (the next task's placement sees
+it), so an attempt that fails gives back what it took (:meth:`Trial.rollback`), and so does
+one a plugin error interrupts. A gang that placed only part of what it needs may keep that
+part instead (one holder at a time, so two gangs never hold parts of the cluster each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.usage import Usage
+from hetsched.framework.cycle import CycleContext
+from hetsched.framework.status import Code, PluginError, Status
+from hetsched.keys import TaskKey
+from hetsched.model.lifecycle import JobState
+from hetsched.queueing.lanes import Shape
+from hetsched.scheduler.backfill import Reservation
+from hetsched.scheduler.books import Books
+from hetsched.scheduler.explain import Explanation, explain_placement
+from hetsched.scheduler.preemption import promises_kept
+from hetsched.scheduler.quota import QuotaBlock
+from hetsched.scheduler.records import BlockedBy, JobRecord
+
+__all__ = ["Outcome", "Pass", "Trial", "attempt"]
+
+#: what an extension point without plugins answers
+_PASSED = Status.success()
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How an attempt ended: the placements of a start, or why the job cannot start."""
+
+    placements: list[tuple[int, Placement]] | None
+    kind: BlockedBy = BlockedBy.NONE
+    explanation: Explanation | None = None
+
+
+@dataclass(slots=True)
+class Pass:
+    """What one cycle learned so far."""
+
+    now: float
+    #: strict mode: queue -> the job that blocks it
+    blocked: dict[str, str] = field(default_factory=dict)
+    head: JobRecord | None = None
+    reservation: Reservation | None = None
+    #: shape -> explanation, for attempts that failed for capacity in this cycle: free
+    #: capacity only shrinks during a cycle, so a job of the same shape fails too
+    no_room: dict[Shape, Explanation] = field(default_factory=dict)
+
+
+def _quota_blocked(block: QuotaBlock) -> Outcome:
+    """The outcome of an attempt stopped by a queue's quota (before or after placement)."""
+    text = f"blocked by the quota of queue {block.queue}"
+    return Outcome(None, BlockedBy.QUOTA, Explanation(Code.UNSCHEDULABLE, text, (str(block),)))
+
+
+@dataclass(slots=True)
+class Trial:
+    """One attempt's placements: the partial hold it started from, and what it added
+    (allocated on the live state, so a failure must roll them back)."""
+
+    sched: Books
+    record: JobRecord
+    ctx: CycleContext
+    run: int
+    placed: list[tuple[int, Placement]]
+    new: list[tuple[int, Placement]] = field(default_factory=list)
+
+    def place(self) -> None:
+        """Place the job's unplaced tasks one by one until one does not fit."""
+        framework = self.sched.framework
+        job = self.record.job
+        for task in self.record.unplaced:
+            if task in self.record.held:
+                continue
+            placement = framework.select(self.ctx)
+            if placement is None:
+                break
+            key = TaskKey(job.id, task, self.run)
+            self.sched.allocate(key, placement, job)
+            if not framework.reservers:  # nothing to reserve: the point passes
+                self.new.append((task, placement))
+                self.placed.append((task, placement))
+                continue
+            reserved = framework.reserve(self.ctx, placement)
+            if not reserved.ok:
+                self.sched.unallocate(key)
+                _raise_error(reserved)
+                break
+            self.new.append((task, placement))
+            self.placed.append((task, placement))
+
+    def rollback(self) -> None:
+        """Give back what this attempt took (once: a second call does nothing)."""
+        while self.new:
+            task, placement = self.new.pop()
+            try:
+                self.sched.framework.unreserve(self.ctx, placement)
+            finally:
+                self.sched.unallocate(TaskKey(self.record.id, task, self.run))
+
+    @property
+    def placements(self) -> list[Placement]:
+        return [p for _, p in self.placed]
+
+
+def attempt(sched: Books, cycle: Pass, record: JobRecord, need: int, now: float) -> Outcome:
+    """Place the job's tasks, all-or-nothing up to its gang minimum (``need``, see the
+    module doc). A plugin error (PluginError, or a point's ERROR status) is raised with
+    everything the attempt allocated given back."""
+    job = record.job
+    framework = sched.framework
+    ctx = CycleContext(sched.state, job, job.resources, now)
+    if sched.quotas.enabled:
+        use = sched.request_of(job, max(0, need - len(record.held)))
+        block = sched.quotas.check(job.queue, use, sched.ledger, sched.state)
+        if block is not None:
+            return _quota_blocked(block)
+    status = framework.prefilter(ctx)
+    if not status.ok:
+        _raise_error(status)
+        kind = BlockedBy.UNRESOLVABLE if status.code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
+        return Outcome(None, kind, explain_placement(framework, ctx, 0, need, status))
+    running = record.state is JobState.RUNNING
+    run = record.run if running else record.run + 1
+    trial = Trial(sched, record, ctx, run, sorted(record.held.items()))
+    try:
+        return _place(sched, cycle, trial, need, status, now)
+    except PluginError:
+        trial.rollback()
+        raise
+
+
+def _place(
+    sched: Books, cycle: Pass, trial: Trial, need: int, status: Status, now: float
+) -> Outcome:
+    """The rest of :func:`_attempt` (``status``: what the PreFilter said), with the trial
+    to roll back on a plugin error."""
+    record, ctx, framework = trial.record, trial.ctx, sched.framework
+    running = record.state is JobState.RUNNING
+    trial.place()
+    # no Permit plugin: the point passes (without listing the placements for it)
+    permit = framework.permit(ctx, trial.placements) if framework.permits else _PASSED
+    _raise_error(permit)
+    if len(trial.placed) >= need and permit.ok:
+        return _complete(sched, cycle, trial, now)
+    explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
+    if not permit.ok and len(trial.placed) >= need:
+        trial.rollback()
+        return Outcome(None, BlockedBy.CAPACITY, Explanation(Code.UNSCHEDULABLE, str(permit)))
+    if not running and need > 1:
+        held = _hold(sched, cycle, trial, explanation, need, now)
+        if held is not None:
+            return held
+    trial.rollback()
+    if need > 1 and sched.holder not in (None, record.id):
+        text = f"waiting for its gang; job {sched.holder} holds the one gang reservation"
+        explanation = _with_reasons(explanation, (text,))
+    return Outcome(None, BlockedBy.CAPACITY, explanation)
+
+
+def _raise_error(status: Status) -> None:
+    """A point whose plugin raised fails the whole attempt, as the exception would have."""
+    if status.code is Code.ERROR:
+        raise PluginError(status)
+
+
+def _complete(sched: Books, cycle: Pass, trial: Trial, now: float) -> Outcome:
+    """Every task the job needs is placed: the exact quota check on the chosen devices,
+    the guards (promised capacity, the backfill reservation), then the Bind plugins."""
+    record = trial.record
+    if sched.quotas.enabled and trial.new:
+        use: Usage = Counter()
+        for _, placement in trial.new:
+            use.update(sched.usage_of(record.job, placement))
+        queue = record.job.queue
+        block = sched.quotas.check(queue, use, sched.ledger, sched.state, {queue: use})
+        if block is not None:
+            trial.rollback()
+            return _quota_blocked(block)
+    reason = _guard(sched, cycle, record, trial.placements, now)
+    if reason is not None:
+        trial.rollback()
+        return Outcome(None, BlockedBy.RESERVATION, Explanation(Code.UNSCHEDULABLE, reason))
+    framework = sched.framework
+    bound = framework.bind(trial.ctx, trial.placements) if framework.binders else _PASSED
+    _raise_error(bound)
+    if not bound.ok:
+        trial.rollback()
+        return Outcome(None, BlockedBy.CAPACITY, Explanation(bound.code, str(bound)))
+    return Outcome(trial.placed)
+
+
+def _hold(
+    sched: Books,
+    cycle: Pass,
+    trial: Trial,
+    explanation: Explanation,
+    need: int,
+    now: float,
+) -> Outcome | None:
+    """A gang that placed only part of what it needs keeps that part, when gang holds are
+    on and no other job holds one; None when it may not."""
+    record = trial.record
+    gang = sched.profile.gang
+    if (
+        not trial.placed
+        or not gang.hold
+        or sched.holder not in (None, record.id)
+        or explanation.code is not Code.UNSCHEDULABLE
+        or _guard(sched, cycle, record, trial.placements, now) is not None
+    ):
+        return None
+    record.held = dict(trial.placed)
+    if record.hold_since is None:
+        record.hold_since = now
+    sched.holder = record.id
+    reason = (
+        f"waiting for its gang: holds {len(trial.placed)} of the {need} tasks it needs at "
+        f"once since t={record.hold_since:g}; released at t={record.hold_since + gang.timeout_s:g}"
+    )
+    replaced = dataclasses.replace(explanation, reasons=(reason,))
+    return Outcome(None, BlockedBy.GANG, replaced)
+
+
+def _with_reasons(explanation: Explanation, reasons: tuple[str, ...]) -> Explanation:
+    return dataclasses.replace(explanation, reasons=reasons)
+
+
+def _guard(
+    sched: Books, cycle: Pass, record: JobRecord, placements: list[Placement], now: float
+) -> str | None:
+    """Why ``record`` may not take ``placements`` (already allocated on the live state):
+    capacity promised to a preemptor, or the backfill head's reservation."""
+    if sched.promising and not promises_kept(sched, now, skip=record):
+        return (
+            "held back: the capacity it needs is kept for jobs that preempted others to "
+            "start: " + ", ".join(sorted(sched.promised))
+        )
+    head = cycle.head
+    if (
+        cycle.reservation is not None
+        and head is not None
+        and head is not record
+        and not record.promised  # the reservation was planned around it
+        and not cycle.reservation.admits(sched, record, placements, now)
+    ):
+        return (
+            f"held back by the backfill reservation of job {head.id} "
+            f"(starts at t={cycle.reservation.start:g}); it would delay it"
+        )
+    return None
