@@ -12,7 +12,6 @@ lease lapsed is cancelled, saying so).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -231,7 +230,7 @@ class ProcessRunner:
                 f"fenced: the lease of federation {federation} lapsed here (lapse {lapse[0]}, "
                 f"at {when}); its task{where} was stopped ({exit_.reason or 'ended'})"
             )
-            out.append(replace(exit_, reason=reason))
+            out.append(exit_._replace(reason=reason))
         return out
 
     def _learn(self, progress: list[tuple[TaskKey, Progress]]) -> None:
