@@ -308,6 +308,7 @@ class ControlLoop:
         events, exits = self._collect(now)
         self._concerns = _jobs_named(events)
         before = self.runner.before(now)
+        self._concerns |= _jobs_named(before.events)
         events += before.events
         exits += before.exits
         wakeup = self.planner.core.next_wakeup()

@@ -284,7 +284,8 @@ class MemberRunner:
                 if gone is not None:
                     dispatch = self.dispatches[gone]
                     self._end(dispatch)
-                    exits.append(self._exit(dispatch, None, "the member does not know it"))
+                    why = f"member {state.name} does not know it (its job {job_id} there)"
+                    exits.append(self._exit(dispatch, None, why))
 
     def _heard(
         self,
@@ -392,7 +393,11 @@ class MemberRunner:
         for dispatch in [d for d in self.dispatches.values() if d.member == state.name]:
             self._end(dispatch)
         log.warning("member %s: fenced: %s", state.name, why)
-        return [NodeRemoved(state.name, f"member {state.name} fenced: {why}")]
+        # the story of each job it requeues names the member and the lease it lost there
+        lease = f"incarnation {state.incarnation}" + (
+            f", {state.lapses} lapse(s) there" if state.lapses else ""
+        )
+        return [NodeRemoved(state.name, f"member {state.name} fenced: {why} ({lease})")]
 
     def _save(self, state: MemberState) -> None:
         if state.inventory is None:
