@@ -29,10 +29,11 @@ _MIN_GC_S = 0.0005
 
 
 def _install(out: Any) -> None:
-    from hetsched.service import launcher, loop, store
+    from hetsched.controlplane import launcher, loop
+    from hetsched.controlplane.storage import store
 
     try:  # the group-commit writer's own module, in checkouts that have it
-        from hetsched.service import groupcommit
+        from hetsched.controlplane.storage import groupcommit
     except ImportError:
         groupcommit = None
 

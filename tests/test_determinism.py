@@ -23,13 +23,13 @@ from hypothesis import strategies as st
 
 from builders import gpu_node
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import ControlLoop, ProcessRunner
+from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.drivers import Exit, Start, Stop
 from hetsched.framework.profile import ProfileSpec, parse_profile
 from hetsched.model.device import Node
 from hetsched.model.job import Job
 from hetsched.scheduler import Action, Event, NodeAdded, NodeRemoved, Scheduler
-from hetsched.service.loop import ControlLoop
-from hetsched.service.schemas import SubmitSpec
 from hetsched.sim.engine import ClusterChange, EngineConfig, Simulator
 from hetsched.sim.workload import Workload, WorkloadJob
 
@@ -220,10 +220,11 @@ def through_the_service(
     """The scenario through real ControlLoop turns; ``launcher`` ends the tasks (default:
     each after its job's duration)."""
     core = Scheduler(ClusterState(list(nodes)), scenario.profile, 0)
-    loop = ControlLoop(MemoryStore(), core, _Executor(), list(nodes))  # type: ignore[arg-type]
+    runner = ProcessRunner(_Executor(), list(nodes))  # type: ignore[arg-type]
+    loop = ControlLoop(MemoryStore(), core, runner)  # type: ignore[arg-type]
     if launcher is None:
         launcher = FakeLauncher({job_id: d for _, job_id, _, d in scenario.jobs})
-    loop.launcher = launcher  # type: ignore[assignment]
+    runner.launcher = launcher  # type: ignore[assignment]
     happenings: list[tuple[float, int, str, Any]] = []
     for seq, (spec, job_id, submit, _) in enumerate(scenario.jobs):
         row = {"id": job_id, "owner": "alice", "submitted_at": submit, "spec": {}}

@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import gpu_node
+from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.drivers import Exit, Start, Stop
 from hetsched.framework.profile import parse_profile
 from hetsched.scheduler import Action, Bind, Migrate, Preempt, Scheduler
-from hetsched.service.schemas import SubmitSpec
 from hetsched.sim.engine import EngineConfig, Simulator
 from hetsched.sim.workload import Workload, WorkloadJob
 from test_determinism import FakeLauncher, Scenario, through_the_service

@@ -17,6 +17,7 @@ from hetsched.cli.main import app
 #: drivers for Kubernetes and Ray, the LP solver (each costs start-up time)
 NOT_FOR_PLACE = [
     "hetsched.service",
+    "hetsched.controlplane",
     "hetsched.sim",
     "hetsched.k8s",
     "hetsched.ray",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hetsched.service.metrics import METRIC_NAMES
+from hetsched.controlplane.metrics import METRIC_NAMES
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 #: series Prometheus itself makes, which a rule may use besides ours

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hetsched.service.metrics import METRIC_NAMES
+from hetsched.controlplane.metrics import METRIC_NAMES
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "hetsched.json"
 _NAME = re.compile(r"\bhetsched_[a-z0-9_]+\b")

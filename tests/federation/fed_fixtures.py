@@ -123,7 +123,7 @@ class Fed:
             time.sleep(every)
 
     def states(self) -> dict[str, str]:
-        return {m["name"]: m["state"] for m in self.running.built.loop.members_view}
+        return {m["name"]: m["state"] for m in self.running.built.runner.members_view}
 
     def ready(self, timeout: float = 30.0) -> None:
         names = set(self.members) or set(self.states())

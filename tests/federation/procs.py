@@ -22,7 +22,7 @@ import httpx
 import psutil
 from fed_fixtures import cluster_yaml
 
-from hetsched.service.testing import free_port
+from hetsched.controlplane import free_port
 
 __all__ = ["FederationProcess", "MemberProcess", "Proxy", "kill_tasks_of"]
 

@@ -233,7 +233,7 @@ def test_the_federations_store_on_postgresql(tmp_path: Path, postgres_url: str) 
 
     from sqlalchemy import text
 
-    from hetsched.service.store import Store
+    from hetsched.controlplane.storage.store import Store
 
     database = f"f{uuid.uuid4().hex[:10]}"
     admin = Store(postgres_url)

@@ -129,7 +129,9 @@ def test_a_killed_member_is_fenced_and_its_jobs_finish_elsewhere_once(tmp_path: 
                 # started on c, killed there by its own watchdog, then run again elsewhere
                 assert starts[f"{tag}.0"][0] == "c" and starts[f"{tag}.0"][-1] != "c"
                 why = fed.client.get(f"/v1/jobs/{ids[tag]}/why").json()
-                assert any("member c fenced" in h["cause"] for h in why["history"]), why
+                causes = [h["cause"] for h in why["history"]]
+                # which member fenced it, and the lease it lost there
+                assert any("member c fenced" in c and "(incarnation 1" in c for c in causes), why
             # the requeued copies started only after c's tasks had surely died
             again = [
                 e.at
@@ -140,7 +142,9 @@ def test_a_killed_member_is_fenced_and_its_jobs_finish_elsewhere_once(tmp_path: 
             # c comes back: it does not start what it stopped, and rejoins as a new incarnation
             members["c"].start()
             fed.wait("c ready again", lambda: fed.states()["c"] == "ready", 60)
-            incarnation = {m["name"]: m["incarnation"] for m in fed.running.built.loop.members_view}
+            incarnation = {
+                m["name"]: m["incarnation"] for m in fed.running.built.runner.members_view
+            }
             assert incarnation["c"] == 2
             time.sleep(1.0)
             starts = _check_runs(events(out), list(ids))

@@ -172,7 +172,9 @@ def test_a_federation_runs_jobs_on_a_kubernetes_member(tmp_path: Path, server: A
             base_url=fed.url, headers={"Authorization": f"Bearer {fed.admin_token}"}, timeout=30
         ) as client,
     ):
-        _wait("k ready", lambda: [m["state"] for m in fed.built.loop.members_view] == ["ready"], 30)
+        _wait(
+            "k ready", lambda: [m["state"] for m in fed.built.runner.members_view] == ["ready"], 30
+        )
         body = {k: v for k, v in BODY.items() if k != "federation"}
         job_id = client.post("/v1/jobs", json=body).json()["id"]
         _wait("running", lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")

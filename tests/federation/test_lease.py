@@ -16,9 +16,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetsched.controlplane.fencing import Fencing
 from hetsched.federation.lease import LeaseBounds
 from hetsched.federation.member import Report
-from hetsched.service.fencing import Fencing
 
 LEASE = 5.0
 

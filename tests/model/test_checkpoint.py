@@ -67,7 +67,7 @@ def test_a_job_without_checkpoint_gets_no_notice() -> None:
 def test_the_api_body_takes_checkpoint_strictly() -> None:
     from pydantic import ValidationError
 
-    from hetsched.service.schemas import parse_submission
+    from hetsched.controlplane.schemas import parse_submission
 
     body = {
         "name": "train",

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service_fixtures import Api, job_body, service_options, serving
 
-from hetsched.service.schemas import MAX_BATCH_JOBS
+from hetsched.controlplane.schemas import MAX_BATCH_JOBS
 
 
 @pytest.fixture(scope="module")

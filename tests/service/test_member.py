@@ -164,6 +164,7 @@ def test_a_lapsed_lease_cancels_its_jobs_and_they_never_start_again(tmp_path: Pa
         # the federation goes silent: the service cancels the job at the expiry
         job = api.wait(api.admin, job_id, {"cancelled", "failed"}, timeout=LEASE_S + 15)
         assert job["state"] == "cancelled" and job["reason"].startswith("fenced")
+        assert "federation fed" in job["reason"] and "(lapse 1)" in job["reason"], job
         _wait("the task to be gone", lambda: not _alive(pid))
         # the federation comes back: told of the lapse, the job reported fenced
         report = fed.renew([job_id])
@@ -203,6 +204,9 @@ def test_the_tasks_watchdog_kills_it_when_the_service_is_gone(tmp_path: Path) ->
         api = Api(svc)
         job = api.wait(api.admin, job_id, {"cancelled", "failed"})
         assert job["run"] == 1
+        # the job's end names the lease that fenced it and its lapse, not only how its
+        # process ended ("lost: its process was gone after a restart", "killed by signal 9")
+        assert "fenced: the lease of federation fed lapsed here (lapse 1, at " in job["reason"]
         report = Federation(api.admin).renew([job_id])
         assert report["jobs"][0]["fenced"] and report["lapses"] == 1
         api.close()

@@ -14,19 +14,19 @@ from service_fixtures import Api, job_body, service_options, serving
 
 from hetsched.agent.guard import Guard, Watched
 from hetsched.cluster.state import ClusterState
-from hetsched.framework.profile import GuardSpec
-from hetsched.model.device import Device, Node
-from hetsched.model.job import DeviceRequest, Job, TaskRequest
-from hetsched.scheduler import Bind, JobSubmitted, NodeAdded, Scheduler
-from hetsched.service.metrics import (
+from hetsched.controlplane.metrics import (
     METRIC_NAMES,
     History,
     LoopMetrics,
     target_workload,
 )
-from hetsched.service.metrics import (
+from hetsched.controlplane.metrics import (
     Sample as HistorySample,
 )
+from hetsched.framework.profile import GuardSpec
+from hetsched.model.device import Device, Node
+from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.scheduler import Bind, JobSubmitted, NodeAdded, Scheduler
 from hetsched.service.testing import running
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from service_fixtures import Api, job_body, service_options
 
-from hetsched.service.loop import ControlLoop
+from hetsched.controlplane.loop import ControlLoop
 from hetsched.service.testing import running
 
 PROFILE = """

@@ -15,9 +15,9 @@ from service_fixtures import Api, job_body, service_options
 from builders import gpu_node, job
 from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane.recovery import RecoveryError, disagreements
 from hetsched.keys import TaskKey
 from hetsched.scheduler import Scheduler
-from hetsched.service.recovery import RecoveryError, disagreements
 from hetsched.service.server import build
 from hetsched.service.testing import running
 

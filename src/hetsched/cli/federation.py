@@ -21,50 +21,53 @@ federation_app = typer.Typer(
 )
 
 
+_Members = Annotated[
+    Path,
+    typer.Option(
+        help="members.yaml: the federation's name, its lease, and its members (docs/federation.md)."
+    ),
+]
+_Db = Annotated[str | None, typer.Option(help="Store URL, e.g. postgresql+psycopg://u:p@host/db.")]
+_Profile = Annotated[
+    Path | None,
+    typer.Option(
+        help="Scheduling profile YAML (queues, quotas, fair share, speeds); the member "
+        "filters are added when it leaves them out."
+    ),
+]
+_RateLimit = Annotated[float, typer.Option(help="Requests per second per token (0: no limit).")]
+_RenewEvery = Annotated[
+    float | None,
+    typer.Option(help="Seconds between lease renewals at each member (default: lease/5)."),
+]
+_MetricsPublic = Annotated[
+    bool, typer.Option("--metrics-public", help="Serve /metrics without a token.")
+]
+_PublicDocs = Annotated[
+    bool, typer.Option("--public-docs", help="Serve the API description without a token.")
+]
+
+
 @federation_app.command("up")
 def up(
-    members: Annotated[
-        Path,
-        typer.Option(
-            help="members.yaml: the federation's name, its lease, and its members "
-            "(docs/federation.md)."
-        ),
-    ],
+    members: _Members,
     home: Annotated[Path | None, typer.Option(help="State directory.")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8790,
-    db: Annotated[
-        str | None, typer.Option(help="Store URL, e.g. postgresql+psycopg://u:p@host/db.")
-    ] = None,
-    profile: Annotated[
-        Path | None,
-        typer.Option(
-            help="Scheduling profile YAML (queues, quotas, fair share, speeds); the member "
-            "filters are added when it leaves them out."
-        ),
-    ] = None,
+    db: _Db = None,
+    profile: _Profile = None,
     queues: Annotated[Path | None, typer.Option(help="Queues YAML (users, quotas).")] = None,
-    rate_limit: Annotated[
-        float, typer.Option(help="Requests per second per token (0: no limit).")
-    ] = 200.0,
+    rate_limit: _RateLimit = 200.0,
     sync: Annotated[str, typer.Option(help="SQLite synchronous mode: FULL or NORMAL.")] = "FULL",
-    renew_every: Annotated[
-        float | None,
-        typer.Option(help="Seconds between lease renewals at each member (default: lease/5)."),
-    ] = None,
-    metrics_public: Annotated[
-        bool, typer.Option("--metrics-public", help="Serve /metrics without a token.")
-    ] = False,
-    public_docs: Annotated[
-        bool,
-        typer.Option("--public-docs", help="Serve the API description without a token."),
-    ] = False,
+    renew_every: _RenewEvery = None,
+    metrics_public: _MetricsPublic = False,
+    public_docs: _PublicDocs = False,
 ) -> None:
     """Start a federation: the same API as `hetsched up` (submit, jobs, why, cancel, logs),
     jobs placed on member clusters by capacity, speed, quota and labels, and moved to
     another member only once the first has surely stopped them."""
+    from hetsched.controlplane import default_home
     from hetsched.federation.server import FederationOptions, serve
-    from hetsched.service.server import default_home
 
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")

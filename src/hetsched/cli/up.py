@@ -129,8 +129,7 @@ def up(
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
     # imported here so the other commands start without the server's dependencies
-    from hetsched.service.recovery import RecoveryError
-    from hetsched.service.server import Options, default_home, serve
+    from hetsched.service.server import Options, default_home
 
     mapping = _run_as(run_as)
     if sync.upper() not in {"FULL", "NORMAL"}:
@@ -161,6 +160,14 @@ def up(
         ray_timeout_s=ray_timeout,
     )
     _check_executor(options)
+    _serve(options)
+
+
+def _serve(options: Options) -> None:
+    """Run the service; what it refuses to start with becomes the command's error."""
+    from hetsched.controlplane import RecoveryError
+    from hetsched.service.server import serve
+
     try:
         serve(options)
     except (SpecError, ProfileError) as exc:

@@ -1,7 +1,7 @@
 """The federation's side of a member's lease: what it may assume about the member's expiry.
 
 A renewal names the nonce of the previous answer; the member runs the lease from the time
-it issued that nonce (``service/fencing.py``). Both bounds follow on the federation's own
+it issued that nonce (``controlplane/fencing.py``). Both bounds follow on the federation's own
 clock (clock rates are assumed equal; ``margin_s`` covers drift):
 
 - **upper**: the member issued a nonce before the federation received it, so once a

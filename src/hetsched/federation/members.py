@@ -30,7 +30,7 @@ ids in the core); what it ran before is ended there and is not started again.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "labels_of",
     "member_node",
     "member_view",
+    "members_nodes",
 ]
 
 JOINING = "joining"
@@ -124,3 +125,34 @@ def member_view(state: MemberState, now: float) -> dict[str, Any]:
 def labels_of(state: MemberState) -> Mapping[str, str]:
     status = READY if state.status == READY else state.status
     return MappingProxyType({**state.labels, MEMBER_LABEL: state.name, STATE_LABEL: status})
+
+
+def members_nodes(
+    nodes: list[dict[str, Any]], states: Iterable[MemberState], now: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The API's node view of a federation, and its members' view: each member node in the
+    core with its member's state; members out of the core (fenced, not joined yet) listed
+    too, inactive, with the same labels as a member node in the core (its state among
+    them)."""
+    states = list(states)
+    members = [member_view(s, now) for s in states]
+    by_name = {m["name"]: m for m in members}
+    for node in nodes:
+        node["member"] = by_name.get(node["name"])
+    listed = {n["name"] for n in nodes}
+    nodes += [
+        {
+            "name": s.name,
+            "active": False,
+            "cpu_milli": 0,
+            "cpu_free_milli": 0,
+            "memory_mib": 0,
+            "memory_free_mib": 0,
+            "labels": dict(labels_of(s)),
+            "devices": [],
+            "member": by_name[s.name],
+        }
+        for s in states
+        if s.name not in listed
+    ]
+    return nodes, members

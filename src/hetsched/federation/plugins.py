@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import Feasibility, Unsatisfiable
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.handle import SchedulerHandle
 from hetsched.framework.interfaces import BoolArray, FloatArray, IntArray, Rejection
@@ -37,7 +38,6 @@ from hetsched.model.device import Node
 from hetsched.model.job import Job
 from hetsched.model.speed import SpeedError, SpeedTable, resolve
 from hetsched.plugins.labels import label_mask
-from hetsched.service.schemas import Feasibility, Unsatisfiable
 
 __all__ = [
     "READY",

@@ -27,6 +27,7 @@ from typing import Any
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
+from hetsched.controlplane import Store, from_stored
 from hetsched.drivers import Exit
 from hetsched.federation.dispatch import Dispatch
 from hetsched.federation.jobs import as_one_task
@@ -37,8 +38,6 @@ from hetsched.federation.store import read_inventory
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
 from hetsched.scheduler import Event, JobCancelled, JobSubmitted, NodeAdded, Scheduler
-from hetsched.service.schemas import from_stored
-from hetsched.service.store import Store
 
 __all__ = ["Found", "recover"]
 

@@ -2,7 +2,7 @@
 
 :func:`build` wires the store, the members, the core (members as nodes), the loop and the
 API together (tests call it directly); :func:`serve` adds uvicorn and signal handling.
-The API is ``hetsched up``'s (``service/app.py``): the same routes, authentication, rate
+The API is ``hetsched up``'s (``controlplane/api/app.py``): the same routes, authentication, rate
 limits, idempotent submissions and views, so ``hetsched submit``, ``jobs``, ``why``,
 ``cancel`` and ``logs`` work against a federation unchanged. What differs is behind them:
 the loop sends jobs to members, logs are read from the member that runs the job, and a
@@ -24,14 +24,26 @@ from typing import Any
 from fastapi import HTTPException
 
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import (
+    Authenticator,
+    ControlLoop,
+    Feasibility,
+    RateLimiter,
+    Service,
+    Store,
+    Unsatisfiable,
+    create_app,
+    default_home,
+    load_queues,
+)
 from hetsched.federation.hetsched_member import HetschedMember
 from hetsched.federation.kube_member import KubernetesMember
 from hetsched.federation.lease import LeaseBounds
-from hetsched.federation.loop import FederationLoop
 from hetsched.federation.member import Member, MemberError
-from hetsched.federation.members import MemberState
+from hetsched.federation.members import MemberState, member_node
 from hetsched.federation.plugins import Book, federation_plugins
-from hetsched.federation.recovery import recover, rejoin
+from hetsched.federation.recovery import rejoin
+from hetsched.federation.runner import MemberRunner
 from hetsched.federation.spec import HetschedMemberSpec, MembersSpec, load_members
 from hetsched.federation.worker import Worker
 from hetsched.framework.profile import ProfileSpec, parse_profile
@@ -40,14 +52,7 @@ from hetsched.framework.runtime import Framework
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.job import Job
 from hetsched.model.specs import load_yaml
-from hetsched.scheduler import Scheduler
-from hetsched.service.app import create_app
-from hetsched.service.auth import Authenticator, RateLimiter
-from hetsched.service.context import Service
-from hetsched.service.queues import load_queues
-from hetsched.service.schemas import Feasibility, Unsatisfiable
-from hetsched.service.server import default_home
-from hetsched.service.store import Store
+from hetsched.scheduler import NodeAdded, Scheduler
 
 __all__ = [
     "Built",
@@ -89,7 +94,9 @@ class FederationOptions:
 @dataclass
 class Built:
     service: Service
-    loop: FederationLoop
+    loop: ControlLoop
+    #: the members as the loop runs them (their states: ``runner.members_view``)
+    runner: MemberRunner
     app: Any
     admin_token: str | None
     token_file: Path
@@ -227,12 +234,12 @@ def build(options: FederationOptions) -> Built:
     now = time.time()
     period = options.renew_every_s or max(0.2, min(spec.lease / 5, 10.0))
     members: dict[str, MemberState] = {}
-    loop_ref: list[FederationLoop] = []
+    runner_ref: list[MemberRunner] = []
     longest = _longest_lease(home, spec.lease)
     for member_spec in spec.members:
         bounds = LeaseBounds.starting(spec.lease, spec.margin, now, 30.0, longest)
         worker = Worker(
-            _member(member_spec), spec.federation, bounds, period, lambda m: loop_ref[0].told(m)
+            _member(member_spec), spec.federation, bounds, period, lambda m: runner_ref[0].told(m)
         )
         queue = member_spec.queue if isinstance(member_spec, HetschedMemberSpec) else ""
         members[member_spec.name] = MemberState(
@@ -240,14 +247,20 @@ def build(options: FederationOptions) -> Built:
         )
     rejoin(core, members, book, home)
     framework = Framework(profile, registry=registry)
-    loop = FederationLoop(spec.federation, store, core, members, book, framework, home, spec.margin)
-    loop_ref.append(loop)
+    runner = MemberRunner(spec.federation, members, book, framework, home)
+    runner_ref.append(runner)
 
     def make_core() -> Scheduler:
-        return Scheduler(ClusterState(), profile, seed=options.seed, registry=registry)
+        """A fresh core with the members in it as they are now."""
+        fresh = Scheduler(ClusterState(), profile, seed=options.seed, registry=registry)
+        nodes = [NodeAdded(member_node(s)) for s in members.values() if s.in_core]
+        fresh.handle(nodes, time.time())
+        return fresh
 
-    loop.make_core = make_core
-    loop.take(recover(store, core, members, book, now))
+    # a federation calls its core at least twice a second: members' states change between
+    # posts (deadlines pass), which the core learns as events
+    loop = ControlLoop(store, core, runner, make_core=make_core, tick_s=0.5)
+    loop.recover(now)
     admin_token, token_file = _token(store, home)
     service = Service(
         store=store,
@@ -263,7 +276,7 @@ def build(options: FederationOptions) -> Built:
         logs=MemberLogs(store, {m.name: m for m in spec.members}),
     )
     loop.start()
-    return Built(service, loop, create_app(service), admin_token, token_file, spec)
+    return Built(service, loop, runner, create_app(service), admin_token, token_file, spec)
 
 
 def close(built: Built) -> None:

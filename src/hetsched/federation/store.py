@@ -4,8 +4,8 @@ each member's last inventory.
 The federation uses the service's store as it is (jobs, transitions, tokens, tasks; SQLite
 by default, PostgreSQL when given a URL), with one row in ``tasks`` per dispatch: the task
 of the federation's core (one per job run), ``node`` the member, and in ``placement`` the
-member's job id once the member has accepted it (``member_job``). The statements that
-write those are here.
+member's job id once the member has accepted it (``member_job``,
+``Store.record_remote_start``).
 
 Inventories (a member's nodes, its lapse count and how long its tasks may outlive a lapsed
 lease) are small JSON files under ``<home>/members/``: written before a member's first
@@ -21,33 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
-
-from hetsched.keys import TaskKey
-from hetsched.service.store import Store
-from hetsched.service.tables import tasks
-
-__all__ = ["Inventory", "read_inventory", "record_dispatch", "write_inventory"]
-
-
-def record_dispatch(store: Store, key: TaskKey, member_job: str, at: float) -> None:
-    """The member accepted the dispatch of ``key`` as its job ``member_job``."""
-    with store.write() as conn:
-        row = conn.execute(
-            select(tasks.c.id, tasks.c.placement).where(
-                tasks.c.job_id == key.job, tasks.c.task == key.task, tasks.c.run == key.run
-            )
-        ).first()
-        if row is None:
-            return
-        placement = {**dict(row.placement), "member_job": member_job}
-        values: dict[str, Any] = {"placement": placement}
-        conn.execute(
-            update(tasks)
-            .where(tasks.c.id == row.id, tasks.c.state == "starting")
-            .values(state="running", started_at=at)
-        )
-        conn.execute(update(tasks).where(tasks.c.id == row.id).values(**values))
+__all__ = ["Inventory", "read_inventory", "write_inventory"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from hetsched.controlplane import serve
 from hetsched.federation.server import Built, FederationOptions, build, close
-from hetsched.service.testing import serve
 
 __all__ = ["RunningFederation", "running_federation"]
 

@@ -139,41 +139,11 @@ def main() -> int:
                 for n in nodes
             )
         )
-        ids: list[str] = []
-
-        def submit(body: dict[str, Any]) -> None:
-            response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": body["name"]})
-            response.raise_for_status()
-            ids.append(response.json()["id"])
-
-        for body in workload["jobs"]:
-            submit(_with_workdir(body, examples_dir() / "workloads"))
-        later = list(workload.get("later", []))
-        deadline = time.monotonic() + 100
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            while time.monotonic() < deadline:
-                jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
-                live.update(_progress(jobs))
-                by_name = {j["name"]: j for j in jobs}
-                if later and by_name.get("batch-embed", {}).get("state") == "running":
-                    time.sleep(1.0)  # let it work a little before it is preempted
-                    for body in later:
-                        submit(body)
-                    later = []
-                if not later and all(j["state"] in _TERMINAL for j in jobs):
-                    break
-                time.sleep(0.5)
-        jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
+        jobs = _run_workload(client, workload)
         summary = summarize(jobs, nodes)
         _print_summary(summary)
         _print_speeds(client, jobs, nodes)
-        for name in ("allreduce", "batch-embed"):
-            shown = next((j for j in jobs if j["name"] == name), jobs[0])
-            log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
-            console.print(
-                f"\n[bold]log of {shown['name']} (task 0)[/bold]  `hetsched logs {shown['id']}`"
-            )
-            console.print(log["data"].rstrip(), markup=False, highlight=False)
+        _print_logs(client, jobs)
         status = 0 if summary["by_state"] == {"succeeded": len(jobs)} else 1
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -189,6 +159,46 @@ def main() -> int:
         else:
             console.print(f"state and server log kept in {home}")
     return status
+
+
+def _run_workload(client: httpx.Client, workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Submit the workload's jobs (its ``later`` ones once the batch job runs, to preempt
+    it), show their progress until all have ended, and return them as they ended."""
+    ids: list[str] = []
+
+    def submit(body: dict[str, Any]) -> None:
+        response = client.post("/v1/jobs", json=body, headers={"Idempotency-Key": body["name"]})
+        response.raise_for_status()
+        ids.append(response.json()["id"])
+
+    for body in workload["jobs"]:
+        submit(_with_workdir(body, examples_dir() / "workloads"))
+    later = list(workload.get("later", []))
+    deadline = time.monotonic() + 100
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        while time.monotonic() < deadline:
+            jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
+            live.update(_progress(jobs))
+            by_name = {j["name"]: j for j in jobs}
+            if later and by_name.get("batch-embed", {}).get("state") == "running":
+                time.sleep(1.0)  # let it work a little before it is preempted
+                for body in later:
+                    submit(body)
+                later = []
+            if not later and all(j["state"] in _TERMINAL for j in jobs):
+                break
+            time.sleep(0.5)
+    return [client.get(f"/v1/jobs/{i}").json() for i in ids]
+
+
+def _print_logs(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
+    for name in ("allreduce", "batch-embed"):
+        shown = next((j for j in jobs if j["name"] == name), jobs[0])
+        log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
+        console.print(
+            f"\n[bold]log of {shown['name']} (task 0)[/bold]  `hetsched logs {shown['id']}`"
+        )
+        console.print(log["data"].rstrip(), markup=False, highlight=False)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
 from hetsched.agent.watcher import DeviceWatcher, NodeWatcher
+from hetsched.controlplane import Fencing
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
 from hetsched.model.specs import load_cluster
-from hetsched.service.fencing import Fencing
 
 if TYPE_CHECKING:
     from hetsched.service.options import Options

@@ -4,18 +4,12 @@ not import the server."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetsched.controlplane import default_home
+
 __all__ = ["Options", "default_home", "examples_dir"]
-
-
-def default_home() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
-    return Path(base) / "hetsched"
 
 
 def examples_dir() -> Path:

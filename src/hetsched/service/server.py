@@ -19,22 +19,26 @@ from typing import Any
 
 from hetsched.agent.executor import RunAs
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane import (
+    Authenticator,
+    CheckpointProtocol,
+    ControlLoop,
+    Feasibility,
+    ProcessRunner,
+    RateLimiter,
+    Service,
+    SpeedLearner,
+    Store,
+    create_app,
+    load_queues,
+)
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Event, NodeAdded, Scheduler
-from hetsched.service.app import create_app
-from hetsched.service.auth import Authenticator, RateLimiter
-from hetsched.service.checkpointing import CheckpointProtocol
-from hetsched.service.context import Service
-from hetsched.service.engines import check_executor, local_engine, ray_engine
-from hetsched.service.loop import ControlLoop
+from hetsched.service.engines import Engine, check_executor, local_engine, ray_engine
 from hetsched.service.options import Options, default_home, examples_dir
-from hetsched.service.queues import load_queues
-from hetsched.service.schemas import Feasibility
-from hetsched.service.speedlearn import SpeedLearner
-from hetsched.service.store import Store
 
 __all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
 
@@ -93,24 +97,8 @@ def build(options: Options) -> Built:
         return core
 
     run_as = _run_as_map(options.run_as)
-    loop = ControlLoop(
-        store,
-        make_core(),
-        engine.executor,
-        nodes,
-        run_as=run_as,
-        make_core=make_core,
-        watcher=engine.watcher,
-        guard=engine.guard,
-        fencing=engine.fencing,
-        # the checkpoint protocol needs the service home on the task's machine: local only
-        checkpoints=(
-            CheckpointProtocol(home, _api_url(options.host, options.port))
-            if options.executor == "local"
-            else None
-        ),
-        speeds=speeds,
-    )
+    runner = _runner(options, engine, run_as, speeds)
+    loop = ControlLoop(store, make_core(), runner, make_core=make_core)
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
     warm_selectors()
@@ -140,6 +128,34 @@ def build(options: Options) -> Built:
     if engine.on_joined is not None:
         engine.on_joined(service.feasibility.extend)
     loop.start()
+    _start_engine(engine, service)
+    return Built(service, create_app(service), admin_token, token_file)
+
+
+def _runner(
+    options: Options, engine: Engine, run_as: dict[str, RunAs] | None, speeds: SpeedLearner
+) -> ProcessRunner:
+    """The loop's runner: the engine's executor, watcher, guard and leases."""
+    return ProcessRunner(
+        engine.executor,
+        engine.nodes,
+        run_as=run_as,
+        watcher=engine.watcher,
+        guard=engine.guard,
+        fencing=engine.fencing,
+        # the checkpoint protocol needs the service home on the task's machine: local only
+        checkpoints=(
+            CheckpointProtocol(options.home, _api_url(options.host, options.port))
+            if options.executor == "local"
+            else None
+        ),
+        speeds=speeds,
+    )
+
+
+def _start_engine(engine: Engine, service: Service) -> None:
+    """Start the engine's watcher, its changes going to the submission check first (a new
+    device makes a job feasible) and then to the loop."""
     to_loop = engine.watcher.sink
 
     def devices_changed(events: list[Event]) -> None:
@@ -149,7 +165,6 @@ def build(options: Options) -> Built:
 
     engine.watcher.sink = devices_changed
     engine.start()
-    return Built(service, create_app(service), admin_token, token_file)
 
 
 def _open_home(options: Options) -> tuple[Store, str]:

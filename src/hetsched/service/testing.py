@@ -4,48 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
-import uvicorn
 
 from hetsched.agent.executor import Executor
+from hetsched.controlplane import free_port, serve
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.service.server import Built, Options, build
 
 __all__ = ["Running", "ServerProcess", "free_port", "running", "serve"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, int]:
-    """``app`` served by uvicorn on a free loopback port, from a daemon thread, once it
-    answers; stop it with ``server.should_exit = True`` and join the thread."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    return server, thread, port
 
 
 @dataclass

@@ -1,0 +1,271 @@
+"""The launcher: the processes of ``hetsched up``'s tasks.
+
+It starts and signals tasks as a committed :class:`~hetsched.controlplane.planner.TurnPlan`
+says, reports their exits, and runs the overcommit guard over them. It knows each job's
+spec (command, environment, working directory) and its owner's OS account; it never reads
+the scheduling core.
+
+It drives any :class:`~hetsched.drivers.executor.ProcessExecutor`: the local process executor,
+or the Ray executor (``hetsched up --executor ray``). It kills by task key, never by pid, so
+that it means the same on both; the guard, which measures local processes by pid, runs only
+with an executor that :class:`~hetsched.drivers.executor.KillsByPid` (the local one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from hetsched.agent.executor import local_indices, task_key
+from hetsched.agent.guard import Alert, Guard, Watched
+from hetsched.cluster.placement import Placement
+from hetsched.controlplane.checkpointing import CheckpointProtocol
+from hetsched.controlplane.fencing import Fencing
+from hetsched.controlplane.schemas import SubmitSpec
+from hetsched.drivers import Exit, GivesNotice, KillsByPid, Launch, RunAs, Start, Stop
+from hetsched.drivers.executor import ProcessExecutor
+from hetsched.keys import TaskKey
+from hetsched.model.device import Device, Node
+from hetsched.model.job import Job
+from hetsched.scheduler import DeviceAdded, Event, NodeAdded
+
+__all__ = ["LaunchSpec", "Launched", "Launcher"]
+
+_NO_ENV: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """What the launcher keeps of a job's submission until the job ends: what its tasks
+    run. A few hundred bytes, where the validated submission (a pydantic model with its
+    nested resources) took kilobytes per job: with tens of thousands of jobs waiting the
+    difference is a hundred megabytes."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    federation: str | None
+
+    @classmethod
+    def of(cls, spec: SubmitSpec) -> LaunchSpec:
+        env = MappingProxyType(dict(spec.env)) if spec.env else _NO_ENV
+        return cls(tuple(spec.command), env, spec.workdir, spec.federation)
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A task whose process was spawned: what the store records for it."""
+
+    key: TaskKey
+    pid: int
+    pid_started: float
+    at: float
+
+
+class Launcher:
+    """Runs tasks through the process ``executor`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        executor: ProcessExecutor,
+        nodes: Sequence[Node],
+        run_as: dict[str, RunAs] | None = None,
+        guard: Guard | None = None,
+        fencing: Fencing | None = None,
+        checkpoints: CheckpointProtocol | None = None,
+    ) -> None:
+        self.executor = executor
+        #: what tasks are told about checkpoints, their notices and reports
+        #: (controlplane/checkpointing.py); None: tasks are told nothing
+        self.checkpoints = checkpoints
+        #: a federated job's tasks run under its federation's lease (controlplane/fencing.py)
+        self.fencing = fencing
+        self.run_as = run_as
+        self.guard = guard
+        self.devices: dict[str, Device] = {}
+        self.device_indices: dict[str, int] = {}
+        self.add_nodes(nodes)
+        #: job id -> its job and what its tasks run, while it may run
+        self.jobs: dict[str, tuple[Job, LaunchSpec]] = {}
+        #: executor key -> why the guard killed that task, until its exit is reported
+        self._guard_kills: dict[str, str] = {}
+        self._guard_at = 0.0
+
+    def know(self, job: Job, spec: SubmitSpec) -> None:
+        """A job whose tasks may be started (submitted, or taken back by recovery)."""
+        self.jobs[job.id] = (job, LaunchSpec.of(spec))
+
+    def forget(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+        if self.checkpoints is not None:
+            self.checkpoints.forget(job_id)
+
+    def add_nodes(self, nodes: Sequence[Node]) -> None:
+        """Know the devices of nodes that joined (a node's devices keep their ids and indices:
+        a node that comes back is known already)."""
+        for node in nodes:
+            fresh = [d for d in node.devices if d.id not in self.devices]
+            if not fresh:
+                continue
+            indices = local_indices(node.devices)
+            for device in fresh:
+                self.devices[device.id] = device
+                self.device_indices[device.id] = indices[device.id]
+
+    def device_event(self, event: Event) -> Event:
+        """Note a joining node's devices, or a hot-plugged device (its id, its index among the
+        node's devices of its class and vendor), before the core sees it."""
+        if isinstance(event, NodeAdded):
+            self.add_nodes([event.node])
+        elif isinstance(event, DeviceAdded) and event.device.id not in self.devices:
+            device = event.device
+            prefix = f"{event.node_name}/"
+            self.device_indices[device.id] = sum(
+                1
+                for d in self.devices.values()
+                if d.id.startswith(prefix)
+                and d.device_class == device.device_class
+                and d.vendor.lower() == device.vendor.lower()
+            )
+            self.devices[device.id] = device
+        return event
+
+    # -- what a committed plan says --------------------------------------------------------
+
+    def launch(self, starts: Sequence[Start]) -> tuple[list[Launched], list[Exit]]:
+        """Spawn each task; returns those spawned, and the exits of those that could not
+        start for want of a spec or an account (the executor reports those it could not
+        spawn from its next poll: reported as failed in the next turn)."""
+        failed: list[Exit] = []
+        ready: list[Start] = []
+        for start in starts:
+            key = start.key
+            problem, run_as = self._account(key.job)
+            if problem is None:
+                ready.append(start._replace(launch=self._launch(start, run_as)))
+            else:
+                failed.append(Exit.of(key.job, key.task, key.run, None, False, problem))
+        self.executor.start(ready, time.time())
+        launched: list[Launched] = []
+        for start in ready:
+            handle = self.executor.handles.get(str(start.key))
+            if handle is not None:
+                launched.append(Launched(start.key, handle.pid, handle.pid_started, time.time()))
+        return launched, failed
+
+    def _account(self, job_id: str) -> tuple[str | None, RunAs | None]:
+        """Why a task of the job cannot start, or the OS account it runs as."""
+        known = self.jobs.get(job_id)
+        if known is None:
+            return "no spec", None
+        if self.run_as is None:
+            return None, None
+        user = known[0].user
+        account = self.run_as.get(user)
+        if account is None:
+            return f"no OS account mapped for user {user}", None
+        return None, account
+
+    def _launch(self, start: Start, run_as: RunAs | None) -> Launch:
+        """What the task runs: its job's command, environment and directory, its devices,
+        its maximum runtime, its account and its federation's lease."""
+        job, spec = self.jobs[start.key.job]
+        devices = tuple(
+            (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
+            for d in start.placement.devices
+        )
+        env = spec.env
+        if self.checkpoints is not None:
+            # what the service tells the task goes over the job's own variables
+            env = {**env, **self.checkpoints.env(start, job, run_as, spec.env.get("PATH"))}
+        fence = self._fence_file(spec)
+        return Launch(
+            spec.command, dict(env), spec.workdir, devices, job.max_runtime_s, run_as, fence
+        )
+
+    def _fence_file(self, spec: LaunchSpec) -> Path | None:
+        if spec.federation is None or self.fencing is None:
+            return None
+        return self.fencing.lease_file(spec.federation)
+
+    def signal(self, stops: Sequence[Stop], now: float) -> list[Exit]:
+        """SIGTERM each task (SIGKILL after its grace), after its notice when it has one
+        (the notice file, then the job's notice signal); the executor reports the tasks
+        with no process (never started, or ended meanwhile) as stopped by its next poll."""
+        told: list[Stop] = []
+        for stop in stops:
+            key = stop.key
+            # without the protocol, or an executor that gives none (Ray), there is no
+            # notice: SIGTERM at once
+            gives = self.checkpoints is not None and isinstance(self.executor, GivesNotice)
+            notice_s = stop.notice_s if gives else 0.0
+            signal = "SIGUSR1"
+            handle = self.executor.handles.get(str(key))
+            if notice_s > 0 and self.checkpoints is not None and handle and not handle.stopping:
+                known = self.jobs.get(key.job)
+                signal = self.checkpoints.notify(stop, known[0] if known else None, now)
+            told.append(replace(stop, notice_s=notice_s, notice_signal=signal))
+        self.executor.stop(told, now)
+        return []
+
+    def poll(self, now: float) -> list[Exit]:
+        """Tasks that ended since the last poll (a guard kill says so in its reason)."""
+        out: list[Exit] = []
+        for exit_ in self.executor.poll(now):
+            why = self._guard_kills.pop(task_key(exit_.job_id, exit_.task, exit_.run), None)
+            if why is not None and not exit_.stopped:
+                exit_ = exit_._replace(reason=f"killed by the overcommit guard: {why}")
+            out.append(exit_)
+        return out
+
+    def next_due(self) -> float | None:
+        """When the executor next escalates a stop or ends a task past its maximum runtime,
+        the guard's next round is due, or the running tasks' checkpoint files are looked at
+        again, whichever is first (None: none of these)."""
+        times = [self.executor.next_due()]
+        if self.checkpoints is not None:
+            times.append(self.checkpoints.next_due())
+        if self.guard is not None:
+            times.append(self._guard_at + self.guard.spec.interval_s)
+        return min((t for t in times if t is not None), default=None)
+
+    # -- the overcommit guard --------------------------------------------------------------
+
+    def guard_round(self, now: float, running: Mapping[TaskKey, Placement]) -> list[Alert]:
+        """Every ``guard.spec.interval_s``: measure the ``running`` tasks against their
+        requests and kill what the guard names (a best-effort task, by the profile's
+        policy); its exit is reported later as a failure with the guard's reason. Returns
+        the alerts raised."""
+        guard = self.guard
+        if guard is None or now - self._guard_at < guard.spec.interval_s:
+            return []
+        if not isinstance(self.executor, KillsByPid):
+            return []  # its pids are not this machine's: nothing to measure
+        self._guard_at = now
+        watched: list[Watched] = []
+        for key, handle in self.executor.handles.items():
+            placement = running.get(TaskKey(handle.job_id, handle.task, handle.run))
+            known = self.jobs.get(handle.job_id)
+            if placement is None or known is None or handle.stopping:
+                continue
+            watched.append(
+                Watched(
+                    key,
+                    handle.job_id,
+                    handle.task,
+                    handle.run,
+                    placement.node,
+                    handle.pid,
+                    placement.memory_mib,
+                    placement.cpu_milli,
+                    known[0].best_effort,
+                )
+            )
+        alerts = guard.check(watched, now)
+        for alert in alerts:
+            if alert.killed and self.executor.kill(alert.killed):
+                self._guard_kills[alert.killed] = alert.message
+        return alerts

@@ -1,0 +1,360 @@
+"""Rebuilding the core from the store after a (re)start, and checking that they agree.
+
+The store is the truth; the core is a cache. On start (and after a failed loop turn):
+
+1. every task the store holds in a non-terminal state (``starting``, ``running``,
+   ``stopping`` or any other) is reconciled with the process table and its exit file;
+   those that must not run on (they were being stopped, their job has ended, they belong
+   to an earlier run, their state is one this code does not know) are killed for good and
+   recorded ended, and what they held is released (once: only live rows are released).
+   The exception is a task in its preemption notice: a stopping task of a checkpointable
+   job that waits in the queue, in the run it was stopped in. Its process is adopted, its
+   job taken back with the task still stopping (``Scheduler.restore_stopping``: it holds
+   its devices until it ends), and its notice goes on to the deadline it was given (the
+   job's requeue time, from its history, plus its ``notice_s``): :attr:`Recovered.stopping`.
+   So is a job that was moving (a running job with ``reserved`` tasks of its next run,
+   where it moves): its stopping tasks are adopted, its destination held again
+   (``Scheduler.restore_moving``), its notice goes on to the Migrate's time (the reserved
+   rows' bind) plus ``notice_s``, and its next run starts there once they have stopped
+   (:attr:`Recovered.moving`); a reservation of a job that no longer moves is dropped;
+2. tasks of running jobs are checked against the executor: a process with the recorded
+   pid *and* start time is adopted, and so is one found by its task key when no pid was
+   recorded (a crash between the two commits of a turn, or an executor that learns pids
+   later: the Ray executor); one that ended leaves its exit code with the executor (the
+   wrapper's exit file, the Ray task's actor); one with neither is lost (reported to the
+   core as a failure, so the job's restart policy decides);
+3. running jobs get their recorded placements back in the core (no new scheduling
+   decision); pending jobs are submitted again, in arrival order, continuing their runs
+   and restart counts;
+4. any process of this instance that no live task accounts for is killed (a crash between
+   committing a Bind and recording its pid), and any live allocation row that no restored
+   task holds is released;
+5. the store's live allocations and the core's are compared device by device and task by
+   task: :class:`RecoveryError` says where they differ if they still do.
+
+:func:`recover` returns what it found (:class:`Recovered`); the reconcile loop hands it to
+the planner and the launcher. It writes only through the store's methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from hetsched.agent.executor import task_key
+from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import AllocationError
+from hetsched.controlplane.notices import in_notice, keep_moving, keep_noticed, moves
+from hetsched.controlplane.recovered import (
+    LIVE_STATES,
+    LiveJob,
+    Noticed,
+    Recovered,
+    finish_task,
+)
+from hetsched.controlplane.schemas import from_stored
+from hetsched.controlplane.storage.store import Store
+from hetsched.controlplane.storage.turnstore import checkpoint_of
+from hetsched.drivers.executor import Exit, ProcessExecutor
+from hetsched.keys import TaskKey
+from hetsched.model.job import Job
+from hetsched.scheduler import JobCancelled, JobSubmitted, Scheduler
+
+__all__ = ["Noticed", "Recovered", "RecoveryError", "disagreements", "recover"]
+
+
+class RecoveryError(RuntimeError):
+    """The store and the core could not be made to agree on what is allocated: scheduling
+    must not start (it would hand out a device the store says is held, or the reverse)."""
+
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One recovery pass: its store transaction, core, executor and findings."""
+
+    store: Store
+    conn: Connection
+    core: Scheduler
+    executor: ProcessExecutor
+    leaders: dict[str, tuple[int, float]]
+    found: Recovered
+    now: float
+    queued: dict[str, float]
+    #: jobs whose stopping tasks may be in their notice, and jobs moving (their reserved rows)
+    noticed: set[str]
+    moving: dict[str, list[dict[str, Any]]]
+    #: jobs to submit again: (job, run, restarts, saved checkpoint)
+    resubmit: list[tuple[Job, int, int, Any]] = field(default_factory=list)
+
+
+def recover(
+    store: Store, core: Scheduler, executor: ProcessExecutor, now: float | None = None
+) -> Recovered:
+    """Rebuild ``core`` from ``store``, with ``executor`` finding the tasks' processes;
+    RecoveryError if the two disagree afterwards on what is allocated."""
+    now = time.time() if now is None else now
+    live_rows = store.live_jobs()
+    unfinished = store.unfinished_tasks()
+    noticed = {row["id"] for row in live_rows if in_notice(row)}
+    moving = moves(live_rows, unfinished)
+    leaders = executor.find_leaders()
+    with store.write() as conn:
+        p = _Pass(store, conn, core, executor, leaders, Recovered(), now, store.queue_times(),
+                  noticed, moving)  # fmt: skip
+        live_tasks = _sort_tasks(p, unfinished, {r["id"]: int(r["run"]) for r in live_rows})
+        for row in live_rows:
+            _recover_job(p, row, live_tasks.get(row["id"], []))
+        # before the releases above commit: kill what no live task accounts for
+        executor.sweep(p.found.processes)
+        held = {key for key, _share in core.cluster.allocated_devices() if isinstance(key, TaskKey)}
+        for row in store.release_unheld(conn, held, now):
+            log.warning(
+                "recovery: released allocation of %s on %s that no live task held",
+                TaskKey(row["job_id"], row["task"], row["run"]),
+                row["device_id"],
+            )
+    problems = disagreements(store.live_allocations(), core)
+    if problems:
+        raise RecoveryError(
+            "the store and the scheduling core disagree on what is allocated after "
+            "recovery; not scheduling: " + "; ".join(problems[:10])
+        )
+    # pending jobs go through the core's ordinary submission path, in arrival order,
+    # continuing the store's numbering of their runs and restarts, and keeping their queue
+    # time (so aging and their place in line continue); a job that was running and could
+    # not be restored enters the queue now
+    p.found.events[:0] = [
+        JobSubmitted(job, run, restarts, p.queued.get(job.id), checkpoint_of(saved))
+        for job, run, restarts, saved in p.resubmit
+    ]
+    return p.found
+
+
+def _sort_tasks(
+    p: _Pass, unfinished: list[dict[str, Any]], runs: dict[str, int]
+) -> dict[str, list[dict[str, Any]]]:
+    """Step 1: end the tasks that must not run on (and drop reservations of jobs no longer
+    moving); returns the rest, by job."""
+    live_tasks: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for t in unfinished:
+        if t["state"] == "reserved":
+            if t["job_id"] not in p.moving:
+                p.store.drop_reserved(p.conn, t, p.now)
+            continue
+        kept = t["job_id"] in p.noticed or t["job_id"] in p.moving
+        why = _must_end(t, runs.get(t["job_id"]), kept)
+        if why is None:
+            live_tasks[t["job_id"]].append(t)
+        else:
+            _end_task(p.store, p.conn, p.executor, p.leaders, t, p.now, why)
+    return live_tasks
+
+
+def _recover_job(p: _Pass, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Steps 2 and 3 for one live job (``rows``: its tasks that may run on)."""
+    spec = from_stored(row["spec"])
+    item = LiveJob(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
+    item.run = int(row["run"])
+    p.found.jobs.append((item.job, spec))
+    again = (item.job, item.run, int(row["restarts"]), row.get("checkpoint"))
+    store, conn, core, executor, found, now = p.store, p.conn, p.core, p.executor, p.found, p.now
+    if item.job.id in p.moving:
+        reserved = p.moving[item.job.id]
+        if not keep_moving(
+            store, conn, core, executor, p.leaders, item, rows, reserved, found, now
+        ):
+            p.resubmit.append(again)
+        return
+    if item.job.id in p.noticed:
+        at = p.queued.get(item.job.id, now)
+        if not keep_noticed(store, conn, core, executor, item, rows, found, at, now):
+            p.resubmit.append(again)
+        return
+    _check_tasks(store, conn, executor, p.leaders, item, rows, found, now)
+    if not _restore(store, conn, core, executor, p.leaders, item, rows, found, now):
+        p.resubmit.append(again)
+    if row["cancel_requested"]:
+        found.events.append(JobCancelled(item.job.id, "cancelled"))
+
+
+def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> str | None:
+    """Why a task the store holds unfinished must end now, or None if it may run on (a
+    stopping task of a job in its notice, ``noticed``, runs on until its deadline)."""
+    if job_run is None:
+        return "its job had ended"
+    if t["state"] == "stopping" and not (noticed and int(t["run"]) == job_run):
+        return "it was being stopped"
+    if t["state"] not in (*LIVE_STATES, "stopping"):
+        return f"unknown task state {t['state']!r}"
+    if int(t["run"]) != job_run:
+        return f"it belongs to run {t['run']}, not the job's current run {job_run}"
+    return None
+
+
+def _end_task(
+    store: Store,
+    conn: Connection,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
+    t: dict[str, Any],
+    now: float,
+    why: str,
+) -> None:
+    """A task that must not run on: its process killed, its end recorded with the exit
+    code its wrapper wrote if any, what it held released."""
+    state = "stopped" if t["state"] in ("stopping", *LIVE_STATES) else "lost"
+    code = executor.recorded_exit(t["job_id"], int(t["task"]), int(t["run"]))
+    reason = f"stopped during a restart: {why}"
+    if code is not None:
+        reason += f" (exit code {code})"
+    finish_task(store, conn, executor, leaders, t, state, now, reason, code)
+
+
+def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
+    """Where the store's live allocation rows and the core's allocations differ: by device
+    (the share held) and by task (the devices held). Empty when they agree."""
+    store_by_device: dict[str, int] = defaultdict(int)
+    store_keys: dict[TaskKey, set[str]] = defaultdict(set)
+    for row in live:
+        store_by_device[row["device_id"]] += int(row["share"])
+        store_keys[TaskKey(row["job_id"], int(row["task"]), int(row["run"]))].add(row["device_id"])
+    core_by_device: dict[str, int] = defaultdict(int)
+    core_keys: dict[TaskKey, set[str]] = defaultdict(set)
+    for key, share in core.cluster.allocated_devices():
+        core_by_device[share.device_id] += share.share
+        if isinstance(key, TaskKey):
+            core_keys[key].add(share.device_id)
+    problems = [
+        f"device {device}: the store holds {store_by_device.get(device, 0)}/1000, "
+        f"the core {core_by_device.get(device, 0)}/1000"
+        for device in sorted(store_by_device.keys() | core_by_device.keys())
+        if store_by_device.get(device, 0) != core_by_device.get(device, 0)
+    ]
+    problems += [
+        f"task {key}: the store holds {sorted(store_keys.get(key, ()))}, "
+        f"the core {sorted(core_keys.get(key, ()))}"
+        for key in sorted(store_keys.keys() | core_keys.keys())
+        if store_keys.get(key, set()) != core_keys.get(key, set())
+    ]
+    return problems
+
+
+def _check_tasks(
+    store: Store,
+    conn: Connection,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
+    item: LiveJob,
+    rows: list[dict[str, Any]],
+    found: Recovered,
+    now: float,
+) -> None:
+    """Adopt the current run's processes (``rows``: its unfinished tasks), or learn how
+    they ended."""
+    job, run = item.job, item.run
+    for t in rows:
+        task = int(t["task"])
+        item.placements[task] = Placement.from_dict(t["placement"])
+        handle = _adopt(store, conn, executor, leaders, job, t)
+        if handle is not None:
+            found.processes.append(handle)
+            continue
+        code = executor.recorded_exit(job.id, task, run)
+        reason = f"exit code {code}" if code is not None else "lost: its process was gone"
+        if code is None:
+            reason += " after a restart"
+        item.exits.append(Exit.of(job.id, task, run, code, False, reason))
+
+
+def _adopt(
+    store: Store,
+    conn: Connection,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
+    job: Job,
+    t: dict[str, Any],
+) -> str | None:
+    """Adopt a task's process: by its recorded pid and start time, or by the key it carries
+    when no pid was recorded (bound and perhaps spawned, but the pid never recorded: a crash
+    between the two commits; or recorded as running by an executor that learns pids later,
+    such as the Ray executor). Returns the executor's key, or None if no process runs for
+    it."""
+    run, task = int(t["run"]), int(t["task"])
+    deadline = None
+    if job.max_runtime_s and t["started_at"]:
+        deadline = float(t["started_at"]) + job.max_runtime_s
+    if t["state"] == "running" and t["pid"]:
+        handle = executor.adopt(job.id, task, run, t["pid"], t["pid_started"], deadline)
+        return None if handle is None else handle.key
+    if t["state"] not in LIVE_STATES:
+        return None
+    leader = leaders.get(task_key(job.id, task, run))
+    if leader is None:
+        return None
+    pid, pid_started = leader
+    if job.max_runtime_s and deadline is None and pid_started:
+        deadline = pid_started + job.max_runtime_s
+    handle = executor.adopt(job.id, task, run, pid, pid_started, deadline)
+    if handle is None:
+        return None
+    if t["state"] == "starting":
+        store.record_adopted(conn, t, pid, pid_started)
+    return handle.key
+
+
+def _restore(
+    store: Store,
+    conn: Connection,
+    core: Scheduler,
+    executor: ProcessExecutor,
+    leaders: dict[str, tuple[int, float]],
+    item: LiveJob,
+    rows: list[dict[str, Any]],
+    found: Recovered,
+    now: float,
+) -> bool:
+    """Put a running job back into the core on its recorded placements (no new decision);
+    False when it must be submitted again (it was pending, or its placements no longer
+    fit: then its tasks are lost)."""
+    job, run, row = item.job, item.run, item.row
+    if row["state"] == "running" and item.placements:
+        finished = {
+            int(t["task"])
+            for t in store.job_tasks(job.id)
+            if t["run"] == run and t["state"] == "exited" and t["exit_code"] == 0
+        }
+        try:
+            core.restore(
+                job,
+                run,
+                item.placements,
+                finished,
+                int(row["restarts"]),
+                row["started_at"],
+                now,
+                checkpoint_of(row.get("checkpoint")),
+            )
+        except AllocationError as exc:
+            log.warning("job %s: cannot restore its placements: %s", job.id, exc)
+            for t in rows:
+                reason = f"not restorable: {exc}"
+                finish_task(store, conn, executor, leaders, t, "lost", now, reason)
+            return False
+        found.adopted += [(TaskKey(job.id, t, run), p) for t, p in item.placements.items()]
+        found.exits += item.exits
+        saved = checkpoint_of(row.get("checkpoint"))
+        if row["started_at"] is not None:
+            checkpointed = saved.time if saved is not None and saved.run == run else None
+            found.runs[job.id] = (float(row["started_at"]), checkpointed)
+        return True
+    for t in rows:
+        finish_task(store, conn, executor, leaders, t, "lost", now, "lost in a restart")
+    return False
