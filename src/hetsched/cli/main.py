@@ -11,6 +11,7 @@ import gc
 import importlib
 import inspect
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any, ClassVar
@@ -75,9 +76,10 @@ def _one_blas_thread() -> Iterator[None]:
 #: True while main holds the collector paused for the start (load_command resumes it)
 _start_paused = False
 
-#: commands that build what they use once and then end: run by main, the collector stays
-#: paused from the start to the end (main freezes everything then), since all it would
-#: do meanwhile is walk objects that are still alive (a tenth of a 5,000-job ``place``)
+#: commands that build what they use once and then end: run by main (named first on its
+#: command line), the collector stays paused from the start to the end (main freezes
+#: everything then), since all it would do meanwhile is walk objects that are still alive
+#: (a tenth of a 5,000-job ``place``)
 _ONE_SHOT = frozenset({"place"})
 
 #: True while the collector is paused for a one-shot command run by main (main resumes it)
@@ -91,9 +93,8 @@ def load_command(name: str, module: str, attribute: str, settings: dict[str, Any
     # importing builds tens of thousands of objects that all live to the end (classes,
     # functions, pydantic validators): the cyclic collector would only walk them again and
     # again, a tenth of a short command's start-up
-    global _start_paused, _held_to_end
+    global _start_paused
     paused = gc.isenabled() or _start_paused
-    _held_to_end = _start_paused and name in _ONE_SHOT
     _start_paused = False
     gc.disable()
     try:
@@ -209,6 +210,7 @@ def main() -> None:
     if gc.isenabled():
         gc.disable()
         _start_paused = True
+        _held_to_end = sys.argv[1:2] != [] and sys.argv[1] in _ONE_SHOT
     try:
         app()
     finally:
