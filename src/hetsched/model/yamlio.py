@@ -18,7 +18,7 @@ again (a loaded document has no garbage to collect).
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -73,6 +73,19 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         if self.yaml_path_resolvers:
             raise _NotPlain  # tags that depend on where a node is: the composer knows
         get = self.get_event
+        build = self._builder()
+        get()  # the stream's start
+        if type(get()) is not DocumentStartEvent:
+            raise _NotPlain  # no document: PyYAML says what an empty stream is
+        root = build(get())
+        if type(get()) is not DocumentEndEvent or type(get()) is not StreamEndEvent:
+            raise _NotPlain  # another document: PyYAML's error
+        return root
+
+    def _builder(self) -> Callable[[Any], Any]:
+        """``build(event)``: the value of the node that starts with ``event``, its events
+        read from the parser to its end; _NotPlain when it is not plain."""
+        get = self.get_event
         # (text, implicit flags) -> the scalar's value, for every scalar without an anchor
         # or an explicit tag: a string or an immutable value, so one object serves every
         # occurrence (a large file says ``"4"`` and ``"gpu"`` thousands of times)
@@ -124,13 +137,7 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
                 return items
             raise _NotPlain  # an alias
 
-        get()  # the stream's start
-        if type(get()) is not DocumentStartEvent:
-            raise _NotPlain  # no document: PyYAML says what an empty stream is
-        root = build(get())
-        if type(get()) is not DocumentEndEvent or type(get()) is not StreamEndEvent:
-            raise _NotPlain  # another document: PyYAML's error
-        return root
+        return build
 
 
 @contextmanager
