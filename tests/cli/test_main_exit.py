@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +67,36 @@ def test_the_collector_runs_once_the_command_is_loaded(
         gc.unfreeze()
     assert bool(during) is loaded
     assert during[:2] == ([False, True] if loaded else [])
+
+
+def test_place_run_by_main_keeps_the_collector_paused_to_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``place`` builds everything once and ends: run by main, the collector stays paused
+    from the start through the output (a pass would only walk live objects), and main
+    turns it on again once it has frozen the heap."""
+    from hetsched.cli import place as command
+
+    cluster, jobs = tmp_path / "cluster.yaml", tmp_path / "jobs.yaml"
+    cluster.write_text("nodes:\n- {name: n0, cpu: '4', memory: 8Gi}\n")
+    jobs.write_text("jobs:\n- {name: j0, resources: {cpu: '1', memory: 1Gi}}\n")
+    during: list[bool] = []
+    place_jobs = command.place_jobs
+
+    def spy(*args: Any) -> dict[str, Any]:
+        during.append(gc.isenabled())
+        return place_jobs(*args)
+
+    monkeypatch.setattr(command, "place_jobs", spy)
+    argv = ["place", "--cluster", str(cluster), "--jobs", str(jobs), "-o", "json"]
+    monkeypatch.setattr(sys, "argv", ["hetsched", *argv])
+    assert gc.isenabled()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main()
+        assert exited.value.code in (0, None)
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+    assert during == [False]
+    assert '"node": "n0"' in capsys.readouterr().out

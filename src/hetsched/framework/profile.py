@@ -208,7 +208,7 @@ class RoundsSpec(BaseModel):
     boundaries, once the round's choices have started, waiting jobs may start on devices
     nobody uses)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     policy: str = "las"
     round_s: float = Field(default=360.0, gt=0, allow_inf_nan=False)

@@ -46,7 +46,7 @@ class QueueSpec(BaseModel):
     absent from ``lending_limit`` lends all of its idle nominal quota.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str = Field(min_length=1)
     parent: str | None = None

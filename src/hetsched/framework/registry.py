@@ -8,8 +8,10 @@ classes. hetsched's own are listed in :mod:`hetsched.builtins` (the entry ``buil
 imports a plugin module itself.
 
 Profiles enable plugins by name; an unknown name or an argument that fails its model is an
-error at load, never mid-cycle. A test (or an embedding program) may build its own
-:class:`Registry` and hand it to ``parse_profile`` and ``Framework``.
+error at load, never mid-cycle. Argument models say ``defer_build=True``: every plugin is
+imported to be registered, and pydantic then builds only the models a profile uses. A
+test (or an embedding program) may build its own :class:`Registry` and hand it to
+``parse_profile`` and ``Framework``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ again (a loaded document has no garbage to collect).
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -58,25 +58,14 @@ class _NotPlain(Exception):
 class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped classes
     """The safe loader; :meth:`plain_document` builds a plain document from the events."""
 
-    def __init__(self, stream: Any) -> None:
-        super().__init__(stream)
-        # a large file asks the resolver the same few questions (``"4"``, ``"gpu"``)
-        # thousands of times: one answer per (text, implicit flags)
-        self._tags: dict[tuple[str, Any], str] = {}
-        self._scalars: dict[tuple[str, str], Any] = {}
-
     def _not_a_string(self, event: Any, tag: str) -> Any:
         """A scalar whose tag is not ``str``: a number, a boolean or null, built by PyYAML's
-        constructor once per distinct text (the values are immutable)."""
+        constructor (plain_document keeps it for every equal scalar: it is immutable)."""
         if tag not in _IMMUTABLE:
             # timestamps, binary, merge and value keys, a constructor a subclass added
             raise _NotPlain
-        key = (tag, event.value)
-        built = self._scalars.get(key, _MISSING)
-        if built is _MISSING:
-            node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
-            built = self._scalars[key] = self.construct_object(node, deep=True)
-        return built
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
+        return self.construct_object(node, deep=True)
 
     def plain_document(self) -> Any:
         """The one document of the stream; _NotPlain when it is not plain (see the
@@ -84,18 +73,52 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
         if self.yaml_path_resolvers:
             raise _NotPlain  # tags that depend on where a node is: the composer knows
         get = self.get_event
-        tags = self._tags
+        build = self._builder()
+        get()  # the stream's start
+        if type(get()) is not DocumentStartEvent:
+            raise _NotPlain  # no document: PyYAML says what an empty stream is
+        root = build(get())
+        if type(get()) is not DocumentEndEvent or type(get()) is not StreamEndEvent:
+            raise _NotPlain  # another document: PyYAML's error
+        return root
+
+    def _builder(self) -> Callable[[Any], Any]:
+        """``build(event)``: the value of the node that starts with ``event``, its events
+        read from the parser to its end; _NotPlain when it is not plain."""
+        get = self.get_event
+        # (text, implicit flags) -> the scalar's value, for every scalar without an anchor
+        # or an explicit tag: a string or an immutable value, so one object serves every
+        # occurrence (a large file says ``"4"`` and ``"gpu"`` thousands of times)
+        known: dict[tuple[str, Any], Any] = {}
         resolve = self.resolve
         not_a_string = self._not_a_string
 
         def scalar(event: Any) -> Any:
             if event.anchor is not None or event.tag not in _IMPLICIT:
                 raise _NotPlain  # an anchor (PyYAML checks them), an explicit tag
-            value, implicit = event.value, event.implicit
-            tag = tags.get((value, implicit))
-            if tag is None:
-                tag = tags[(value, implicit)] = resolve(ScalarNode, value, implicit)
-            return value if tag == _STR else not_a_string(event, tag)
+            key = (event.value, event.implicit)
+            value = known.get(key, _MISSING)
+            if value is _MISSING:
+                tag = resolve(ScalarNode, event.value, event.implicit)
+                value = known[key] = event.value if tag == _STR else not_a_string(event, tag)
+            return value
+
+        def mapping() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            key = get()
+            while type(key) is ScalarEvent:
+                # scalar(), inlined for the common case: most of a file's events are keys
+                name = known.get((key.value, key.implicit), _MISSING)
+                if name is _MISSING or key.anchor is not None or key.tag not in _IMPLICIT:
+                    name = scalar(key)
+                if type(name) is not str:
+                    raise _NotPlain  # a number, a null or a merge key as a key
+                value = get()
+                out[name] = scalar(value) if type(value) is ScalarEvent else build(value)
+                key = get()
+            if type(key) is not MappingEndEvent:
+                raise _NotPlain  # a collection or an alias as a key
+            return out
 
         def build(event: Any) -> Any:
             kind = type(event)
@@ -104,18 +127,7 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
             if event.anchor is not None or event.tag not in _IMPLICIT:
                 raise _NotPlain
             if kind is MappingStartEvent:
-                mapping: dict[str, Any] = {}
-                key = get()
-                while type(key) is ScalarEvent:
-                    name = scalar(key)
-                    if type(name) is not str:
-                        raise _NotPlain  # a number, a null or a merge key as a key
-                    value = get()
-                    mapping[name] = scalar(value) if type(value) is ScalarEvent else build(value)
-                    key = get()
-                if type(key) is not MappingEndEvent:
-                    raise _NotPlain  # a collection or an alias as a key
-                return mapping
+                return mapping()
             if kind is SequenceStartEvent:
                 items: list[Any] = []
                 event = get()
@@ -125,13 +137,7 @@ class _Loader(_Base):  # type: ignore[misc]  # PyYAML's loaders are untyped clas
                 return items
             raise _NotPlain  # an alias
 
-        get()  # the stream's start
-        if type(get()) is not DocumentStartEvent:
-            raise _NotPlain  # no document: PyYAML says what an empty stream is
-        root = build(get())
-        if type(get()) is not DocumentEndEvent or type(get()) is not StreamEndEvent:
-            raise _NotPlain  # another document: PyYAML's error
-        return root
+        return build
 
 
 @contextmanager

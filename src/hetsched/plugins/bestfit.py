@@ -31,7 +31,7 @@ __all__ = ["BestFit", "BestFitArgs", "BestFitScoreArgs", "DimensionWeights"]
 
 
 class DimensionWeights(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     cpu: float = Field(default=1.0, ge=0)
     memory: float = Field(default=1.0, ge=0)
@@ -44,7 +44,7 @@ class DimensionWeights(BaseModel):
 
 
 class BestFitArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     weights: DimensionWeights = Field(default_factory=DimensionWeights)
 

@@ -28,7 +28,7 @@ __all__ = ["DotProd"]
 
 
 class DotProdArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     prefer: Literal["max", "min"] = "max"
     weights: DimensionWeights = Field(default_factory=DimensionWeights)

@@ -51,7 +51,7 @@ _DEDUPE_FROM = 24
 
 
 class TargetClassArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     cpu_milli: int = Field(ge=0)
     count: int = Field(default=0, ge=0)
@@ -61,7 +61,7 @@ class TargetClassArgs(BaseModel):
 
 
 class FGDArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     target: list[TargetClassArgs] = Field(min_length=1)
     device_class: str = "gpu"

@@ -38,7 +38,7 @@ __all__ = ["GpuClustering", "GpuClusteringArgs"]
 
 
 class GpuClusteringArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     device_class: str = "gpu"
 

@@ -29,7 +29,7 @@ __all__ = ["GpuPacking", "GpuPackingArgs"]
 
 
 class GpuPackingArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     device_class: str = "gpu"
 

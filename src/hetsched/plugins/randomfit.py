@@ -30,7 +30,7 @@ __all__ = ["RandomFit", "RandomFitArgs"]
 
 
 class RandomFitArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     seed: int = 0
     device_class: str = "gpu"

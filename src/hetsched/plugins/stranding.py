@@ -41,7 +41,7 @@ _PYTHON_ROWS = 16
 
 
 class TypicalArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     cpu: int = Field(default=0, ge=0)
     memory: int = Field(default=0, ge=0)
@@ -64,7 +64,7 @@ class TypicalArgs(BaseModel):
 
 
 class StrandingArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     typical: dict[str, TypicalArgs] = Field(default_factory=dict)
     cpu_only_penalty: float = Field(default=60.0, ge=0, le=100)

@@ -69,7 +69,7 @@ PLAN_KEY = "preemption"
 
 
 class PreemptionArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     grace_s: float = Field(default=30.0, ge=0)
     min_runtime_s: float = Field(default=0.0, ge=0)
