@@ -293,7 +293,11 @@ class NodeAgent:
         loop = asyncio.get_running_loop()
         self._wake, self._news = asyncio.Event(), asyncio.Event()
         wake = self._wake
-        self.executor.on_exit = lambda: loop.call_soon_threadsafe(wake.set)
+
+        def on_exit() -> None:  # from the executor's exit watcher thread
+            loop.call_soon_threadsafe(wake.set)
+
+        self.executor.on_exit = on_exit
         self._loop_task = loop.create_task(self._run())
 
     def _poke(self) -> None:

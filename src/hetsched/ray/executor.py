@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,8 @@ class RayExecutor:
     _found: dict[str, str] = field(default_factory=dict)
     #: when Ray's node table was last read for a suspect agent
     _checked_at: float = 0.0
+    #: nodes that joined, whose agents the next poll creates
+    _joined: deque[str] = field(default_factory=deque)
 
     @property
     def namespace(self) -> str:
@@ -129,6 +132,21 @@ class RayExecutor:
             actor = create_agent(node_id, self.namespace, self.instance, home, self.kill_grace_s)
             link = self.links[node_id] = AgentLink(node_id, actor)
         return link
+
+    def joined(self, nodes: Iterable[str]) -> None:
+        """Hetsched nodes that joined the cluster: their agents are created by the next poll
+        (or found, where they run already), so that the first task there does not wait for
+        one. Callable from any thread."""
+        self._joined.extend(nodes)
+
+    def _prepare(self) -> None:
+        while self._joined:
+            node_id = self.node_id_of(self._joined.popleft())
+            if node_id is not None and node_id not in self.links:
+                try:
+                    self.link(node_id)
+                except Exception as exc:
+                    log.warning("no agent for node %s yet: %s", node_id, short(exc))
 
     # -- start ----------------------------------------------------------------------------
 
@@ -294,7 +312,7 @@ class RayExecutor:
         """The earliest time :meth:`poll` has work besides answers to report: work to send
         (at once), an agent to ask again, a task lost with its node to report."""
         now = time.time()
-        times: list[float] = [now] if self._known else []
+        times: list[float] = [now] if self._known or self._joined else []
         for link in self.links.values():
             if link.pending:
                 times.append(now)
@@ -304,7 +322,7 @@ class RayExecutor:
                 times.append(max(now, self._checked_at + _CHECK_S))
             elif link.call is not None and not link.dead:
                 times.append(link.called_at + self.sync_wait_s + _LATE_S)
-        times += [h.lost_at + self.node_loss_wait_s for h in self._lost_handles()]
+        times += [h.lost_at + self.node_loss_wait_s for h in self.handles.values() if h.lost_at]
         return min(times, default=None)
 
     def poll(self, now: float | None = None) -> list[Exit]:
@@ -313,7 +331,10 @@ class RayExecutor:
         import ray
 
         now = time.time() if now is None else now
+        self._prepare()
         for link in self.links.values():
+            link.acks += link.reported
+            link.reported = []
             if link.pending and not link.dead:
                 link.flush()
         calls = {link.call: link for link in self.links.values() if link.call is not None}
@@ -335,10 +356,10 @@ class RayExecutor:
         exits += self._node_losses(now)
         for exit_ in exits:
             handle = self.handles.pop(str(exit_.key))
-            link = self.links.get(handle.node_id)
-            if link is not None:
-                link.keys.discard(handle.key)
-                link.acks.append(handle.key)
+            owner = self.links.get(handle.node_id)
+            if owner is not None:
+                owner.keys.discard(handle.key)
+                owner.reported.append(handle.key)
         for link in self.links.values():
             idle = link.call is None and not link.dead and now >= link.next_call
             if idle and (link.keys or link.acks):

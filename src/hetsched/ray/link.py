@@ -101,6 +101,9 @@ class AgentLink:
     starts: list[Start] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     kills: list[str] = field(default_factory=list)
+    #: exits the last poll reported: acknowledged from the next poll on (the driver has
+    #: recorded them by then)
+    reported: list[str] = field(default_factory=list)
     #: exits reported by an earlier poll, to acknowledge with the next long poll
     acks: list[str] = field(default_factory=list)
     #: the long poll in flight (an ObjectRef), and the earliest time for the next
