@@ -101,7 +101,11 @@ class _Service:
             done = {r["id"] for r in rows if r["state"] in ("succeeded", "failed", "cancelled")}
             pending -= done
             if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"{len(pending)} jobs not done in {timeout_s} s")
+                states = [self.client.get(f"/v1/jobs/{i}").json() for i in sorted(pending)[:3]]
+                raise TimeoutError(
+                    f"{len(pending)} jobs not done in {timeout_s} s: {json.dumps(states)}\n"
+                    f"the service's log ends:\n{self.log.read_text()[-4000:]}"
+                )
             time.sleep(0.2)
 
     def close(self) -> None:

@@ -178,3 +178,49 @@ def test_a_new_control_plane_adopts_running_tasks_and_reports_each_exit_once(
         f"line {i}" for i in range(1, 41)
     ]
     assert value["names_left"] == []
+
+
+def test_a_burst_of_a_thousand_tasks_reports_each_exit_once(
+    ray_cluster: NamespacedCluster,
+) -> None:
+    value = check(ray_cluster.run("ray_bodies_agent:burst", {"jobs": 1000}, timeout_s=300))
+    assert isinstance(value, dict)
+    # the burst, then one task on each node once the cluster is idle again
+    assert value["codes"] == {"0": 1003}
+    assert (value["reported"], value["repeated"]) == (1003, [])
+    assert value["node_files_left"] == 0
+
+
+def test_an_agent_killed_on_a_live_node_is_recreated_and_its_tasks_end_once(
+    ray_cluster: NamespacedCluster,
+) -> None:
+    value = check(ray_cluster.run("ray_bodies_agent:agent_dies", timeout_s=240))
+    assert isinstance(value, dict)
+    assert value["recreated"] is True
+    by_job = {e[0]: e for e in value["exits"]}
+    assert sorted(by_job) == ["again", "long", "short"] and len(value["exits"]) == 3
+    # each task adopted (its own status; "long" stopped then) or reported lost (no status)
+    short, long = by_job["short"], by_job["long"]
+    assert short[3:5] == [3, False] or _lost(short), short
+    assert long[3:5] == [143, True] or _lost(long), long
+    assert by_job["again"][3:] == [0, False, "exit code 0"]
+    assert value["extra"] == [] and value["left"] == []
+
+
+def test_a_stop_with_a_notice_signals_the_task_first_on_its_node(
+    ray_cluster: NamespacedCluster,
+) -> None:
+    value = check(ray_cluster.run("ray_bodies_agent:notice", timeout_s=180))
+    assert isinstance(value, dict)
+    assert value["in_notice"] == [True, True]
+    # the one that saved in its notice ends with its own status; the one that ignored the
+    # notice signal gets SIGTERM when the notice is over
+    assert value["exits"] == [
+        ["deaf", 0, 1, 143, True, "exit code 143 (signal 15)"],
+        ["told", 0, 1, 0, True, "exit code 0"],
+    ]
+    assert value["told_out"] == "saved"
+
+
+def _lost(exit_: list[object]) -> bool:
+    return exit_[3] is None and str(exit_[5]).startswith("lost: it ended while the agent")

@@ -341,6 +341,10 @@ class NodeAgent:
                 reason = exit_reason(code)
                 self.ended[key] = Exit.of(task.job, task.task, task.run, code, False, reason)
             else:
+                # its wrapper is gone (Ray kills a dead worker's children): what is left of
+                # its group goes too, nothing of a lost run may run on
+                if self.pids[key][0] > 0:
+                    executor.kill_pid(self.pids[key][0])
                 why = f"lost: it ended while the agent of its node was down (node {self.node_id})"
                 self.ended[key] = Exit.of(task.job, task.task, task.run, None, False, why)
 

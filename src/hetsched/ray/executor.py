@@ -9,9 +9,11 @@ process per task.
 Contracts (those of the local executor, and where they differ):
 - It implements the executor protocol (:mod:`hetsched.drivers.executor`) with the
   capabilities :class:`~hetsched.drivers.executor.Polled`,
-  :class:`~hetsched.drivers.executor.Adopts` and
-  :class:`~hetsched.drivers.executor.ProcessTasks`; not ``Fences`` (a lease file is on the
-  control plane's machine) or ``KillsByPid`` (a pid means nothing off its node).
+  :class:`~hetsched.drivers.executor.Adopts`,
+  :class:`~hetsched.drivers.executor.GivesNotice` (the agent's local executor sends the
+  notice signal) and :class:`~hetsched.drivers.executor.ProcessTasks`; not ``Fences`` (a
+  lease file is on the control plane's machine) or ``KillsByPid`` (a pid means nothing off
+  its node).
 - Batched per turn: ``start``, ``stop`` and ``kill`` collect their work per agent and the
   next :meth:`RayExecutor.poll` sends it, one call per agent for all of its Starts (one for
   its Stops, one for its kills); ``next_due`` says so at once. A task's handle exists from
@@ -268,8 +270,9 @@ class RayExecutor:
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self, tasks: Sequence[Stop], now: float) -> None:
-        """Stop each task as the local executor does, on its node (sent by the next poll). A
-        task not running here is reported stopped by the next poll."""
+        """Stop each task as the local executor does, on its node (sent by the next poll):
+        the notice signal ``notice_s`` ahead where the Stop has one, SIGTERM, SIGKILL after
+        the grace. A task not running here is reported stopped by the next poll."""
         for stop in tasks:
             key = stop.key
             handle = self.handles.get(str(key))
@@ -277,6 +280,11 @@ class RayExecutor:
                 reason = "stopped before it ran"
                 self._known.append(Exit.of(key.job, key.task, key.run, None, True, reason))
                 continue
+            if stop.notice_s > 0 and not handle.stopping:
+                handle.notice_until = now + stop.notice_s
+            elif handle.notice_until is not None:
+                # a second stop shortens the notice (0: ends it), never lengthens it
+                handle.notice_until = min(handle.notice_until, now + stop.notice_s)
             handle.stopping = True
             link = self.links.get(handle.node_id)
             if link is not None and not link.dead:
@@ -291,6 +299,13 @@ class RayExecutor:
         stop = Stop(TaskKey.parse(key), Placement(handle.node, 0, 0), 0.0, grace, "stopped")
         self.stop([stop], time.time() if now is None else now)
         return True
+
+    def in_notice(self, key: TaskKey) -> bool:
+        """Whether the task was told of its stop and its notice is not over (the agent's
+        local executor sends the notice signal, and SIGTERM when the notice ends)."""
+        handle = self.handles.get(str(key))
+        until = handle.notice_until if handle is not None else None
+        return until is not None and time.time() < until
 
     def kill(self, key: str) -> bool:
         """SIGKILL the task's group now (sent by the next poll)."""
@@ -460,7 +475,7 @@ class RayExecutor:
 
 
 if TYPE_CHECKING:
-    from hetsched.drivers.executor import ProcessExecutor
+    from hetsched.drivers.executor import GivesNotice, ProcessExecutor
 
-    def _conforms(executor: RayExecutor) -> ProcessExecutor:
-        return executor
+    def _conforms(executor: RayExecutor) -> tuple[ProcessExecutor, GivesNotice]:
+        return executor, executor
