@@ -97,7 +97,10 @@ class _Service:
         deadline = time.monotonic() + timeout_s
         pending = set(ids)
         while pending:
-            rows = self.client.get("/v1/jobs", params={"all": "true"}).json()
+            if len(pending) <= 20:  # the list is paged: after a burst, ask each job
+                rows = [self.client.get(f"/v1/jobs/{i}").json() for i in pending]
+            else:
+                rows = self.client.get("/v1/jobs", params={"all": "true"}).json()
             done = {r["id"] for r in rows if r["state"] in ("succeeded", "failed", "cancelled")}
             pending -= done
             if pending and time.monotonic() > deadline:

@@ -199,10 +199,13 @@ def test_an_agent_killed_on_a_live_node_is_recreated_and_its_tasks_end_once(
     assert value["recreated"] is True
     by_job = {e[0]: e for e in value["exits"]}
     assert sorted(by_job) == ["again", "long", "short"] and len(value["exits"]) == 3
-    # each task adopted (its own status; "long" stopped then) or reported lost (no status)
+    # each task reported once: adopted (its own status; "long" stopped then), reported lost
+    # by the new agent (no status), or killed with the old agent (Ray SIGKILLs a dying
+    # worker's children, the tasks' wrappers, and the old agent may still report that)
     short, long = by_job["short"], by_job["long"]
-    assert short[3:5] == [3, False] or _lost(short), short
-    assert long[3:5] == [143, True] or _lost(long), long
+    killed = [-9, False, "killed by signal 9"]
+    assert short[3:5] == [3, False] or _lost(short) or short[3:] == killed, short
+    assert long[3:5] == [143, True] or _lost(long) or long[3:] == killed, long
     assert by_job["again"][3:] == [0, False, "exit code 0"]
     assert value["extra"] == [] and value["left"] == []
 

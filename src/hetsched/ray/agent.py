@@ -142,6 +142,7 @@ class NodeAgent:
         self._wake: asyncio.Event | None = None
         self._news: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
+        self._swept: set[str] = set()
         self._recover()
 
     # -- the control plane's calls ----------------------------------------------------------
@@ -202,6 +203,7 @@ class NodeAgent:
             if key in self.executor.handles:
                 self.executor.kill(key)
                 self.executor.handles[key].stopping = True
+                self._swept.add(key)  # its exit is nobody's: forgotten when it comes
         self.acknowledge([k for k in gone if k in self.ended])
         self._poke()
         return gone
@@ -314,6 +316,9 @@ class NodeAgent:
             for exit_ in exits:
                 # the first exit counts: a stop of a task that had ended adds a second
                 self.ended.setdefault(str(exit_.key), exit_)
+            swept = [str(e.key) for e in exits if str(e.key) in self._swept]
+            self.acknowledge(swept)
+            self._swept.difference_update(swept)
             if exits:
                 self._news.set()
             due = self.executor.next_due()
