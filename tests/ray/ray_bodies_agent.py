@@ -87,7 +87,7 @@ def agent_dies(cluster: ClusterInfo) -> dict[str, Any]:
             if key not in {str(e.key) for e in exits} and key in executor.handles:
                 executor.stop_one(key, 0.5)
         exits += _wait(executor, 2 - len(exits), 90)
-    after = ray.get(link.actor.ray_view.remote(), timeout=60)["worker_pid"]
+    after = _worker_pid(link.actor, 90)
     again = _start(executor, node, ["sh", "-c", "exit 0"], "again")
     exits += _wait(executor, 1, 60)
     extra = []
@@ -157,6 +157,20 @@ def _woken(
         wake.clear()
         exits += executor.poll()
     return exits
+
+
+def _worker_pid(actor: Any, timeout_s: float) -> int:
+    """The agent's worker pid once it answers (Ray may still be restarting it: asked again,
+    bounded)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return int(ray.get(actor.ray_view.remote(), timeout=30)["worker_pid"])
+        except ray.exceptions.ActorUnavailableError:
+            assert time.monotonic() < deadline, "the agent was not restarted"
+            time.sleep(0.2)
 
 
 def _files_left(folder: Path, timeout_s: float = 60) -> int:
