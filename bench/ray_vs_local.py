@@ -43,17 +43,22 @@ import httpx
 from hetsched.ray.testing import namespace_unavailable, run_isolated
 
 HETSCHED = str(Path(sys.executable).with_name("hetsched"))
-NODES = 3
+NODES = 4
 CPUS = 8
-#: the local executor's nodes: the same three, simulated (this machine is a fourth that takes
-#: nothing: it is cordoned by a label every job's selector excludes)
-LOCAL_CLUSTER = "\n".join(
-    ["nodes:"]
-    + [
-        f'  - {{name: cpu-{i}, cpu: "{CPUS}", memory: 8Gi, labels: {{pool: bench}}}}'
-        for i in range(NODES)
-    ]
-)
+
+
+def _local_cluster(nodes: int) -> str:
+    """The local executor's nodes: the same as the Ray cluster's, simulated (this machine is
+    one more that takes nothing: it is cordoned by a label every job's selector excludes)."""
+    return "\n".join(
+        ["nodes:"]
+        + [
+            f'  - {{name: cpu-{i}, cpu: "{CPUS}", memory: 8Gi, labels: {{pool: bench}}}}'
+            for i in range(nodes)
+        ]
+    )
+
+
 TASK = 'echo "$HETSCHED_JOB_ID $(date +%s.%N)" >> "$STARTS"'
 
 
@@ -92,11 +97,18 @@ class _Service:
         deadline = time.monotonic() + timeout_s
         pending = set(ids)
         while pending:
-            rows = self.client.get("/v1/jobs", params={"all": "true"}).json()
+            if len(pending) <= 20:  # the list is paged: after a burst, ask each job
+                rows = [self.client.get(f"/v1/jobs/{i}").json() for i in pending]
+            else:
+                rows = self.client.get("/v1/jobs", params={"all": "true"}).json()
             done = {r["id"] for r in rows if r["state"] in ("succeeded", "failed", "cancelled")}
             pending -= done
             if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"{len(pending)} jobs not done in {timeout_s} s")
+                states = [self.client.get(f"/v1/jobs/{i}").json() for i in sorted(pending)[:3]]
+                raise TimeoutError(
+                    f"{len(pending)} jobs not done in {timeout_s} s: {json.dumps(states)}\n"
+                    f"the service's log ends:\n{self.log.read_text()[-4000:]}"
+                )
             time.sleep(0.2)
 
     def close(self) -> None:
@@ -131,9 +143,38 @@ def _starts(path: Path) -> dict[str, float]:
     return out
 
 
+def _cpu_s(processes: list[Any]) -> float:
+    """CPU seconds (user and system) the processes have used so far."""
+    import psutil
+
+    total = 0.0
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def _agents() -> list[Any]:
+    """The node agents' worker processes (Ray titles them after the actor class)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if "NodeAgent" in " ".join(proc.info["cmdline"] or ()):
+                found.append(proc)
+    return found
+
+
 def _measure(service: _Service, work: Path, jobs: int, samples: int, local: bool) -> dict[str, Any]:
+    import psutil
+
     starts = work / "starts.txt"
     bodies = [_job(f"burst-{i}", starts, local) for i in range(jobs)]
+    control = [psutil.Process(service.process.pid)]
+    agents = [] if local else _agents()
+    cpu_before = (_cpu_s(control), _cpu_s(agents))
     began = time.time()
     answer = service.client.post("/v1/jobs/batch", json={"jobs": bodies})
     answer.raise_for_status()
@@ -141,6 +182,9 @@ def _measure(service: _Service, work: Path, jobs: int, samples: int, local: bool
     ids = [j["id"] for j in created]
     submitted = min(float(j["submitted_at"]) for j in created)
     service.wait_done(ids, 600)
+    done_s = time.time() - began
+    agents = [] if local else _agents()  # the agents of nodes first used by this burst too
+    cpu = (_cpu_s(control) - cpu_before[0], _cpu_s(agents) - cpu_before[1])
     seen = _starts(starts)
     missing = [i for i in ids if i not in seen]
     if missing:
@@ -156,7 +200,9 @@ def _measure(service: _Service, work: Path, jobs: int, samples: int, local: bool
         "jobs": jobs,
         "jobs_per_s": round(jobs / (last - submitted), 2),
         "first_start_s": round(min(seen[i] for i in ids) - submitted, 3),
-        "burst_wall_s": round(time.time() - began, 2),
+        "burst_wall_s": round(done_s, 2),
+        "cp_cpu_ms_per_task": round(1000 * cpu[0] / jobs, 2),
+        "agent_cpu_ms_per_task": round(1000 * cpu[1] / jobs, 2),
         "samples": samples,
         "latency_p50_ms": round(1000 * statistics.median(latencies), 1),
         # nearest rank
@@ -165,13 +211,13 @@ def _measure(service: _Service, work: Path, jobs: int, samples: int, local: bool
     }
 
 
-def body(jobs: int, samples: int, trials: int) -> dict[str, Any]:
+def body(jobs: int, samples: int, trials: int, nodes_n: int = NODES) -> dict[str, Any]:
     """Inside the namespace: the cluster, then each trial's Ray and local runs."""
     from hetsched.ray.local import LocalCluster, LocalNodeSpec
 
     work = Path(tempfile.mkdtemp(prefix="hs-bench-"))
-    (work / "cluster.yaml").write_text(LOCAL_CLUSTER + "\n")
-    nodes = [LocalNodeSpec(f"cpu-{i}", None, 0) for i in range(NODES)]
+    (work / "cluster.yaml").write_text(_local_cluster(nodes_n) + "\n")
+    nodes = [LocalNodeSpec(f"cpu-{i}", None, 0) for i in range(nodes_n)]
     cluster = LocalCluster(nodes, cpus=CPUS)
     cluster.start()
     runs: dict[str, list[dict[str, Any]]] = {"ray": [], "local": []}
@@ -194,7 +240,7 @@ def body(jobs: int, samples: int, trials: int) -> dict[str, Any]:
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-    return {"runs": runs, "cpus": os.cpu_count(), "load": os.getloadavg()}
+    return {"runs": runs, "cpus": os.cpu_count(), "load": os.getloadavg(), "nodes": nodes_n}
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:
@@ -206,6 +252,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=40, help="jobs in the burst")
     parser.add_argument("--samples", type=int, default=20, help="latency samples")
     parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=NODES, help="raylets (and local nodes)")
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     options = parser.parse_args()
     reason = namespace_unavailable()
@@ -215,7 +262,12 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     done = run_isolated(
         "ray_vs_local:body",
-        {"jobs": options.jobs, "samples": options.samples, "trials": options.trials},
+        {
+            "jobs": options.jobs,
+            "samples": options.samples,
+            "trials": options.trials,
+            "nodes_n": options.nodes,
+        },
         3600,
         [str(Path(__file__).parent)],
     )
@@ -228,15 +280,22 @@ def main() -> int:
         return 0
     runs = result["runs"]
     print(f"load average {load_before:.1f} before, {result['load_after']:.1f} after")
-    print("| executor | jobs/s started | first start | latency p50 | p99 | max |")
-    print("|---|---|---|---|---|---|")
+    print(f"{result['nodes']} nodes, {options.jobs} jobs per burst")
+    print(
+        "| executor | jobs/s started | burst done | first start | latency p50 | p99 | max "
+        "| CPU/task control plane | CPU/task agents |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind in ("ray", "local"):
         print(
             f"| {kind} | {_median(runs[kind], 'jobs_per_s'):g} "
+            f"| {_median(runs[kind], 'burst_wall_s'):g} s "
             f"| {_median(runs[kind], 'first_start_s'):g} s "
             f"| {_median(runs[kind], 'latency_p50_ms'):g} ms "
             f"| {_median(runs[kind], 'latency_p99_ms'):g} ms "
-            f"| {_median(runs[kind], 'latency_max_ms'):g} ms |"
+            f"| {_median(runs[kind], 'latency_max_ms'):g} ms "
+            f"| {_median(runs[kind], 'cp_cpu_ms_per_task'):g} ms "
+            f"| {_median(runs[kind], 'agent_cpu_ms_per_task'):g} ms |"
         )
     ratio = _median(runs["local"], "jobs_per_s") / _median(runs["ray"], "jobs_per_s")
     latency = _median(runs["ray"], "latency_p50_ms") / _median(runs["local"], "latency_p50_ms")

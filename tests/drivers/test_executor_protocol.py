@@ -90,7 +90,13 @@ def test_each_engine_has_the_protocol_and_the_capabilities_it_claims(tmp_path: P
     ray = RayExecutor(tmp_path, "protocol-test", lambda node: None)
     assert isinstance(local, Executor) and isinstance(ray, Executor)
     assert _capabilities(local) == {c.__name__ for c in CAPABILITIES}
-    assert _capabilities(ray) == {"Polled", "Adopts", "ProcessTasks", "ProcessExecutor"}
+    assert _capabilities(ray) == {
+        "Polled",
+        "Adopts",
+        "GivesNotice",
+        "ProcessTasks",
+        "ProcessExecutor",
+    }
     # the Kubernetes executor's and the simulator's exits come by callback
     assert issubclass(PodExecutor, Executor) and issubclass(PodExecutor, GivesNotice)
     assert not issubclass(PodExecutor, Adopts) and not issubclass(PodExecutor, KillsByPid)

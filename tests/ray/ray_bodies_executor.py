@@ -28,7 +28,8 @@ SHOW = (
     "import json, os; print(json.dumps({"
     "'env': {k: v for k, v in os.environ.items() if k.startswith(('HETSCHED_', 'CUDA_', 'ROCR_',"
     " 'HIP_', 'MINE', 'RAY_'))}, 'pid': os.getpid(), 'ppid': os.getppid(),"
-    " 'pgid': os.getpgid(0), 'sid': os.getsid(0), 'cwd': os.getcwd()}))"
+    " 'pgid': os.getpgid(0), 'sid': os.getsid(0), 'cwd': os.getcwd(),"
+    " 'gppid': int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1].split()[1])}))"
 )
 
 
@@ -97,7 +98,7 @@ def _wait(executor: RayExecutor, count: int = 1, timeout_s: float = 60) -> list[
 
 def _close(executor: RayExecutor) -> None:
     """The exits in hand are recorded (a driver commits them before polling again): one
-    more poll retires their actors, then the executor shuts down."""
+    more poll acknowledges them to their agents, then the executor shuts down."""
     assert executor.poll() == []
     executor.shutdown()
 
@@ -113,17 +114,33 @@ def _log(executor: RayExecutor, job: str, task: int = 0, stream: str = "stdout")
 def _ray_view(executor: RayExecutor, key: str) -> dict[str, Any]:
     import ray
 
-    view: dict[str, Any] = ray.get(executor.handles[key].actor.ray_view.remote(), timeout=60)
+    agent = executor.links[executor.handles[key].node_id].actor
+    view: dict[str, Any] = ray.get(agent.ray_view.remote(), timeout=60)
+    view["tasks"] = ray.get(agent.tasks.remote(), timeout=60)
     return view
+
+
+def _node_files(cluster: ClusterInfo, timeout_s: float = 30) -> list[str]:
+    """The task files left on the nodes once the agents have had the acknowledgements (they
+    come with the next long poll: waited for, bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = sorted(str(p) for p in (Path(cluster.scratch) / "nodes").rglob("*") if p.is_file())
+        if not files or time.monotonic() > deadline:
+            return files
+        time.sleep(0.1)
 
 
 def placement(cluster: ClusterInfo) -> dict[str, Any]:
     """Tasks land on the chosen node with the chosen devices, seen from the task and Ray."""
+    import ray
+
     _inventory, executor, nodes = _setup(cluster, "placement")
     show = [sys.executable, "-c", SHOW]
     key_a = _start(executor, nodes["a100-0"], show, "job-a", shares={1: 1000}, env={"MINE": "1"})
     key_t = _start(executor, nodes["t4-0"], show, "job-t", shares={0: 500})
     key_c = _start(executor, nodes["cpu-0"], show, "job-c")
+    executor.poll()  # the starts go to the agents
     views = {key: _ray_view(executor, key) for key in (key_a, key_t, key_c)}
     exits = _wait(executor, 3)
     seen = {
@@ -136,9 +153,13 @@ def placement(cluster: ClusterInfo) -> dict[str, Any]:
         "views": views,
         "node_ids": cluster.node_ids,
         "headers": {job: _log(executor, job).splitlines()[0] for job in seen},
-        "node_files_left": sorted(
-            str(p) for p in (Path(cluster.scratch) / "nodes").rglob("*") if p.is_file()
+        "node_files_left": _node_files(cluster),
+        "actors": sorted(
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == executor.namespace
         ),
+        "used": ["a100-0", "t4-0", "cpu-0"],
     }
 
 
@@ -321,14 +342,14 @@ def adopt_after_crash(cluster: ClusterInfo, state: str) -> dict[str, Any]:
     for _ in range(20):
         extra += executor.poll()
         time.sleep(0.05)
-    # an actor whose task ended is removed asynchronously: give Ray up to 30 s to drop them.
-    # Only this test's actors count: the cluster is shared with the other tests of the
-    # module, whose actors may still be on their way out.
+    # the acknowledgements reach the agent with its next long poll: once it has them it
+    # holds nothing of these tasks (bounded wait)
     deadline = time.monotonic() + 30
     mine = set(keys.values())
     while True:
-        named = ray.util.list_named_actors(all_namespaces=True)
-        names_left = sorted(a["name"] for a in named if a["name"] in mine)
+        executor.poll()
+        held = [ray.get(link.actor.tasks.remote(), timeout=30) for link in executor.links.values()]
+        names_left = sorted(key for tasks in held for key in tasks if key in mine)
         if not names_left or time.monotonic() > deadline:
             break
         time.sleep(0.2)

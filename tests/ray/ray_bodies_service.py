@@ -94,13 +94,20 @@ def _wait_started(
 
 
 def _ray_view(instance: str, key: str) -> dict[str, Any]:
-    """Where Ray says the task's actor runs, asked of the actor itself (its runtime
-    context), and what Ray assigned it."""
+    """Where Ray says the node agent that runs the task is, asked of the agent itself (its
+    runtime context), and what Ray assigned it."""
     import ray
 
-    actor = ray.get_actor(key, namespace=f"hetsched-{instance}")
-    view: dict[str, Any] = ray.get(actor.ray_view.remote(), timeout=60)
-    return view
+    namespace = f"hetsched-{instance}"
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry["namespace"] != namespace:
+            continue
+        agent = ray.get_actor(entry["name"], namespace=namespace)
+        if key in ray.get(agent.tasks.remote(), timeout=60):
+            view: dict[str, Any] = ray.get(agent.ray_view.remote(), timeout=60)
+            view["agent"] = entry["name"]
+            return view
+    raise AssertionError(f"no node agent runs {key}")
 
 
 def run_workload(up: Up, scratch: Path, on_ray: bool) -> dict[str, Any]:
@@ -308,7 +315,7 @@ def service_on_ray(cluster: ClusterInfo, only: list[str] | None = None) -> dict[
     scratch = Path(cluster.scratch)
     profile = scratch / "profile.yaml"
     profile.write_text(PROFILE)
-    _api.connect(cluster.address)  # to ask Ray where the tasks' actors run
+    _api.connect(cluster.address)  # to ask Ray where the tasks' agents run
     ray_args = ["--executor", "ray", "--ray-address", cluster.address, "--kill-grace", "2"]
     up = Up(scratch / "home-ray", [*ray_args, "--profile", str(profile)], scratch / "up.log")
     out: dict[str, Any] = {"node_ids": cluster.node_ids, "only": only}

@@ -62,9 +62,11 @@ def test_a_mixed_workload_runs_on_the_nodes_and_devices_hetsched_chose(
             assert [(d["id"], d["share"]) for d in seen["devices"]] == devices
             indices = [d["id"].rsplit("gpu", 1)[1] for d in task["devices"]]
             assert seen["cuda"] == ",".join(indices)
-            # Ray's own view of the task's actor: on that node, with nothing Ray assigned
+            # Ray's own view of the node agent running the task: on that node, with nothing
+            # Ray assigned
             view = w["views"][f"{detail['id']}/{task['task']}#1"]
             assert view["node_id"] == node_ids[task["node"]]
+            assert view["agent"] == f"agent-{view['node_id']}"
             assert labels[task["node"]]["ray.io/node-id"] == view["node_id"]
             assert (view["assigned"], view["gpu_ids"]) == ({}, [])
             placed.setdefault(name, []).append((task["node"], devices))

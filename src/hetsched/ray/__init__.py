@@ -6,8 +6,9 @@ Modules (Ray itself is imported only when one of them talks to a cluster):
 - ``local``: ``LocalCluster``, a throwaway cluster on this machine (``hetsched ray local``);
 - ``inventory``: ``RayInventory``, the cluster's nodes as hetsched nodes and events;
 - ``probe``: the discovery that runs on each Ray node;
-- ``executor``: ``RayExecutor``, bound tasks as Ray actors on the chosen nodes;
-- ``runner``: ``TaskRunner``, the actor that runs one task on its node;
+- ``executor``: ``RayExecutor``, bound tasks run by the node agents of the chosen nodes;
+- ``agent``: ``NodeAgent``, the actor on each node that runs the local executor there;
+- ``link``: the control plane's side of one node agent;
 - ``testing``: Ray clusters in network and PID namespaces, for tests.
 """
 

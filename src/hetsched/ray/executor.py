@@ -1,46 +1,42 @@
 """The Ray task executor: runs bound tasks on the Ray nodes hetsched chose, with the surface
 and the meaning of the local process executor (:mod:`hetsched.agent.executor`).
 
-Each task is a :class:`~hetsched.ray.runner.TaskRunner` actor: named by its task key
-(``job/task#run``) in the namespace ``hetsched-<instance>``, detached (it outlives the
-control plane's driver), pinned to the chosen node by hard node affinity, asking Ray for no
-CPU, GPU or memory (hetsched did the accounting and chose the devices; Ray sets nothing).
+Each Ray node has one node agent (:mod:`hetsched.ray.agent`), a named, detached actor pinned
+to it that runs the local executor there; this executor is the control plane's side of them
+(:mod:`hetsched.ray.link`). A task start is one local spawn on its node: no actor or worker
+process per task.
 
 Contracts (those of the local executor, and where they differ):
 - It implements the executor protocol (:mod:`hetsched.drivers.executor`) with the
-  capabilities :class:`~hetsched.drivers.executor.Polled` (it learns of exits only by
-  polling: ``exits_reported`` is False), :class:`~hetsched.drivers.executor.Adopts` and
-  :class:`~hetsched.drivers.executor.ProcessTasks`; not ``Fences`` (a lease file is on the
-  control plane's machine), ``GivesNotice`` or ``KillsByPid`` (a pid means nothing off its
-  node).
-- ``start`` returns at once; the process starts when Ray has placed the actor (its pid is
-  known from the first answer, ``handle.pid`` is 0 until then). A task Ray refuses
-  (:class:`RayStartError`, an ``OSError``, from :meth:`RayExecutor.spawn`) is reported by
-  the next poll as one that could not start.
-- The task's environment: the node's, less ``HETSCHED_*``, plus the job's variables,
-  ``CUDA_VISIBLE_DEVICES`` / ``ROCR_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` /
-  ``HETSCHED_DEVICES`` exactly as the local executor sets them, and ``HETSCHED_JOB_ID``,
-  ``HETSCHED_TASK_INDEX``, ``HETSCHED_RUN``, ``HETSCHED_NODE``, ``HETSCHED_TASK_KEY``,
-  ``HETSCHED_INSTANCE``.
-- Its own process group, stdin from /dev/null; exit codes as ``sh`` reports them; when the
-  main process ends the rest of its group is killed.
+  capabilities :class:`~hetsched.drivers.executor.Polled`,
+  :class:`~hetsched.drivers.executor.Adopts`,
+  :class:`~hetsched.drivers.executor.GivesNotice` (the agent's local executor sends the
+  notice signal) and :class:`~hetsched.drivers.executor.ProcessTasks`; not ``Fences`` (a
+  lease file is on the control plane's machine) or ``KillsByPid`` (a pid means nothing off
+  its node).
+- Batched per turn: ``start``, ``stop`` and ``kill`` collect their work per agent and the
+  next :meth:`RayExecutor.poll` sends it, one call per agent for all of its Starts (one for
+  its Stops, one for its kills); ``next_due`` says so at once. A task's handle exists from
+  ``start`` on; its pid is 0 until its agent has said.
+- Exits, pids and output come through one long poll per agent, in flight at all times
+  while the agent has tasks; its answer calls ``on_exit`` (the driver polls then), so
+  ``exits_reported`` is True once the driver set ``on_exit``.
+- The task's environment, process group, exit codes, SIGTERM then SIGKILL after the grace,
+  maximum runtime: the local executor's, run by the agent on the node.
 - Logs: the output streams back into ``<home>/jobs/<id>/task-<n>.out|.err`` (0600, each run
-  after a header line), the files the API serves and ``hetsched logs -f`` follows. An exit is
-  reported only once all the output before it is in those files.
-- ``stop``: SIGTERM to the group now, SIGKILL after the grace; if the actor has not confirmed
-  the end ``force_after_s`` later (a hung worker, an unreachable node), ``ray.kill`` of the
-  actor, whose supervisor then kills the group. Maximum runtimes are enforced the same way.
-- A task whose actor dies without an exit status (its node died, its worker crashed) is
-  reported with ``exit_code`` None and a reason that says which node died: a lost task. One
-  lost with its node is reported only once the driver has asked it to stop (the core's
+  after its header line), the files the API serves and ``hetsched logs -f`` follows; an
+  exit is reported only once all the output before it is in those files. Where each run's
+  output starts in them is recorded (``.ray.json``), so a control plane that restarts
+  resumes the stream where its files stop: nothing lost, nothing twice.
+- A task whose node died is reported with ``exit_code`` None and a reason that names the
+  node: a lost task. It is reported only once the driver has asked it to stop (the core's
   answer to the node's removal, which the inventory reports) or ``node_loss_wait_s`` after
   Ray called the node dead, whichever comes first: a task exit reported before the node's
   removal would read as the task's own failure, and the job would not be requeued.
-- Exactly once: an exit is reported by one :meth:`poll`; its actor is retired (its node files
-  removed, then ``ray.kill``) by the next one, so the driver must record what a poll returned
-  before it polls again. A control plane that crashes in between finds the actor again
-  (:meth:`adopt`, :meth:`find_leaders`) and learns the exit once more; one that had recorded it
-  sweeps the actor away (:meth:`sweep`).
+- Exactly once: an exit is reported by one :meth:`poll` and acknowledged to its agent by the
+  next one, so the driver must record what a poll returned before it polls again. A control
+  plane that crashes in between finds the task again (:meth:`find_leaders`, :meth:`adopt`)
+  and learns the exit once more; one that had recorded it sweeps it away (:meth:`sweep`).
 - Driven by one thread; not thread-safe. It needs a connected Ray driver
   (:func:`hetsched.ray._api.connect`).
 """
@@ -48,45 +44,41 @@ Contracts (those of the local executor, and where they differ):
 from __future__ import annotations
 
 import logging
-import signal
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsched.agent.taskenv import (
-    device_env,
-    identity_env,
-    job_folder,
-    task_key,
-    task_log,
-)
+from hetsched.agent.taskenv import job_folder, task_log
 from hetsched.cluster.placement import Placement
-from hetsched.drivers.executor import Exit, Launch, Start, Stop
+from hetsched.drivers.executor import Exit, Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.ray import _api
-from hetsched.ray.actors import LOOKUP_TIMEOUT_S, actor_named, actor_names, create_actor, statuses
 from hetsched.ray.handle import (
     RayStartError,
     RayTaskHandle,
     append_output,
-    kill_actor,
     lost_reason,
     read_bases,
-    reply_exit,
     short,
     size_of,
-    write_header,
+    write_bases,
 )
+from hetsched.ray.link import AgentLink, create_agent, find_agent, gather
 
 __all__ = ["RayExecutor", "RayStartError", "RayTaskHandle"]
 
 log = logging.getLogger(__name__)
 
-#: how often the actors being retired are looked at while nothing else is due
-_RETIRE_CHECK_S = 0.5
+#: how long to wait before asking an agent again after it did not answer
+_RETRY_S = 0.5
+#: a long poll this much past its wait is overdue: the node is looked at
+_LATE_S = 1.0
+#: how often Ray's node table is read while an agent is suspect
+_CHECK_S = 1.0
 
 
 @dataclass
@@ -97,25 +89,27 @@ class RayExecutor:
     #: the Ray node id of a hetsched node (``RayInventory.node_id``)
     node_id_of: Callable[[str], str | None]
     kill_grace_s: float = 5.0
-    #: after the SIGKILL, how long the actor has to confirm before ``ray.kill``
-    force_after_s: float = 5.0
-    #: where task files go on the nodes (default: ``<tmp>/hetsched-ray/<namespace>``)
+    #: where the agents keep task files on the nodes (default: ``<tmp>/hetsched-ray``)
     node_dir: str | None = None
-    #: how long a runner holds a long poll open
-    sync_wait_s: float = 1.0
-    #: the most bytes per stream one answer carries
+    #: how long an agent holds a long poll open
+    sync_wait_s: float = 2.0
+    #: the most bytes per stream and task one answer carries
     chunk_bytes: int = 1 << 20
     #: how long a task lost with its node waits for the driver's stop before it is reported
     node_loss_wait_s: float = 10.0
     handles: dict[str, RayTaskHandle] = field(default_factory=dict)
-    #: the driver's wake-up; never called: exits are learnt by polling (exits_reported)
+    #: the driver's wake-up: called (from Ray's thread) when an agent answers
     on_exit: Callable[[], None] | None = None
-    #: actors whose exit the last poll reported: retired by the next
-    _reported: list[Any] = field(default_factory=list)
-    #: retire call -> (actor, when it was asked)
-    _retiring: dict[Any, tuple[Any, float]] = field(default_factory=dict)
+    #: Ray node id -> its agent
+    links: dict[str, AgentLink] = field(default_factory=dict)
     #: exits known without an answer: starts Ray refused, stops of tasks not running
     _known: list[Exit] = field(default_factory=list)
+    #: task key -> Ray node id, of the tasks the last find_leaders found
+    _found: dict[str, str] = field(default_factory=dict)
+    #: when Ray's node table was last read for a suspect agent
+    _checked_at: float = 0.0
+    #: nodes that joined, whose agents the next poll creates
+    _joined: deque[str] = field(default_factory=deque)
 
     @property
     def namespace(self) -> str:
@@ -127,61 +121,97 @@ class RayExecutor:
     def log_path(self, job_id: str, task: int, stream: str) -> Path:
         return task_log(self.home, job_id, task, stream)
 
+    def agent_home(self, node_id: str) -> str:
+        """The agent's folder on its node (one per node: agents may share a machine)."""
+        base = Path(self.node_dir or Path(tempfile.gettempdir()) / "hetsched-ray")
+        return str(base / self.namespace / node_id[:16])
+
+    def link(self, node_id: str) -> AgentLink:
+        """The agent of Ray node ``node_id``, created if it is not running."""
+        link = self.links.get(node_id)
+        if link is None or link.dead:
+            home = self.agent_home(node_id)
+            actor = create_agent(node_id, self.namespace, self.instance, home, self.kill_grace_s)
+            link = self.links[node_id] = AgentLink(node_id, actor)
+        return link
+
+    def joined(self, nodes: Iterable[str]) -> None:
+        """Hetsched nodes that joined the cluster: their agents are created by the next poll
+        (or found, where they run already), so that the first task there does not wait for
+        one. Callable from any thread."""
+        self._joined.extend(nodes)
+
+    def _prepare(self) -> None:
+        while self._joined:
+            node_id = self.node_id_of(self._joined.popleft())
+            if node_id is not None and node_id not in self.links:
+                try:
+                    self.link(node_id)
+                except Exception as exc:
+                    log.warning("no agent for node %s yet: %s", node_id, short(exc))
+
     # -- start ----------------------------------------------------------------------------
 
     def start(self, tasks: Sequence[Start], now: float) -> None:
-        """Create each task's actor on its node. One that Ray will not take is reported by
-        the next poll (``cannot start: ...``)."""
+        """Queue each task for its node's agent (sent by the next poll). One that cannot be
+        placed is reported by the next poll (``cannot start: ...``)."""
         for start in tasks:
             key = start.key
             try:
-                if start.launch is None:
-                    raise RayStartError("no command to run")
-                self.spawn(key, start.placement, start.launch)
+                self._queue(start)
             except OSError as exc:
                 reason = f"cannot start: {exc}"
                 self._known.append(Exit.of(key.job, key.task, key.run, None, False, reason))
 
-    def spawn(self, key: TaskKey, placement: Placement, launch: Launch) -> RayTaskHandle:
-        """Create one task's actor; raises RayStartError if Ray will not. ``run_as`` needs
-        the node's Ray worker to run as root. A federation's lease (``fence``) is a file on
-        the control plane's machine that no Ray node can read: such a task is refused."""
+    def _queue(self, start: Start) -> RayTaskHandle:
+        """A federation's lease (``fence``) is a file on the control plane's machine that no
+        Ray node can read: such a task is refused. ``run_as`` needs the node's Ray worker to
+        run as root."""
+        launch, node = start.launch, start.placement.node
+        if launch is None:
+            raise RayStartError("no command to run")
         if launch.fence is not None:
             raise RayStartError("a task fenced by a federation's lease needs the local executor")
-        node_id = self.node_id_of(placement.node)
+        node_id = self.node_id_of(node)
         if node_id is None:
-            raise RayStartError(f"node {placement.node} is not in the Ray cluster")
-        job_id, task, run = key
-        write_header(self.home, key, placement.node, node_id)
-        overlay = dict(launch.env)
-        overlay.update(device_env(launch.devices))
-        overlay.update(identity_env(job_id, task, run, placement.node, self.instance))
-        node_dir = Path(self.node_dir or Path(tempfile.gettempdir()) / "hetsched-ray")
-        run_as = launch.run_as
-        spec: dict[str, Any] = {
-            "key": str(key),
-            "job_id": job_id,
-            "task": task,
-            "run": run,
-            "node": placement.node,
-            "command": [str(a) for a in launch.command],
-            "env": overlay,
-            "workdir": launch.workdir,
-            "node_dir": str(node_dir / self.namespace),
-            "run_as": [run_as.uid, run_as.gid] if run_as is not None else None,
-        }
+            raise RayStartError(f"node {node} is not in the Ray cluster")
         try:
-            actor = create_actor(str(key), self.namespace, node_id, spec)
+            link = self.link(node_id)
         except Exception as exc:
-            raise RayStartError(f"Ray would not start the task: {short(exc)}") from exc
-        handle = RayTaskHandle(job_id, task, run, placement.node, node_id, actor)
-        max_runtime_s = launch.max_runtime_s
-        handle.deadline = time.time() + max_runtime_s if max_runtime_s else None
+            raise RayStartError(f"Ray would not start the node's agent: {short(exc)}") from exc
+        key = start.key
+        write_bases(self.home, key, node, node_id)
+        handle = RayTaskHandle(key.job, key.task, key.run, node, node_id)
         self.handles[str(key)] = handle
-        self._call(handle)
+        link.keys.add(str(key))
+        link.starts.append(start)
         return handle
 
     # -- adopt after a restart ----------------------------------------------------------------
+
+    def find_leaders(self) -> dict[str, tuple[int, float]]:
+        """Task key -> (pid, start time) of each task the agents of the live nodes run or hold
+        an unreported exit of (pid 0 for one that never ran)."""
+        calls: dict[Any, str] = {}
+        for node in _api.nodes():
+            node_id = str(node["NodeID"])
+            if node["Alive"] and (actor := find_agent(node_id, self.namespace)) is not None:
+                self.links.setdefault(node_id, AgentLink(node_id, actor))
+                calls[actor.tasks.remote()] = node_id
+        found: dict[str, tuple[int, float]] = {}
+        self._found = {}
+        for node_id, tasks in gather(calls).items():
+            for key, (pid, started) in tasks.items():
+                found[key] = (int(pid), float(started))
+                self._found[key] = node_id
+        return found
+
+    def _node_of(self, key: TaskKey) -> str | None:
+        found = self._found.get(str(key))
+        if found is not None:
+            return found
+        recorded = read_bases(self.home, key).get("node_id")
+        return str(recorded) if recorded else None
 
     def adopt(
         self,
@@ -192,289 +222,260 @@ class RayExecutor:
         pid_started: float,
         deadline: float | None,
     ) -> RayTaskHandle | None:
-        """Watch the task's actor started by an earlier control plane, if it is still there
-        (found by its key; ``pid`` is not needed and not checked). Its output resumes where
-        the log files stop."""
-        key = task_key(job_id, task, run)
-        actor = actor_named(key, self.namespace)
-        if actor is None:
+        """Watch a task started by an earlier control plane, if its agent still has it
+        (found by its key; ``pid`` is not checked: the agent adopted it by pid and start
+        time; ``deadline`` is the agent's own). Its output resumes where the log files
+        stop."""
+        key = TaskKey(job_id, task, run)
+        node_id = self._node_of(key)
+        if node_id is None:
             return None
-        status = statuses({key: actor}).get(key)
-        if status is None:
-            return None
-        bases = read_bases(self.home, TaskKey(job_id, task, run))
+        if str(key) not in self._found:
+            actor = find_agent(node_id, self.namespace)
+            if actor is None or str(key) not in gather({actor.tasks.remote(): "t"}).get("t", {}):
+                return None
+            self.links.setdefault(node_id, AgentLink(node_id, actor))
+        link = self.links[node_id]
+        bases = read_bases(self.home, key)
         handle = RayTaskHandle(
-            job_id,
-            task,
-            run,
-            str(status["node"]),
-            str(bases.get("node_id", "")),
-            actor,
-            int(status["pid"]),
-            float(status["pid_started"]),
+            job_id, task, run, str(bases.get("node", "")), node_id, pid, pid_started
         )
-        handle.deadline = deadline
         for index, stream in enumerate(("stdout", "stderr")):
             size = size_of(self.log_path(job_id, task, stream))
             handle.received[index] = max(0, size - int(bases.get(stream, size)))
-        self.handles[key] = handle
-        self._call(handle)
+        self.handles[str(key)] = handle
+        link.keys.add(str(key))
         return handle
 
     def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
-        """The exit code of a task that ended while nobody watched, if its actor still holds
-        it (an exit not yet reported)."""
-        key = task_key(job_id, task, run)
-        actor = actor_named(key, self.namespace)
+        """The exit status of a task that ended while nobody watched, if its agent holds it
+        (an exit not yet acknowledged)."""
+        key = TaskKey(job_id, task, run)
+        node_id = self._node_of(key)
+        actor = find_agent(node_id, self.namespace) if node_id else None
         if actor is None:
             return None
-        status = statuses({key: actor}).get(key)
-        if status is None or not status["ended"] or status["exit"] is None:
-            return None
-        return int(status["exit"])
-
-    def find_leaders(self) -> dict[str, tuple[int, float]]:
-        """Task key -> (pid, start time) of each task actor of this instance that answers
-        (its process running or ended but not yet reported)."""
-        space = self.namespace
-        actors = {k: a for k in actor_names(space) if (a := actor_named(k, space)) is not None}
-        return {
-            key: (int(s["pid"]), float(s["pid_started"])) for key, s in statuses(actors).items()
-        }
+        code = gather({actor.recorded_exit.remote(str(key)): "c"}).get("c")
+        return None if code is None else int(code)
 
     def sweep(self, live_keys: Iterable[str]) -> list[str]:
-        """Kill the task actors of this instance that no live task accounts for (their
-        supervisors then kill their process groups); returns their keys."""
-        import ray
-
-        keep = set(live_keys) | set(self.handles)
-        space = self.namespace
-        names = [key for key in actor_names(space) if key not in keep]
-        strays = {key: a for key in names if (a := actor_named(key, space))}
-        # retire first: their files on the nodes go too
-        calls = [actor.retire.remote() for actor in strays.values()]
-        if calls:
-            ray.wait(calls, num_returns=len(calls), timeout=LOOKUP_TIMEOUT_S)
-        for actor in strays.values():
-            kill_actor(actor)
-        return sorted(strays)
+        """Kill the tasks of this instance that no live task accounts for and drop the exits
+        held for them; returns their keys."""
+        keep = sorted(set(live_keys) | set(self.handles))
+        calls = {
+            link.actor.sweep.remote(keep): n for n, link in self.links.items() if not link.dead
+        }
+        return sorted(key for keys in gather(calls).values() for key in keys)
 
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self, tasks: Sequence[Stop], now: float) -> None:
-        """SIGTERM each task's group now and SIGKILL it after the grace period. Ray tasks
-        get no checkpoint notice (``notice_s`` is ignored): the checkpoint protocol needs
-        the service home on the task's machine, so it is the local executor's alone
-        (docs/checkpointing.md). A task not running here is reported stopped by the next
-        poll."""
+        """Stop each task as the local executor does, on its node (sent by the next poll):
+        the notice signal ``notice_s`` ahead where the Stop has one, SIGTERM, SIGKILL after
+        the grace. A task not running here is reported stopped by the next poll."""
         for stop in tasks:
             key = stop.key
-            if not self.stop_one(str(key), stop.grace_s, now):
+            handle = self.handles.get(str(key))
+            if handle is None:
                 reason = "stopped before it ran"
                 self._known.append(Exit.of(key.job, key.task, key.run, None, True, reason))
+                continue
+            if stop.notice_s > 0 and not handle.stopping:
+                handle.notice_until = now + stop.notice_s
+            elif handle.notice_until is not None:
+                # a second stop shortens the notice (0: ends it), never lengthens it
+                handle.notice_until = min(handle.notice_until, now + stop.notice_s)
+            handle.stopping = True
+            link = self.links.get(handle.node_id)
+            if link is not None and not link.dead:
+                link.stops.append(stop)
 
     def stop_one(self, key: str, grace_s: float | None = None, now: float | None = None) -> bool:
-        """Stop one task (as :meth:`stop`; ``grace_s`` None: ``kill_grace_s``); False when
-        no such task is watched."""
+        """Stop one task (``grace_s`` None: ``kill_grace_s``); False when none is watched."""
         handle = self.handles.get(key)
         if handle is None:
             return False
-        handle.stopping = True
-        self._terminate(handle, grace_s, now)
+        grace = self.kill_grace_s if grace_s is None else grace_s
+        stop = Stop(TaskKey.parse(key), Placement(handle.node, 0, 0), 0.0, grace, "stopped")
+        self.stop([stop], time.time() if now is None else now)
         return True
+
+    def in_notice(self, key: TaskKey) -> bool:
+        """Whether the task was told of its stop and its notice is not over (the agent's
+        local executor sends the notice signal, and SIGTERM when the notice ends)."""
+        handle = self.handles.get(str(key))
+        until = handle.notice_until if handle is not None else None
+        return until is not None and time.time() < until
 
     def kill(self, key: str) -> bool:
-        """SIGKILL the task's group now (``ray.kill`` of its actor if it does not confirm)."""
+        """SIGKILL the task's group now (sent by the next poll)."""
         handle = self.handles.get(key)
-        if handle is None:
+        link = self.links.get(handle.node_id) if handle is not None else None
+        if handle is None or link is None:
             return False
-        self._sigkill(handle, time.time())
+        link.kills.append(key)
         return True
-
-    def _terminate(self, handle: RayTaskHandle, grace_s: float | None, now: float | None) -> None:
-        now = time.time() if now is None else now
-        grace = self.kill_grace_s if grace_s is None else grace_s
-        if handle.kill_at is None:
-            handle.actor.signal.remote(int(signal.SIGTERM))
-            handle.kill_at = now + grace
-        else:
-            handle.kill_at = min(handle.kill_at, now + grace)
-
-    def _sigkill(self, handle: RayTaskHandle, now: float) -> None:
-        if handle.force_at is None:
-            handle.actor.signal.remote(int(signal.SIGKILL))
-            handle.force_at = now + self.force_after_s
 
     # -- watch ----------------------------------------------------------------------------
 
     @property
     def exits_reported(self) -> bool:
-        """False: a task's end is learnt from its actor's answer to a poll, so the driver
-        polls while tasks run."""
-        return False
+        """True once the driver set ``on_exit``: every agent's answer calls it."""
+        return self.on_exit is not None
 
     def next_due(self) -> float | None:
-        """The earliest time :meth:`poll` has work besides reporting exits: a SIGKILL after a
-        grace, ``ray.kill`` of an actor that did not confirm, a maximum runtime, a task lost
-        with its node to report, or the actors of reported exits to retire (at once)."""
-        times: list[float] = []
-        if self._reported or self._known:
-            times.append(time.time())
-        elif self._retiring:
-            times.append(time.time() + _RETIRE_CHECK_S)  # asked; its answer comes soon
-        for h in self.handles.values():
-            times += [t for t in (h.kill_at, h.force_at) if t is not None]
-            if h.deadline is not None and not (h.stopping or h.timed_out):
-                times.append(h.deadline)
-            if h.lost_at is not None:
-                times.append(h.lost_at + self.node_loss_wait_s)
+        """The earliest time :meth:`poll` has work besides answers to report: work to send
+        (at once), an agent to ask again, a task lost with its node to report."""
+        now = time.time()
+        times: list[float] = [now] if self._known or self._joined else []
+        for link in self.links.values():
+            if link.pending:
+                times.append(now)
+            elif link.call is None and (link.keys or link.acks) and not link.dead:
+                times.append(max(now, link.next_call))
+            if self._suspect(link, now):
+                times.append(max(now, self._checked_at + _CHECK_S))
+            elif link.call is not None and not link.dead:
+                times.append(link.called_at + self.sync_wait_s + _LATE_S)
+        times += [h.lost_at + self.node_loss_wait_s for h in self.handles.values() if h.lost_at]
         return min(times, default=None)
 
     def poll(self, now: float | None = None) -> list[Exit]:
-        """Tasks that ended since the last poll (their output all in the log files); appends
-        output, escalates pending kills, enforces maximum runtimes, and retires the actors
-        of the exits the previous poll reported."""
+        """Send the turn's work, take the agents' answers (output into the log files, pids,
+        exits), and report the exits learnt since the last poll."""
         import ray
 
         now = time.time() if now is None else now
-        self._retire(now)
-        calls = {h.call: h for h in self.handles.values() if h.call is not None}
+        self._prepare()
+        for link in self.links.values():
+            link.acks += link.reported
+            link.reported = []
+            if link.pending and not link.dead:
+                link.flush()
+        calls = {link.call: link for link in self.links.values() if link.call is not None}
         ready: list[Any] = []
         if calls:
             ready, _ = ray.wait(list(calls), num_returns=len(calls), timeout=0)
         exits: list[Exit] = []
-        lost: list[tuple[RayTaskHandle, BaseException]] = []
         for ref in ready:
-            handle = calls[ref]
-            handle.call = None
+            link = calls[ref]
+            link.call = None
             try:
                 reply = ray.get(ref)
-            except ray.exceptions.ActorUnavailableError:
-                # its node may be on the way out; Ray says so for sure soon
-                handle.next_call = now + 1.0
-                continue
             except Exception as exc:
-                lost.append((handle, exc))
+                self._unanswered(link, exc, now)
                 continue
-            exit_ = self._answer(handle, reply)
-            if exit_ is not None:
-                exits.append(exit_)
-        exits += self._lost(lost, now)
+            link.failing_since = None
+            exits += self._answer(link, reply)
+        self._check(now)
         exits += self._node_losses(now)
-        ended = {str(e.key) for e in exits}
-        for handle in self.handles.values():
-            if handle.key not in ended:
-                self._watch(handle, now)
         for exit_ in exits:
             handle = self.handles.pop(str(exit_.key))
-            self._reported.append(handle.actor)
+            owner = self.links.get(handle.node_id)
+            if owner is not None:
+                owner.keys.discard(handle.key)
+                owner.reported.append(handle.key)
+        for link in self.links.values():
+            idle = link.call is None and not link.dead and now >= link.next_call
+            if idle and (link.keys or link.acks):
+                self._ask(link, now)
         known, self._known = self._known, []
         return known + exits
 
-    def _answer(self, handle: RayTaskHandle, reply: Mapping[str, Any]) -> Exit | None:
-        handle.pid = int(reply["pid"]) or handle.pid
-        handle.pid_started = float(reply["pid_started"]) or handle.pid_started
-        for index, stream in enumerate(("stdout", "stderr")):
-            data: bytes = reply["out" if index == 0 else "err"]
-            if data:
-                append_output(self.log_path(handle.job_id, handle.task, stream), data, handle.key)
-                handle.received[index] += len(data)
-        if not reply["error"] and not reply["ended"]:
-            self._call(handle)
-            return None
-        return reply_exit(handle, reply)
-
-    def _lost(self, lost: list[tuple[RayTaskHandle, BaseException]], now: float) -> list[Exit]:
-        """Exits for tasks whose actor died with no word: killed through Ray after the grace,
-        lost with their node (held back: :meth:`_node_losses`), or never started."""
-        if not lost:
-            return []
-        table = {str(n["NodeID"]): n for n in _api.nodes()}
+    def _answer(self, link: AgentLink, reply: Mapping[str, Any]) -> list[Exit]:
+        for key, (pid, started) in reply["pids"].items():
+            handle = self.handles.get(key)
+            if handle is not None:
+                handle.pid, handle.pid_started = int(pid), float(started)
+        for key, chunks in reply["out"].items():
+            handle = self.handles.get(key)
+            if handle is None:
+                continue
+            for index, stream in enumerate(("stdout", "stderr")):
+                data: bytes = chunks[index]
+                if data:
+                    append_output(self.log_path(handle.job_id, handle.task, stream), data, key)
+                    handle.received[index] += len(data)
         exits = []
-        for handle, exc in lost:
-            code, reason, node_dead = lost_reason(handle, table.get(handle.node_id), exc)
-            log.warning("task %s: %s", handle.key, reason)
-            exit_ = handle.exit(code, reason)
-            if node_dead:
-                handle.lost_at, handle.lost_exit = now, exit_
-            else:
-                exits.append(exit_)
+        for exit_ in reply["exits"]:
+            handle = self.handles.get(str(exit_.key))
+            if handle is not None and handle.node_id == link.node_id:
+                exits.append(exit_._replace(stopped=exit_.stopped or handle.stopping))
         return exits
+
+    def _unanswered(self, link: AgentLink, exc: Exception, now: float) -> None:
+        """An agent's long poll failed: its node died, or the agent is being restarted or is
+        unreachable for a while; ask again soon, and look at the node (:meth:`_check`)."""
+        link.next_call = now + _RETRY_S
+        if link.failing_since is None:
+            link.failing_since = now
+            log.warning("the agent of node %s does not answer: %s", link.node_id, short(exc))
+
+    def _suspect(self, link: AgentLink, now: float) -> bool:
+        """Whether the agent failed to answer, or holds its long poll too long."""
+        overdue = link.call is not None and now > link.called_at + self.sync_wait_s + _LATE_S
+        return not link.dead and (link.failing_since is not None or overdue)
+
+    def _check(self, now: float) -> None:
+        """Once a second while an agent is suspect: is its node alive? Its tasks are lost
+        when Ray says the node is dead."""
+        suspects = [link for link in self.links.values() if self._suspect(link, now)]
+        if not suspects or now < self._checked_at + _CHECK_S:
+            return
+        self._checked_at = now
+        table = {str(n["NodeID"]): n for n in _api.nodes()}
+        for link in suspects:
+            entry = table.get(link.node_id)
+            if entry is not None and entry["Alive"]:
+                continue
+            link.dead, link.call = True, None
+            for key in sorted(link.keys):
+                handle = self.handles[key]
+                reason = lost_reason(handle.node, entry)
+                log.warning("task %s: %s", key, reason)
+                handle.lost_at, handle.lost_exit = now, handle.exit(None, reason)
+
+    def _lost_handles(self) -> list[RayTaskHandle]:
+        return [h for h in self.handles.values() if h.lost_at is not None]
 
     def _node_losses(self, now: float) -> list[Exit]:
         """The exits of tasks lost with their node that the driver has since asked to stop,
         or that have waited ``node_loss_wait_s``."""
         exits = []
-        for handle in self.handles.values():
-            if handle.lost_at is None or handle.lost_exit is None:
-                continue
+        for handle in self._lost_handles():
+            assert handle.lost_at is not None and handle.lost_exit is not None
             if handle.stopping or now - handle.lost_at >= self.node_loss_wait_s:
                 exits.append(handle.lost_exit._replace(stopped=handle.stopping))
         return exits
 
-    def _watch(self, handle: RayTaskHandle, now: float) -> None:
-        if handle.lost_at is not None:
-            return  # its actor is gone with its node: nothing to ask or signal
-        if handle.call is None and now >= handle.next_call:
-            self._call(handle)
-        if handle.force_at is not None and now >= handle.force_at and not handle.killed_by_ray:
-            handle.killed_by_ray = True
-            kill_actor(handle.actor)
-        elif handle.kill_at is not None and now >= handle.kill_at:
-            self._sigkill(handle, now)
-        elif (
-            handle.deadline is not None
-            and now >= handle.deadline
-            and not (handle.stopping or handle.timed_out)
-        ):
-            handle.timed_out = True
-            self._terminate(handle, None, now)
-
-    def _call(self, handle: RayTaskHandle) -> None:
-        handle.call = handle.actor.sync.remote(
-            handle.received[0],
-            handle.received[1],
-            self.sync_wait_s,
-            self.chunk_bytes,
-            handle.pid != 0,
-        )
-
-    def _retire(self, now: float) -> None:
-        """Retire the actors of the exits the previous poll reported (the driver has recorded
-        them since), and kill those whose files are gone."""
-        import ray
-
-        for actor in self._reported:
-            self._retiring[actor.retire.remote()] = (actor, now)
-        self._reported = []
-        if not self._retiring:
-            return
-        ready, _ = ray.wait(list(self._retiring), num_returns=len(self._retiring), timeout=0)
-        for ref, (actor, asked) in list(self._retiring.items()):
-            if ref in ready or now - asked > 30:
-                kill_actor(actor)
-                del self._retiring[ref]
+    def _ask(self, link: AgentLink, now: float) -> None:
+        """The agent's next long poll, carrying the acknowledgements of reported exits."""
+        watched = {
+            key: (h.received[0], h.received[1], h.pid != 0)
+            for key in link.keys
+            if (h := self.handles.get(key)) is not None
+        }
+        link.call = link.actor.sync.remote(watched, link.acks, self.sync_wait_s, self.chunk_bytes)
+        link.acks, link.called_at = [], now
+        wake = self.on_exit
+        if wake is not None:
+            link.call.future().add_done_callback(lambda _done: wake())
 
     def shutdown(self) -> None:
-        """Forget the tasks without stopping them: a restart adopts them again. The actors
-        whose exits an earlier poll reported and the next poll retired are finished off; those
-        of the last poll's exits are left as they are, since the driver may not have recorded
-        those exits (a turn that failed before its commit): the next control plane learns them
-        again (:meth:`adopt`) or sweeps them (:meth:`sweep`)."""
-        import ray
-
-        self._reported = []
-        if self._retiring:
-            ray.wait(list(self._retiring), num_returns=len(self._retiring), timeout=5)
-        for actor, _asked in self._retiring.values():
-            kill_actor(actor)
-        self._retiring.clear()
+        """Forget the tasks without stopping them: a restart adopts them again. Work queued
+        for the agents is sent first; the exits of the last poll are not acknowledged (the
+        driver may not have recorded them: the next control plane learns them again)."""
+        for link in self.links.values():
+            if link.pending and not link.dead:
+                link.flush()
+        self.links.clear()
         self.handles.clear()
         self._known.clear()
+        self._found.clear()
 
 
 if TYPE_CHECKING:
-    from hetsched.drivers.executor import ProcessExecutor
+    from hetsched.drivers.executor import GivesNotice, ProcessExecutor
 
-    def _conforms(executor: RayExecutor) -> ProcessExecutor:
-        return executor
+    def _conforms(executor: RayExecutor) -> tuple[ProcessExecutor, GivesNotice]:
+        return executor, executor

@@ -1,19 +1,17 @@
-"""A task as the Ray executor tracks it, and the small helpers around it: the header and
-bases of its log files, appending its output to them, killing its actor, reading its exit,
-shortening Ray's errors."""
+"""A task as the Ray executor tracks it, and the small helpers around it: the bases of its
+log files (where its run's output starts in them), appending its output to them, the reason
+for a task lost with its node, shortening Ray's errors."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.agent.taskenv import exit_reason, job_folder, open_task_log, task_key, task_log
+from hetsched.agent.taskenv import job_folder, open_task_log, task_key, task_log
 from hetsched.drivers.executor import Exit
 from hetsched.keys import TaskKey
 
@@ -21,13 +19,11 @@ __all__ = [
     "RayStartError",
     "RayTaskHandle",
     "append_output",
-    "kill_actor",
     "lost_reason",
     "read_bases",
-    "reply_exit",
     "short",
     "size_of",
-    "write_header",
+    "write_bases",
 ]
 
 log = logging.getLogger("hetsched.ray.executor")
@@ -46,22 +42,14 @@ class RayTaskHandle:
     #: the hetsched node and its Ray node id
     node: str
     node_id: str
-    actor: Any
-    #: on the node; 0 until the runner has said
+    #: on the node; 0 until its agent has said
     pid: int = 0
     pid_started: float = 0.0
-    deadline: float | None = None
-    kill_at: float | None = None
-    #: when the actor is killed through Ray if the task has not ended by then
-    force_at: float | None = None
     stopping: bool = False
-    timed_out: bool = False
-    killed_by_ray: bool = False
+    #: in its notice until then (None: not in one)
+    notice_until: float | None = None
     #: bytes of this run's stdout and stderr received so far
     received: list[int] = field(default_factory=lambda: [0, 0])
-    #: the outstanding long poll (an ObjectRef) and when to issue the next one
-    call: Any = None
-    next_call: float = 0.0
     #: lost with its node: when that was seen, and the exit waiting to be reported
     lost_at: float | None = None
     lost_exit: Exit | None = None
@@ -75,31 +63,11 @@ class RayTaskHandle:
         return Exit.of(self.job_id, self.task, self.run, code, self.stopping, reason)
 
 
-def reply_exit(handle: RayTaskHandle, reply: dict[str, Any] | Any) -> Exit:
-    """The exit a runner's final answer tells (an error, or the command's status)."""
-    if reply["error"]:
-        return handle.exit(None, str(reply["error"]))
-    code = reply["exit"]
-    reason = "exceeded its maximum runtime" if handle.timed_out else exit_reason(code)
-    return handle.exit(code, reason)
-
-
-def lost_reason(
-    handle: RayTaskHandle, node: dict[str, Any] | None, exc: BaseException
-) -> tuple[int | None, str, bool]:
-    """Why a task's actor died without a word (``node``: its Ray node's entry, None when
-    Ray no longer lists it): (exit status, reason, whether its node died)."""
-    if handle.killed_by_ray:
-        if handle.timed_out:
-            return -signal.SIGKILL, "exceeded its maximum runtime", False
-        why = "killed by signal 9 (its Ray actor was killed after the grace)"
-        return -signal.SIGKILL, why, False
-    if node is None or not node["Alive"]:
-        message = str((node or {}).get("DeathReasonMessage") or "")
-        return None, f"lost: node {handle.node} died" + (f" ({message})" if message else ""), True
-    if handle.pid == 0:
-        return None, f"cannot start on node {handle.node}: {short(exc)}", False
-    return None, f"lost: its Ray actor on node {handle.node} died: {short(exc)}", False
+def lost_reason(node_name: str, node: dict[str, Any] | None) -> str:
+    """Why a task was lost with its node (``node``: its Ray node's entry, None when Ray no
+    longer lists it)."""
+    message = str((node or {}).get("DeathReasonMessage") or "")
+    return f"lost: node {node_name} died" + (f" ({message})" if message else "")
 
 
 def append_output(path: Path, data: bytes, key: str) -> None:
@@ -125,13 +93,6 @@ def size_of(path: Path) -> int:
         return 0
 
 
-def kill_actor(actor: Any) -> None:
-    import ray
-
-    with contextlib.suppress(Exception):
-        ray.kill(actor, no_restart=True)
-
-
 def short(exc: BaseException) -> str:
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return lines[0][:300] if lines else type(exc).__name__
@@ -142,20 +103,10 @@ def _bases_path(home: Path, key: TaskKey) -> Path:
     return job_folder(home, key.job) / f"task-{key.task}.run-{key.run}.ray.json"
 
 
-def write_header(home: Path, key: TaskKey, node: str, node_id: str) -> None:
-    """Open a run's log files under ``home`` (a header line first) and record where its
-    output starts in them, and its node."""
+def write_bases(home: Path, key: TaskKey, node: str, node_id: str) -> None:
+    """Record where a run's output starts in its log files under ``home``, and its node."""
     job_folder(home, key.job).mkdir(parents=True, exist_ok=True, mode=0o700)
-    header = f"--- hetsched: run {key.run} of task {key.task} on {node} ---\n".encode()
-    bases = {}
-    for stream in ("stdout", "stderr"):
-        fd = open_task_log(task_log(home, key.job, key.task, stream))
-        try:
-            if stream == "stdout":
-                os.write(fd, header)
-            bases[stream] = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
+    bases = {s: size_of(task_log(home, key.job, key.task, s)) for s in ("stdout", "stderr")}
     path = _bases_path(home, key)
     partial = path.with_suffix(".tmp")
     partial.write_text(json.dumps({**bases, "node": node, "node_id": node_id}))

@@ -64,6 +64,8 @@ class RayNodes:
     sink: Callable[[list[Event]], None] | None = None
     #: told of the nodes that joined, before the loop sees them
     on_joined: Callable[[list[Node]], None] | None = None
+    #: the executor's, told of the same (it creates their agents)
+    agents_for: Callable[[list[str]], None] | None = None
 
     def start(self) -> None:
         self.inventory.start(self._emit)
@@ -80,6 +82,8 @@ class RayNodes:
 
     def _emit(self, events: list[Event]) -> None:
         joined = [e.node for e in events if isinstance(e, NodeAdded)]
+        if joined and self.agents_for is not None:
+            self.agents_for([n.name for n in joined])
         if joined and self.on_joined is not None:
             self.on_joined(joined)
         if self.sink is not None:
@@ -136,4 +140,7 @@ def open_cluster(
             address,
         )
     executor = RayExecutor(home, instance, inventory.node_id, kill_grace_s=kill_grace_s)
-    return RayBackend(address, RayNodes(inventory), executor, nodes)
+    # each node's agent is created now (or found, after a restart), not at its first task
+    executor.joined(n.name for n in nodes)
+    executor.poll()
+    return RayBackend(address, RayNodes(inventory, agents_for=executor.joined), executor, nodes)
