@@ -198,8 +198,8 @@ class Launcher:
         told: list[Stop] = []
         for stop in stops:
             key = stop.key
-            # without the protocol, or an executor that gives none (Ray), there is no
-            # notice: SIGTERM at once
+            # without the checkpoint protocol, or with an executor that gives no notice,
+            # SIGTERM comes at once
             gives = self.checkpoints is not None and isinstance(self.executor, GivesNotice)
             notice_s = stop.notice_s if gives else 0.0
             signal = "SIGUSR1"
