@@ -125,7 +125,7 @@ def test_dashboard_shows_the_demo_cluster_and_live_jobs(
     expect(local).to_have_count(2)
     expect(local.locator(".health.bad")).to_have_count(1)
     expect(local.locator(".dval")).to_have_text(["0%", "unhealthy"])
-    expect(page.locator("#summary")).to_contain_text("10/11")
+    expect(page.locator("#summary")).to_contain_text("11/12")  # 10 demo devices, 2 local
     # and in the banners above the charts, with the watcher's reason
     (device,) = demo.admin.get("/v1/alerts").json()["devices"]
     banners = page.locator("#alerts")
