@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -27,6 +25,7 @@ from hetsched.cli.k8s_options import (
     existing_file,
 )
 from hetsched.cli.output import fail
+from hetsched.cli.signals import stop_on_signals
 from hetsched.k8s.names import SCHEDULER_NAME
 
 if TYPE_CHECKING:
@@ -148,7 +147,7 @@ def _node_api(options: PluginConfig) -> NodeAPI | None:
 
 
 def _serve_plugin(plugin: DevicePlugin) -> None:
-    stopping = _stop_on_signals()
+    stopping = stop_on_signals()
     try:
         try:
             plugin.start()
@@ -183,17 +182,6 @@ def _api(
         return load_api(str(path) if path else None, max(POOL_SIZE, connections), limit)
     except Exception as exc:
         fail(f"cannot load a Kubernetes configuration: {exc}")
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    return stop
 
 
 #: Events waiting to be posted before new ones are dropped (client-go's broadcaster keeps
@@ -288,7 +276,7 @@ def scheduler(
         from hetsched.k8s.fencing import LeaseFencing
 
         sched.fencing = LeaseFencing(federation_namespace, federation or ())
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     if not leader_elect:
         sched.run(stop)
         return

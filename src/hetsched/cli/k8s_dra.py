@@ -5,10 +5,7 @@ ResourceSlices it would publish and exit."""
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -25,6 +22,7 @@ from hetsched.cli.k8s_options import (
     make_dir,
 )
 from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.signals import stop_on_signals
 
 if TYPE_CHECKING:
     from hetsched.k8s.dra.config import DriverConfig
@@ -197,14 +195,7 @@ def _serve(settings: Any, watcher: Any, kubeconfig: str | None) -> None:
     except Exception as exc:
         fail(f"cannot load a Kubernetes configuration: {exc}")
     driver = DraDriver(settings, watcher, api)
-    stopping = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        # only a flag: a signal may land anywhere, even inside start()
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stopping = stop_on_signals()
     try:
         try:
             driver.start()

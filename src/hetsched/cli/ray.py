@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from hetsched.cli.output import OutputFormat, fail
+from hetsched.cli.signals import stop_on_signals
 from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.model.quantity import QuantityError, parse_memory
 
@@ -68,7 +67,7 @@ def local(
     from hetsched.ray.local import LocalCluster, LocalClusterError
 
     specs, memory_mib = _parse(nodes, memory)
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     cluster = LocalCluster(
         specs,
         host=host,
@@ -158,14 +157,3 @@ def _describe(cluster: object, output: OutputFormat) -> None:
         gpus = f"{row['gpus']}x {row['model']}" if row["model"] else "-"
         grid.add(str(row["name"]), gpus, str(row["ray_node_id"]), str(row["pid"]))
     print_table(grid)
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    return stop
