@@ -9,14 +9,11 @@ import logging
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import Connection
-
 from hetsched.agent.executor import task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
-from hetsched.controlplane.recovered import LiveJob, Noticed, Recovered, finish_task
+from hetsched.controlplane.recovered import LiveJob, Noticed, RecoveryPass
 from hetsched.controlplane.schemas import from_stored
-from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.storage.turnstore import checkpoint_of
 from hetsched.drivers.executor import Exit, ProcessExecutor
 from hetsched.keys import TaskKey
@@ -37,21 +34,13 @@ def in_notice(row: dict[str, Any]) -> bool:
 
 
 def keep_noticed(
-    store: Store,
-    conn: Connection,
-    core: Scheduler,
-    executor: ProcessExecutor,
-    item: LiveJob,
-    rows: list[dict[str, Any]],
-    found: Recovered,
-    stopped_at: float,
-    now: float,
+    p: RecoveryPass, item: LiveJob, rows: list[dict[str, Any]], stopped_at: float
 ) -> bool:
     """Adopt the stopping tasks of a job in its notice (``rows``: the unfinished tasks of
     its run, stopped at ``stopped_at``) and take the job back waiting, with them stopping;
     False when none runs any more (the job is submitted again). A task that ended
     meanwhile is recorded stopped; one not stopping is lost."""
-    job, run = item.job, item.run
+    job, run, executor = item.job, item.run, p.executor
     saved = checkpoint_of(item.row.get("checkpoint"))
     stopping: dict[int, Placement] = {}
     handles: list[str] = []
@@ -63,7 +52,7 @@ def keep_noticed(
         if handle is None:
             code = executor.recorded_exit(job.id, task, run)
             state = "stopped" if t["state"] == "stopping" else "lost"
-            finish_task(store, conn, executor, {}, t, state, now, "ended during a restart", code)
+            p.finish(t, state, "ended during a restart", code, by_key=False)
             continue
         stopping[task] = Placement.from_dict(t["placement"])
         handles.append(handle.key)
@@ -71,13 +60,14 @@ def keep_noticed(
         return False
     restarts = int(item.row["restarts"])
     try:
-        core.restore_stopping(job, run, stopping, restarts, stopped_at, now, saved)
+        p.core.restore_stopping(job, run, stopping, restarts, stopped_at, p.now, saved)
     except AllocationError as exc:
         log.warning("job %s: cannot keep its stopping tasks: %s", job.id, exc)
         for t in rows:
             if int(t["task"]) in stopping:
-                finish_task(store, conn, executor, {}, t, "stopped", now, f"not restorable: {exc}")
+                p.finish(t, "stopped", f"not restorable: {exc}", by_key=False)
         return False
+    found = p.found
     found.processes += handles
     notice = job.notice_s
     # a checkpoint reported inside the notice ended it already: SIGTERM now
@@ -109,16 +99,7 @@ def moves(
 
 
 def keep_moving(
-    store: Store,
-    conn: Connection,
-    core: Scheduler,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    item: LiveJob,
-    rows: list[dict[str, Any]],
-    reserved: list[dict[str, Any]],
-    found: Recovered,
-    now: float,
+    p: RecoveryPass, item: LiveJob, rows: list[dict[str, Any]], reserved: list[dict[str, Any]]
 ) -> bool:
     """Take back a job that was moving (``rows``: the unfinished tasks of its run, being
     stopped; ``reserved``: its next run's, where it moves) as it was: its destination held,
@@ -127,34 +108,34 @@ def keep_moving(
     is reported stopped in the first turn, so the job arrives once the last has stopped.
     False when the move cannot be kept (its tasks are ended, its destination given up, and
     the job is submitted again)."""
-    job, run, row = item.job, item.run, item.row
+    job, run, row, found = item.job, item.run, item.row, p.found
     if not rows:
         # nothing left to stop (never written so: an arrival and the last stop share a
         # turn), so no TaskStopped would ever start the next run: submitted again instead
         for t in reserved:
-            store.drop_reserved(conn, t, now)
+            p.store.drop_reserved(p.conn, t, p.now)
         return False
     saved = checkpoint_of(row.get("checkpoint"))
     stopping = {int(t["task"]): Placement.from_dict(t["placement"]) for t in rows}
     moved_at = min(float(t["bound_at"]) for t in reserved)
     started = min(float(t["bound_at"]) for t in rows)
-    problem = _restore_move(core, item, stopping, reserved, started, moved_at, now)
+    problem = _restore_move(p.core, item, stopping, reserved, started, moved_at, p.now)
     if problem is not None:
         log.warning("job %s: cannot keep its move: %s", job.id, problem)
         for t in rows:
             why = f"not restorable: {problem}"
-            finish_task(store, conn, executor, leaders, t, "stopped", now, why)
+            p.finish(t, "stopped", why)
         for t in reserved:
-            store.drop_reserved(conn, t, now)
+            p.store.drop_reserved(p.conn, t, p.now)
         return False
     # a checkpoint reported inside the notice ended it already: SIGTERM now
     ended = saved is not None and saved.run == run and saved.time >= moved_at
     deadline = moved_at if ended else moved_at + job.notice_s
     for t in rows:
         task = int(t["task"])
-        handle = adopt_stopping(executor, leaders, job.id, t)
+        handle = adopt_stopping(p.executor, p.leaders, job.id, t)
         if handle is None:
-            code = executor.recorded_exit(job.id, task, run)
+            code = p.executor.recorded_exit(job.id, task, run)
             found.exits.append(Exit.of(job.id, task, run, code, True, "ended during a restart"))
         else:
             found.processes.append(handle)

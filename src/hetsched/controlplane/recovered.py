@@ -15,9 +15,9 @@ from hetsched.controlplane.storage.store import Store
 from hetsched.drivers.executor import Exit, ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.job import Job
-from hetsched.scheduler import Event
+from hetsched.scheduler import Event, Scheduler
 
-__all__ = ["LIVE_STATES", "LiveJob", "Noticed", "Recovered", "finish_task"]
+__all__ = ["LIVE_STATES", "LiveJob", "Noticed", "Recovered", "RecoveryPass", "finish_task"]
 
 #: task states in which a process may still run and an allocation may still be held
 LIVE_STATES = ("starting", "running")
@@ -97,3 +97,38 @@ def finish_task(
         if handle is not None:
             executor.kill(handle.key)
     store.record_task_end(conn, t, state, now, reason, exit_code)
+
+
+@dataclass(slots=True)
+class RecoveryPass:
+    """One recovery pass: its store transaction, core and executor, the processes found by
+    their keys (``leaders``), what it has found so far, and the jobs it treats apart."""
+
+    store: Store
+    conn: Connection
+    core: Scheduler
+    executor: ProcessExecutor
+    leaders: dict[str, tuple[int, float]]
+    found: Recovered
+    now: float
+    queued: dict[str, float]
+    #: jobs whose stopping tasks may be in their notice, and jobs moving (their reserved rows)
+    noticed: set[str]
+    moving: dict[str, list[dict[str, Any]]]
+    #: jobs to submit again: (job, run, restarts, saved checkpoint)
+    resubmit: list[tuple[Job, int, int, Any]] = field(default_factory=list)
+
+    def finish(
+        self,
+        t: dict[str, Any],
+        state: str,
+        reason: str,
+        exit_code: int | None = None,
+        by_key: bool = True,
+    ) -> None:
+        """:func:`finish_task` in this pass; ``by_key=False``: a process only by the pid
+        the task's row recorded (a stopping task of a job in its notice)."""
+        leaders = self.leaders if by_key else {}
+        finish_task(
+            self.store, self.conn, self.executor, leaders, t, state, self.now, reason, exit_code
+        )

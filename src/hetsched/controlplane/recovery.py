@@ -41,22 +41,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
-
-from sqlalchemy import Connection
 
 from hetsched.agent.executor import task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.controlplane.notices import in_notice, keep_moving, keep_noticed, moves
-from hetsched.controlplane.recovered import (
-    LIVE_STATES,
-    LiveJob,
-    Noticed,
-    Recovered,
-    finish_task,
-)
+from hetsched.controlplane.recovered import LIVE_STATES, LiveJob, Noticed, Recovered, RecoveryPass
 from hetsched.controlplane.schemas import from_stored
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.storage.turnstore import checkpoint_of
@@ -76,25 +67,6 @@ class RecoveryError(RuntimeError):
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class _Pass:
-    """One recovery pass: its store transaction, core, executor and findings."""
-
-    store: Store
-    conn: Connection
-    core: Scheduler
-    executor: ProcessExecutor
-    leaders: dict[str, tuple[int, float]]
-    found: Recovered
-    now: float
-    queued: dict[str, float]
-    #: jobs whose stopping tasks may be in their notice, and jobs moving (their reserved rows)
-    noticed: set[str]
-    moving: dict[str, list[dict[str, Any]]]
-    #: jobs to submit again: (job, run, restarts, saved checkpoint)
-    resubmit: list[tuple[Job, int, int, Any]] = field(default_factory=list)
-
-
 def recover(
     store: Store, core: Scheduler, executor: ProcessExecutor, now: float | None = None
 ) -> Recovered:
@@ -107,8 +79,8 @@ def recover(
     moving = moves(live_rows, unfinished)
     leaders = executor.find_leaders()
     with store.write() as conn:
-        p = _Pass(store, conn, core, executor, leaders, Recovered(), now, store.queue_times(),
-                  noticed, moving)  # fmt: skip
+        found, queued = Recovered(), store.queue_times()
+        p = RecoveryPass(store, conn, core, executor, leaders, found, now, queued, noticed, moving)
         live_tasks = _sort_tasks(p, unfinished, {r["id"]: int(r["run"]) for r in live_rows})
         for row in live_rows:
             _recover_job(p, row, live_tasks.get(row["id"], []))
@@ -139,7 +111,7 @@ def recover(
 
 
 def _sort_tasks(
-    p: _Pass, unfinished: list[dict[str, Any]], runs: dict[str, int]
+    p: RecoveryPass, unfinished: list[dict[str, Any]], runs: dict[str, int]
 ) -> dict[str, list[dict[str, Any]]]:
     """Step 1: end the tasks that must not run on (and drop reservations of jobs no longer
     moving); returns the rest, by job."""
@@ -154,35 +126,30 @@ def _sort_tasks(
         if why is None:
             live_tasks[t["job_id"]].append(t)
         else:
-            _end_task(p.store, p.conn, p.executor, p.leaders, t, p.now, why)
+            _end_task(p, t, why)
     return live_tasks
 
 
-def _recover_job(p: _Pass, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+def _recover_job(p: RecoveryPass, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """Steps 2 and 3 for one live job (``rows``: its tasks that may run on)."""
     spec = from_stored(row["spec"])
     item = LiveJob(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
     item.run = int(row["run"])
     p.found.jobs.append((item.job, spec))
     again = (item.job, item.run, int(row["restarts"]), row.get("checkpoint"))
-    store, conn, core, executor, found, now = p.store, p.conn, p.core, p.executor, p.found, p.now
     if item.job.id in p.moving:
-        reserved = p.moving[item.job.id]
-        if not keep_moving(
-            store, conn, core, executor, p.leaders, item, rows, reserved, found, now
-        ):
+        if not keep_moving(p, item, rows, p.moving[item.job.id]):
             p.resubmit.append(again)
         return
     if item.job.id in p.noticed:
-        at = p.queued.get(item.job.id, now)
-        if not keep_noticed(store, conn, core, executor, item, rows, found, at, now):
+        if not keep_noticed(p, item, rows, p.queued.get(item.job.id, p.now)):
             p.resubmit.append(again)
         return
-    _check_tasks(store, conn, executor, p.leaders, item, rows, found, now)
-    if not _restore(store, conn, core, executor, p.leaders, item, rows, found, now):
+    _check_tasks(p, item, rows)
+    if not _restore(p, item, rows):
         p.resubmit.append(again)
     if row["cancel_requested"]:
-        found.events.append(JobCancelled(item.job.id, "cancelled"))
+        p.found.events.append(JobCancelled(item.job.id, "cancelled"))
 
 
 def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> str | None:
@@ -199,23 +166,15 @@ def _must_end(t: dict[str, Any], job_run: int | None, noticed: bool = False) -> 
     return None
 
 
-def _end_task(
-    store: Store,
-    conn: Connection,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    t: dict[str, Any],
-    now: float,
-    why: str,
-) -> None:
+def _end_task(p: RecoveryPass, t: dict[str, Any], why: str) -> None:
     """A task that must not run on: its process killed, its end recorded with the exit
     code its wrapper wrote if any, what it held released."""
     state = "stopped" if t["state"] in ("stopping", *LIVE_STATES) else "lost"
-    code = executor.recorded_exit(t["job_id"], int(t["task"]), int(t["run"]))
+    code = p.executor.recorded_exit(t["job_id"], int(t["task"]), int(t["run"]))
     reason = f"stopped during a restart: {why}"
     if code is not None:
         reason += f" (exit code {code})"
-    finish_task(store, conn, executor, leaders, t, state, now, reason, code)
+    p.finish(t, state, reason, code)
 
 
 def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
@@ -247,41 +206,25 @@ def disagreements(live: list[dict[str, Any]], core: Scheduler) -> list[str]:
     return problems
 
 
-def _check_tasks(
-    store: Store,
-    conn: Connection,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    item: LiveJob,
-    rows: list[dict[str, Any]],
-    found: Recovered,
-    now: float,
-) -> None:
+def _check_tasks(p: RecoveryPass, item: LiveJob, rows: list[dict[str, Any]]) -> None:
     """Adopt the current run's processes (``rows``: its unfinished tasks), or learn how
     they ended."""
     job, run = item.job, item.run
     for t in rows:
         task = int(t["task"])
         item.placements[task] = Placement.from_dict(t["placement"])
-        handle = _adopt(store, conn, executor, leaders, job, t)
+        handle = _adopt(p, job, t)
         if handle is not None:
-            found.processes.append(handle)
+            p.found.processes.append(handle)
             continue
-        code = executor.recorded_exit(job.id, task, run)
+        code = p.executor.recorded_exit(job.id, task, run)
         reason = f"exit code {code}" if code is not None else "lost: its process was gone"
         if code is None:
             reason += " after a restart"
         item.exits.append(Exit.of(job.id, task, run, code, False, reason))
 
 
-def _adopt(
-    store: Store,
-    conn: Connection,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    job: Job,
-    t: dict[str, Any],
-) -> str | None:
+def _adopt(p: RecoveryPass, job: Job, t: dict[str, Any]) -> str | None:
     """Adopt a task's process: by its recorded pid and start time, or by the key it carries
     when no pid was recorded (bound and perhaps spawned, but the pid never recorded: a crash
     between the two commits; or recorded as running by an executor that learns pids later,
@@ -291,12 +234,13 @@ def _adopt(
     deadline = None
     if job.max_runtime_s and t["started_at"]:
         deadline = float(t["started_at"]) + job.max_runtime_s
+    executor = p.executor
     if t["state"] == "running" and t["pid"]:
         handle = executor.adopt(job.id, task, run, t["pid"], t["pid_started"], deadline)
         return None if handle is None else handle.key
     if t["state"] not in LIVE_STATES:
         return None
-    leader = leaders.get(task_key(job.id, task, run))
+    leader = p.leaders.get(task_key(job.id, task, run))
     if leader is None:
         return None
     pid, pid_started = leader
@@ -306,47 +250,36 @@ def _adopt(
     if handle is None:
         return None
     if t["state"] == "starting":
-        store.record_adopted(conn, t, pid, pid_started)
+        p.store.record_adopted(p.conn, t, pid, pid_started)
     return handle.key
 
 
-def _restore(
-    store: Store,
-    conn: Connection,
-    core: Scheduler,
-    executor: ProcessExecutor,
-    leaders: dict[str, tuple[int, float]],
-    item: LiveJob,
-    rows: list[dict[str, Any]],
-    found: Recovered,
-    now: float,
-) -> bool:
+def _restore(p: RecoveryPass, item: LiveJob, rows: list[dict[str, Any]]) -> bool:
     """Put a running job back into the core on its recorded placements (no new decision);
     False when it must be submitted again (it was pending, or its placements no longer
     fit: then its tasks are lost)."""
-    job, run, row = item.job, item.run, item.row
+    job, run, row, found = item.job, item.run, item.row, p.found
     if row["state"] == "running" and item.placements:
         finished = {
             int(t["task"])
-            for t in store.job_tasks(job.id)
+            for t in p.store.job_tasks(job.id)
             if t["run"] == run and t["state"] == "exited" and t["exit_code"] == 0
         }
         try:
-            core.restore(
+            p.core.restore(
                 job,
                 run,
                 item.placements,
                 finished,
                 int(row["restarts"]),
                 row["started_at"],
-                now,
+                p.now,
                 checkpoint_of(row.get("checkpoint")),
             )
         except AllocationError as exc:
             log.warning("job %s: cannot restore its placements: %s", job.id, exc)
             for t in rows:
-                reason = f"not restorable: {exc}"
-                finish_task(store, conn, executor, leaders, t, "lost", now, reason)
+                p.finish(t, "lost", f"not restorable: {exc}")
             return False
         found.adopted += [(TaskKey(job.id, t, run), p) for t, p in item.placements.items()]
         found.exits += item.exits
@@ -356,5 +289,5 @@ def _restore(
             found.runs[job.id] = (float(row["started_at"]), checkpointed)
         return True
     for t in rows:
-        finish_task(store, conn, executor, leaders, t, "lost", now, "lost in a restart")
+        p.finish(t, "lost", "lost in a restart")
     return False
