@@ -45,6 +45,7 @@ from hetsched.sim.alibaba import (
     pod_file,
 )
 from hetsched.sim.experiments.openb_defrag import DefragOption, OpenbDefrag
+from hetsched.sim.experiments.openb_variants import cpu_share_permille, cpu_variant
 
 __all__ = [
     "ALL_POLICIES",
@@ -86,10 +87,17 @@ class OpenbTrace:
 
 
 def load_trace(trace_dir: Path, trace: str) -> OpenbTrace:
-    """The GPU node list and the pod list ``trace``; raises TraceError on a bad file."""
+    """The GPU node list and the pod list ``trace``; raises TraceError on a bad file. A
+    ``cpuXYZ`` name the trace has no file for is made from the default pod list
+    (:mod:`hetsched.sim.experiments.openb_variants`)."""
     nodes = load_nodes(trace_dir / NODE_FILE)
     models = {d.model for n in nodes for d in n.devices}
-    pods = load_pods(pod_file(trace_dir, trace), models)
+    path = pod_file(trace_dir, trace)
+    if not path.is_file() and cpu_share_permille(trace) is not None:
+        # a CPU-heavy variant the trace has no file for: made from the default pod list
+        default = load_pods(pod_file(trace_dir, "default"), models)
+        return OpenbTrace(trace, tuple(nodes), tuple(cpu_variant(trace, default)))
+    pods = load_pods(path, models)
     return OpenbTrace(trace, tuple(nodes), tuple(pods))
 
 
