@@ -99,9 +99,10 @@ CLAIMS: list[Claim] = [
         "openb-best-vs-fgd",
         "openb",
         "fragmentation.md#results-all-13-traces-seeds-4251",
-        "`best` (fgdplus) leaves less GPU unallocated than FGD at 100 % arrival on every trace",
+        "`best` (fgdplus) leaves no more GPU unallocated than FGD at 100 % arrival on every trace",
         "development",
-        "does not hold on CPU-heavy traces: worse than FGD there (test split)",
+        "equal to FGD on CPU-heavy traces (test split, cpu300 and cpu400); the rest of the test"
+        " split not yet run",
         {
             "development": [_openb("fgd,best", "42-51", _OPENB_ALL13, "--bound")],
             "test": [_openb("fgd,best", "100-107", _OPENB_TEST, "--bound")],

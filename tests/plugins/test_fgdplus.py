@@ -144,6 +144,49 @@ def test_cpu_term_keeps_cpu_hungry_tasks_on_cpu_rich_nodes() -> None:
     assert on["rich"] > on["lean"]
 
 
+def lean_and_rich() -> ClusterState:
+    """16 GPUs and 288 CPUs: 18 milli-CPU per milli-unit of GPU share."""
+    return ClusterState(
+        [gpu_node("lean", gpus=8, cpu=32_000), gpu_node("rich", gpus=8, cpu=256_000)]
+    )
+
+
+@pytest.mark.parametrize(
+    ("cpu_only", "binds"),
+    [
+        # the GPU class asks 4 milli-CPU per milli-GPU; a CPU-only class of equal weight
+        # adds its CPU: (4,000 + x) / 1,000 against the cluster's 18
+        (0, False),
+        (13_999, False),  # 17.999 < 18
+        (14_000, True),  # 18: as much CPU per GPU as the cluster has
+        (16_000, True),  # 20
+    ],
+)
+def test_cpu_binds_where_the_workload_asks_the_clusters_cpu_per_gpu(
+    cpu_only: int, binds: bool
+) -> None:
+    target = classes((4000, 1, 1000, 1.0), (cpu_only, 0, 0, 1.0))
+    request = TaskRequest(16_000, 0, (DeviceRequest.of("gpu", 1),))
+    state = lean_and_rich()
+    plus = plugin(target, cpu_weight=1, gap_weight=0, score="smooth")
+    fgd = FGD(FGDArgs(target=target, score="smooth"))  # type: ignore[arg-type]
+    got, plain = scores(plus, request, state), scores(fgd, request, state)
+    assert plus.cpu_binds is binds
+    if binds:
+        assert got == plain  # FGD's score alone
+    else:
+        assert got["rich"] > got["lean"]  # the CPU term at work, as above
+
+
+def test_keep_keeps_the_terms_where_cpu_binds() -> None:
+    target = classes((4000, 1, 1000, 1.0), (16_000, 0, 0, 1.0))
+    request = TaskRequest(16_000, 0, (DeviceRequest.of("gpu", 1),))
+    plus = plugin(target, cpu_weight=1, gap_weight=0, score="smooth", when_cpu_binds="keep")
+    got = scores(plus, request, lean_and_rich())
+    assert plus.cpu_binds is False
+    assert got["rich"] > got["lean"]
+
+
 def model_cluster() -> ClusterState:
     def node(name: str, model: str) -> Node:
         return Node(name, 64_000, 1 << 20, (Device(f"{name}/gpu0", "gpu", model=model),))

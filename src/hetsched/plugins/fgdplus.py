@@ -30,6 +30,16 @@ node n (a shared task: on device slot s of n) is
   S sees CPU-hungry tasks draining a node's CPU long before that, and keeps them on nodes
   rich in CPU per device.
 
+The three terms pack devices where CPU is plentiful. Where it is not, they hurt: when the
+target workload asks for as much CPU per device as the cluster has or more (its tasks,
+those without devices too, would run out of CPU before they run out of devices), CPU is
+the resource that binds, and keeping CPU beside idle devices only spreads the CPU-only
+tasks that must take it anyway. Then (``when_cpu_binds: fgd``, the default) the score is
+FGD's alone; ``keep`` keeps the terms whatever binds. The comparison is the target's
+milli-CPU per milli-unit of device share (every class, with and without devices) against
+the cluster's (every node's CPU over its devices of ``device_class``): a fact of the
+workload and the cluster, not a tuned constant.
+
 The score is FGD's: ``trunc(100 * sigmoid(-delta / 1000))`` (``score: smooth`` without the
 truncation). A shared task takes the device whose delta scores best (lowest slot on ties).
 
@@ -39,7 +49,7 @@ validated on the others; see docs/fragmentation.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -77,6 +87,9 @@ class FGDPlusArgs(FGDArgs):
     gap_weight: float = Field(default=2.0, ge=0)
     gap_patience: float = Field(default=0.7, ge=0, lt=1)
     reserve_weight: float = Field(default=10.0, ge=0)
+    #: where the target's CPU per device is at least the cluster's: FGD's score alone
+    #: (``fgd``) or the three terms anyway (``keep``)
+    when_cpu_binds: Literal["fgd", "keep"] = "fgd"
 
 
 def gap_values(target: TargetWorkload, eligible: np.ndarray, patience: float) -> FloatArray:
@@ -206,6 +219,12 @@ class FGDPlus:
         if self._args.cpu_per_gpu is not None:
             cpu_per_milli = self._args.cpu_per_gpu / SHARE_UNITS
         self._cpu_per_milli = cpu_per_milli
+        asked = float((target.weight * target.count * target.share).sum())
+        cpu = float((target.weight * target.cpu).sum())
+        #: milli-CPU the whole target workload asks per milli-unit of device share
+        self._cpu_demand = cpu / asked if asked > 0 else float("inf")
+        #: whether CPU binds on the cluster last synced (see the module docstring)
+        self.cpu_binds = False
         self._values: FloatArray = np.zeros((1, SHARE_UNITS + 1))
         self._values_key: tuple[int, int, int] | None = None
         self._pressure: FloatArray = np.zeros(1)
@@ -221,10 +240,18 @@ class FGDPlus:
         if changed is None:
             self._cache = _Cache(len(state), state.width)
             self._idle = np.where(state.device_mask(self._class), state.dev_free, 0).sum(axis=1)
+            self._check_binding(state)
         elif changed.size:
             self._cache.ok[:, changed] = False
             mask = state.device_mask(self._class)[changed]
             self._idle[changed] = np.where(mask, state.dev_free[changed], 0).sum(axis=1)
+
+    def _check_binding(self, state: ClusterState) -> None:
+        """Whether CPU binds: the target's CPU per device at or above the cluster's."""
+        devices = int(state.device_mask(self._class)[state.active].sum()) * SHARE_UNITS
+        supply = float(state.cpu_cap[state.active].sum()) / devices if devices else 0.0
+        binds = self._cpu_demand >= supply
+        self.cpu_binds = binds and self._args.when_cpu_binds == "fgd"
 
     def _fgd(self, state: ClusterState, cpu: int, ask: DeviceAsk, rows: IntArray) -> np.ndarray:
         """FGD's gradient for ``rows``: (rows, slots) for a shared task, (rows, 1) else."""
@@ -303,6 +330,20 @@ class FGDPlus:
         after = stranded(idle - count * share, cpu - ctx.request.cpu_milli, self._cpu_per_milli)
         return after - before
 
+    def _extra(self, ctx: CycleContext, rows: IntArray, ask: DeviceAsk, shared: bool) -> Any:
+        """The three terms' part of the delta (0 where CPU binds: FGD's score alone)."""
+        args, state = self._args, ctx.state
+        extra: Any = 0.0
+        if self.cpu_binds:
+            return extra
+        if args.cpu_weight and self._cpu_per_milli > 0:
+            extra = extra + args.cpu_weight * self._cpu_delta(ctx, rows, ask)[:, None]
+        if args.reserve_weight:
+            extra = extra + args.reserve_weight * self._reserve_delta(state, ask, rows)
+        if shared and args.gap_weight:
+            extra = extra + args.gap_weight * self._gap_delta(state, ask[1], rows)
+        return extra
+
     # -- extension points ----------------------------------------------------------------
 
     def _scores(self, ctx: CycleContext, rows: IntArray) -> tuple[FloatArray, IntArray]:
@@ -312,15 +353,8 @@ class FGDPlus:
         ask = device_ask(ctx.request, self._class)
         count, share, selector = ask
         delta = self._fgd(state, ctx.request.cpu_milli, ask, rows)
-        args = self._args
-        extra = np.zeros((rows.size, 1), np.float64)
-        if args.cpu_weight and self._cpu_per_milli > 0:
-            extra = extra + args.cpu_weight * self._cpu_delta(ctx, rows, ask)[:, None]
         shared = count == 1 and share < SHARE_UNITS
-        if args.reserve_weight:
-            extra = extra + args.reserve_weight * self._reserve_delta(state, ask, rows)
-        if shared and args.gap_weight:
-            extra = extra + args.gap_weight * self._gap_delta(state, share, rows)
+        extra = self._extra(ctx, rows, ask, shared)
         score = fgd_scores(delta + extra, self._truncated)
         if not shared:
             return score[:, 0], np.full(rows.size, -1, np.int64)
