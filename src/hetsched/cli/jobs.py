@@ -47,6 +47,8 @@ Output = Annotated[ListFormat, typer.Option("-o", "--output", help="table, wide 
 def load_submissions(path: Path) -> list[dict[str, Any]]:
     """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON). A relative
     ``workdir`` is relative to the file's folder (the service takes absolute ones only)."""
+    from hetsched.cli.jobfile import resolve_workdirs  # the job models, only for a file
+
     try:
         data = safe_load(path.read_bytes())
     except (OSError, YAMLError) as exc:
@@ -57,11 +59,10 @@ def load_submissions(path: Path) -> list[dict[str, Any]]:
         bodies = [data]
     else:
         fail(f"{path}: expected a job mapping or a 'jobs' list")
-    for body in bodies:
-        workdir = body.get("workdir") if isinstance(body, dict) else None
-        if isinstance(workdir, str) and workdir and not workdir.startswith("/"):
-            body["workdir"] = str((path.resolve().parent / workdir).resolve())
-    return bodies
+    unread = sorted(str(k) for k in data if k != "jobs") if "jobs" in data else []
+    for key in unread:
+        err_console.print(f"{key}: not read (submit reads the jobs under 'jobs')", highlight=False)
+    return resolve_workdirs(bodies, path.parent)
 
 
 #: what one batch request carries at most (the service takes 5,000 jobs and 8 MiB)
