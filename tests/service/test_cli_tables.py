@@ -105,7 +105,7 @@ def test_queues_show_whole_states(api: Api, jobs: dict[str, str], width: int | N
 def test_why_leads_with_the_current_reason(api: Api, jobs: dict[str, str]) -> None:
     text = _cli(api, None, "why", jobs["pending"])
     headline = text.splitlines()[0]
-    assert headline.startswith(f"{jobs['pending']} is pending: ")
+    assert headline.startswith(f"{jobs['pending']} (w) is pending: ")
     assert "submitted" not in headline and "fit" in headline, text
     # the FPGA node (and this machine's, without a GPU) has no GPU: not "no healthy gpu"
     assert re.search(r"\n  - no gpu: [12] nodes?\n", text), text
