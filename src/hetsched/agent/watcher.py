@@ -112,6 +112,8 @@ class DeviceWatcher:
     #: events produced so far (all polls)
     changes: int = 0
     _answers: dict[str, list[FoundDevice]] = field(default_factory=dict)
+    #: backend -> its last failure, as logged (a failure is logged when it changes)
+    _failures: dict[str, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -139,8 +141,17 @@ class DeviceWatcher:
             try:
                 answer = backend.discover()
             except Exception as exc:
-                log.warning("%s: discovery failed (%s); keeping its last answer", backend.name, exc)
+                # said once per different failure, not at every poll
+                said = " ".join(str(exc).split())
+                if self._failures.get(backend.name) != said:
+                    log.warning(
+                        "%s: discovery failed (%s); keeping its last answer", backend.name, said
+                    )
+                    self._failures[backend.name] = said
                 answer = self._answers.get(backend.name, [])
+            else:
+                if self._failures.pop(backend.name, None) is not None:
+                    log.warning("%s: discovery works again", backend.name)
             self._answers[backend.name] = answer
             answers.append((backend, answer))
         return merge(answers)
