@@ -192,6 +192,9 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "priority": row["priority"],
         "state": row["state"],
         "reason": row["reason"],
+        #: a pending job's current reason (its explanation's summary: "no node fits ..."),
+        #: where ``reason`` is the cause of its last transition ("submitted")
+        "pending_reason": _pending_reason(row),
         "run": row["run"],
         "restarts": row["restarts"],
         "preemptions": row["preemptions"],
@@ -224,3 +227,11 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
             for t in task_rows
         ]
     return view
+
+
+def _pending_reason(row: dict[str, Any]) -> str | None:
+    explanation = row.get("explanation")
+    if row["state"] != "pending" or not isinstance(explanation, dict):
+        return None
+    summary = explanation.get("summary")
+    return str(summary) if summary else None
