@@ -16,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from hetsched.controlplane.api.job_refs import resolve_job
+from hetsched.controlplane.api.job_story import story
 from hetsched.controlplane.api.speed_routes import job_speed
 from hetsched.controlplane.api.submit import submit_batch, submit_one
 from hetsched.controlplane.api.tasklogs import MAX_LOG_CHUNK, MAX_LOG_OFFSET, LocalLogs
@@ -78,10 +79,13 @@ def add_job_routes(
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
-        """Why the job is where it is: its pending explanation and its transition history."""
+        """Why the job is where it is: its pending explanation, its transition history, and
+        the job that last preempted it and the device whose loss last displaced it."""
         row = visible_job(job_id, who)
-        view = _why_view(row, service.store.job_transitions(row["id"]))
-        return {**view, "speed": job_speed(service, row)}
+        transitions = service.store.job_transitions(row["id"])
+        view = _why_view(row, transitions)
+        told = story(service.store, view["history"])
+        return {**view, **told, "speed": job_speed(service, row)}
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
     def logs(
