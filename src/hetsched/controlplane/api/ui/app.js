@@ -18,6 +18,8 @@ const STATE_ORDER = { pending: 0, running: 1, failed: 2, rejected: 3, cancelled:
 let timer = null;
 let filter = "live";
 let lastHistory = null;
+let lastNodes = [];
+const SIMULATED = "hetsched.io/simulated";
 const colors = new Map();
 
 // -- small DOM helpers ----------------------------------------------------------------------
@@ -167,6 +169,7 @@ async function refresh() {
     showMain();
     renderAlerts(alerts);
     renderSummary(nodes, counts);
+    lastNodes = nodes;
     renderCharts(history);
     renderNodes(nodes);
     renderQueues(queues);
@@ -358,6 +361,14 @@ function renderCharts(history) {
     yFormat: (v) => `${Math.round(v)}%`,
     empty: "No samples yet.",
   });
+  // a class nothing measures says so, rather than drawing a flat 0 %
+  for (const c of classes.filter((x) => x !== "cpu" && !measured.includes(x))) {
+    const devices = lastNodes.flatMap((n) => n.devices.filter((d) => d.class === c).map(() => n));
+    const simulated = devices.length && devices.every((n) => SIMULATED in (n.labels || {}));
+    $("legend-alloc").append(
+      h("span", { class: "key unmeasured", "data-class": c }, `${c} utilization: not measured${simulated ? " (simulated devices)" : ""}`),
+    );
+  }
   const queues = [...new Set(samples.flatMap((x) => Object.keys(x.pending)))].sort();
   const waiting = queues.map((q) => ({
     name: q,
@@ -381,7 +392,11 @@ function renderNodes(nodes) {
     ...sorted.map((node) => {
       const cpuUsed = (node.cpu_milli - node.cpu_free_milli) / Math.max(1, node.cpu_milli);
       const memUsed = (node.memory_mib - node.memory_free_mib) / Math.max(1, node.memory_mib);
-      const labels = Object.entries(node.labels || {}).map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
+      const simulated = SIMULATED in (node.labels || {});
+      const labels = Object.entries(node.labels || {})
+        .filter(([k]) => k !== SIMULATED)
+        .map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
+      if (simulated) labels.unshift(h("span", { class: "tag sim", title: "its devices exist on paper: their utilization is not measured" }, "simulated"));
       return h(
         "article",
         { class: `node ${node.active ? "" : "inactive"}`, "data-node": node.name },
@@ -481,11 +496,11 @@ function renderSpeeds(speeds) {
     h(
       "tr",
       { "data-job-type": e.job_type, "data-model": e.model },
-      h("td", {}, e.job_type, listed.has(e.job_type) ? h("div", { class: "muted" }, "placement uses the profile's table") : ""),
-      h("td", {}, e.model),
-      h("td", { class: "num" }, num(e.steps_per_second)),
-      h("td", { class: "num" }, String(e.samples)),
-      h("td", {}, `${ago(Date.now() / 1000 - e.updated_at)} ago`),
+      td({ "data-label": "Job type" }, e.job_type, listed.has(e.job_type) ? h("div", { class: "muted" }, "placement uses the profile's table") : ""),
+      td({ "data-label": "Model" }, e.model),
+      td({ class: "num", "data-label": "Steps/s" }, num(e.steps_per_second)),
+      td({ class: "num", "data-label": "Intervals" }, String(e.samples)),
+      td({ "data-label": "Updated" }, `${ago(Date.now() / 1000 - e.updated_at)} ago`),
     ),
   );
   $("speeds").replaceChildren(
