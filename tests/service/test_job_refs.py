@@ -7,12 +7,15 @@ from __future__ import annotations
 import io
 import os
 import pty
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from rich.console import Console
-from service_fixtures import Api, job_body
+from service_fixtures import Api, job_body, service_options, serving
 from typer.testing import CliRunner
 
 from hetsched.cli import cancel as cancel_cli
@@ -198,3 +201,28 @@ def test_on_a_terminal_many_jobs_are_confirmed_first(api: Api, answer: str) -> N
         for job_id in pending:
             api.wait(api.alice, job_id, {"cancelled"})
     assert _state(api, holder) == "running"
+
+
+@pytest.fixture
+def preempting(tmp_path: Path) -> Iterator[Api]:
+    """The service with a profile that preempts lower-priority work."""
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("queue_sort: priority\npost_filter: [preemption]\n")
+    with serving(service_options(tmp_path, profile=profile)) as api:
+        yield api
+
+
+@pytest.mark.parametrize("width", [80, None], ids=["terminal-80", "pipe"])
+def test_why_says_who_preempted_a_job(preempting: Api, width: int | None) -> None:
+    api = preempting
+    low = _submit(api, "alice", "low")
+    api.wait(api.alice, low, {"running"})
+    body = job_body(name="high", user="bob", priority=100, command=["sleep", "60"])
+    high = api.admin.post("/v1/jobs", json={**body, "resources": WHOLE_NODE}).json()["id"]
+    api.wait(api.admin, high, {"running"})
+    api.wait(api.alice, low, {"pending"})
+    code, text = _cli(api, "alice", width, "why", "low")
+    assert code == 0, text
+    assert re.search(r"\npreempted by high \(bob, priority 100\) at \d\d:\d\d:\d\d\n", text), text
+    story = api.alice.get(f"/v1/jobs/{low}/why").json()
+    assert story["preempted_by"]["id"] == high and story["displaced_by"] is None

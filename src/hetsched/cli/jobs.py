@@ -406,7 +406,8 @@ def why(
         highlight=False,
         soft_wrap=True,
     )
-    lines = [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
+    lines = _story_lines(data)
+    lines += [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
     if explanation:
         lines += [f"  {line}" for line in explanation.get("reasons", [])]
         lines += [
@@ -426,3 +427,21 @@ def why(
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _story_lines(data: dict[str, Any]) -> list[str]:
+    """The job that last preempted it and the device whose loss last displaced it."""
+    lines = []
+    by = data.get("preempted_by")
+    if by:
+        who = (
+            f"{by['name']} ({by['user']}, priority {by['priority']})" if "name" in by else by["id"]
+        )
+        lines.append(
+            f"preempted by {who} at {time.strftime('%H:%M:%S', time.localtime(by['time']))}"
+        )
+    lost = data.get("displaced_by")
+    if lost:
+        when = time.strftime("%H:%M:%S", time.localtime(lost["time"]))
+        lines.append(f"displaced: device {lost['device']} {lost['reason']} at {when}")
+    return lines
