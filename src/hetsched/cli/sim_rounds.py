@@ -17,6 +17,7 @@ from typing import Any
 from rich.table import Table
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.progress import steps
 from hetsched.model.device import Node
 from hetsched.model.speed import SpeedTable
 from hetsched.rounds import policy_names
@@ -83,13 +84,15 @@ def replay_rounds(
     except ValueError as exc:
         fail(str(exc), 2)
     rows: list[dict[str, Any]] = []
-    for name in names:
-        for alpha in knobs if uses_alpha(name) else [None]:
+    runs = [(n, a) for n in names for a in (knobs if uses_alpha(n) else [None])]
+    with steps("rounds", len(runs), quiet=output is OutputFormat.json) as step:
+        for name, alpha in runs:
             config = RoundConfig(
                 name, round_s=round_s, alpha=alpha or 0.0, seed=seed, solve_on_change=True
             )
             result = RoundSimulator(inputs.models, inputs.capacity, inputs.jobs, config).run()
             rows.append(_row(result, alpha))
+            step(name if alpha is None else f"{name} alpha {alpha:g}")
     document = {
         "models": dict(zip(inputs.models, inputs.capacity, strict=True)),
         "skipped": list(inputs.skipped),
