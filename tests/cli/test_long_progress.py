@@ -76,3 +76,32 @@ def test_no_progress_in_json_mode_or_through_a_pipe(
         doc = json.loads(result.stdout)
         assert doc["bound"]["lower_bound_unallocated_gpu_pct"]["100"] >= 0
         assert out.getvalue() == ""
+
+
+def test_the_rounds_table_never_cuts_a_policy(tmp_path: Path) -> None:
+    """``sim replay --rounds`` prints its table as plain columns through a pipe, each
+    policy's name whole, with no progress on standard output."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        "nodes:\n  - name: k\n    cpu: '64'\n    memory: 256Gi\n"
+        "    devices: [{class: gpu, vendor: nvidia, model: K80, count: 4}]\n"
+        "  - name: v\n    cpu: '64'\n    memory: 256Gi\n"
+        "    devices: [{class: gpu, vendor: nvidia, model: V100, count: 4}]\n"
+    )
+    workload = tmp_path / "jobs.csv"
+    rows = [
+        "id,submit_time,duration,user,queue,priority,cpu,memory,device_class,count,share,selector,gang"
+    ]
+    rows += [f"j{i},{i * 60},{600 + 60 * i},u{i % 3},q,0,1,1Gi,gpu,1,,,1" for i in range(12)]
+    workload.write_text("\n".join(rows) + "\n")
+    args = ["sim", "replay", "--cluster", str(cluster), "--workload", str(workload)]
+    result = CliRunner().invoke(
+        app, [*args, "--rounds", "agnostic-las,fair-srtf", "--alphas", "0,1"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("policy"))
+    assert lines[header].split()[:3] == ["policy", "alpha", "done"]
+    policies = [line.split()[0] for line in lines[header + 1 :] if line.strip()]
+    assert policies == ["agnostic-las", "fair-srtf", "fair-srtf"], result.stdout
+    assert "…" not in result.stdout
