@@ -57,9 +57,11 @@ def test_the_printed_exports_work_in_another_shell(tmp_path: Path) -> None:
     code = "from hetsched.cli.main import main; main()"
     command = [sys.executable, "-c", code, "up", "--port", str(port)]
     command += ["--home", str(tmp_path / "home")]
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True
-    ) as up:
+    log = tmp_path / "stderr.log"
+    with (
+        log.open("w") as errors,
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, env=env, text=True) as up,
+    ):
         assert up.stdout is not None
         try:
             lines = []
@@ -78,6 +80,8 @@ def test_the_printed_exports_work_in_another_shell(tmp_path: Path) -> None:
         finally:
             up.send_signal(signal.SIGINT)
             up.wait(timeout=30)
+    # a first start migrates the store without a line about it
+    assert "Running upgrade" not in log.read_text() and "alembic" not in log.read_text()
 
 
 def test_a_wrong_token_is_refused_and_a_missing_one_says_where_tokens_live(

@@ -211,6 +211,8 @@ def serve(options: Options) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # the store's migrations say nothing at a first start unless one fails
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     built = build(options)
     executor = built.service.executor
     assert executor is not None
