@@ -121,7 +121,9 @@ def main() -> int:
     argv = [sys.executable, "-c", "from hetsched.cli.main import main; main()", "up", "--demo"]
     argv += ["--home", str(home), "--port", str(port), "--kill-grace", "2"]
     console.print(f"[bold]starting[/bold] hetsched up --demo on {url} (home {home})")
-    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
+    )
     status = 1
     try:
         _wait_ready(url, proc, time.monotonic() + 60)
