@@ -146,3 +146,17 @@ def test_check_accepts_whatever_the_service_accepts(bodies: list[dict[str, Any]]
     except SpecError:
         check_ok = False
     assert check_ok == service_ok
+
+
+def test_check_parses_a_submission_as_the_service_does(tmp_path: Path) -> None:
+    """Strictly, from the JSON submit sends: a quoted number is no priority there."""
+    path = tmp_path / "jobs.yaml"
+    path.write_text(
+        "jobs:\n"
+        "  - {name: a, priority: '5', resources: {cpu: 1}, command: ['true']}\n"
+        "  - {name: b, priority: '5', resources: {cpu: 1}}\n"
+    )
+    code, out = invoke("check", str(path), "-o", "json")
+    assert code == 2
+    errors = json.loads(out)["errors"]
+    assert [e.split(":")[0] for e in errors] == ["jobs[0].priority"], errors

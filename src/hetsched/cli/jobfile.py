@@ -10,6 +10,7 @@ besides ``jobs`` (the demo's ``later``) are read by no command, and that is said
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -154,7 +155,7 @@ def validate_job_file(data: Any, source: str = "", folder: Path | None = None) -
         errors += [
             _single(line, prefix)
             for line in exc.errors
-            if not any(line.startswith(f"jobs[{i}]") for i in refused)
+            if not any(line.startswith((f"jobs[{i}].", f"jobs[{i}]:")) for i in refused)
         ]
         specs = []
     if errors:
@@ -163,17 +164,22 @@ def validate_job_file(data: Any, source: str = "", folder: Path | None = None) -
 
 
 def _submission_errors(item: dict[str, Any]) -> list[str]:
-    from hetsched.controlplane.schemas import SubmitSpec, error_lines
+    """What the service would refuse of the job, parsed as it parses a submission: the JSON
+    ``submit`` sends, in strict mode (``"5"`` is no priority)."""
+    from hetsched.controlplane.schemas import InvalidBody, error_lines, parse_submission
 
     try:
-        SubmitSpec.model_validate(item)
-    except ValidationError as exc:
-        return error_lines(exc)
+        parse_submission(json.dumps(item))
+    except (TypeError, ValueError, InvalidBody) as exc:
+        if isinstance(exc, ValidationError):
+            return error_lines(exc)
+        return [f": not JSON as submit sends it ({exc})"]
     return []
 
 
 def _at(where: str, line: str) -> str:
-    return f"{where}.{line}"
+    """``line`` (``field: message``, or ``: message`` of the whole job) at the job."""
+    return f"{where}{line}" if line.startswith(": ") else f"{where}.{line}"
 
 
 def _single(line: str, prefix: str) -> str:
