@@ -205,9 +205,10 @@ function jobCounts(queues) {
 }
 
 async function explain(jobs) {
-  // pending jobs (why they wait), and running ones that were preempted (by whom, when)
+  // pending jobs (why they wait), and running ones stopped before (preempted by whom, or
+  // displaced by which device, and when)
   const pending = jobs
-    .filter((j) => j.state === "pending" || (j.state === "running" && j.preemptions > 0))
+    .filter((j) => j.state === "pending" || (j.state === "running" && (j.preemptions > 0 || j.run > 1)))
     .sort(newest)
     .slice(0, MAX_EXPLAINED);
   const answers = await Promise.all(
