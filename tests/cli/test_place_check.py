@@ -26,7 +26,8 @@ def test_place_json_shape(examples: Path) -> None:
     )
     assert code == 0, out
     doc = json.loads(out)
-    assert set(doc) == {"placements", "pending", "stranded"}
+    assert set(doc) == {"placements", "pending", "stranded", "ignored"}
+    assert doc["ignored"] == []
     first = doc["placements"][0]
     assert set(first) == {"job", "task", "node", "cpu_milli", "memory_mib", "devices"}
     assert first["job"] == "train-llm" and first["task"] == 0

@@ -94,6 +94,19 @@ TABLE: list[tuple[str, str, object, dict[str, int]]] = [
         None,
         {"none": 401, "bad": 401, "alice": 202, "bob": 404, "admin": 202},
     ),
+    # many at once: a user's own jobs; another user's only for an admin
+    (
+        "POST",
+        "/v1/jobs/cancel",
+        {"mine": True, "dry_run": True},
+        {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200},
+    ),
+    (
+        "POST",
+        "/v1/jobs/cancel",
+        {"user": "alice", "dry_run": True},
+        {"none": 401, "bad": 401, "alice": 200, "bob": 403, "admin": 200},
+    ),
     # a federation's lease: admin only (a user could otherwise keep a lapsed lease alive)
     (
         "POST",

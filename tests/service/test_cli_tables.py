@@ -105,7 +105,7 @@ def test_queues_show_whole_states(api: Api, jobs: dict[str, str], width: int | N
 def test_why_leads_with_the_current_reason(api: Api, jobs: dict[str, str]) -> None:
     text = _cli(api, None, "why", jobs["pending"])
     headline = text.splitlines()[0]
-    assert headline.startswith(f"{jobs['pending']} is pending: ")
+    assert headline.startswith(f"{jobs['pending']} (w) is pending: ")
     assert "submitted" not in headline and "fit" in headline, text
     # the FPGA node (and this machine's, without a GPU) has no GPU: not "no healthy gpu"
     assert re.search(r"\n  - no gpu: [12] nodes?\n", text), text
@@ -157,3 +157,18 @@ def test_in_a_pseudo_terminal_of_80_columns_nothing_is_cut(api: Api, jobs: dict[
         line = next(line for line in text.splitlines() if job_id in line)
         assert state in line, text
     assert max(len(line.rstrip("\r")) for line in text.splitlines()) <= 80
+
+
+def test_jobs_wide_gives_a_pending_job_its_current_reason(api: Api, jobs: dict[str, str]) -> None:
+    """Through a pipe every column is there: the pending job's reason is why it waits now,
+    not "submitted" (the cause of its last transition)."""
+    text = _cli(api, None, "jobs", "--all", "-o", "wide")
+    line = next(line for line in text.splitlines() if jobs["pending"] in line)
+    assert "submitted" not in line and "fit" in line, text
+    detail = _cli(api, None, "job", jobs["pending"])
+    assert re.search(r"\n\s+reason  .*fit", detail) and "submitted" not in detail, detail
+    listed = api.alice.get("/v1/jobs").json()
+    pending = next(j for j in listed if j["id"] == jobs["pending"])
+    assert pending["reason"] == "submitted" and "fit" in pending["pending_reason"]
+    running = next(j for j in listed if j["id"] == jobs["running"])
+    assert running["pending_reason"] is None

@@ -131,7 +131,9 @@ def test_dashboard_shows_the_demo_cluster_and_live_jobs(
     banners = page.locator("#alerts")
     expect(banners).to_be_visible()
     expect(banners.locator(".alert")).to_have_count(1)
-    expect(banners).to_contain_text(f"Device {device['id']}: {device['reason'] or 'unhealthy'}")
+    expect(banners).to_contain_text(
+        f"Device {device['id']} ({device['model']}): {device['reason'] or 'unhealthy'}"
+    )
     page.screenshot(path=str(artifacts / "2-cluster.png"), full_page=True)
 
     # a newly submitted job appears, and its A100s fill up on their node

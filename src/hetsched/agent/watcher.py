@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,9 +55,12 @@ class DeviceState:
     present: bool
     health: Health
     reason: str
+    #: when it came to be as it is (wall clock; 0: at the first discovery)
+    since: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "since": self.since or None,
             "id": self.id,
             "key": self.key,
             "class": self.device_class,
@@ -112,6 +116,8 @@ class DeviceWatcher:
     #: events produced so far (all polls)
     changes: int = 0
     _answers: dict[str, list[FoundDevice]] = field(default_factory=dict)
+    #: backend -> its last failure, as logged (a failure is logged when it changes)
+    _failures: dict[str, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -139,8 +145,17 @@ class DeviceWatcher:
             try:
                 answer = backend.discover()
             except Exception as exc:
-                log.warning("%s: discovery failed (%s); keeping its last answer", backend.name, exc)
+                # said once per different failure, not at every poll
+                said = " ".join(str(exc).split())
+                if self._failures.get(backend.name) != said:
+                    log.warning(
+                        "%s: discovery failed (%s); keeping its last answer", backend.name, said
+                    )
+                    self._failures[backend.name] = said
                 answer = self._answers.get(backend.name, [])
+            else:
+                if self._failures.pop(backend.name, None) is not None:
+                    log.warning("%s: discovery works again", backend.name)
             self._answers[backend.name] = answer
             answers.append((backend, answer))
         return merge(answers)
@@ -180,14 +195,25 @@ class DeviceWatcher:
                     reason = self.states[key].reason
                 self.present[key] = device
                 self.known[key] = device
-                self.states[key] = self._state(key, device, True, reason)
+                self.states[key] = self._changed(key, self._state(key, device, True, reason))
             for key in [k for k in self.present if k not in by_key]:
                 device = self.present.pop(key)
                 events.append(DeviceHealthChanged(device.id, Health.UNHEALTHY, "removed"))
                 log.info("device %s (%s) was removed", device.id, key)
-                self.states[key] = self._state(key, device, False, "removed", Health.UNHEALTHY)
+                state = self._state(key, device, False, "removed", Health.UNHEALTHY)
+                self.states[key] = self._changed(key, state)
             self.changes += len(events)
         return events
+
+    def _changed(self, key: str, state: DeviceState) -> DeviceState:
+        """``state`` with the time it came to be: now when it differs from the last one."""
+        before = self.states.get(key)
+        same = before is not None and (before.present, before.health, before.reason) == (
+            state.present,
+            state.health,
+            state.reason,
+        )
+        return replace(state, since=before.since if same and before else time.time())
 
     @staticmethod
     def _state(

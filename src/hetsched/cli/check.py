@@ -9,18 +9,20 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from hetsched.cli.jobfile import is_job_document, validate_job_file
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.framework.profile import ProfileError, parse_profile
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.selector import set_parser_source
-from hetsched.model.specs import SpecError, load_yaml, validate_cluster, validate_jobs
+from hetsched.model.specs import SpecError, load_yaml, validate_cluster
 
 __all__ = ["check", "check_document", "with_units"]
 
 
-def check_document(path: Path) -> tuple[str, Any]:
-    """Validate ``path``; returns (kind, normalized document) or raises SpecError."""
+def check_document(path: Path) -> tuple[str, Any, list[str]]:
+    """Validate ``path``; returns (kind, normalized document, notes: what the file holds
+    that placement does not read) or raises SpecError."""
     data = load_yaml(path)
     source = str(path)
     # validated once: the model checks the rules, builds the nodes or jobs (which checks
@@ -28,16 +30,19 @@ def check_document(path: Path) -> tuple[str, Any]:
     if isinstance(data, dict) and "nodes" in data:
         cluster = validate_cluster(data, source)
         cluster.build()
-        return "cluster", cluster.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    if isinstance(data, dict) and "jobs" in data:
-        jobs = validate_jobs(data, source)
+        dumped = cluster.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        return "cluster", dumped, []
+    if is_job_document(data):
+        # the one job schema: what `submit` accepts (a submission is held to the API's
+        # rules), and placement files with ids and sizes of their own
+        jobs = validate_job_file(data, source, path.parent)
         jobs.build()
-        return "jobs", jobs.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        return "jobs", {"jobs": jobs.normalized()}, jobs.notes()
     try:
         spec = parse_profile(data, path.parent)
     except ProfileError as exc:
         raise SpecError(str(exc).splitlines(), source) from None
-    return "profile", spec.model_dump(mode="json")
+    return "profile", spec.model_dump(mode="json"), []
 
 
 def check(
@@ -48,21 +53,26 @@ def check(
 ) -> None:
     """Validate a spec file and print its normalized form, or every error with its field path.
 
-    The kind is recognised from the top-level key: ``nodes`` (cluster), ``jobs`` (jobs),
-    otherwise a profile. Exit code 2 when there are errors.
+    The kind is recognised from the top-level key: ``nodes`` (cluster), ``jobs`` or one job
+    mapping (jobs), otherwise a profile. A jobs file is checked as ``submit`` and ``place``
+    read it: a job with a ``command`` by the service's rules; the note lines say which
+    fields placement ignores. Exit code 2 when there are errors.
     """
     set_parser_source(load_cel_parser)  # a short run: the CEL parser's tables from the cache
     try:
-        kind, normalized = check_document(file)
+        kind, normalized, notes = check_document(file)
     except SpecError as exc:
         if output is OutputFormat.json:
             print_json({"file": str(file), "valid": False, "errors": exc.errors})
             raise typer.Exit(2) from None
         fail(str(exc), 2)
     if output is OutputFormat.json:
-        print_json({"file": str(file), "valid": True, "kind": kind, "normalized": normalized})
+        doc = {"file": str(file), "valid": True, "kind": kind, "normalized": normalized}
+        print_json({**doc, "notes": notes})
         return
-    console.print(f"[green]{file}: valid {kind}[/green]", highlight=False)
+    console.print(f"[green]{file}: valid {kind}[/green]", highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     shown = with_units(normalized) if kind in ("cluster", "jobs") else normalized
     console.print(yaml.safe_dump(shown, sort_keys=False), markup=False, highlight=False)
 

@@ -11,33 +11,58 @@ import httpx
 
 from hetsched.cli.output import fail
 
-__all__ = ["Client", "call", "default_url", "error_line", "get"]
+__all__ = ["Client", "auth_error", "call", "default_url", "error_line", "get"]
 
 
 def default_url() -> str:
     return os.environ.get("HETSCHED_URL", "http://127.0.0.1:8780").rstrip("/")
 
 
-def _default_token() -> str | None:
-    token = os.environ.get("HETSCHED_TOKEN")
-    if token:
-        return token.strip()
-    # a local admin may use the token `hetsched up` wrote for them
+def _admin_token_file() -> Path:
+    """Where `hetsched up` writes the admin token (its default home)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "share"
     )
-    path = Path(base) / "hetsched" / "admin.token"
+    return Path(base) / "hetsched" / "admin.token"
+
+
+def _default_token() -> tuple[str | None, str]:
+    """The token and where it came from (for the error that says it was refused)."""
+    token = os.environ.get("HETSCHED_TOKEN")
+    if token:
+        return token.strip(), "HETSCHED_TOKEN"
+    # a local admin may use the token `hetsched up` wrote for them
+    path = _admin_token_file()
     try:
-        return path.read_text().strip() or None
+        return path.read_text().strip() or None, str(path)
     except OSError:
-        return None
+        return None, ""
+
+
+def auth_error(source: str, url: str) -> str:
+    """What a 401 means for this command: the token it sent was refused (say which one), or
+    it had none (say where tokens come from)."""
+    if source:
+        return (
+            f"token refused: the token from {source} is unknown to {url} or revoked "
+            "(an admin lists tokens with `hetsched token list` and issues one with "
+            "`hetsched token create --user NAME`)"
+        )
+    return (
+        f"no token: set HETSCHED_TOKEN, or run this on the machine of `hetsched up`, whose "
+        f"admin token the CLI reads from {_admin_token_file()} (an admin issues tokens with "
+        "`hetsched token create --user NAME`)"
+    )
 
 
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None) -> None:
         self.url = url or default_url()
         headers = {}
-        token = token or _default_token()
+        source = "the command"
+        if token is None:
+            token, source = _default_token()
+        self.token_source = source if token else ""
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
@@ -64,7 +89,12 @@ class Client:
                 if attempt < retries:
                     time.sleep(0.5 * (attempt + 1))
                     continue
-                fail(f"cannot reach hetsched at {self.url} ({exc}); is `hetsched up` running?")
+                where = "" if "HETSCHED_URL" in os.environ else " (HETSCHED_URL sets another)"
+                fail(
+                    f"cannot reach hetsched at {self.url}{where} ({exc}); is `hetsched up` running?"
+                )
+        if response.status_code == 401:
+            fail(auth_error(self.token_source, self.url))
         if response.status_code >= 400:
             fail(_error_text(response))
         return response

@@ -10,7 +10,7 @@ from hetsched.cli import output
 from hetsched.cli.job_text import age, checkpoint_lines, resources_text
 from hetsched.cli.tables import Col, Grid, print_table
 
-__all__ = ["print_job", "print_jobs"]
+__all__ = ["current_reason", "print_job", "print_jobs"]
 
 #: ``jobs``' columns: ids, names and states whole; the counters go first when room is short
 _JOB_COLUMNS = (
@@ -51,16 +51,22 @@ def print_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
                 str(r["restarts"]),
                 str(r["preemptions"]),
                 resources_text(r["resources"]),
-                r["reason"],
+                current_reason(r),
             ]
         grid.add(*cells)
     print_table(grid)
 
 
+def current_reason(job: dict[str, Any]) -> str:
+    """Why the job is where it is now: a pending job's explanation ("no node fits ..."),
+    not the cause of its last transition ("submitted")."""
+    return str(job.get("pending_reason") or job["reason"])
+
+
 def print_job(data: dict[str, Any]) -> None:
     """``job``: its fields, one a line, then its tasks."""
     for key in ("id", "name", "user", "queue", "priority", "state", "reason", "run", "restarts"):
-        _field(key, str(data[key]))
+        _field(key, current_reason(data) if key == "reason" else str(data[key]))
     for key, value in checkpoint_lines(data):
         _field(key, value)
     _field("command", " ".join(data["command"]))

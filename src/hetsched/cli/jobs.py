@@ -1,4 +1,5 @@
-"""``hetsched submit | jobs | job | logs | cancel | why``: jobs through the API."""
+"""``hetsched submit | jobs | job | logs | why``: jobs through the API (``cancel`` is in
+:mod:`hetsched.cli.cancel`)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,13 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from hetsched.cli.client import Client, call, get
+from hetsched.cli.client import Client, get
 from hetsched.cli.job_tables import print_job, print_jobs
 from hetsched.cli.job_text import checkpoint_lines, plural, speed_lines
 from hetsched.cli.output import console, err_console, fail, print_json
 from hetsched.model.yamlio import YAMLError, safe_load
 
 __all__ = [
-    "cancel",
     "job",
     "jobs",
     "jobs_file",
@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 _TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
+_REF_HELP = "The job: its id, a unique id prefix, or a unique name among your jobs."
 
 
 class ListFormat(StrEnum):
@@ -47,6 +48,8 @@ Output = Annotated[ListFormat, typer.Option("-o", "--output", help="table, wide 
 def load_submissions(path: Path) -> list[dict[str, Any]]:
     """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON). A relative
     ``workdir`` is relative to the file's folder (the service takes absolute ones only)."""
+    from hetsched.cli.jobfile import resolve_workdirs  # the job models, only for a file
+
     try:
         data = safe_load(path.read_bytes())
     except (OSError, YAMLError) as exc:
@@ -57,11 +60,10 @@ def load_submissions(path: Path) -> list[dict[str, Any]]:
         bodies = [data]
     else:
         fail(f"{path}: expected a job mapping or a 'jobs' list")
-    for body in bodies:
-        workdir = body.get("workdir") if isinstance(body, dict) else None
-        if isinstance(workdir, str) and workdir and not workdir.startswith("/"):
-            body["workdir"] = str((path.resolve().parent / workdir).resolve())
-    return bodies
+    unread = sorted(str(k) for k in data if k != "jobs") if "jobs" in data else []
+    for key in unread:
+        err_console.print(f"{key}: not read (submit reads the jobs under 'jobs')", highlight=False)
+    return resolve_workdirs(bodies, path.parent)
 
 
 #: what one batch request carries at most (the service takes 5,000 jobs and 8 MiB)
@@ -347,7 +349,7 @@ def _pages(every: bool, **params: Any) -> tuple[list[dict[str, Any]], str | None
 
 
 def job(
-    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    job_id: Annotated[str, typer.Argument(help=_REF_HELP)],
     output: Output = ListFormat.table,
 ) -> None:
     """Show one job with its tasks."""
@@ -359,7 +361,7 @@ def job(
 
 
 def logs(
-    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    job_id: Annotated[str, typer.Argument(help=_REF_HELP)],
     follow: Annotated[
         bool, typer.Option("-f", "--follow", help="Keep printing new output until the job ends.")
     ] = False,
@@ -378,21 +380,15 @@ def logs(
             )
             sys.stdout.write(chunk["data"])
             sys.stdout.flush()
-            offset = chunk["offset"]
+            offset, job_id = chunk["offset"], chunk["id"]  # a name resolved once
             if not follow or (chunk["state"] in _TERMINAL and not chunk["data"]):
                 return
             if not chunk["data"]:
                 time.sleep(0.5)
 
 
-def cancel(job_id: Annotated[str, typer.Argument(help="Job id.")]) -> None:
-    """Cancel a job: its tasks get SIGTERM, then SIGKILL after the grace period."""
-    call("POST", f"/v1/jobs/{job_id}/cancel", retries=2)
-    console.print(f"cancel requested for {job_id}", highlight=False)
-
-
 def why(
-    job_id: Annotated[str, typer.Argument(help="Job id.")],
+    job_id: Annotated[str, typer.Argument(help=_REF_HELP)],
     output: Output = ListFormat.table,
 ) -> None:
     """Why a job is where it is: its pending explanation and its transition history."""
@@ -404,12 +400,14 @@ def why(
     # the headline is the current reason: a pending job's explanation ("no node fits..."),
     # not the cause of its last transition ("submitted")
     headline = explanation["summary"] if explanation else data["reason"]
+    named = f" ({data['name']})" if data.get("name") and data["name"] != data["id"] else ""
     console.print(
-        f"[bold]{escape(job_id)}[/bold] is {data['state']}: {escape(headline)}",
+        f"[bold]{escape(data['id'])}[/bold]{escape(named)} is {data['state']}: {escape(headline)}",
         highlight=False,
         soft_wrap=True,
     )
-    lines = [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
+    lines = _story_lines(data)
+    lines += [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
     if explanation:
         lines += [f"  {line}" for line in explanation.get("reasons", [])]
         lines += [
@@ -429,3 +427,21 @@ def why(
             highlight=False,
             soft_wrap=True,
         )
+
+
+def _story_lines(data: dict[str, Any]) -> list[str]:
+    """The job that last preempted it and the device whose loss last displaced it."""
+    lines = []
+    by = data.get("preempted_by")
+    if by:
+        who = (
+            f"{by['name']} ({by['user']}, priority {by['priority']})" if "name" in by else by["id"]
+        )
+        lines.append(
+            f"preempted by {who} at {time.strftime('%H:%M:%S', time.localtime(by['time']))}"
+        )
+    lost = data.get("displaced_by")
+    if lost:
+        when = time.strftime("%H:%M:%S", time.localtime(lost["time"]))
+        lines.append(f"displaced: device {lost['device']} {lost['reason']} at {when}")
+    return lines

@@ -37,7 +37,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "jobs": ("hetsched.cli.jobs", "jobs", {}),
     "job": ("hetsched.cli.jobs", "job", {}),
     "logs": ("hetsched.cli.jobs", "logs", {}),
-    "cancel": ("hetsched.cli.jobs", "cancel", {}),
+    "cancel": ("hetsched.cli.cancel", "cancel", {}),
     "why": ("hetsched.cli.jobs", "why", {}),
     "checkpoint": ("hetsched.cli.checkpoint", "checkpoint", {}),
     "progress": ("hetsched.cli.checkpoint", "progress", {}),

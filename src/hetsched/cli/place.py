@@ -9,7 +9,8 @@ import typer
 
 from hetsched.cli import output as out
 from hetsched.cli.job_text import plural
-from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.jobfile import load_job_file
+from hetsched.cli.output import OutputFormat, err_console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.cluster.state import ClusterState
@@ -18,7 +19,7 @@ from hetsched.framework.profile import ProfileError, load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.selector import set_parser_source
-from hetsched.model.specs import SpecError, load_cluster, load_jobs
+from hetsched.model.specs import SpecError, load_cluster
 from hetsched.model.yamlio import gc_paused
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Action, Bind, JobSubmitted, Pending, Reject, Scheduler
@@ -34,14 +35,15 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
     # and so would building the result, with everything before still alive
     with gc_paused():
         nodes = load_cluster(cluster)
-        job_list = load_jobs(jobs)
+        job_file = load_job_file(jobs)
+        job_list = job_file.build()
         spec = load_profile(profile)
         state = ClusterState(nodes)
         scheduler = Scheduler(state, spec)
         scheduler.speed_table = load_speed_table(spec.speeds)
         actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
         stranded = stranded_accelerators(state, profile_typicals(spec))
-        return _result(actions, stranded.to_dict())
+        return {**_result(actions, stranded.to_dict()), "ignored": job_file.notes()}
 
 
 def _result(actions: list[Action], stranded: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +102,9 @@ def place(
 
     Jobs are tried in queue order (the profile's queue_sort, FIFO by default). A job whose
     tasks do not all fit (its gang minimum) is listed as pending with the reasons: how many
-    nodes each filter rejected and why, and what would fit now.
+    nodes each filter rejected and why, and what would fit now. The jobs file may be one
+    ``submit`` takes: what a job runs (``command``, ``env``, ``workdir``) is ignored here,
+    and a note on standard error says so (``ignored`` in ``-o json``).
     """
     try:
         result = place_jobs(cluster, jobs, profile)
@@ -109,6 +113,8 @@ def place(
     if output is OutputFormat.json:
         print_json(result)
         return
+    for note in result["ignored"]:
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     _print_table(result)
 
 

@@ -22,7 +22,7 @@ from hetsched.sim.experiments.gavel import (
 )
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
 
-__all__ = ["gavel"]
+__all__ = ["cell", "gavel"]
 
 _Policy = Annotated[
     str,
@@ -188,8 +188,24 @@ def gavel(
     grid.add_column("measure")
     grid.add_column("value", justify="right")
     for key, value in document.items():
-        grid.add_row(key, str(value))
+        grid.add_row(key, cell(key, value))
     console.print(grid)
+
+
+def cell(key: str, value: object) -> str:
+    """A value of the point's document as a person reads it: ``v100 36, p100 36`` for a
+    mapping, ``4000:5000`` for the window, ``-`` for none, ``yes``/``no``; never a repr."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {cell(key, v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return (":" if key == "window" else ", ").join(cell(key, v) for v in value)
+    if isinstance(value, float):
+        return f"{value:.3g}" if key.startswith("utilization") else f"{value:g}"
+    return str(value)
 
 
 def _checked(

@@ -16,7 +16,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.output import OutputFormat, console, err_console, fail, print_json
+from hetsched.cli.progress import steps
 from hetsched.sim.alibaba import TraceError
 from hetsched.sim.experiments.openb import (
     ALL_POLICIES,
@@ -27,7 +28,7 @@ from hetsched.sim.experiments.openb import (
     run_openb,
 )
 from hetsched.sim.experiments.openb_defrag import DefragOption
-from hetsched.sim.experiments.openb_limit import LimitResult, run_limit
+from hetsched.sim.experiments.openb_limit import LimitResult, limit_steps, run_limit
 
 __all__ = ["openb", "parse_seeds"]
 
@@ -167,27 +168,34 @@ def _single(
         loaded = load_trace(trace_dir, trace)
     except TraceError as exc:
         fail(str(exc), 2)
-    result = run_openb(loaded, policy, seed, limit=limit)
+    quiet = output is OutputFormat.json
+    with steps(f"replaying openb {trace} with {policy}", None, quiet):
+        result = run_openb(loaded, policy, seed, limit=limit)
     summary = result.summary()
+    if not quiet:
+        _print_run(result)  # before the bound, which takes a minute
     moved = None
     if defrag is not None:
-        with console.status("the run with defragmentation"):
+        with steps("the run with defragmentation", None, quiet):
             moved = run_openb(
                 loaded, policy, seed, limit=limit, defrag=DefragOption(max_moved_fraction=defrag)
             )
         summary["defrag"] = {**moved.summary(), **moved.extra, "max_moved_fraction": defrag}
-    limits = run_limit(loaded, seed) if bound else None
-    if limits is not None:
+    limits = None
+    if bound:
+        with steps("the limit (an LP per point)", limit_steps(), quiet) as step:
+            limits = run_limit(loaded, seed, step=step)
         summary["bound"] = limits.summary()
-    if output is OutputFormat.json:
+    if quiet:
         print_json(summary)
         return
-    _print_run(result, limits)
+    if limits is not None:
+        _print_limits(result, limits)
     if moved is not None:
         _print_defrag(result, moved)
 
 
-def _print_run(result: OpenbResult, limits: LimitResult | None) -> None:
+def _print_run(result: OpenbResult) -> None:
     table = Table(
         title=f"openb {result.trace}, {result.policy}, seed {result.seed}", title_justify="left"
     )
@@ -205,18 +213,20 @@ def _print_run(result: OpenbResult, limits: LimitResult | None) -> None:
         f"{result.pods_arrived} pods arrived, {result.pods_failed} failed, {result.wall_s:.2f} s",
         highlight=False,
     )
-    if limits is not None:
-        limit_table = Table(title="the limit: unallocated GPU %", title_justify="left")
-        for column in ("arrived %", result.policy, "offline packing", "lower bound"):
-            limit_table.add_column(column, justify="right")
-        for p, bound in limits.bound_pct.items():
-            limit_table.add_row(
-                str(p),
-                f"{result.unallocated_gpu_pct[p]:.2f}",
-                f"{limits.offline_pct[p]:.2f} ({limits.offline_by[p]})",
-                f"{bound:.2f}",
-            )
-        console.print(limit_table)
+
+
+def _print_limits(result: OpenbResult, limits: LimitResult) -> None:
+    limit_table = Table(title="the limit: unallocated GPU %", title_justify="left")
+    for column in ("arrived %", result.policy, "offline packing", "lower bound"):
+        limit_table.add_column(column, justify="right")
+    for p, bound in limits.bound_pct.items():
+        limit_table.add_row(
+            str(p),
+            f"{result.unallocated_gpu_pct[p]:.2f}",
+            f"{limits.offline_pct[p]:.2f} ({limits.offline_by[p]})",
+            f"{bound:.2f}",
+        )
+    console.print(limit_table)
 
 
 def _print_defrag(result: OpenbResult, moved: OpenbResult) -> None:
@@ -255,7 +265,8 @@ def _grid(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.description}"),
-        console=console,
+        console=err_console,
+        transient=True,
     )
     with progress:
         task = progress.add_task("", total=total)

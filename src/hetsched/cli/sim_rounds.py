@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.progress import steps
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.model.device import Node
 from hetsched.model.speed import SpeedTable
 from hetsched.rounds import policy_names
@@ -83,13 +83,15 @@ def replay_rounds(
     except ValueError as exc:
         fail(str(exc), 2)
     rows: list[dict[str, Any]] = []
-    for name in names:
-        for alpha in knobs if uses_alpha(name) else [None]:
+    runs = [(n, a) for n in names for a in (knobs if uses_alpha(n) else [None])]
+    with steps("rounds", len(runs), quiet=output is OutputFormat.json) as step:
+        for name, alpha in runs:
             config = RoundConfig(
                 name, round_s=round_s, alpha=alpha or 0.0, seed=seed, solve_on_change=True
             )
             result = RoundSimulator(inputs.models, inputs.capacity, inputs.jobs, config).run()
             rows.append(_row(result, alpha))
+            step(name if alpha is None else f"{name} alpha {alpha:g}")
     document = {
         "models": dict(zip(inputs.models, inputs.capacity, strict=True)),
         "skipped": list(inputs.skipped),
@@ -110,29 +112,35 @@ def replay_rounds(
             draw_frontier(dict(sorted(by_policy.items())), out / "frontier.png")
 
 
-#: the table's columns: key in the JSON -> header
+#: the table's columns: key in the JSON -> column (a policy's name is never cut; the
+#: counters go first when room is short)
 _COLUMNS = {
-    "policy": "policy",
-    "alpha": "alpha",
-    "finished": "done",
-    "mean_jct_h": "JCT [h]",
-    "utilization": "util",
-    "effective_throughput": "eff. tput",
-    "jain": "Jain",
-    "worst_ftf": "worst FTF",
-    "preemptions": "preempt",
-    "migrations": "moves",
+    "policy": Col("policy", keep=True),
+    "alpha": Col("alpha", keep=True, right=True),
+    "finished": Col("done", drop=5, right=True),
+    "mean_jct_h": Col("JCT h", keep=True, right=True),
+    "utilization": Col("util", drop=6, right=True),
+    "effective_throughput": Col("eff. tput", drop=4, right=True),
+    "jain": Col("Jain", drop=3, right=True),
+    "worst_ftf": Col("worst FTF", drop=7, right=True),
+    "preemptions": Col("preempt", drop=2, right=True),
+    "migrations": Col("moves", drop=1, right=True),
 }
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
 
 
 def _render(document: dict[str, Any]) -> None:
     models = ", ".join(f"{m} x{c}" for m, c in document["models"].items())
-    table = Table(title=f"rounds of {document['round_s']:g} s on {models}")
-    for key, label in _COLUMNS.items():
-        table.add_column(label, justify="left" if key == "policy" else "right")
-    keys = list(_COLUMNS)
+    grid = Grid(f"rounds of {document['round_s']:g} s on {models}", list(_COLUMNS.values()))
     for row in document["results"]:
-        table.add_row(*("-" if row[k] is None else str(row[k]) for k in keys))
-    console.print(table)
+        grid.add(*(_value(row[k]) for k in _COLUMNS))
+    print_table(grid)
     if document["skipped"]:
         console.print(f"{len(document['skipped'])} job(s) without devices left out")

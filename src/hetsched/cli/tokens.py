@@ -17,7 +17,13 @@ token_app = typer.Typer(help="API tokens (admin only).", no_args_is_help=True)
 
 @token_app.command("create")
 def create(
-    user: Annotated[str, typer.Option(help="The hetsched user the token acts as.")],
+    user: Annotated[
+        str,
+        typer.Option(
+            help="The user the token acts as: 1-63 letters, digits, ., _ or -, the same rule as "
+            "a job's user. A name an admin token was issued for takes admin tokens only."
+        ),
+    ],
     admin: Annotated[bool, typer.Option("--admin", help="Make it an admin token.")] = False,
     output: Annotated[
         OutputFormat, typer.Option("-o", "--output", help="table or json.")

@@ -160,7 +160,22 @@ def up(
         ray_timeout_s=ray_timeout,
     )
     _check_executor(options)
+    _check_fake_devices(options.fake_devices)
     _serve(options)
+
+
+def _check_fake_devices(path: Path | None) -> None:
+    """Refuse to start with a device file that is missing or invalid: the node would come
+    up with none of its devices. (Once running, a bad edit keeps the last good answer and
+    is logged once per change.)"""
+    if path is None:
+        return
+    from hetsched.agent.discovery import load_fake_devices
+
+    try:
+        load_fake_devices(path)
+    except SpecError as exc:
+        fail(f"--fake-devices: {exc}", 2)
 
 
 def _serve(options: Options) -> None:

@@ -39,7 +39,12 @@ from hetsched.cluster.placement import Placement
 from hetsched.cluster.stranding import Typical, stranded_accelerators
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.loopmetrics import History, LoopMetrics, Sample
-from hetsched.controlplane.utilization import GuardLike, device_utilization, task_of_key
+from hetsched.controlplane.utilization import (
+    SIMULATED_LABEL,
+    GuardLike,
+    device_utilization,
+    task_of_key,
+)
 from hetsched.model.device import SHARE_UNITS, Device
 from hetsched.scheduler.view import SchedulerView
 
@@ -438,7 +443,13 @@ def measured_by_class(service: Service) -> dict[str, float]:
     devices = service.loop.devices
     view = service.loop.view
     state = view.cluster
-    present = {d.id: devices[d.id] for n in state.nodes for d in n.devices if d.id in devices}
+    present = {
+        d.id: devices[d.id]
+        for n in state.nodes
+        if SIMULATED_LABEL not in n.labels  # a simulated device is not measured
+        for d in n.devices
+        if d.id in devices
+    }
     running = view.running_placements()
     capacity = int(state.cpu_cap[state.active].sum())
     sums: dict[str, list[float]] = {}

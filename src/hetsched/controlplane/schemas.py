@@ -15,9 +15,18 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from hetsched.cluster.state import ClusterState
+from hetsched.controlplane.identity import check_user_name
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.runtime import Framework
@@ -86,6 +95,13 @@ class SubmitSpec(JobSpec):
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         return None if value is None else _clean_name(value)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, value: str, info: ValidationInfo) -> str:
+        # the one user-name rule of tokens (identity.py); a stored job validated once
+        stored = isinstance(info.context, dict) and info.context.get("stored")
+        return value if stored else check_user_name(value)
 
     @field_validator("id")
     @classmethod
@@ -202,7 +218,7 @@ def parse_batch(body: bytes | str) -> BatchSpec:
 
 def from_stored(data: dict[str, Any]) -> SubmitSpec:
     """A stored submission (the body as accepted) back into a spec; it validated once."""
-    return SubmitSpec.model_validate(data)
+    return SubmitSpec.model_validate(data, context={"stored": True})
 
 
 def error_lines(exc: ValidationError) -> list[str]:

@@ -12,7 +12,10 @@ Two sources, the first that knows a device wins:
   none), and a device is busy by the sum, over the running tasks that hold it, of their
   share of it times their activity (at most 1). A device no running task holds is idle.
 
-Without either (no NVML and the guard off) a device has no value: nothing measured it.
+Without either (no NVML and the guard off) a device has no value: nothing measured it. Nor
+has a device of a simulated node (``hetsched up --cluster`` and ``--demo`` label theirs
+:data:`SIMULATED_LABEL`): its tasks run here, but no such device does, so the dashboard says
+"not measured" rather than estimate it from processes standing in for it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS, Device
 
 __all__ = [
+    "SIMULATED_LABEL",
     "GuardLike",
     "MeasuresUtilization",
     "Reading",
@@ -33,6 +37,9 @@ __all__ = [
     "device_utilization",
     "task_of_key",
 ]
+
+#: the label of a simulated node (its devices exist on paper only)
+SIMULATED_LABEL = "hetsched.io/simulated"
 
 #: the CPU a task's processes must keep busy to count as driving its devices fully
 _FULL_CORE_MILLI = 1000

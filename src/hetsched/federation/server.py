@@ -293,6 +293,7 @@ def serve(options: FederationOptions) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations speak only to fail
     built = build(options)
     where = built.token_file
     print(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,16 +21,27 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from hetsched.model.yamlio import safe_load
-from hetsched.service.server import examples_dir
-from hetsched.service.testing import free_port
+from hetsched.service.demo_view import Events, view
 
 __all__ = ["main", "summarize"]
 
 _TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
 console = Console()
+#: the repository's examples (the service's own modules are not imported here: the first
+#: line is printed at once, and the service starts in a process of its own)
+_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def examples_dir() -> Path:
+    return _EXAMPLES
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -74,26 +86,6 @@ def summarize(jobs: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> dict[s
     }
 
 
-def _progress(jobs: list[dict[str, Any]]) -> Table:
-    table = Table(title="hetsched demo: live progress", title_justify="left")
-    for column in ("job", "user", "queue", "prio", "state", "run", "reason"):
-        table.add_column(column, no_wrap=column != "reason")
-    for j in jobs:
-        color = {"running": "cyan", "succeeded": "green", "pending": "yellow"}.get(
-            j["state"], "red"
-        )
-        table.add_row(
-            j["name"],
-            j["user"],
-            j["queue"],
-            str(j["priority"]),
-            f"[{color}]{j['state']}[/{color}]",
-            str(j["run"]),
-            j["reason"][:60],
-        )
-    return table
-
-
 def _with_workdir(body: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A job whose relative ``workdir`` is taken from ``folder`` (the workload's), as
     ``hetsched submit`` takes it from the job file's folder."""
@@ -104,15 +96,19 @@ def _with_workdir(body: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"hetsched up exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    started = time.monotonic()
+    with console.status("waiting for hetsched up to answer") as status:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"hetsched up exited with {proc.returncode}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    console.print(f"hetsched up answered after {time.monotonic() - started:.1f}s")
+                    return
+            except httpx.TransportError:
+                pass
+            status.update(f"waiting for hetsched up to answer ({time.monotonic() - started:.0f}s)")
+            time.sleep(0.1)
     raise SystemExit("hetsched up did not become ready")
 
 
@@ -125,7 +121,9 @@ def main() -> int:
     argv = [sys.executable, "-c", "from hetsched.cli.main import main; main()", "up", "--demo"]
     argv += ["--home", str(home), "--port", str(port), "--kill-grace", "2"]
     console.print(f"[bold]starting[/bold] hetsched up --demo on {url} (home {home})")
-    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
+    )
     status = 1
     try:
         _wait_ready(url, proc, time.monotonic() + 60)
@@ -158,6 +156,13 @@ def main() -> int:
             shutil.rmtree(home, ignore_errors=True)
         else:
             console.print(f"state and server log kept in {home}")
+    # the demo's service is gone: the hint starts one that stays
+    console.print(
+        "to try it yourself: [bold].venv/bin/hetsched up --demo &[/bold] then "
+        "[bold].venv/bin/hetsched submit examples/workloads/demo.yaml[/bold] "
+        "(README.md, A short tour)",
+        highlight=False,
+    )
     return status
 
 
@@ -174,11 +179,14 @@ def _run_workload(client: httpx.Client, workload: dict[str, Any]) -> list[dict[s
     for body in workload["jobs"]:
         submit(_with_workdir(body, examples_dir() / "workloads"))
     later = list(workload.get("later", []))
-    deadline = time.monotonic() + 100
+    started = time.monotonic()
+    deadline = started + 100
+    events = Events()
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         while time.monotonic() < deadline:
             jobs = [client.get(f"/v1/jobs/{i}").json() for i in ids]
-            live.update(_progress(jobs))
+            _see(client, jobs, events, live)
+            live.update(view(jobs, events, console.size.height, time.monotonic() - started))
             by_name = {j["name"]: j for j in jobs}
             if later and by_name.get("batch-embed", {}).get("state") == "running":
                 time.sleep(1.0)  # let it work a little before it is preempted
@@ -191,13 +199,26 @@ def _run_workload(client: httpx.Client, workload: dict[str, Any]) -> list[dict[s
     return [client.get(f"/v1/jobs/{i}").json() for i in ids]
 
 
+def _see(client: httpx.Client, jobs: list[dict[str, Any]], events: Events, live: Live) -> None:
+    """Feed the events the jobs show; a preempted job's history says by whom. Through a
+    pipe, where the live view is printed only at the end, each event is a line at once."""
+    history = {
+        j["id"]: [h["cause"] for h in client.get(f"/v1/jobs/{j['id']}/why").json()["history"]]
+        for j in jobs
+        if j["preemptions"] and j["preemptions"] > events.count(j["id"])
+    }
+    before = len(events.lines)
+    events.seen(jobs, history)
+    if not console.is_terminal:
+        for line in events.lines[before:]:
+            live.console.print(f"» {line}", highlight=False)
+
+
 def _print_logs(client: httpx.Client, jobs: list[dict[str, Any]]) -> None:
     for name in ("allreduce", "batch-embed"):
         shown = next((j for j in jobs if j["name"] == name), jobs[0])
         log = client.get(f"/v1/jobs/{shown['id']}/logs", params={"task": 0}).json()
-        console.print(
-            f"\n[bold]log of {shown['name']} (task 0)[/bold]  `hetsched logs {shown['id']}`"
-        )
+        console.print(f"\n[bold]log of {shown['name']} (task 0)[/bold]")
         console.print(log["data"].rstrip(), markup=False, highlight=False)
 
 

@@ -15,7 +15,7 @@ import logging
 import math
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
 from hetsched.agent.watcher import DeviceWatcher, NodeWatcher
 from hetsched.controlplane import Fencing
+from hetsched.controlplane.utilization import SIMULATED_LABEL
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
@@ -90,7 +91,10 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
     local = watcher.initial()
     simulated: list[Node] = []
     for path in options.cluster:
-        simulated += load_cluster(path)
+        # marked, so that their devices are said to be unmeasured (controlplane/utilization.py)
+        simulated += [
+            replace(n, labels={**n.labels, SIMULATED_LABEL: "true"}) for n in load_cluster(path)
+        ]
     # a fenced task's own watchdog waits for the service's SIGTERM and grace first
     backstop = math.ceil(options.kill_grace_s) + 2
     executor = Executor(

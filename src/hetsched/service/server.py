@@ -37,6 +37,7 @@ from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Event, NodeAdded, Scheduler
+from hetsched.service.banner import banner
 from hetsched.service.engines import Engine, check_executor, local_engine, ray_engine
 from hetsched.service.options import Options, default_home, examples_dir
 
@@ -210,13 +211,11 @@ def serve(options: Options) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # the store's migrations say nothing at a first start unless one fails
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     built = build(options)
     executor = built.service.executor
     assert executor is not None
-    if built.admin_token is not None:
-        print(f"admin token written to {built.token_file} (mode 0600)", flush=True)
-    else:
-        print(f"admin token: see {built.token_file}", flush=True)
     if os.geteuid() == 0 and not options.run_as:
         log.warning("running as root without --run-as: jobs run as root")
     config = uvicorn.Config(
@@ -236,12 +235,15 @@ def serve(options: Options) -> None:
         with loop.lock:
             names = ", ".join(sorted(node.name for node in loop.view.cluster.nodes)) or "none yet"
         print(f"tasks run on the Ray cluster at {options.ray_address}; nodes: {names}", flush=True)
-    docs = "/docs" if options.docs_public else "/openapi.json with a token"
-    print(
-        f"hetsched up: http://{options.host}:{options.port} (API description at {docs}, "
-        f"dashboard at /ui, Prometheus metrics at /metrics), home {options.home}",
-        flush=True,
+    lines = banner(
+        options.host,
+        options.port,
+        options.home,
+        built.token_file,
+        built.admin_token is not None,
+        options.docs_public,
     )
+    print("\n".join(lines), flush=True)
     # uvicorn re-raises the signal it stopped for once it is done; these handlers make that
     # a no-op so the loop and the store close cleanly and the exit status is 0
     for sig in (signal.SIGINT, signal.SIGTERM):

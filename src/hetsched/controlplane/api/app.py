@@ -12,8 +12,9 @@ Rules every route follows:
   with field paths, and a rejected request stores nothing.
 
 This module assembles the app; the routes live by resource group (``job_routes``,
-``cluster_routes``, ``token_routes``, ``member``, ``checkpoint_routes``, ``speed_routes``,
-``doc_routes``), who may call them in ``access``, the body limit in ``body_limit``.
+``cancel_routes``, ``cluster_routes``, ``token_routes``, ``member``, ``checkpoint_routes``,
+``speed_routes``, ``doc_routes``), who may call them in ``access``, the body limit in
+``body_limit``.
 """
 
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from hetsched.controlplane.api.access import (
     caller_dependency,
 )
 from hetsched.controlplane.api.body_limit import BodyLimit
+from hetsched.controlplane.api.cancel_routes import add_cancel_routes
 from hetsched.controlplane.api.checkpoint_routes import add_checkpoint_routes
 from hetsched.controlplane.api.cluster_routes import add_cluster_routes
 from hetsched.controlplane.api.doc_routes import add_doc_routes
@@ -75,6 +77,7 @@ def create_app(service: Service) -> FastAPI:
     add_doc_routes(app, None if service.docs_public else caller)
     add_submit_routes(app, service, authenticated)
     add_job_routes(app, service, authenticated)
+    add_cancel_routes(app, service, authenticated)
     add_cluster_routes(app, service, authenticated)
     add_token_routes(app, service, admin_only)
     add_member_routes(app, service, authenticated, admin_only)

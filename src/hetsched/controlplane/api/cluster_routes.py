@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
+from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.storage.store import Principal
 from hetsched.model.device import Health
@@ -24,7 +25,12 @@ def add_cluster_routes(
 
     @app.get("/v1/nodes", tags=["cluster"])
     def nodes(who: Caller) -> list[dict[str, Any]]:
-        return service.loop.nodes_view
+        """Every node, its capacity, what is free, its devices, and ``stranded``: how many
+        of its free accelerators lack the CPU or memory their typical job needs."""
+        loop = service.loop
+        with loop.lock:
+            report = stranded_accelerators(loop.view.cluster, service.stranding)
+        return [{**n, "stranded": report.by_node.get(n["name"], 0)} for n in loop.nodes_view]
 
     @app.get("/v1/queues", tags=["cluster"])
     def queues(who: Caller) -> list[dict[str, Any]]:
@@ -59,9 +65,11 @@ def _alerts_view(service: Service, who: Principal, since: float) -> dict[str, An
         }
         guard = [a for a in guard if not a.job_id or a.job_id in mine]
     devices = loop.watcher.view() if loop.watcher is not None else []
+    held = loop.faults.held()
     return {
         "wedged": loop.faults.wedged,
-        "held": loop.faults.held(),
+        "held": held,
+        "jobs": _named_jobs(service, who, [*held, *(a.job_id for a in guard if a.job_id)]),
         "loop": [a.to_dict() for a in loop.faults.alerts(since)],
         "guard": [a.to_dict() for a in guard],
         "devices": [
@@ -128,3 +136,14 @@ def _queues_view(service: Service) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _named_jobs(service: Service, who: Principal, job_ids: list[str]) -> dict[str, Any]:
+    """Name and user of the jobs the banners mention that the caller may see (a banner
+    names a job, not only its id)."""
+    rows = service.store.jobs_by_ids(sorted(set(job_ids)))
+    return {
+        r["id"]: {"name": r["name"], "user": r["owner"]}
+        for r in rows
+        if who.admin or r["owner"] == who.user
+    }

@@ -15,6 +15,8 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from hetsched.controlplane.api.job_refs import resolve_job
+from hetsched.controlplane.api.job_story import story
 from hetsched.controlplane.api.speed_routes import job_speed
 from hetsched.controlplane.api.submit import submit_batch, submit_one
 from hetsched.controlplane.api.tasklogs import MAX_LOG_CHUNK, MAX_LOG_OFFSET, LocalLogs
@@ -65,22 +67,25 @@ def add_job_routes(
     _add_job_list_route(app, service, caller)
 
     def visible_job(job_id: str, who: Principal) -> dict[str, Any]:
-        row = service.store.job(job_id) if len(job_id) <= 32 else None
-        if row is None or (not who.admin and row["owner"] != who.user):
-            raise HTTPException(404, f"no job {job_id!r}")
-        return row
+        # an id, a unique name or a unique id prefix, among the caller's jobs (job_refs)
+        return resolve_job(service.store, job_id, who)
 
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     def get_job(job_id: str, who: Caller) -> dict[str, Any]:
+        """A job and its tasks. ``job_id`` may also be a unique name or id prefix among
+        your jobs (409 lists the candidates when several match); so may every job route's."""
         row = visible_job(job_id, who)
-        return _job_view(row, service.store.job_tasks(job_id))
+        return _job_view(row, service.store.job_tasks(row["id"]))
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
-        """Why the job is where it is: its pending explanation and its transition history."""
+        """Why the job is where it is: its pending explanation, its transition history, and
+        the job that last preempted it and the device whose loss last displaced it."""
         row = visible_job(job_id, who)
-        view = _why_view(row, service.store.job_transitions(job_id))
-        return {**view, "speed": job_speed(service, row)}
+        transitions = service.store.job_transitions(row["id"])
+        view = _why_view(row, transitions)
+        told = story(service.store, view["history"])
+        return {**view, **told, "speed": job_speed(service, row)}
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
     def logs(
@@ -97,7 +102,7 @@ def add_job_routes(
         reader = service.logs or LocalLogs(service.executor)
         data, next_offset = reader.read(row["id"], task, stream, offset, limit)
         return {
-            "id": job_id,
+            "id": row["id"],
             "task": task,
             "stream": stream,
             "data": data.decode("utf-8", "replace"),
@@ -108,10 +113,10 @@ def add_job_routes(
     @app.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
     def cancel(job_id: str, who: Caller) -> dict[str, Any]:
         row = visible_job(job_id, who)
-        if not service.store.request_cancel(job_id):
-            raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
-        service.loop.cancelled(job_id, who.user)
-        return {"id": job_id, "cancel_requested": True}
+        if not service.store.request_cancel(row["id"]):
+            raise HTTPException(409, f"job {row['id']} already ended ({row['state']})")
+        service.loop.cancelled(row["id"], who.user)
+        return {"id": row["id"], "cancel_requested": True}
 
 
 def _add_job_list_route(
@@ -168,6 +173,7 @@ def _why_view(row: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, A
     and its transitions."""
     return {
         "id": row["id"],
+        "name": row["name"],
         "state": row["state"],
         "reason": row["reason"],
         "explanation": row["explanation"],
@@ -190,6 +196,9 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "priority": row["priority"],
         "state": row["state"],
         "reason": row["reason"],
+        #: a pending job's current reason (its explanation's summary: "no node fits ..."),
+        #: where ``reason`` is the cause of its last transition ("submitted")
+        "pending_reason": _pending_reason(row),
         "run": row["run"],
         "restarts": row["restarts"],
         "preemptions": row["preemptions"],
@@ -222,3 +231,11 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
             for t in task_rows
         ]
     return view
+
+
+def _pending_reason(row: dict[str, Any]) -> str | None:
+    explanation = row.get("explanation")
+    if row["state"] != "pending" or not isinstance(explanation, dict):
+        return None
+    summary = explanation.get("summary")
+    return str(summary) if summary else None

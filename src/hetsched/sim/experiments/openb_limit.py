@@ -57,7 +57,7 @@ from hetsched.sim.experiments.openb_bound import (
     shape_of,
 )
 
-__all__ = ["HEURISTICS", "LIMIT_POINTS", "LimitResult", "offline_pack", "run_limit"]
+__all__ = ["HEURISTICS", "LIMIT_POINTS", "LimitResult", "limit_steps", "offline_pack", "run_limit"]
 
 #: arrived-workload percentages the limit is computed at
 LIMIT_POINTS = (100, 130)
@@ -194,13 +194,20 @@ class LimitResult:
         }
 
 
+def limit_steps(points: Sequence[int] = LIMIT_POINTS) -> int:
+    """How many steps :func:`run_limit` reports: per point, the bound and each packing."""
+    return len(points) * (1 + len(HEURISTICS))
+
+
 def run_limit(
     trace: OpenbTrace,
     seed: int,
     points: Sequence[int] = LIMIT_POINTS,
     ratio: float = TUNE_RATIO,
+    step: Callable[[str], None] | None = None,
 ) -> LimitResult:
-    """The bound and the offline packings of ``trace`` under ``seed`` at ``points``."""
+    """The bound and the offline packings of ``trace`` under ``seed`` at ``points``;
+    ``step`` is told each of the :func:`limit_steps` steps as it ends (for progress)."""
     started = time.perf_counter()
     capacity = trace.gpu_capacity_milli
     workload = tune_workload(trace.pods, capacity, np.random.default_rng(seed), ratio)
@@ -212,10 +219,14 @@ def run_limit(
         pods = workload[: arrived_prefix(workload, capacity, point)]
         optimum = allocation_bound(trace.nodes, pods)
         bound[point] = max(0.0, 100.0 - 100.0 * optimum.upper_milli / capacity)
+        if step is not None:
+            step(f"{point} %: lower bound")
         per: dict[str, float] = {}
         for name, (order, profile) in HEURISTICS.items():
             allocated = offline_pack(trace.nodes, order(pods, optimum), profile(trace, seed), seed)
             per[name] = 100.0 - 100.0 * allocated / capacity
+            if step is not None:
+                step(f"{point} %: offline packing by {name}")
         heuristics[point] = per
         offline_by[point] = min(per, key=lambda name: per[name])
         offline[point] = per[offline_by[point]]

@@ -18,6 +18,8 @@ const STATE_ORDER = { pending: 0, running: 1, failed: 2, rejected: 3, cancelled:
 let timer = null;
 let filter = "live";
 let lastHistory = null;
+let lastNodes = [];
+const SIMULATED = "hetsched.io/simulated";
 const colors = new Map();
 
 // -- small DOM helpers ----------------------------------------------------------------------
@@ -56,6 +58,11 @@ function s(tag, attrs, ...children) {
 }
 
 const $ = (id) => document.getElementById(id);
+
+// a table cell whose content is one block: on a phone a cell is a grid of its label and this
+function td(attrs, ...children) {
+  return h("td", attrs, h("div", { class: "cell" }, ...children));
+}
 
 // device classes keep one color everywhere: the charts, the model chips
 const CLASS_COLORS = { cpu: "#4b6584", gpu: "#3867d6", fpga: "#8854d0", npu: "#0fb9b1", tpu: "#fa8231" };
@@ -162,6 +169,7 @@ async function refresh() {
     showMain();
     renderAlerts(alerts);
     renderSummary(nodes, counts);
+    lastNodes = nodes;
     renderCharts(history);
     renderNodes(nodes);
     renderQueues(queues);
@@ -197,8 +205,10 @@ function jobCounts(queues) {
 }
 
 async function explain(jobs) {
+  // pending jobs (why they wait), and running ones stopped before (preempted by whom, or
+  // displaced by which device, and when)
   const pending = jobs
-    .filter((j) => j.state === "pending")
+    .filter((j) => j.state === "pending" || (j.state === "running" && (j.preemptions > 0 || j.run > 1)))
     .sort(newest)
     .slice(0, MAX_EXPLAINED);
   const answers = await Promise.all(
@@ -221,13 +231,26 @@ function renderAlerts(alerts) {
   const row = (cls, title, text) =>
     h("div", { class: `alert ${cls}`, role: cls === "wedge" ? "alert" : null }, h("strong", {}, title), " ", text);
   if (alerts.wedged) rows.push(row("wedge", "Scheduling is stopped:", alerts.wedged));
+  const named = (id) => {
+    const j = (alerts.jobs || {})[id];
+    return j ? `${j.name} (${j.user}, ${id})` : id;
+  };
   const held = Object.entries(alerts.held || {});
-  if (held.length) rows.push(row("warn", `${held.length} job${held.length === 1 ? "" : "s"} held back:`, held.slice(0, MAX_ALERTS).map(([id, why]) => `${id} (${why})`).join("; ")));
+  if (held.length) rows.push(row("warn", `${held.length} job${held.length === 1 ? "" : "s"} held back:`, held.slice(0, MAX_ALERTS).map(([id, why]) => `${named(id)}: ${why}`).join("; ")));
   // while wedged, the first banner says it: the retries' repeated "wedged" alerts would only echo it
   const shown = (a) => a.kind !== "recovered" && !(alerts.wedged && a.kind === "wedged");
-  for (const a of (alerts.loop || []).filter(shown).slice(-MAX_ALERTS)) rows.push(row("warn", `Loop ${a.kind.replace("_", " ")} · ${clock(a.time)}:`, a.message));
-  for (const a of (alerts.guard || []).slice(-MAX_ALERTS)) rows.push(row("warn", `Overcommit guard · ${clock(a.time)}:`, a.message));
-  for (const d of alerts.devices || []) rows.push(row("warn", `Device ${d.id}:`, d.reason || (d.present ? d.health : "removed")));
+  for (const a of (alerts.loop || []).filter(shown).slice(-MAX_ALERTS)) {
+    const jobs = (a.jobs || []).length ? ` (${a.jobs.slice(0, 3).map(named).join("; ")})` : "";
+    rows.push(row("warn", `Loop ${a.kind.replace("_", " ")} · ${clock(a.time)}:`, a.message + jobs));
+  }
+  for (const a of (alerts.guard || []).slice(-MAX_ALERTS)) {
+    const job = a.job_id ? `Job ${named(a.job_id)} · ` : "";
+    rows.push(row("warn", `Overcommit guard · ${job}${clock(a.time)}:`, a.message));
+  }
+  for (const d of alerts.devices || []) {
+    const when = d.since ? ` · since ${clock(d.since)}` : "";
+    rows.push(row("warn", `Device ${d.id} (${d.model || d.class})${when}:`, d.reason || (d.present ? d.health : "removed")));
+  }
   $("alerts").replaceChildren(...rows);
   $("alerts").hidden = rows.length === 0;
 }
@@ -339,6 +362,14 @@ function renderCharts(history) {
     yFormat: (v) => `${Math.round(v)}%`,
     empty: "No samples yet.",
   });
+  // a class nothing measures says so, rather than drawing a flat 0 %
+  for (const c of classes.filter((x) => x !== "cpu" && !measured.includes(x))) {
+    const devices = lastNodes.flatMap((n) => n.devices.filter((d) => d.class === c).map(() => n));
+    const simulated = devices.length && devices.every((n) => SIMULATED in (n.labels || {}));
+    $("legend-alloc").append(
+      h("span", { class: "key unmeasured", "data-class": c }, `${c} utilization: not measured${simulated ? " (simulated devices)" : ""}`),
+    );
+  }
   const queues = [...new Set(samples.flatMap((x) => Object.keys(x.pending)))].sort();
   const waiting = queues.map((q) => ({
     name: q,
@@ -362,7 +393,11 @@ function renderNodes(nodes) {
     ...sorted.map((node) => {
       const cpuUsed = (node.cpu_milli - node.cpu_free_milli) / Math.max(1, node.cpu_milli);
       const memUsed = (node.memory_mib - node.memory_free_mib) / Math.max(1, node.memory_mib);
-      const labels = Object.entries(node.labels || {}).map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
+      const simulated = SIMULATED in (node.labels || {});
+      const labels = Object.entries(node.labels || {})
+        .filter(([k]) => k !== SIMULATED)
+        .map(([k, v]) => h("span", { class: "tag" }, `${k}=${v}`));
+      if (simulated) labels.unshift(h("span", { class: "tag sim", title: "its devices exist on paper: their utilization is not measured" }, "simulated"));
       return h(
         "article",
         { class: `node ${node.active ? "" : "inactive"}`, "data-node": node.name },
@@ -371,6 +406,9 @@ function renderNodes(nodes) {
           {},
           h("h3", {}, node.name),
           node.active ? null : h("span", { class: "badge bad" }, "removed"),
+          node.stranded
+            ? h("span", { class: "badge stranded", title: "free accelerators without the CPU or memory their typical job needs" }, `${node.stranded} stranded`)
+            : null,
           h("div", { class: "tags" }, labels),
         ),
         h(
@@ -433,14 +471,13 @@ function renderQueues(queues) {
     return h(
       "tr",
       { "data-queue": q.name },
-      h("td", { class: "qcol" }, h("strong", {}, q.name), h("div", { class: "muted" }, q.users ? q.users.join(", ") : "everyone")),
-      h(
-        "td",
-        { class: "counts" },
+      td({ class: "qcol", "data-label": "Queue" }, h("strong", {}, q.name), h("div", { class: "muted" }, q.users ? q.users.join(", ") : "everyone")),
+      td(
+        { class: "counts", "data-label": "Jobs" },
         h("span", { class: "badge pending" }, `${jobs.pending || 0} pending`),
         h("span", { class: "badge running" }, `${jobs.running || 0} running`),
       ),
-      h("td", {}, h("div", { class: "quotas" }, resources.length ? resources.map(([n, r]) => quotaCell(n, r)) : h("span", { class: "muted" }, "no quota"))),
+      td({ "data-label": "Quota" }, h("div", { class: "quotas" }, resources.length ? resources.map(([n, r]) => quotaCell(n, r)) : h("span", { class: "muted" }, "no quota"))),
     );
   });
   $("queues").replaceChildren(
@@ -460,11 +497,11 @@ function renderSpeeds(speeds) {
     h(
       "tr",
       { "data-job-type": e.job_type, "data-model": e.model },
-      h("td", {}, e.job_type, listed.has(e.job_type) ? h("div", { class: "muted" }, "placement uses the profile's table") : ""),
-      h("td", {}, e.model),
-      h("td", { class: "num" }, num(e.steps_per_second)),
-      h("td", { class: "num" }, String(e.samples)),
-      h("td", {}, `${ago(Date.now() / 1000 - e.updated_at)} ago`),
+      td({ "data-label": "Job type" }, e.job_type, listed.has(e.job_type) ? h("div", { class: "muted" }, "placement uses the profile's table") : ""),
+      td({ "data-label": "Model" }, e.model),
+      td({ class: "num", "data-label": "Steps/s" }, num(e.steps_per_second)),
+      td({ class: "num", "data-label": "Intervals" }, String(e.samples)),
+      td({ "data-label": "Updated" }, `${ago(Date.now() / 1000 - e.updated_at)} ago`),
     ),
   );
   $("speeds").replaceChildren(
@@ -488,11 +525,22 @@ function resources(job) {
   return parts.join(" · ");
 }
 
-function explanationBlock(why) {
+// "preemption: no job may be preempted for it" matters only where some running job has a
+// lower priority (a user would wonder why it is not preempted); another preemption line
+// (waiting for its victims) always does. It comes after the reasons that say what is missing.
+function preemptionMatters(line, job, jobs) {
+  if (!/no job may be preempted/.test(line)) return true;
+  return jobs.some((j) => j.state === "running" && j.priority < job.priority);
+}
+
+function explanationBlock(why, job, jobs) {
   const e = why && why.explanation;
   if (!e) return null;
-  const reasons = [...(e.reasons || [])];
+  const all = e.reasons || [];
+  const isPreemption = (x) => /^preemption: /.test(x);
+  const reasons = all.filter((x) => !isPreemption(x));
   for (const r of e.rejections || []) reasons.push(`${r.reason}${r.nodes ? ` (${r.nodes} node${r.nodes === 1 ? "" : "s"})` : ""}`);
+  reasons.push(...all.filter((x) => isPreemption(x) && preemptionMatters(x, job, jobs)));
   return h(
     "div",
     { class: "explanation" },
@@ -501,6 +549,20 @@ function explanationBlock(why) {
     (e.suggestions || []).length ? h("div", { class: "suggest" }, `Would fit: ${e.suggestions.join("; ")}`) : null,
     e.position ? h("div", { class: "muted" }, `#${e.position.index} in queue ${e.position.queue}`) : null,
   );
+}
+
+// what happened to the job: the job that preempted it, the device whose loss displaced it
+function storyLines(why) {
+  if (!why) return [];
+  const out = [];
+  const p = why.preempted_by;
+  if (p) {
+    const who = p.name ? `${p.name} (${p.user}, priority ${p.priority})` : p.id;
+    out.push(h("div", { class: "story preempted" }, `Preempted by ${who} at ${clock(p.time)}`));
+  }
+  const d = why.displaced_by;
+  if (d) out.push(h("div", { class: "story displaced" }, `Displaced: device ${d.device} ${d.reason} at ${clock(d.time)}`));
+  return out;
 }
 
 // pending jobs in line order (oldest first); the others newest first
@@ -534,21 +596,22 @@ function renderJobs(jobs, explained, counts) {
   }
   const rows = shown.map((job) => {
     const since = job.state === "running" ? job.started_at : job.state === "pending" ? job.submitted_at : job.ended_at;
+    const why = explained.get(job.id);
     const detail =
       job.state === "pending"
-        ? explanationBlock(explained.get(job.id)) || h("span", { class: "muted" }, job.reason || "waiting")
+        ? explanationBlock(why, job, jobs) || h("span", { class: "muted" }, job.pending_reason || job.reason || "waiting")
         : h("span", { class: "muted" }, job.reason || "");
     const saved = checkpointLine(job);
     return h(
       "tr",
       { "data-job": job.id, class: `job ${job.state}` },
-      h("td", {}, h("span", { class: `badge ${job.state}` }, job.state)),
-      h("td", { class: "jname" }, h("strong", {}, job.name), h("div", { class: "mono muted" }, job.id)),
-      h("td", {}, job.user),
-      h("td", {}, job.queue),
-      h("td", { class: "res-col" }, resources(job)),
-      h("td", { class: "num" }, since ? ago(now - since) : ""),
-      h("td", { class: "detail" }, detail, saved ? h("div", { class: "muted" }, saved) : ""),
+      td({ "data-label": "State" }, h("span", { class: `badge ${job.state}` }, job.state)),
+      td({ class: "jname", "data-label": "Job" }, h("strong", {}, job.name), h("div", { class: "mono muted" }, job.id)),
+      td({ "data-label": "User" }, job.user),
+      td({ "data-label": "Queue" }, job.queue),
+      td({ class: "res-col", "data-label": "Asks for" }, resources(job)),
+      td({ class: "num", "data-label": "For" }, since ? ago(now - since) : ""),
+      td({ class: "detail", "data-label": "Why" }, storyLines(why), detail, saved ? h("div", { class: "muted" }, saved) : ""),
     );
   });
   const live = (counts.pending || 0) + (counts.running || 0);
