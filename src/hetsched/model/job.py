@@ -10,6 +10,7 @@ from types import MappingProxyType
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.workflow import ArraySpec, Dependency, OnUnmet
 
 __all__ = [
     "Checkpointing",
@@ -180,6 +181,16 @@ class Job:
     #: False for work its driver cannot start again elsewhere once stopped (a Kubernetes
     #: pod that no controller recreates): the core never chooses it to move or to yield
     movable: bool = True
+    #: jobs it waits for (see :mod:`hetsched.model.workflow`): it is held, outside the
+    #: queue, until every one has ended as it needs
+    after: tuple[Dependency, ...] = ()
+    #: what becomes of it when a dependency can no longer be met
+    on_unmet: OnUnmet = OnUnmet.CANCEL
+    #: an array: this job is the record of its elements, which are created as they may run
+    array: ArraySpec | None = None
+    #: an element of an array: the array's id and this element's index
+    array_of: str | None = None
+    array_index: int | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
