@@ -24,6 +24,7 @@ from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job
 from hetsched.model.specs import JobSpec, format_errors
+from hetsched.model.workflow import find_cycle, split_element
 from hetsched.scheduler.events import DeviceAdded
 
 __all__ = [
@@ -150,8 +151,13 @@ class SubmitSpec(JobSpec):
         return self
 
     def to_job(self, job_id: str, owner: str, submit_time: float) -> Job:
-        spec = self.model_copy(update={"id": job_id, "user": owner, "submit_time": submit_time})
-        return JobSpec.build(spec)
+        """The job; for an element's id (``ID[7]``, its row holds its array's spec), that
+        element of the array."""
+        element = split_element(job_id) if self.array is not None else None
+        own_id = job_id if element is None else element[0]
+        spec = self.model_copy(update={"id": own_id, "user": owner, "submit_time": submit_time})
+        job = JobSpec.build(spec)
+        return job if element is None else job.element(element[1])
 
 
 class InvalidBody(ValueError):
@@ -189,6 +195,21 @@ class BatchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     jobs: list[SubmitSpec] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+    @model_validator(mode="after")
+    def _no_cycle(self) -> BatchSpec:
+        names: dict[str, int] = {}
+        for job in self.jobs:
+            names[job.name] = names.get(job.name, 0) + 1
+        edges = {
+            job.name: [d.job for d in job.after if names.get(d.job) == 1]
+            for job in self.jobs
+            if names[job.name] == 1
+        }
+        cycle = find_cycle(edges)
+        if cycle is not None:
+            raise ValueError("jobs: dependency cycle: " + " -> ".join(cycle))
+        return self
 
 
 def parse_batch(body: bytes | str) -> BatchSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from types import MappingProxyType
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
 from hetsched.model.speed import NO_SPEED, JobSpeed
-from hetsched.model.workflow import ArraySpec, Dependency, OnUnmet
+from hetsched.model.workflow import ArraySpec, Dependency, OnUnmet, element_id
 
 __all__ = [
     "Checkpointing",
@@ -197,6 +198,18 @@ class Job:
             raise ValueError(f"job {self.id}: replicas must be >= 1, got {self.replicas}")
         if self.gang is not None and not 1 <= self.gang <= self.replicas:
             raise ValueError(f"job {self.id}: gang must be 1..replicas, got {self.gang}")
+
+    def element(self, index: int) -> Job:
+        """Element ``index`` of this array: the same job with its own id and name."""
+        return dataclasses.replace(
+            self,
+            id=element_id(self.id, index),
+            name=f"{self.name or self.id}[{index}]",
+            after=(),
+            array=None,
+            array_of=self.id,
+            array_index=index,
+        )
 
     @property
     def gang_min(self) -> int:

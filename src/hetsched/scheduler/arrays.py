@@ -7,12 +7,11 @@ yet, and an array of 100,000 elements is one record until they run.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
-from hetsched.model.workflow import ArraySpec, element_id
+from hetsched.model.workflow import ArraySpec
 from hetsched.scheduler.records import JobRecord
 
 __all__ = ["WINDOW", "ArrayBook", "element_job"]
@@ -22,16 +21,8 @@ WINDOW = 64
 
 
 def element_job(parent: Job, index: int) -> Job:
-    """Element ``index`` of array ``parent``: the parent's job with its own id and name."""
-    return dataclasses.replace(
-        parent,
-        id=element_id(parent.id, index),
-        name=f"{parent.name or parent.id}[{index}]",
-        after=(),
-        array=None,
-        array_of=parent.id,
-        array_index=index,
-    )
+    """Element ``index`` of array ``parent`` (:meth:`Job.element`)."""
+    return parent.element(index)
 
 
 @dataclass(slots=True, eq=False)

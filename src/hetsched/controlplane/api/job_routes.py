@@ -20,6 +20,7 @@ from hetsched.controlplane.api.submit import submit_batch, submit_one
 from hetsched.controlplane.api.tasklogs import MAX_LOG_CHUNK, MAX_LOG_OFFSET, LocalLogs
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.storage.store import Principal
+from hetsched.controlplane.workflows import array_view, uncreated_element
 
 __all__ = ["MAX_PAGE", "add_job_routes", "add_submit_routes"]
 
@@ -73,7 +74,10 @@ def add_job_routes(
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     def get_job(job_id: str, who: Caller) -> dict[str, Any]:
         row = visible_job(job_id, who)
-        return _job_view(row, service.store.job_tasks(job_id))
+        view = _job_view(row, service.store.job_tasks(job_id))
+        if row["spec"].get("array") is not None:
+            view["elements"] = array_view(service.store, row)
+        return view
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
@@ -107,6 +111,11 @@ def add_job_routes(
 
     @app.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
     def cancel(job_id: str, who: Caller) -> dict[str, Any]:
+        """Cancel a job; an array's with all its elements; one element: ``ID[7]``."""
+        if service.store.job(job_id) is None and uncreated_element(service.store, job_id):
+            visible_job(job_id.rpartition("[")[0], who)  # the array's owner may
+            service.loop.cancelled(job_id, who.user)
+            return {"id": job_id, "cancel_requested": True}
         row = visible_job(job_id, who)
         if not service.store.request_cancel(job_id):
             raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
@@ -204,6 +213,11 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "command": spec.get("command", []),
         "resources": spec.get("resources", {}),
         "replicas": spec.get("replicas", 1),
+        "after": spec.get("after", []),
+        "on_unmet": spec.get("on_unmet", "cancel"),
+        "array": spec.get("array"),
+        "array_of": row.get("array_of"),
+        "array_index": row.get("array_index"),
     }
     if task_rows is not None:
         view["tasks"] = [
