@@ -199,3 +199,28 @@ def test_cancel_one_element_and_then_the_array() -> None:
         "x": (JobState.CANCELLED, "cancelled by user"),
         "x[3]": (JobState.CANCELLED, "its array was cancelled"),
     }
+
+
+def test_an_array_and_its_dependent_are_taken_back_after_a_restart() -> None:
+    before = core(gpus=2)
+    x = job("x", gpus=1, array=parse_array("0-3%2"))
+    before.handle([JobSubmitted(x)], 0)
+    finish(before, "x[0]", 1)  # x[2] starts
+    running = {i: before.record(f"x[{i}]") for i in (1, 2)}
+    # the driver restarts: its store knows x[0] succeeded and x[1], x[2] run
+    after_ = core(gpus=2)
+    for record in running.values():
+        after_.restore(record.job, record.run, record.placements, now=2)
+    after_.known_elements("x", {0: JobState.SUCCEEDED}, [1, 2])
+    after_.known_end("w", JobState.SUCCEEDED)  # ended before the restart
+    y = job("y", gpus=1, after=after("x", "w"))
+    actions = after_.handle(
+        [TaskFinished("x[1]", 0, running[1].run), JobSubmitted(x), JobSubmitted(y)], 3
+    )
+    assert bound(actions) == ["x[3]"]  # x[0..2] are not created again
+    assert after_.record("x").state is JobState.RUNNING
+    assert str(after_.record("y").explanation) == "waiting for x (running, 2 of 4 done)"
+    finish(after_, "x[2]", 4)
+    actions = finish(after_, "x[3]", 5)
+    assert ends(actions)["x"] == (JobState.SUCCEEDED, "all 4 elements succeeded")
+    assert bound(actions) == ["y"]

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Workflows"]
 
+#: the ends of an element that ran
+_RAN = frozenset({JobState.SUCCEEDED, JobState.FAILED})
+
 
 class Workflows:
     """Held jobs, the jobs they wait for, and live arrays (see the module docstring)."""
@@ -112,6 +115,11 @@ class Workflows:
             if element is not None and element.state is JobState.RUNNING:
                 book.running += 1
                 book.started_lately += 1
+        ran = book.running or any(s in _RAN for s in ended.values())
+        if ran and record.state is JobState.PENDING:
+            # it was running before the restart, as the driver knows: no action
+            record.move(JobState.RUNNING, sched.now, "its elements ran before a restart")
+            record.started = sched.now
         self._arrays_changed[record.id] = None
 
     # -- what the job book tells ----------------------------------------------------------
@@ -213,8 +221,8 @@ class Workflows:
             self._create(sched, book, index, now)
         if book.finished:
             state, cause = book.outcome()
-            if state is JobState.FAILED and record.state is JobState.PENDING:
-                state = JobState.CANCELLED  # none ran: pending cannot fail
+            if record.state is JobState.PENDING:
+                state = JobState.CANCELLED  # none ran: a pending job can only be cancelled
             sched._end(record, state, now, cause)
             self._close(sched, book, now)
         return refill and bool(indexes)
