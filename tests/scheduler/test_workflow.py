@@ -212,8 +212,8 @@ def test_an_array_and_its_dependent_are_taken_back_after_a_restart() -> None:
     for record in running.values():
         after_.restore(record.job, record.run, record.placements, now=2)
     after_.known_elements("x", {0: JobState.SUCCEEDED}, [1, 2])
-    after_.known_end("w", JobState.SUCCEEDED)  # ended before the restart
-    y = job("y", gpus=1, after=after("x", "w"))
+    after_.known_end("w1", JobState.SUCCEEDED, "w")  # ended before the restart
+    y = job("y", gpus=1, after=after("x", "w1"))
     actions = after_.handle(
         [TaskFinished("x[1]", 0, running[1].run), JobSubmitted(x), JobSubmitted(y)], 3
     )
@@ -224,3 +224,4 @@ def test_an_array_and_its_dependent_are_taken_back_after_a_restart() -> None:
     actions = finish(after_, "x[3]", 5)
     assert ends(actions)["x"] == (JobState.SUCCEEDED, "all 4 elements succeeded")
     assert bound(actions) == ["y"]
+    assert after_.record("y").history[-2].cause == "dependencies met: x succeeded, w succeeded"

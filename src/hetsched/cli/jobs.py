@@ -149,6 +149,20 @@ _Priority = Annotated[int, typer.Option(help="Priority (higher runs first).")]
 _Replicas = Annotated[int, typer.Option(help="Tasks (replicas) of the job.")]
 _MaxRuntime = Annotated[str | None, typer.Option(help="Kill after, e.g. 30m.")]
 _Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")]
+_After = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Wait for this job (name or id) to succeed; NAME:failed or NAME:ended waits "
+        "for that end instead (repeatable)."
+    ),
+]
+_Array = Annotated[
+    str | None,
+    typer.Option(
+        help="Run an array: indexes in Slurm's syntax (0-99, 1-7:2, 0,3,5), %N caps how "
+        "many run at once (0-999%50). Each element gets HETSCHED_ARRAY_INDEX."
+    ),
+]
 _Args = Annotated[
     list[str] | None,
     typer.Argument(help="A jobs file (YAML/JSON), or after `--` the command to run."),
@@ -207,6 +221,8 @@ def submit(
     replicas: _Replicas = 1,
     max_runtime: _MaxRuntime = None,
     env: _Env = None,
+    after: _After = None,
+    array: _Array = None,
     output: Output = ListFormat.table,
 ) -> None:
     """Submit a jobs file, or one command (after ``--``) as a job.
@@ -219,6 +235,12 @@ def submit(
 
         hetsched submit jobs.yaml
         hetsched submit --gpu 1 --max-runtime 2h -- python train.py --epochs 10
+        hetsched submit --array 0-499%50 --gpu 1 -- python sweep.py
+        hetsched submit --after preprocess --after eval:failed -- python report.py
+
+    In a file, ``after: [preprocess, {job: eval, state: failed}]``, ``on_unmet: keep``
+    and ``array: "0-499%50"`` say the same; names resolve within the file first, then to
+    your latest job of that name, and a cycle is refused before anything is stored.
     """
     items = list(args or [])
     path = jobs_file(items)
@@ -238,10 +260,22 @@ def submit(
             body["max_runtime"] = max_runtime
         if env:
             body["env"] = dict(e.split("=", 1) for e in env if "=" in e)
+        if after:
+            body["after"] = [_after_entry(a) for a in after]
+        if array:
+            body["array"] = array
         bodies = [body]
     else:
         fail("give a jobs file, or a command after `--`")
     _send(bodies, output)
+
+
+def _after_entry(text: str) -> dict[str, str]:
+    """``--after NAME`` or ``NAME:STATE`` as an ``after`` entry."""
+    job, _, state = text.rpartition(":") if ":" in text else (text, "", "")
+    if state and state not in ("succeeded", "failed", "ended"):
+        fail(f"--after {text}: the state is succeeded, failed or ended, got {state!r}")
+    return {"job": job, "state": state or "succeeded"}
 
 
 def _send(bodies: list[dict[str, Any]], output: ListFormat) -> None:
@@ -385,8 +419,11 @@ def logs(
                 time.sleep(0.5)
 
 
-def cancel(job_id: Annotated[str, typer.Argument(help="Job id.")]) -> None:
-    """Cancel a job: its tasks get SIGTERM, then SIGKILL after the grace period."""
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="Job id; ID[7] for one element of an array.")],
+) -> None:
+    """Cancel a job: its tasks get SIGTERM, then SIGKILL after the grace period. An
+    array's id cancels it with every element; ``ID[7]`` cancels element 7 alone."""
     call("POST", f"/v1/jobs/{job_id}/cancel", retries=2)
     console.print(f"cancel requested for {job_id}", highlight=False)
 

@@ -116,9 +116,9 @@ def tell_core(store: Store, core: Scheduler, events: Sequence[Event]) -> None:
             if d.job not in core.jobs and d.job not in workflow.outcomes
         }
     )
-    for job_id, state in store.job_states(unknown).items():
+    for job_id, (state, name) in store.job_states(unknown).items():
         if state in {s.value for s in TERMINAL}:
-            core.known_end(job_id, JobState(state))
+            core.known_end(job_id, JobState(state), name)
     for job in jobs:
         if job.array is None or job.id in core.jobs:
             continue

@@ -207,10 +207,11 @@ class Restores:
         self.deadlines.run_started(record, self._max_runtime(job))
         return record
 
-    def known_end(self, job_id: str, state: JobState) -> None:
+    def known_end(self, job_id: str, state: JobState, name: str = "") -> None:
         """A job that ended before the driver restarted, which the core has no record of:
-        the jobs submitted again that wait for it learn how it ended."""
-        self.workflow.known_end(job_id, state)
+        the jobs submitted again that wait for it learn how it ended (``name``: what
+        their explanations call it)."""
+        self.workflow.known_end(job_id, state, name)
 
     def known_elements(
         self, array_id: str, ended: Mapping[int, JobState], live: Iterable[int]

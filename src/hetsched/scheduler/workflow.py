@@ -57,6 +57,8 @@ class Workflows:
         self.remember = False
         #: recovery's word on arrays' elements: array id -> (ended by index, live indexes)
         self._prior: dict[str, tuple[dict[int, JobState], set[int]]] = {}
+        #: the names of jobs known only by their ends (``known_end``)
+        self._names: dict[str, str] = {}
         #: jobs whose change their waiters must look at, arrays to look at
         self._changed: dict[str, None] = {}
         self._arrays_changed: dict[str, None] = {}
@@ -67,8 +69,10 @@ class Workflows:
 
     # -- what recovery tells ------------------------------------------------------------
 
-    def known_end(self, job_id: str, state: JobState) -> None:
+    def known_end(self, job_id: str, state: JobState, name: str = "") -> None:
         self.outcomes[job_id] = state
+        if name:
+            self._names[job_id] = name
         self._changed[job_id] = None
 
     def known_elements(
@@ -283,7 +287,9 @@ class Workflows:
 
     def _name(self, sched: Scheduler, job_id: str) -> str:
         record = sched.jobs.get(job_id)
-        return record.job.name or job_id if record is not None else job_id
+        if record is None:
+            return self._names.get(job_id, job_id)
+        return record.job.name or job_id
 
     def _describe(self, sched: Scheduler, dep: Dependency) -> str:
         """``etl-2 (running, 3 of 5 done)``; ``eval (pending; needs failed)``."""

@@ -69,13 +69,13 @@ class WorkflowRecords:
         with self.read() as conn:
             return [int(r.array_index) for r in conn.execute(query)]
 
-    def job_states(self, job_ids: Sequence[str]) -> dict[str, str]:
-        """The state of each of ``job_ids`` that has a row."""
+    def job_states(self, job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """(state, name) of each of ``job_ids`` that has a row."""
         if not job_ids:
             return {}
-        query = select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(list(job_ids)))
+        query = select(jobs.c.id, jobs.c.state, jobs.c.name).where(jobs.c.id.in_(list(job_ids)))
         with self.read() as conn:
-            return {str(r.id): str(r.state) for r in conn.execute(query)}
+            return {str(r.id): (str(r.state), str(r.name)) for r in conn.execute(query)}
 
 
 _existing = jobs.alias("existing")
