@@ -321,7 +321,6 @@ class Scheduler(JobBook):
         self.release(key)
         if succeeded:
             record.finished.add(task)
-            self.workflow.progressed(record.id)
             if len(record.finished) == record.job.replicas:
                 self._end(record, JobState.SUCCEEDED, now, "all tasks succeeded")
             return

@@ -32,6 +32,7 @@ from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.records import JobRecord
 
 if TYPE_CHECKING:
+    from hetsched.scheduler.books import Books
     from hetsched.scheduler.core import Scheduler
 
 __all__ = ["Workflows"]
@@ -158,15 +159,10 @@ class Workflows:
         elif source is JobState.RUNNING and target is JobState.PENDING:
             book.running -= 1
         if target in TERMINAL and index in book.live:
+            # how far the array got is not news to its waiters (that would cost a look at
+            # every one of them per element): ``explain`` says it when asked
             book.note_ended(index, target, source is JobState.RUNNING)
-            if parent in self.waiters:
-                self._changed[parent] = None
         self._arrays_changed[parent] = None
-
-    def progressed(self, job_id: str) -> None:
-        """A task of the job succeeded: its waiters' explanations say how far it got."""
-        if job_id in self.waiters:
-            self._changed[job_id] = None
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -241,7 +237,7 @@ class Workflows:
 
     # -- held jobs ------------------------------------------------------------------------
 
-    def state_of(self, sched: Scheduler, job_id: str) -> JobState | None:
+    def state_of(self, sched: Books, job_id: str) -> JobState | None:
         record = sched.jobs.get(job_id)
         if record is not None and record.state is not None:
             return record.state
@@ -271,8 +267,7 @@ class Workflows:
             text = f"can never start: {reason} (on_unmet: keep; cancel it to end it)"
             self._explain(sched, record, Explanation(Code.UNRESOLVABLE, text))
         elif waiting:
-            text = "waiting for " + ", ".join(self._describe(sched, dep) for dep in waiting)
-            self._explain(sched, record, Explanation(Code.UNSCHEDULABLE, text))
+            self._explain(sched, record, self._waiting(sched, waiting))
         elif fresh and record.job.array is None:
             self._unhold(record)
             return False
@@ -280,18 +275,36 @@ class Workflows:
             self._release(sched, record, now, fresh)
         return True
 
+    def explain(self, sched: Books, job_id: str) -> Explanation | None:
+        """What a held job waits for now, with how far each of those jobs got (``etl-2
+        (running, 3 of 5 done)``); None for a job that is not held. Computed on request: a
+        held job's recorded explanation changes when what it waits for changes state."""
+        record = self.held.get(job_id)
+        if record is None:
+            return None
+        waiting = [
+            dep
+            for dep in record.job.after
+            if (state := self.state_of(sched, dep.job)) is None or state not in TERMINAL
+        ]
+        return self._waiting(sched, waiting) if waiting else record.explanation
+
+    def _waiting(self, sched: Books, deps: list[Dependency]) -> Explanation:
+        text = "waiting for " + ", ".join(self._describe(sched, dep) for dep in deps)
+        return Explanation(Code.UNSCHEDULABLE, text)
+
     def _explain(self, sched: Scheduler, record: JobRecord, explanation: Explanation) -> None:
         if record.explanation != explanation:
             record.explanation = explanation
             sched.emit(Pending(record.id, explanation))
 
-    def _name(self, sched: Scheduler, job_id: str) -> str:
+    def _name(self, sched: Books, job_id: str) -> str:
         record = sched.jobs.get(job_id)
         if record is None:
             return self._names.get(job_id, job_id)
         return record.job.name or job_id
 
-    def _describe(self, sched: Scheduler, dep: Dependency) -> str:
+    def _describe(self, sched: Books, dep: Dependency) -> str:
         """``etl-2 (running, 3 of 5 done)``; ``eval (pending; needs failed)``."""
         record = sched.jobs.get(dep.job)
         needs = "" if dep.needs.value == "succeeded" else f"; needs {dep.needs}"

@@ -84,6 +84,12 @@ def add_job_routes(
         """Why the job is where it is: its pending explanation and its transition history."""
         row = visible_job(job_id, who)
         view = _why_view(row, service.store.job_transitions(job_id))
+        if row["state"] == "pending" and row["spec"].get("after"):
+            # how far what it waits for got: the core's answer now, not the row's
+            with service.loop.lock:
+                waiting = service.loop.view.waiting_for(job_id)
+            if waiting is not None:
+                view["explanation"] = waiting.to_dict()
         return {**view, "speed": job_speed(service, row)}
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
