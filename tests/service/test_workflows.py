@@ -3,6 +3,7 @@ unknown names refused, held jobs explained, array elements run with their index.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from service_fixtures import Api, job_body
@@ -69,3 +70,36 @@ def test_an_array_runs_each_index_once_with_its_environment(api: Api, tmp_path: 
     assert job["elements"]["counts"] == {"succeeded": 5}
     element = api.alice.get(f"/v1/jobs/{array_id}[3]").json()
     assert element["array_of"] == array_id and element["array_index"] == 3
+
+
+def test_why_says_how_far_the_awaited_job_got_and_cancel_reaches_one_element(
+    api: Api, tmp_path: Path
+) -> None:
+    stop = tmp_path / "stop"
+    script = f'test "$HETSCHED_TASK_INDEX" = 0 || until test -e {stop}; do sleep 0.05; done'
+    etl = job_body(name="etl-2", replicas=3, gang=1, command=["sh", "-c", script])
+    assert api.alice.post("/v1/jobs", json=etl).status_code == 201
+    train = api.alice.post("/v1/jobs", json=job_body(name="train", after=["etl-2"])).json()["id"]
+    deadline = 50
+    while deadline:
+        why = api.alice.get(f"/v1/jobs/{train}/why").json()
+        if (why["explanation"] or {}).get("summary") == "waiting for etl-2 (running, 1 of 3 done)":
+            break
+        deadline -= 1
+        time.sleep(0.1)
+    assert why["state"] == "pending", why
+    assert why["explanation"]["summary"] == "waiting for etl-2 (running, 1 of 3 done)"
+    # an element not created yet (the cap holds it back) is cancelled alone
+    body = job_body(
+        name="sweep",
+        array="0-3%1",
+        command=["sh", "-c", f"until test -e {stop}; do sleep 0.05; done"],
+    )
+    sweep = api.alice.post("/v1/jobs", json=body).json()["id"]
+    assert api.alice.post(f"/v1/jobs/{sweep}[2]/cancel").status_code == 202
+    stop.touch()
+    assert api.wait(api.alice, train, {"succeeded"})["state"] == "succeeded"
+    job = api.wait(api.alice, sweep, {"succeeded", "failed"})
+    assert job["state"] == "failed" and job["elements"]["unsuccessful"] == [2]
+    assert job["elements"]["counts"] == {"succeeded": 3, "cancelled": 1}
+    assert api.alice.post(f"/v1/jobs/{sweep}[9]/cancel").status_code == 404
