@@ -3,9 +3,12 @@ created a window at a time (hand-computed outcomes)."""
 
 from collections.abc import Sequence
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from builders import gpu_node, job
 from hetsched.cluster import ClusterState
-from hetsched.model.lifecycle import JobState
+from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.model.workflow import Dependency, Needs, OnUnmet, parse_array
 from hetsched.scheduler import (
     Action,
@@ -230,3 +233,52 @@ def test_an_array_and_its_dependent_are_taken_back_after_a_restart() -> None:
     assert ends(actions)["x"] == (JobState.SUCCEEDED, "all 4 elements succeeded")
     assert bound(actions) == ["y"]
     assert after_.record("y").history[-2].cause == "dependencies met: x succeeded, w succeeded"
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> list[tuple[str, tuple[Dependency, ...], bool, bool]]:
+    """Jobs with dependencies on earlier ones: (id, after, fails, keep)."""
+    out = []
+    for i in range(draw(st.integers(1, 12))):
+        deps = draw(st.lists(st.integers(0, i - 1), max_size=3, unique=True)) if i else []
+        after = tuple(Dependency(f"j{d}", draw(st.sampled_from(list(Needs)))) for d in deps)
+        out.append((f"j{i}", after, draw(st.booleans()), draw(st.booleans())))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(dags(), st.integers(1, 3))
+def test_no_job_starts_before_its_dependencies_end_as_it_needs(
+    jobs: list[tuple[str, tuple[Dependency, ...], bool, bool]], gpus: int
+) -> None:
+    sched = core(gpus=gpus)
+    events = [
+        JobSubmitted(job(i, gpus=1, after=a, on_unmet=OnUnmet.KEEP if k else OnUnmet.CANCEL))
+        for i, a, _f, k in jobs
+    ]
+    ended: dict[str, JobState] = {}
+    fails = {i: f for i, _a, f, _k in jobs}
+    actions, now = sched.handle(events, 0), 0.0
+    while True:
+        for action in actions:
+            if isinstance(action, Bind):
+                record = sched.record(action.job_id)
+                for dep in record.job.after:  # it starts only once each ended as it needs
+                    assert dep.job in ended and dep.needs.met_by(ended[dep.job])
+            if isinstance(action, JobTransition) and action.target in TERMINAL:
+                ended[action.job_id] = action.target
+        running = [r for r in sched.active_jobs() if r.state is JobState.RUNNING]
+        if not running:
+            break
+        now += 1
+        first = running[0]
+        actions = sched.handle([TaskFinished(first.id, 0, first.run, not fails[first.id])], now)
+    for i, after, _f, keep in jobs:
+        unmet = [d for d in after if d.job in ended and not d.needs.met_by(ended[d.job])]
+        if i not in ended:  # kept, with a dependency that can never be met, or behind one
+            assert sched.record(i).state is JobState.PENDING
+            assert (keep and unmet) or any(d.job not in ended for d in after)
+        elif unmet:
+            assert ended[i] is JobState.CANCELLED
+        else:
+            assert ended[i] is (JobState.FAILED if fails[i] else JobState.SUCCEEDED)
