@@ -75,7 +75,7 @@ def add_job_routes(
     def get_job(job_id: str, who: Caller) -> dict[str, Any]:
         row = visible_job(job_id, who)
         view = _job_view(row, service.store.job_tasks(job_id))
-        if row["spec"].get("array") is not None:
+        if row["spec"].get("array") is not None and not row.get("array_of"):
             view["elements"] = array_view(service.store, row)
         return view
 
@@ -84,7 +84,7 @@ def add_job_routes(
         """Why the job is where it is: its pending explanation and its transition history."""
         row = visible_job(job_id, who)
         view = _why_view(row, service.store.job_transitions(job_id))
-        if row["state"] == "pending" and row["spec"].get("after"):
+        if row["state"] == "pending" and row["spec"].get("after") and not row.get("array_of"):
             # how far what it waits for got: the core's answer now, not the row's
             with service.loop.lock:
                 waiting = service.loop.view.waiting_for(job_id)
@@ -219,9 +219,11 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "command": spec.get("command", []),
         "resources": spec.get("resources", {}),
         "replicas": spec.get("replicas", 1),
-        "after": spec.get("after", []),
+        # an element's row holds its array's spec: what it waits for and its indexes are
+        # the array's, not its own
+        "after": [] if row.get("array_of") else spec.get("after", []),
         "on_unmet": spec.get("on_unmet", "cancel"),
-        "array": spec.get("array"),
+        "array": None if row.get("array_of") else spec.get("array"),
         "array_of": row.get("array_of"),
         "array_index": row.get("array_index"),
     }
