@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import yaml
@@ -47,3 +49,17 @@ def test_check_names_the_cycle_in_a_jobs_file(api: Api, tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump({"jobs": jobs}))
     code, out = _run(api, "check", str(path))
     assert code == 2 and "dependency cycle: a -> b -> a" in out
+
+
+def test_the_pipeline_example_runs_in_order(api: Api) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "workloads" / "pipeline.yaml"
+    code, out = _run(api, "submit", "-o", "json", str(example))
+    assert code == 0, out
+    ids = {row["name"]: row["id"] for row in json.loads(out)}
+    report = api.wait(api.alice, ids["report"], {"succeeded", "cancelled"}, timeout=60)
+    assert report["state"] == "succeeded"
+    rows = {n: api.alice.get(f"/v1/jobs/{i}").json() for n, i in ids.items()}
+    assert rows["sweep"]["elements"]["counts"] == {"succeeded": 10}
+    order = ["preprocess", "train", "sweep", "report"]
+    for before, after in itertools.pairwise(order):
+        assert rows[after]["first_started_at"] >= rows[before]["ended_at"]
