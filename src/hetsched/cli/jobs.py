@@ -256,14 +256,12 @@ def submit(
             "command": items,
             "resources": _command_resources(cpu, memory, gpu, gpu_share, gpu_model, fpga),
         }
-        if max_runtime:
-            body["max_runtime"] = max_runtime
+        extra = {"max_runtime": max_runtime, "array": array}
+        body.update((k, v) for k, v in extra.items() if v)
         if env:
             body["env"] = dict(e.split("=", 1) for e in env if "=" in e)
         if after:
             body["after"] = [_after_entry(a) for a in after]
-        if array:
-            body["array"] = array
         bodies = [body]
     else:
         fail("give a jobs file, or a command after `--`")

@@ -74,22 +74,13 @@ def add_job_routes(
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     def get_job(job_id: str, who: Caller) -> dict[str, Any]:
         row = visible_job(job_id, who)
-        view = _job_view(row, service.store.job_tasks(job_id))
-        if row["spec"].get("array") is not None and not row.get("array_of"):
-            view["elements"] = array_view(service.store, row)
-        return view
+        return _with_elements(service, row, _job_view(row, service.store.job_tasks(job_id)))
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
         """Why the job is where it is: its pending explanation and its transition history."""
         row = visible_job(job_id, who)
-        view = _why_view(row, service.store.job_transitions(job_id))
-        if row["state"] == "pending" and row["spec"].get("after") and not row.get("array_of"):
-            # how far what it waits for got: the core's answer now, not the row's
-            with service.loop.lock:
-                waiting = service.loop.view.waiting_for(job_id)
-            if waiting is not None:
-                view["explanation"] = waiting.to_dict()
+        view = _waiting_now(service, row, _why_view(row, service.store.job_transitions(job_id)))
         return {**view, "speed": job_speed(service, row)}
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"])
@@ -119,14 +110,31 @@ def add_job_routes(
     def cancel(job_id: str, who: Caller) -> dict[str, Any]:
         """Cancel a job; an array's with all its elements; one element: ``ID[7]``."""
         if service.store.job(job_id) is None and uncreated_element(service.store, job_id):
-            visible_job(job_id.rpartition("[")[0], who)  # the array's owner may
-            service.loop.cancelled(job_id, who.user)
-            return {"id": job_id, "cancel_requested": True}
-        row = visible_job(job_id, who)
-        if not service.store.request_cancel(job_id):
-            raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
+            visible_job(job_id.rpartition("[")[0], who)  # the array's owner may cancel it
+        else:
+            row = visible_job(job_id, who)
+            if not service.store.request_cancel(job_id):
+                raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
         service.loop.cancelled(job_id, who.user)
         return {"id": job_id, "cancel_requested": True}
+
+
+def _with_elements(service: Service, row: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+    """An array's view with its elements' counts (``elements``)."""
+    if row["spec"].get("array") is not None and not row.get("array_of"):
+        view["elements"] = array_view(service.store, row)
+    return view
+
+
+def _waiting_now(service: Service, row: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+    """A held job's ``why`` with how far what it waits for got: the core's answer now,
+    not the row's (recorded when those jobs last changed state)."""
+    if row["state"] == "pending" and row["spec"].get("after") and not row.get("array_of"):
+        with service.loop.lock:
+            waiting = service.loop.view.waiting_for(row["id"])
+        if waiting is not None:
+            view["explanation"] = waiting.to_dict()
+    return view
 
 
 def _add_job_list_route(
