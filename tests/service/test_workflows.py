@@ -103,3 +103,10 @@ def test_why_says_how_far_the_awaited_job_got_and_cancel_reaches_one_element(
     assert job["state"] == "failed" and job["elements"]["unsuccessful"] == [2]
     assert job["elements"]["counts"] == {"succeeded": 3, "cancelled": 1}
     assert api.alice.post(f"/v1/jobs/{sweep}[9]/cancel").status_code == 404
+
+
+def test_a_job_may_not_set_the_array_variables_itself(api: Api) -> None:
+    body = job_body(env={"HETSCHED_ARRAY_INDEX": "3"})
+    answer = api.alice.post("/v1/jobs", json=body)
+    assert answer.status_code == 422
+    assert "env: 'HETSCHED_ARRAY_INDEX' may not be set by a job" in answer.text

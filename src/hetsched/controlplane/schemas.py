@@ -28,6 +28,7 @@ from hetsched.model.workflow import find_cycle, split_element
 from hetsched.scheduler.events import DeviceAdded
 
 __all__ = [
+    "ARRAY_ENV",
     "MAX_BATCH_BODY_BYTES",
     "MAX_BATCH_JOBS",
     "MAX_BODY_BYTES",
@@ -52,6 +53,8 @@ MAX_JSON_DEPTH = 200
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DENIED_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"})
+#: what an array's element is told (the launcher sets them; a federation passes them on)
+ARRAY_ENV = frozenset({"HETSCHED_ARRAY_JOB_ID", "HETSCHED_ARRAY_INDEX", "HETSCHED_ARRAY_SIZE"})
 _MAX_ARGV_BYTES = 256 * 1024
 _MAX_CPU_MILLI = 10**7  # 10,000 cores
 _MAX_MEMORY_MIB = 1 << 30  # 1 PiB
@@ -119,7 +122,7 @@ class SubmitSpec(JobSpec):
         for key, item in value.items():
             if not _ENV_KEY.match(key):
                 raise ValueError(f"{key!r} is not a valid variable name")
-            if key in _DENIED_ENV or key.startswith("HETSCHED_"):
+            if key in _DENIED_ENV or (key.startswith("HETSCHED_") and key not in ARRAY_ENV):
                 raise ValueError(f"{key!r} may not be set by a job")
             if "\x00" in item or len(item) > 32768:
                 raise ValueError(f"value of {key!r} contains NUL or is longer than 32768")
@@ -138,6 +141,14 @@ class SubmitSpec(JobSpec):
         if value is not None and not 0 < value <= _MAX_RUNTIME_S:
             raise ValueError(f"must be more than 0 and at most {_MAX_RUNTIME_S:.0f}s")
         return value
+
+    @model_validator(mode="after")
+    def _array_env(self) -> SubmitSpec:
+        # a federation sends an element of its array as a job of its own, told its index
+        given = sorted(ARRAY_ENV.intersection(self.env))
+        if given and self.federation is None:
+            raise ValueError(f"env: {given[0]!r} may not be set by a job")
+        return self
 
     @model_validator(mode="after")
     def _sizes(self) -> SubmitSpec:

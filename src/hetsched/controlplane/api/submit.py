@@ -142,7 +142,7 @@ def submit_one(
             body_digest,
             job.submit_time,
             # the writer hands the job to the loop as it commits, one thread hop sooner
-            on_commit=lambda committed: service.loop.submitted(committed, spec, job),
+            on_commit=lambda committed: service.loop.submitted(committed, admitted.spec, job),
         )
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
