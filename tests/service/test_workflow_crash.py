@@ -3,7 +3,8 @@
 One workload, submitted at once: a diamond (a; b and c after a; d after both), a failure
 chain (f1 fails; f2 after f1, f3 after f2, cancelled; f4 waits for f1 to fail; keep waits
 for f1 with ``on_unmet: keep``), an array with a cap (x, 0-5%2), an array whose element 2
-fails (z, with zdep after it), and a job after an array (y after x). The server is killed
+fails (z, with zdep after it), a job after an array (y after x), and an array one of whose
+elements is cancelled before it exists (w[3]). The server is killed
 with SIGKILL three times while they run: the first time while a, f1 and x's first
 elements run, staying down long enough that a and f1 end meanwhile (their ends are found
 in their exit files at the restart), then twice more in the middle of the rest. A cycle
@@ -48,6 +49,7 @@ def _workload(log: Path) -> list[dict[str, Any]]:
         _job("y", "true", log, after=["x"]),
         _job("z", 'sleep 0.3; test "$HETSCHED_ARRAY_INDEX" != 2', log, array="0-3"),
         _job("zdep", "true", log, after=["z"]),
+        _job("w", "sleep 0.4", log, array="0-3%1"),
     ]
 
 
@@ -87,6 +89,8 @@ def test_workflows_survive_kill_9(tmp_path: Path) -> None:
             answer = client.post("/v1/jobs/batch", json={"jobs": _workload(log)})
             assert answer.status_code == 201, answer.text
             ids = {row["name"]: row["id"] for row in answer.json()["jobs"]}
+            # an element not created yet (its cap holds it back), cancelled just before a kill
+            assert client.post(f"/v1/jobs/{ids['w']}[3]/cancel").status_code == 202
         time.sleep(0.5)  # a, f1, x[0], x[1] and z's elements run
         server.kill9()
         time.sleep(1.5)  # a and f1 end while the server is down
@@ -124,6 +128,7 @@ def test_workflows_survive_kill_9(tmp_path: Path) -> None:
         "y": ("succeeded", "all tasks succeeded"),
         "z": ("failed", "1 of 4 elements did not succeed: 2"),
         "zdep": ("cancelled", "z failed"),
+        "w": ("failed", "1 of 4 elements did not succeed: 3"),
     }
     assert why["explanation"]["summary"].startswith("can never start: f1 failed")
     assert refused.status_code == 422 and "dependency cycle: p -> q -> p" in refused.text
@@ -134,6 +139,7 @@ def test_workflows_survive_kill_9(tmp_path: Path) -> None:
     # everything that ran, ran once
     ran = sorted(log.read_text().split())
     expected = ["a", "b", "c", "d", "f1", "f4", "y", *(f"x{i}" for i in range(6))]
+    expected += ["w0", "w1", "w2"]  # w[3] was cancelled before it could run
     assert ran == sorted(expected + [f"z{i}" for i in range(4)])
 
     db = sqlite3.connect(home / "hetsched.db")

@@ -8,6 +8,7 @@ store before it answers.
 No postponed annotations in this module: FastAPI reads the routes' annotations.
 """
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -109,14 +110,26 @@ def add_job_routes(
     @app.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
     def cancel(job_id: str, who: Caller) -> dict[str, Any]:
         """Cancel a job; an array's with all its elements; one element: ``ID[7]``."""
-        if service.store.job(job_id) is None and uncreated_element(service.store, job_id):
-            visible_job(job_id.rpartition("[")[0], who)  # the array's owner may cancel it
-        else:
-            row = visible_job(job_id, who)
-            if not service.store.request_cancel(job_id):
-                raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
+        _request_cancel(service, job_id, lambda visible: visible_job(visible, who))
         service.loop.cancelled(job_id, who.user)
         return {"id": job_id, "cancel_requested": True}
+
+
+def _request_cancel(
+    service: Service, job_id: str, visible: Callable[[str], dict[str, Any]]
+) -> None:
+    """Record a cancel request in the store (``visible``: the row of a job the caller may
+    see, else 404); 409 for a job that has ended. An element not created yet gets its row
+    now, so that a restart before the next turn still cancels it."""
+    if service.store.job(job_id) is None and uncreated_element(service.store, job_id):
+        array_id, _, index = job_id[:-1].rpartition("[")
+        visible(array_id)  # its array's owner may cancel it
+        if not service.store.request_element_cancel(array_id, int(index), time.time()):
+            raise HTTPException(409, f"job {job_id} already ended")
+        return
+    row = visible(job_id)
+    if not service.store.request_cancel(job_id):
+        raise HTTPException(409, f"job {job_id} already ended ({row['state']})")
 
 
 def _with_elements(service: Service, row: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:

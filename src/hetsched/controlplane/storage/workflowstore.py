@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, literal, select
+from sqlalchemy import Connection, bindparam, func, literal, select, update
 
 from hetsched.controlplane.storage.tables import jobs, transitions
 from hetsched.model.workflow import split_element
@@ -26,6 +26,27 @@ class WorkflowRecords:
 
     def read(self) -> AbstractContextManager[Connection]:
         raise NotImplementedError  # provided by Store
+
+    def write(self, durable: bool = True) -> AbstractContextManager[Connection]:
+        raise NotImplementedError  # provided by Store
+
+    def request_element_cancel(self, array_id: str, index: int, now: float) -> bool:
+        """Record a cancel request for element ``index`` of a live array, creating its row
+        if the core has not yet (so that a restart before the next turn still cancels it);
+        False if the element has ended."""
+        element = f"{array_id}[{index}]"
+        with self.write() as conn:
+            conn.execute(
+                _ELEMENT,
+                {"e_id": element, "e_suffix": f"[{index}]", "e_at": now, "e_index": index,
+                 "e_array": array_id},
+            )  # fmt: skip
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == element, jobs.c.state.not_in(list(_ENDED)))
+                .values(cancel_requested=True)
+            )
+        return result.rowcount > 0
 
     def latest_named(self, owner: str, name: str) -> dict[str, Any] | None:
         """The owner's most recent job (not an element) called ``name``."""
@@ -79,6 +100,7 @@ class WorkflowRecords:
 
 
 _existing = jobs.alias("existing")
+_ENDED = ("succeeded", "failed", "cancelled", "rejected")
 
 #: an element's row: its array's, with its own id, name, index and submission time
 _ELEMENT = jobs.insert().from_select(
