@@ -13,12 +13,15 @@ from hetsched.model.workflow import Dependency, Needs, OnUnmet, parse_array
 from hetsched.scheduler import (
     Action,
     Bind,
+    Event,
     JobCancelled,
     JobSubmitted,
     JobTransition,
+    Kill,
     Pending,
     Scheduler,
     TaskFinished,
+    TaskStopped,
 )
 from hetsched.scheduler.arrays import WINDOW
 
@@ -282,3 +285,61 @@ def test_no_job_starts_before_its_dependencies_end_as_it_needs(
             assert ended[i] is JobState.CANCELLED
         else:
             assert ended[i] is (JobState.FAILED if fails[i] else JobState.SUCCEEDED)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ranges=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 30), st.integers(1, 4)), min_size=1, max_size=3
+    ),
+    cap=st.one_of(st.none(), st.integers(1, 5)),
+    gpus=st.integers(1, 6),
+    failing=st.sets(st.integers(0, 200), max_size=5),
+    cancelled=st.sets(st.integers(0, 200), max_size=3),
+)
+def test_every_index_runs_once_within_the_cap(
+    ranges: list[tuple[int, int, int]],
+    cap: int | None,
+    gpus: int,
+    failing: set[int],
+    cancelled: set[int],
+) -> None:
+    parts, low = [], 0
+    for gap, length, step in ranges:
+        parts.append(f"{low + gap}-{low + gap + length}:{step}")
+        low += gap + length + 1
+    spec = parse_array(",".join(parts) + (f"%{cap}" if cap else ""))
+    sched = core(gpus=gpus)
+    actions = sched.handle([JobSubmitted(job("x", gpus=1, array=spec))], 0)
+    # cancel some elements before they run (created or not)
+    gone = sorted(i for i in cancelled if i in spec)
+    actions += sched.handle([JobCancelled(f"x[{i}]") for i in gone], 0.5)
+    started: list[int] = []
+    now = 1.0
+    while True:
+        started += [int(a.job_id[2:-1]) for a in actions if isinstance(a, Bind)]
+        # a killed task's devices are free once it is reported stopped
+        events: list[Event] = [
+            TaskStopped(a.job_id, a.task, a.run) for a in actions if isinstance(a, Kill)
+        ]
+        running = [r for r in sched.active_jobs() if r.state is JobState.RUNNING and r.job.array_of]
+        assert len(running) <= min(cap or gpus, gpus)
+        if running:
+            first = running[0]
+            ok = first.job.array_index not in failing
+            events.append(TaskFinished(first.id, 0, first.run, ok))
+        if not events:
+            break
+        actions = sched.handle(events, now)
+        now += 1
+    ran = sorted(started)
+    assert ran == sorted(set(ran))  # once each
+    skipped = {i for i in gone if i not in ran}
+    assert set(ran) | skipped == set(spec)
+    bad = sorted({i for i in failing if i in set(ran)} | set(gone))
+    record = sched.record("x")
+    if not bad:
+        assert record.state is JobState.SUCCEEDED
+    else:
+        assert record.state is (JobState.FAILED if ran else JobState.CANCELLED)
+        assert record.history[-1].cause.startswith(f"{len(bad)} of {len(spec)} elements")
