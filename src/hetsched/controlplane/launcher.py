@@ -228,7 +228,7 @@ class Launcher:
             signal = "SIGUSR1"
             handle = self.executor.handles.get(str(key))
             if notice_s > 0 and self.checkpoints is not None and handle and not handle.stopping:
-                known = self.jobs.get(key.job)
+                known = self._known(key.job)
                 signal = self.checkpoints.notify(stop, known[0] if known else None, now)
             told.append(replace(stop, notice_s=notice_s, notice_signal=signal))
         self.executor.stop(told, now)
@@ -271,7 +271,7 @@ class Launcher:
         watched: list[Watched] = []
         for key, handle in self.executor.handles.items():
             placement = running.get(TaskKey(handle.job_id, handle.task, handle.run))
-            known = self.jobs.get(handle.job_id)
+            known = self._known(handle.job_id)
             if placement is None or known is None or handle.stopping:
                 continue
             watched.append(
