@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, literal, select, update
+from sqlalchemy import Connection, Float, Integer, String, bindparam, func, literal, select, update
 
 from hetsched.controlplane.storage.tables import jobs, transitions
 from hetsched.model.workflow import split_element
@@ -110,14 +110,15 @@ _ELEMENT = jobs.insert().from_select(
         "migrations", "array_of", "array_index",
     ],
     select(
-        bindparam("e_id"), jobs.c.owner, jobs.c.queue, jobs.c.name + bindparam("e_suffix"),
-        jobs.c.priority, jobs.c.spec, literal("pending"), literal("submitted"), literal(0),
-        literal(0), literal(0), literal(False), bindparam("e_at"), literal(0.0), literal(0),
-        jobs.c.id, bindparam("e_index"),
+        bindparam("e_id", type_=String), jobs.c.owner, jobs.c.queue,
+        jobs.c.name + bindparam("e_suffix", type_=String), jobs.c.priority, jobs.c.spec,
+        literal("pending"), literal("submitted"), literal(0), literal(0), literal(0),
+        literal(False), bindparam("e_at", type_=Float), literal(0.0), literal(0), jobs.c.id,
+        bindparam("e_index", type_=Integer),
     ).where(
         jobs.c.id == bindparam("e_array"),
         # an element submitted again (by recovery) has its row already
-        ~select(_existing.c.id).where(_existing.c.id == bindparam("e_id")).exists(),
+        ~select(_existing.c.id).where(_existing.c.id == bindparam("e_id", type_=String)).exists(),
     ),
 )  # fmt: skip
 
@@ -152,9 +153,12 @@ def record_elements(conn: Connection, changes: Sequence[JobTransition]) -> None:
                 "cause": "created: its array may run it",
             }
         )
-    if params:
-        made = [p for p in params if conn.execute(_ELEMENT, p).rowcount]
-        created = {p["e_id"] for p in made}
-        rows = [h for h in history if h["job_id"] in created]
-        if rows:
-            conn.execute(transitions.insert(), rows)
+    if not params:
+        return
+    # an element submitted again (by recovery) has its row and its history already
+    ids = [p["e_id"] for p in params]
+    known = {r.id for r in conn.execute(select(jobs.c.id).where(jobs.c.id.in_(ids)))}
+    fresh = [p for p in params if p["e_id"] not in known]
+    if fresh:
+        conn.execute(_ELEMENT, fresh)
+        conn.execute(transitions.insert(), [h for h in history if h["job_id"] not in known])
