@@ -98,12 +98,25 @@ def submit_times(repeats: int) -> tuple[list[float], list[float]]:
                         break
                     time.sleep(0.005)
                 taken.append(time.perf_counter() - began)
-                client.post(f"/v1/jobs/{job_id}/cancel")
+                _cancel(client, job_id)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
         shutil.rmtree(base, ignore_errors=True)
     return requests, taken
+
+
+def _cancel(client: httpx.Client, job_id: str) -> None:
+    """Cancel the array and wait until none of its elements runs (the server is stopped
+    without stopping its tasks: none may be left behind)."""
+    client.post(f"/v1/jobs/{job_id}/cancel")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        counts = client.get(f"/v1/jobs/{job_id}").json()["elements"]["counts"]
+        if not counts.get("running") and not counts.get("pending"):
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"array {job_id}: its elements did not stop")
 
 
 def _core() -> Scheduler:
