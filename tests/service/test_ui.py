@@ -244,3 +244,39 @@ def test_a_wedged_loop_is_the_first_banner(tmp_path: Path, browser: Any, artifac
         expect(page.locator("#alerts")).not_to_contain_text("Loop wedged")
         page.screenshot(path=str(artifacts / "7-wedged.png"), full_page=True)
         api.alice.post(f"/v1/jobs/{held['id']}/cancel")
+
+
+def test_the_jobs_table_shows_a_dependency_chain_and_array_progress(
+    tmp_path: Path, browser: Any, artifacts: Path
+) -> None:
+    options = service_options(tmp_path)
+    flag = tmp_path / "go"
+    wait = ["sh", "-c", f"until test -e {flag}; do sleep 0.05; done"]
+    with serving(options) as api:
+        sweep = api.alice.post(
+            "/v1/jobs", json=job_body(name="sweep", array="0-9%2", command=wait)
+        ).json()
+        report = api.alice.post(
+            "/v1/jobs", json=job_body(name="report", after=["sweep"], command=["true"])
+        ).json()
+        api.wait(api.alice, sweep["id"], {"running"})
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        expect = sync_api.expect
+        expect.set_options(timeout=30_000)
+        page.goto(f"{api.svc.url}/ui?refresh=0.5")
+        page.fill("#token", api.tokens["alice"])
+        page.click("#connect")
+        row = page.locator(f"#jobs [data-job='{report['id']}']")
+        expect(row.locator(".workflow")).to_have_text("after sweep")
+        expect(row).to_contain_text("waiting for sweep (running, 0 of 10 done)")
+        array = page.locator(f"#jobs [data-job='{sweep['id']}'] .array-progress")
+        expect(array).to_contain_text("array 0-9%2: 0 of 10 done")
+        expect(array).to_contain_text("8 not created yet")
+        element = page.locator(f"#jobs [data-job='{sweep['id']}[0]'] .workflow")
+        expect(element).to_have_text("element 0 of sweep")
+        expect(page.locator(f"#jobs [data-job='{sweep['id']}[0]'] .array-progress")).to_have_count(
+            0
+        )
+        page.screenshot(path=str(artifacts / "8-workflows.png"), full_page=True)
+        flag.touch()
+        api.wait(api.alice, report["id"], {"succeeded"})

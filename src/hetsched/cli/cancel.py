@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Annotated, Any
 
@@ -16,6 +17,9 @@ __all__ = ["CONFIRM_ABOVE", "cancel", "confirm_needed"]
 #: on a terminal, cancelling more jobs than this asks first (``--yes`` does not)
 CONFIRM_ABOVE = 10
 
+#: ``ID[7]``: one element of an array, cancelled on its own (created or not)
+_ELEMENT = re.compile(r".+\[\d+\]")
+
 
 def confirm_needed(count: int, yes: bool, interactive: bool) -> bool:
     """Whether to ask before cancelling ``count`` jobs: on a terminal, above the threshold."""
@@ -25,7 +29,11 @@ def confirm_needed(count: int, yes: bool, interactive: bool) -> bool:
 def cancel(
     jobs: Annotated[
         list[str] | None,
-        typer.Argument(help="Jobs: ids, unique names or unique id prefixes.", show_default=False),
+        typer.Argument(
+            help="Jobs: ids, unique names or unique id prefixes; ID[7] for one element of an "
+            "array (an array's id cancels every element).",
+            show_default=False,
+        ),
     ] = None,
     queue: Annotated[str | None, typer.Option(help="Every live job of this queue.")] = None,
     state: Annotated[
@@ -54,6 +62,10 @@ def cancel(
     more than 10 jobs are listed and confirmed first (``--yes`` skips it); ``--dry-run``
     only lists them.
     """
+    elements = [j for j in jobs or () if _ELEMENT.fullmatch(j)]
+    if elements:
+        _cancel_elements(elements, [j for j in jobs or () if j not in elements], dry_run)
+        return
     body = _body(jobs, queue, state, mine, user)
     json_out = output is OutputFormat.json
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not json_out
@@ -71,6 +83,15 @@ def cancel(
         print_json(answer)
         return
     _print(answer, dry=dry_run)
+
+
+def _cancel_elements(elements: list[str], others: list[str], dry_run: bool) -> None:
+    """Array elements (``ID[7]``) one by one: each is its own request."""
+    if others or dry_run:
+        fail("array elements (ID[7]) are cancelled alone: no other jobs and no --dry-run")
+    for ref in elements:
+        call("POST", f"/v1/jobs/{ref}/cancel", retries=2)
+        console.print(f"cancel requested for {ref}", highlight=False, markup=False)
 
 
 def _body(

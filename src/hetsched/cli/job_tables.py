@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from hetsched.cli import output
-from hetsched.cli.job_text import age, checkpoint_lines, resources_text
+from hetsched.cli.job_text import age, checkpoint_lines, resources_text, workflow_lines
 from hetsched.cli.tables import Col, Grid, print_table
 
 __all__ = ["current_reason", "print_job", "print_jobs"]
@@ -71,6 +71,8 @@ def print_job(data: dict[str, Any]) -> None:
         _field(key, value)
     _field("command", " ".join(data["command"]))
     _field("resources", resources_text(data["resources"]))
+    for key, value in workflow_lines(data):
+        _field(key, value)
     grid = Grid("Tasks", _TASK_COLUMNS)
     for t in data.get("tasks", []):
         devices = ", ".join(

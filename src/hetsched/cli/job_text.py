@@ -6,7 +6,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["age", "checkpoint_lines", "plural", "resources_text", "speed_lines"]
+__all__ = [
+    "age",
+    "checkpoint_lines",
+    "plural",
+    "resources_text",
+    "speed_lines",
+    "workflow_lines",
+]
 
 
 def age(ts: float | None, now: float) -> str:
@@ -98,3 +105,29 @@ def speed_lines(speed: dict[str, Any] | None) -> list[tuple[str, str]]:
             )
         )
     return out
+
+
+def workflow_lines(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """``job``'s lines for what it waits for and, for an array, its elements: counts by
+    state and the indexes that did not succeed."""
+    lines: list[tuple[str, str]] = []
+    after = data.get("after") or []
+    if after:
+        text = ", ".join(
+            a["job"] + ("" if a.get("state", "succeeded") == "succeeded" else f" ({a['state']})")
+            for a in after
+        )
+        if data.get("on_unmet") == "keep":
+            text += " (kept if never met)"
+        lines.append(("after", text))
+    if data.get("array_of"):
+        lines.append(("array", f"element {data['array_index']} of {data['array_of']}"))
+    elements = data.get("elements")
+    if elements:
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(elements["counts"].items()))
+        lines.append(("array", f"{data['array']}: {elements['size']} elements: {counts}"))
+        bad = elements.get("unsuccessful") or []
+        if bad:
+            shown = ",".join(str(i) for i in bad[:50]) + (",..." if len(bad) > 50 else "")
+            lines.append(("failed", shown))  # or cancelled, or rejected
+    return lines

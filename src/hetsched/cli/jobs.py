@@ -151,6 +151,20 @@ _Priority = Annotated[int, typer.Option(help="Priority (higher runs first).")]
 _Replicas = Annotated[int, typer.Option(help="Tasks (replicas) of the job.")]
 _MaxRuntime = Annotated[str | None, typer.Option(help="Kill after, e.g. 30m.")]
 _Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")]
+_After = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="Wait for this job (name or id) to succeed; NAME:failed or NAME:ended waits "
+        "for that end instead (repeatable)."
+    ),
+]
+_Array = Annotated[
+    str | None,
+    typer.Option(
+        help="Run an array: indexes in Slurm's syntax (0-99, 1-7:2, 0,3,5), %N caps how "
+        "many run at once (0-999%50). Each element gets HETSCHED_ARRAY_INDEX."
+    ),
+]
 _Args = Annotated[
     list[str] | None,
     typer.Argument(help="A jobs file (YAML/JSON), or after `--` the command to run."),
@@ -209,6 +223,8 @@ def submit(
     replicas: _Replicas = 1,
     max_runtime: _MaxRuntime = None,
     env: _Env = None,
+    after: _After = None,
+    array: _Array = None,
     output: Output = ListFormat.table,
 ) -> None:
     """Submit a jobs file, or one command (after ``--``) as a job.
@@ -221,6 +237,12 @@ def submit(
 
         hetsched submit jobs.yaml
         hetsched submit --gpu 1 --max-runtime 2h -- python train.py --epochs 10
+        hetsched submit --array 0-499%50 --gpu 1 -- python sweep.py
+        hetsched submit --after preprocess --after eval:failed -- python report.py
+
+    In a file, ``after: [preprocess, {job: eval, state: failed}]``, ``on_unmet: keep``
+    and ``array: "0-499%50"`` say the same; names resolve within the file first, then to
+    your latest job of that name, and a cycle is refused before anything is stored.
     """
     items = list(args or [])
     path = jobs_file(items)
@@ -236,14 +258,24 @@ def submit(
             "command": items,
             "resources": _command_resources(cpu, memory, gpu, gpu_share, gpu_model, fpga),
         }
-        if max_runtime:
-            body["max_runtime"] = max_runtime
+        extra = {"max_runtime": max_runtime, "array": array}
+        body.update((k, v) for k, v in extra.items() if v)
         if env:
             body["env"] = dict(e.split("=", 1) for e in env if "=" in e)
+        if after:
+            body["after"] = [_after_entry(a) for a in after]
         bodies = [body]
     else:
         fail("give a jobs file, or a command after `--`")
     _send(bodies, output)
+
+
+def _after_entry(text: str) -> dict[str, str]:
+    """``--after NAME`` or ``NAME:STATE`` as an ``after`` entry."""
+    job, _, state = text.rpartition(":") if ":" in text else (text, "", "")
+    if state and state not in ("succeeded", "failed", "ended"):
+        fail(f"--after {text}: the state is succeeded, failed or ended, got {state!r}")
+    return {"job": job, "state": state or "succeeded"}
 
 
 def _send(bodies: list[dict[str, Any]], output: ListFormat) -> None:

@@ -48,22 +48,22 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
 
 def _result(actions: list[Action], stranded: dict[str, Any]) -> dict[str, Any]:
     placements: list[dict[str, Any]] = []
-    pending: list[dict[str, Any]] = []
+    # a job's last reason, in the order jobs first waited (one that waits for another job
+    # is told again when that one starts)
+    pending: dict[str, dict[str, Any]] = {}
     for action in actions:
         if isinstance(action, Bind):
             for task, p in action.placements:
                 placements.append({"job": action.job_id, "task": task, **p.to_dict()})
         elif isinstance(action, Pending):
-            pending.append(
-                {
-                    "job": action.job_id,
-                    "reasons": action.explanation.lines(),
-                    "explanation": action.explanation.to_dict(),
-                }
-            )
+            pending[action.job_id] = {
+                "job": action.job_id,
+                "reasons": action.explanation.lines(),
+                "explanation": action.explanation.to_dict(),
+            }
         elif isinstance(action, Reject):
-            pending.append({"job": action.job_id, "reasons": [action.reason]})
-    return {"placements": placements, "pending": pending, "stranded": stranded}
+            pending[action.job_id] = {"job": action.job_id, "reasons": [action.reason]}
+    return {"placements": placements, "pending": list(pending.values()), "stranded": stranded}
 
 
 def _devices_cell(node: str, devices: list[dict[str, Any]]) -> str:

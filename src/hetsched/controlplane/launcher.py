@@ -30,6 +30,7 @@ from hetsched.drivers.executor import ProcessExecutor
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
+from hetsched.model.workflow import split_element
 from hetsched.scheduler import DeviceAdded, Event, NodeAdded
 
 __all__ = ["LaunchSpec", "Launched", "Launcher"]
@@ -156,9 +157,29 @@ class Launcher:
                 launched.append(Launched(start.key, handle.pid, handle.pid_started, time.time()))
         return launched, failed
 
+    def _known(self, job_id: str) -> tuple[Job, LaunchSpec] | None:
+        """The job and what its tasks run; an element of an array the core created runs
+        its array's spec, told its index and the array's size."""
+        known = self.jobs.get(job_id)
+        split = split_element(job_id)
+        if split is None:
+            return known
+        parent = self.jobs.get(split[0])
+        if parent is None or parent[0].array is None:
+            return known
+        job = known[0] if known is not None else parent[0].element(split[1])
+        spec = known[1] if known is not None else parent[1]
+        env = {
+            **spec.env,
+            "HETSCHED_ARRAY_JOB_ID": split[0],
+            "HETSCHED_ARRAY_INDEX": str(split[1]),
+            "HETSCHED_ARRAY_SIZE": str(len(parent[0].array)),
+        }
+        return job, replace(spec, env=MappingProxyType(env))
+
     def _account(self, job_id: str) -> tuple[str | None, RunAs | None]:
         """Why a task of the job cannot start, or the OS account it runs as."""
-        known = self.jobs.get(job_id)
+        known = self._known(job_id)
         if known is None:
             return "no spec", None
         if self.run_as is None:
@@ -172,7 +193,9 @@ class Launcher:
     def _launch(self, start: Start, run_as: RunAs | None) -> Launch:
         """What the task runs: its job's command, environment and directory, its devices,
         its maximum runtime, its account and its federation's lease."""
-        job, spec = self.jobs[start.key.job]
+        known = self._known(start.key.job)
+        assert known is not None  # _account found it
+        job, spec = known
         devices = tuple(
             (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
             for d in start.placement.devices
@@ -205,7 +228,7 @@ class Launcher:
             signal = "SIGUSR1"
             handle = self.executor.handles.get(str(key))
             if notice_s > 0 and self.checkpoints is not None and handle and not handle.stopping:
-                known = self.jobs.get(key.job)
+                known = self._known(key.job)
                 signal = self.checkpoints.notify(stop, known[0] if known else None, now)
             told.append(replace(stop, notice_s=notice_s, notice_signal=signal))
         self.executor.stop(told, now)
@@ -248,7 +271,7 @@ class Launcher:
         watched: list[Watched] = []
         for key, handle in self.executor.handles.items():
             placement = running.get(TaskKey(handle.job_id, handle.task, handle.run))
-            known = self.jobs.get(handle.job_id)
+            known = self._known(handle.job_id)
             if placement is None or known is None or handle.stopping:
                 continue
             watched.append(

@@ -47,6 +47,7 @@ from hetsched.controlplane.runner import Runner
 from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import quota_view
+from hetsched.controlplane.workflows import tell_core
 from hetsched.drivers import Exit
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
@@ -306,6 +307,7 @@ class ControlLoop:
         """One turn (see the module docstring); returns the core's actions."""
         now = self.clock() if now is None else now
         events, exits = self._collect(now)
+        tell_core(self.store, self.planner.core, events)  # what jobs that wait need to know
         self._concerns = _jobs_named(events)
         before = self.runner.before(now)
         self._concerns |= _jobs_named(before.events)

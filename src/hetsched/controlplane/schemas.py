@@ -33,9 +33,11 @@ from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job
 from hetsched.model.specs import JobSpec, format_errors
+from hetsched.model.workflow import find_cycle, split_element
 from hetsched.scheduler.events import DeviceAdded
 
 __all__ = [
+    "ARRAY_ENV",
     "MAX_BATCH_BODY_BYTES",
     "MAX_BATCH_JOBS",
     "MAX_BODY_BYTES",
@@ -60,6 +62,8 @@ MAX_JSON_DEPTH = 200
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _DENIED_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"})
+#: what an array's element is told (the launcher sets them; a federation passes them on)
+ARRAY_ENV = frozenset({"HETSCHED_ARRAY_JOB_ID", "HETSCHED_ARRAY_INDEX", "HETSCHED_ARRAY_SIZE"})
 _MAX_ARGV_BYTES = 256 * 1024
 _MAX_CPU_MILLI = 10**7  # 10,000 cores
 _MAX_MEMORY_MIB = 1 << 30  # 1 PiB
@@ -134,7 +138,7 @@ class SubmitSpec(JobSpec):
         for key, item in value.items():
             if not _ENV_KEY.match(key):
                 raise ValueError(f"{key!r} is not a valid variable name")
-            if key in _DENIED_ENV or key.startswith("HETSCHED_"):
+            if key in _DENIED_ENV or (key.startswith("HETSCHED_") and key not in ARRAY_ENV):
                 raise ValueError(f"{key!r} may not be set by a job")
             if "\x00" in item or len(item) > 32768:
                 raise ValueError(f"value of {key!r} contains NUL or is longer than 32768")
@@ -155,6 +159,14 @@ class SubmitSpec(JobSpec):
         return value
 
     @model_validator(mode="after")
+    def _array_env(self) -> SubmitSpec:
+        # a federation sends an element of its array as a job of its own, told its index
+        given = sorted(ARRAY_ENV.intersection(self.env))
+        if given and self.federation is None:
+            raise ValueError(f"env: {given[0]!r} may not be set by a job")
+        return self
+
+    @model_validator(mode="after")
     def _sizes(self) -> SubmitSpec:
         res = self.resources
         if res.cpu_milli > _MAX_CPU_MILLI:
@@ -166,8 +178,13 @@ class SubmitSpec(JobSpec):
         return self
 
     def to_job(self, job_id: str, owner: str, submit_time: float) -> Job:
-        spec = self.model_copy(update={"id": job_id, "user": owner, "submit_time": submit_time})
-        return JobSpec.build(spec)
+        """The job; for an element's id (``ID[7]``, its row holds its array's spec), that
+        element of the array."""
+        element = split_element(job_id) if self.array is not None else None
+        own_id = job_id if element is None else element[0]
+        spec = self.model_copy(update={"id": own_id, "user": owner, "submit_time": submit_time})
+        job = JobSpec.build(spec)
+        return job if element is None else job.element(element[1])
 
 
 class InvalidBody(ValueError):
@@ -205,6 +222,21 @@ class BatchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     jobs: list[SubmitSpec] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+    @model_validator(mode="after")
+    def _no_cycle(self) -> BatchSpec:
+        names: dict[str, int] = {}
+        for job in self.jobs:
+            names[job.name] = names.get(job.name, 0) + 1
+        edges = {
+            job.name: [d.job for d in job.after if names.get(d.job) == 1]
+            for job in self.jobs
+            if names[job.name] == 1
+        }
+        cycle = find_cycle(edges)
+        if cycle is not None:
+            raise ValueError("jobs: dependency cycle: " + " -> ".join(cycle))
+        return self
 
 
 def parse_batch(body: bytes | str) -> BatchSpec:

@@ -17,8 +17,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
+from hetsched.model.workflow import parse_array, split_element
 
-__all__ = ["MEMBER_LABEL", "as_one_task", "member_body"]
+__all__ = [
+    "MEMBER_LABEL",
+    "as_one_task",
+    "element_submission",
+    "member_body",
+    "submission_of",
+]
 
 #: every member's node in the federation's core carries its name under this label, so a
 #: job pins itself to a member with ``node_selector: {hetsched.io/member: NAME}``
@@ -56,7 +63,9 @@ def member_body(submission: Mapping[str, Any], federation: str, queue: str) -> d
     """What a member receives for a job: the submission as accepted, into the member's
     ``queue``, fenced by ``federation``'s lease, without restarts of its own and without
     the member selector (it chose the member)."""
-    body = {k: v for k, v in submission.items() if k not in ("user", "id", "submit_time")}
+    # what it waited for has ended here (the federation held it): the member's ids differ
+    left_out = ("user", "id", "submit_time", "after", "on_unmet")
+    body = {k: v for k, v in submission.items() if k not in left_out}
     body["queue"] = queue
     body["federation"] = federation
     body["restart_policy"] = "never"
@@ -66,3 +75,33 @@ def member_body(submission: Mapping[str, Any], federation: str, queue: str) -> d
         resources.pop(key, None)
     body["resources"] = resources
     return body
+
+
+def element_submission(
+    submission: Mapping[str, Any], array_id: str, index: int, size: int
+) -> dict[str, Any]:
+    """The submission of element ``index`` of an array: the array's, as one job that is
+    told its index and the array's size (a member runs it as a job of its own)."""
+    body = {k: v for k, v in submission.items() if k != "array"}
+    body["env"] = {
+        **dict(submission.get("env") or {}),
+        "HETSCHED_ARRAY_JOB_ID": array_id,
+        "HETSCHED_ARRAY_INDEX": str(index),
+        "HETSCHED_ARRAY_SIZE": str(size),
+    }
+    return body
+
+
+def submission_of(submissions: Mapping[str, dict[str, Any]], job_id: str) -> dict[str, Any] | None:
+    """A job's submission; for an element of an array (which the core created), its
+    array's, as the element (after a restart the element's own row holds the array's
+    spec as well)."""
+    found = submissions.get(job_id)
+    split = split_element(job_id)
+    if split is None:
+        return found
+    parent = submissions.get(split[0], found)
+    if parent is None or parent.get("array") is None:
+        return found
+    size = len(parse_array(str(parent["array"])))
+    return element_submission(parent, split[0], split[1], size)

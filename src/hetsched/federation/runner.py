@@ -36,7 +36,7 @@ from hetsched.controlplane import node_view as core_node_view
 from hetsched.drivers import Exit, Stop
 from hetsched.federation.advice import explained, questions
 from hetsched.federation.dispatch import Dispatch
-from hetsched.federation.jobs import as_one_task, member_body
+from hetsched.federation.jobs import as_one_task, member_body, submission_of
 from hetsched.federation.member import Report, nodes_to_view
 from hetsched.federation.members import (
     FENCED,
@@ -441,7 +441,7 @@ class MemberRunner:
 
     def _send(self, state: MemberState, dispatch: Dispatch) -> list[Exit]:
         """Send the dispatch's job to its member; an exit if its submission is unknown."""
-        submission = self.submissions.get(dispatch.key.job)
+        submission = submission_of(self.submissions, dispatch.key.job)
         if submission is None:
             key = dispatch.key
             return [Exit.of(key.job, key.task, key.run, None, False, "no spec")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from types import MappingProxyType
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.workflow import ArraySpec, Dependency, OnUnmet, element_id
 
 __all__ = [
     "Checkpointing",
@@ -180,12 +182,34 @@ class Job:
     #: False for work its driver cannot start again elsewhere once stopped (a Kubernetes
     #: pod that no controller recreates): the core never chooses it to move or to yield
     movable: bool = True
+    #: jobs it waits for (see :mod:`hetsched.model.workflow`): it is held, outside the
+    #: queue, until every one has ended as it needs
+    after: tuple[Dependency, ...] = ()
+    #: what becomes of it when a dependency can no longer be met
+    on_unmet: OnUnmet = OnUnmet.CANCEL
+    #: an array: this job is the record of its elements, which are created as they may run
+    array: ArraySpec | None = None
+    #: an element of an array: the array's id and this element's index
+    array_of: str | None = None
+    array_index: int | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"job {self.id}: replicas must be >= 1, got {self.replicas}")
         if self.gang is not None and not 1 <= self.gang <= self.replicas:
             raise ValueError(f"job {self.id}: gang must be 1..replicas, got {self.gang}")
+
+    def element(self, index: int) -> Job:
+        """Element ``index`` of this array: the same job with its own id and name."""
+        return dataclasses.replace(
+            self,
+            id=element_id(self.id, index),
+            name=f"{self.name or self.id}[{index}]",
+            after=(),
+            array=None,
+            array_of=self.id,
+            array_index=index,
+        )
 
     @property
     def gang_min(self) -> int:

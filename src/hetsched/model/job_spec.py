@@ -9,6 +9,7 @@ TaskRequest object, which the core's per-request caches then find by identity.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from functools import lru_cache
@@ -44,8 +45,10 @@ from hetsched.model.spec_values import (
     parse_work,
 )
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.workflow import Dependency, Needs, OnUnmet, find_cycle, parse_array
 
 __all__ = [
+    "AfterSpec",
     "CheckpointSpec",
     "DeviceChoiceSpec",
     "DeviceRequestSpec",
@@ -206,6 +209,13 @@ class CheckpointSpec(Strict):
         return Checkpointing(self.interval_s, self.notice_s, self.signal, self.cost_s)
 
 
+class AfterSpec(Strict):
+    """``{job: etl-2, state: failed}``: wait for that end of a job (a name or an id)."""
+
+    job: str = Field(min_length=1, max_length=253)
+    state: Needs = Needs.SUCCEEDED
+
+
 class JobSpec(Strict):
     name: str = Field(min_length=1, max_length=253)
     id: str | None = Field(default=None, min_length=1, max_length=253)
@@ -231,6 +241,12 @@ class JobSpec(Strict):
     job_type: str | None = Field(default=None, min_length=1)
     #: how the job saves its state: it gets a notice before a stop and resumes after
     checkpoint: CheckpointSpec | None = None
+    #: jobs it waits for: names or ids (``succeeded``), or ``{job, state}``
+    after: list[AfterSpec] = Field(default_factory=list, max_length=100)
+    #: a dependency that can no longer be met: ``cancel`` it (default) or ``keep`` it
+    on_unmet: OnUnmet = OnUnmet.CANCEL
+    #: an array of indexed elements in Slurm's syntax: ``0-999%50``, ``1-7:2``, ``0,3,5``
+    array: str | None = Field(default=None, min_length=1, max_length=4096)
 
     _speed = field_validator("speed", mode="before")(
         lambda cls, v: None if v is None else parse_speed_map(v)
@@ -243,6 +259,24 @@ class JobSpec(Strict):
             return None
         parse_work(value)
         return value
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _after(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"job": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_array(value)
+        return value
+
+    def dependencies(self) -> tuple[Dependency, ...]:
+        """``after`` as the core reads it (names not resolved: see :class:`JobsSpec`)."""
+        return tuple(Dependency(a.job, a.state) for a in self.after)
 
     @field_validator("estimated_runtime_s", "max_runtime_s", mode="before")
     @classmethod
@@ -287,6 +321,9 @@ class JobSpec(Strict):
             best_effort=self.best_effort,
             speed=self.job_speed(),
             checkpoint=None if self.checkpoint is None else self.checkpoint.build(),
+            after=self.dependencies(),
+            on_unmet=self.on_unmet,
+            array=None if self.array is None else parse_array(self.array),
         )
 
 
@@ -303,13 +340,44 @@ class JobsSpec(Strict):
                     f"jobs[{index}]: duplicate job id {job_id!r} (first at jobs[{seen[job_id]}])"
                 )
             seen[job_id] = index
+        self._no_cycle()
         return self
+
+    def ids_by_reference(self) -> dict[str, str]:
+        """What ``after`` may name within the file: each job's id, and each name that one
+        job has, to that job's id."""
+        names: dict[str, list[str]] = {}
+        for job in self.jobs:
+            names.setdefault(job.name, []).append(job.id or job.name)
+        out = {name: ids[0] for name, ids in names.items() if len(ids) == 1}
+        out.update((job.id or job.name, job.id or job.name) for job in self.jobs)
+        return out
+
+    def _no_cycle(self) -> None:
+        refs = self.ids_by_reference()
+        edges = {
+            job.id or job.name: [refs[d.job] for d in job.dependencies() if d.job in refs]
+            for job in self.jobs
+        }
+        cycle = find_cycle(edges)
+        if cycle is not None:
+            raise ValueError("jobs: dependency cycle: " + " -> ".join(cycle))
 
     def build(self) -> list[Job]:
         # jobs of one request share one TaskRequest: the core's per-request caches then
         # find it by identity instead of comparing requests field by field
         requests: dict[TaskRequest, TaskRequest] = {}
-        return [j.build(requests) for j in self.jobs]
+        built = [j.build(requests) for j in self.jobs]
+        refs = self.ids_by_reference()
+        return [
+            dataclasses.replace(
+                job,
+                after=tuple(dataclasses.replace(d, job=refs.get(d.job, d.job)) for d in job.after),
+            )
+            if job.after
+            else job
+            for job in built
+        ]
 
 
 def validate_jobs(data: Any, source: str = "") -> JobsSpec:

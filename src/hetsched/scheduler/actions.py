@@ -70,6 +70,8 @@ class Change(enum.StrEnum):
     START_FAILED = "start_failed"
     #: pending -> pending: a partial gang hold timed out and was released (a backoff follows)
     GANG_TIMEOUT = "gang_timeout"
+    #: pending -> pending: the jobs it waited for ended as it needs; it enters the queue
+    RELEASED = "released"
     #: running -> running: its tasks are being stopped to move elsewhere (a Migrate)
     MIGRATING = "migrating"
     #: running -> running: its new run started where it moved to (a Bind follows)

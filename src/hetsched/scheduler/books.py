@@ -25,6 +25,7 @@ from hetsched.scheduler.actions import Action, MigrationKind, PreemptionKind
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord, MoveBook
 from hetsched.scheduler.tally import Tally
+from hetsched.scheduler.workflow import Workflows
 
 __all__ = ["Books", "RoundHold"]
 
@@ -78,6 +79,11 @@ class Books(Protocol):
 
     @property
     def jobs(self) -> Mapping[str, JobRecord]: ...
+
+    @property
+    def workflow(self) -> Workflows:
+        """Held jobs and arrays (scheduler/workflow.py)."""
+        ...
 
     @property
     def promised(self) -> Mapping[str, JobRecord]:

@@ -126,7 +126,14 @@ class Scheduler(JobBook):
             from hetsched.scheduler.round_mode import run_rounds
 
             run_rounds(self, self.rounds, now)
+        workflow = self.workflow
+        if workflow.active:
+            workflow.settle(self, now)
         run_cycle(self, now)
+        if workflow.active:
+            # elements started and more were created: a cycle may start those too
+            while workflow.settle(self, now):
+                run_cycle(self, now)
         run_upgrades(self, now)
         placed_in_line(self, out, start)
         self._out = []
@@ -274,16 +281,26 @@ class Scheduler(JobBook):
             self.emit(Reject(job.id, problem))
             return
         self._move(record, JobState.PENDING, now, "submitted", Change.SUBMITTED)
-        self._live[job.id] = record
+        if (job.after or job.array is not None) and self.workflow.hold(self, record, now):
+            return  # it waits for other jobs, or it is an array's record
+        self._enter(record)
+
+    def _enter(self, record: JobRecord) -> None:
+        """A pending job enters the queue (at its submission, or once its dependencies are
+        met): it counts, it is ordered, its maximum pending time runs."""
+        self._live[record.id] = record
         self.tally.entered(record)
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         self.tally.queued(record)
-        if job.best_effort:
-            self.state.best_effort_jobs.add(job.id)
+        if record.job.best_effort:
+            self.state.best_effort_jobs.add(record.id)
 
     def _cancel(self, job_id: str, reason: str, now: float) -> None:
         record = self.jobs.get(job_id)
+        if record is None and self.workflow.arrays:
+            self.workflow.cancel_element(self, job_id, reason, now)
+            return
         if record is None or record.state in TERMINAL:
             return
         self._end_pending(record)

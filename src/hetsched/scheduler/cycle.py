@@ -208,7 +208,9 @@ def placed_in_line(sched: Books, actions: list[Action], start: int = 0) -> None:
     for index in range(start, len(actions)):
         action = actions[index]
         if isinstance(action, Pending):
-            record = sched.jobs[action.job_id]
+            record = sched.jobs.get(action.job_id)
+            if record is None:
+                continue  # it ended since, and the book forgot it
             position = sched.queue.position(record)
             explanation = dataclasses.replace(action.explanation, position=position)
             if record.explanation is action.explanation:

@@ -43,6 +43,7 @@ from hetsched.scheduler.records import BlockedBy, JobRecord, MoveBook
 from hetsched.scheduler.restore import Restores
 from hetsched.scheduler.tally import Tally
 from hetsched.scheduler.units import Units
+from hetsched.scheduler.workflow import Workflows
 
 __all__ = ["JobBook"]
 
@@ -108,6 +109,8 @@ class JobBook(Restores):
         #: something: a record is dropped once its job has ended and released all it held.
         #: Off, an ended job's id is no longer known: the driver must not reuse ids.
         self.keep_ended = True
+        #: held jobs (dependencies) and arrays (scheduler/workflow.py)
+        self.workflow = Workflows()
 
     def emit(self, action: Action) -> None:
         """Add an action to the answer of the ``handle`` call in progress."""
@@ -195,6 +198,8 @@ class JobBook(Restores):
         record.move(target, now, cause)
         if source is not None and record.id in self._live:
             self.tally.moved(record, source, target)
+        if self.workflow.active or record.job.array_of is not None:
+            self.workflow.moved(record, source, target)
         self._out.append(
             JobTransition(
                 record.id, now, source, target, change, cause, record.run, record.restarts, since

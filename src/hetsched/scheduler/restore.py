@@ -29,6 +29,7 @@ from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.tally import Tally
+from hetsched.scheduler.workflow import Workflows
 
 __all__ = ["Restores"]
 
@@ -46,6 +47,7 @@ class Restores:
     deadlines: Deadlines
     _live: dict[str, JobRecord]
     _seq: int
+    workflow: Workflows
 
     if TYPE_CHECKING:
         # the book's own (JobBook)
@@ -204,3 +206,17 @@ class Restores:
             self.state.best_effort_jobs.add(job.id)
         self.deadlines.run_started(record, self._max_runtime(job))
         return record
+
+    def known_end(self, job_id: str, state: JobState, name: str = "") -> None:
+        """A job that ended before the driver restarted, which the core has no record of:
+        the jobs submitted again that wait for it learn how it ended (``name``: what
+        their explanations call it)."""
+        self.workflow.known_end(job_id, state, name)
+
+    def known_elements(
+        self, array_id: str, ended: Mapping[int, JobState], live: Iterable[int]
+    ) -> None:
+        """What became of the created elements of array ``array_id`` before the driver
+        restarted (``ended`` by index, and ``live``: restored, or submitted again after
+        the array), for when the array is submitted again: those are not created twice."""
+        self.workflow.known_elements(array_id, ended, list(live))

@@ -91,6 +91,11 @@ class SchedulerView:
             tuple(record.history),
         )
 
+    def waiting_for(self, job_id: str) -> Explanation | None:
+        """What a held job waits for now, with how far those jobs got; None for a job
+        that is not held (its dependencies met, or it has none)."""
+        return self._core.workflow.explain(self._core, job_id)
+
     def promised(self, job_id: str) -> bool:
         """Whether the core keeps room for the job: it preempted others and has not started
         (nor been given up on) since."""

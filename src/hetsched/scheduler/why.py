@@ -31,6 +31,8 @@ def why(sched: Books, job_id: str) -> Explanation:
         return base if base is not None else Explanation(Code.SUCCESS, summary)
     if base is None:
         base = Explanation(Code.UNSCHEDULABLE, "not tried yet")
+    if record.id in sched.workflow.held or record.job.array is not None:
+        return base  # it waits for other jobs, or it is an array: not for room
     extra: list[str] = []
     if record.blocked_by in (BlockedBy.CAPACITY, BlockedBy.GANG, BlockedBy.RESERVATION):
         reservation = reserve(sched, record, sched.now)

@@ -29,6 +29,11 @@ checkpoints; ``0``: it never loses work), ``checkpoint_cost`` (seconds one check
 to write, without progress) and ``checkpoint_notice`` (seconds of notice it uses to save
 before a stop; empty: 0, a trace job saves only on its own schedule). A job with any of them
 set is checkpointable.
+Dependencies (see :mod:`hetsched.model.workflow`): ``after`` lists the ids of jobs this
+one waits for, separated by ``;``, each waiting for its success or, with ``:failed`` or
+``:ended``, for that end (``etl;eval:ended``); ``on_unmet`` is ``cancel`` (the default:
+a dependency that can no longer be met cancels the job) or ``keep``. An id that names no
+job of the workload, or a cycle, is an error.
 
 Rows are validated with pydantic at the boundary; every problem is reported as
 ``FILE:LINE: FIELD: message`` (the header is line 1), and all of them are listed at once
@@ -59,6 +64,7 @@ from hetsched.model.quantity import QuantityError, format_cpu, format_memory, pa
 from hetsched.model.quantity import parse_memory as _parse_memory
 from hetsched.model.selector import SelectorError, compile_selector
 from hetsched.model.specs import build_speed, parse_duration, parse_speed_map, parse_work
+from hetsched.model.workflow import Dependency, Needs, OnUnmet, find_cycle
 
 __all__ = [
     "CHECKPOINT_COLUMNS",
@@ -86,7 +92,7 @@ COLUMNS: tuple[str, ...] = (
     "selector",
     "gang",
 )
-_OPTIONAL = ("id", "estimate")
+_OPTIONAL = ("id", "estimate", "after", "on_unmet")
 #: the speed-model columns: optional, written only when a job of the workload uses them
 SPEED_COLUMNS: tuple[str, ...] = ("job_type", "speed", "work")
 #: the checkpoint columns: optional, written only when a job of the workload checkpoints
@@ -178,6 +184,24 @@ class RowSpec(BaseModel):
     checkpoint_notice: float | None = Field(
         default=None, ge=0, le=MAX_NOTICE_S, allow_inf_nan=False
     )
+    after: tuple[Dependency, ...] = ()
+    on_unmet: OnUnmet = OnUnmet.CANCEL
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _after(cls, value: Any) -> Any:
+        out = []
+        for part in str(value).split(";"):
+            job, _, needs = part.strip().partition(":")
+            if not job:
+                raise ValueError(f"expected job ids separated by ';', got {value!r}")
+            try:
+                out.append(Dependency(job, Needs(needs or "succeeded")))
+            except ValueError:
+                raise ValueError(
+                    f"{part.strip()!r}: the end is succeeded, failed or ended"
+                ) from None
+        return tuple(out)
 
     @field_validator("speed", mode="before")
     @classmethod
@@ -278,6 +302,8 @@ class RowSpec(BaseModel):
             submit_time=self.submit_time,
             speed=build_speed(self.speed, self.work, self.job_type),
             checkpoint=self._checkpointing(),
+            after=self.after,
+            on_unmet=self.on_unmet,
         )
         duration = self.duration
         if duration is None:
@@ -352,10 +378,27 @@ def parse_rows(lines: Iterable[str], source: str) -> Workload:
         if len(errors) >= _MAX_ERRORS:
             errors.append(f"{source}: stopped after {_MAX_ERRORS} errors")
             break
+    errors += _dependency_errors(jobs, source) if not errors else []
     if errors:
         raise WorkloadError(errors)
     jobs.sort(key=lambda j: j.job.submit_time)  # stable: ties keep file order
     return Workload(tuple(jobs), source)
+
+
+def _dependency_errors(jobs: Sequence[WorkloadJob], source: str) -> list[str]:
+    """``after`` ids that name no job of the workload, and a cycle."""
+    ids = {item.job.id for item in jobs}
+    errors = [
+        f"{source}:{item.line}: after: no job {d.job!r} in the workload"
+        for item in jobs
+        for d in item.job.after
+        if d.job not in ids
+    ]
+    edges = {item.job.id: [d.job for d in item.job.after] for item in jobs if item.job.after}
+    cycle = None if errors else find_cycle(edges)
+    if cycle is not None:
+        errors.append(f"{source}: after: dependency cycle: {' -> '.join(cycle)}")
+    return errors
 
 
 def read_workload(path: str | Path) -> Workload:

@@ -8,6 +8,7 @@ store before it answers.
 No postponed annotations in this module: FastAPI reads the routes' annotations.
 """
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from hetsched.controlplane.api.submit import submit_batch, submit_one
 from hetsched.controlplane.api.tasklogs import MAX_LOG_CHUNK, MAX_LOG_OFFSET, LocalLogs
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.storage.store import Principal
+from hetsched.controlplane.workflows import array_view, uncreated_element
 
 __all__ = ["MAX_PAGE", "add_job_routes", "add_submit_routes"]
 
@@ -75,7 +77,7 @@ def add_job_routes(
         """A job and its tasks. ``job_id`` may also be a unique name or id prefix among
         your jobs (409 lists the candidates when several match); so may every job route's."""
         row = visible_job(job_id, who)
-        return _job_view(row, service.store.job_tasks(row["id"]))
+        return _with_elements(service, row, _job_view(row, service.store.job_tasks(row["id"])))
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
@@ -83,7 +85,7 @@ def add_job_routes(
         the job that last preempted it and the device whose loss last displaced it."""
         row = visible_job(job_id, who)
         transitions = service.store.job_transitions(row["id"])
-        view = _why_view(row, transitions)
+        view = _waiting_now(service, row, _why_view(row, transitions))
         told = story(service.store, view["history"])
         return {**view, **told, "speed": job_speed(service, row)}
 
@@ -112,11 +114,44 @@ def add_job_routes(
 
     @app.post("/v1/jobs/{job_id}/cancel", status_code=202, tags=["jobs"])
     def cancel(job_id: str, who: Caller) -> dict[str, Any]:
-        row = visible_job(job_id, who)
-        if not service.store.request_cancel(row["id"]):
-            raise HTTPException(409, f"job {row['id']} already ended ({row['state']})")
-        service.loop.cancelled(row["id"], who.user)
-        return {"id": row["id"], "cancel_requested": True}
+        """Cancel a job; an array's with all its elements; one element: ``ID[7]``."""
+        job_id = _request_cancel(service, job_id, lambda visible: visible_job(visible, who))
+        service.loop.cancelled(job_id, who.user)
+        return {"id": job_id, "cancel_requested": True}
+
+
+def _request_cancel(service: Service, job_id: str, visible: Callable[[str], dict[str, Any]]) -> str:
+    """Record a cancel request in the store (``visible``: the row of a job the caller may
+    see, else 404) and return the job's id; 409 for a job that has ended. An element not
+    created yet gets its row now, so that a restart before the next turn still cancels it."""
+    if service.store.job(job_id) is None and uncreated_element(service.store, job_id):
+        array_id, _, index = job_id[:-1].rpartition("[")
+        visible(array_id)  # its array's owner may cancel it
+        if not service.store.request_element_cancel(array_id, int(index), time.time()):
+            raise HTTPException(409, f"job {job_id} already ended")
+        return job_id
+    row = visible(job_id)
+    if not service.store.request_cancel(row["id"]):
+        raise HTTPException(409, f"job {row['id']} already ended ({row['state']})")
+    return str(row["id"])
+
+
+def _with_elements(service: Service, row: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+    """An array's view with its elements' counts (``elements``)."""
+    if row["spec"].get("array") is not None and not row.get("array_of"):
+        view["elements"] = array_view(service.store, row)
+    return view
+
+
+def _waiting_now(service: Service, row: dict[str, Any], view: dict[str, Any]) -> dict[str, Any]:
+    """A held job's ``why`` with how far what it waits for got: the core's answer now,
+    not the row's (recorded when those jobs last changed state)."""
+    if row["state"] == "pending" and row["spec"].get("after") and not row.get("array_of"):
+        with service.loop.lock:
+            waiting = service.loop.view.waiting_for(row["id"])
+        if waiting is not None:
+            view["explanation"] = waiting.to_dict()
+    return view
 
 
 def _add_job_list_route(
@@ -213,6 +248,13 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "command": spec.get("command", []),
         "resources": spec.get("resources", {}),
         "replicas": spec.get("replicas", 1),
+        # an element's row holds its array's spec: what it waits for and its indexes are
+        # the array's, not its own
+        "after": [] if row.get("array_of") else spec.get("after", []),
+        "on_unmet": spec.get("on_unmet", "cancel"),
+        "array": None if row.get("array_of") else spec.get("array"),
+        "array_of": row.get("array_of"),
+        "array_index": row.get("array_index"),
     }
     if task_rows is not None:
         view["tasks"] = [

@@ -10,6 +10,7 @@ worker thread, never on the event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -29,7 +30,9 @@ from hetsched.controlplane.schemas import (
     parse_submission,
 )
 from hetsched.controlplane.storage.store import Conflict, NewJob, Principal
+from hetsched.controlplane.workflows import Unresolved, resolve_after
 from hetsched.model.job import Job
+from hetsched.model.job_spec import AfterSpec
 
 if TYPE_CHECKING:
     from hetsched.controlplane.context import Service
@@ -125,6 +128,7 @@ def submit_one(
         raise HTTPException(exc.status, exc.message) from None
     stored = json.loads(body)
     body_digest = canonical_digest(stored) if key else None
+    _resolve(service, who, [admitted], [stored])
     job = admitted.job
     try:
         row, created = service.store.insert_job(
@@ -138,7 +142,7 @@ def submit_one(
             body_digest,
             job.submit_time,
             # the writer hands the job to the loop as it commits, one thread hop sooner
-            on_commit=lambda committed: service.loop.submitted(committed, spec, job),
+            on_commit=lambda committed: service.loop.submitted(committed, admitted.spec, job),
         )
     except Conflict as exc:
         raise HTTPException(409, str(exc)) from None
@@ -176,6 +180,7 @@ def submit_batch(
         )
     documents = json.loads(body)["jobs"]
     body_digest = canonical_digest(documents) if key else None
+    _resolve(service, who, admitted, documents)
     items = [
         NewJob(a.job.id, a.owner, a.spec.queue, a.spec.name, a.spec.priority, document)
         for a, document in zip(admitted, documents, strict=True)
@@ -188,6 +193,35 @@ def submit_batch(
         for row, admission in zip(rows, admitted, strict=True):
             service.loop.submitted(row, admission.spec, admission.job)
     return rows, created
+
+
+def _resolve(
+    service: Service, who: Principal, admitted: list[_Admission], documents: list[Any]
+) -> None:
+    """Resolve each job's ``after`` to job ids, in its job, its spec and the document
+    stored (422 naming each entry that names no job or can never be met). The digest of an
+    idempotency key is taken before: a retry of the same body replays."""
+    if not any(a.spec.after for a in admitted):
+        return
+    try:
+        resolved = resolve_after(
+            service.store,
+            [a.owner for a in admitted],
+            who.admin,
+            [a.spec for a in admitted],
+            [a.job.id for a in admitted],
+        )
+    except Unresolved as exc:
+        message = "invalid job" if len(admitted) == 1 else "invalid batch: nothing was stored"
+        raise HTTPException(422, {"message": message, "errors": exc.errors}) from None
+    for admission, document, after in zip(admitted, documents, resolved, strict=True):
+        if not after:
+            continue
+        document["after"] = after
+        admission.spec = admission.spec.model_copy(
+            update={"after": [AfterSpec(job=a["job"], state=a["state"]) for a in after]}
+        )
+        admission.job = dataclasses.replace(admission.job, after=admission.spec.dependencies())
 
 
 def canonical_digest(document: Any) -> str:

@@ -42,6 +42,7 @@ from hetsched.controlplane.storage.walmode import (
     set_synchronous,
     sqlite_pragmas,
 )
+from hetsched.controlplane.storage.workflowstore import WorkflowRecords
 
 __all__ = ["Conflict", "NewJob", "Principal", "Store", "digest", "new_token"]
 
@@ -119,7 +120,7 @@ def _pending_row(
     }
 
 
-class Store(TurnRecords, SpeedRecords):
+class Store(TurnRecords, SpeedRecords, WorkflowRecords):
     """Typed access to the tables. Thread-safe; every write commits before returning."""
 
     def __init__(self, url: str, sync: str = "FULL") -> None:

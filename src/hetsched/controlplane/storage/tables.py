@@ -82,6 +82,9 @@ jobs = Table(
     #: seconds of work lost by runs stopped to run again (since their last checkpoint)
     Column("lost_work_s", Float, nullable=False, default=0.0, server_default=text("0")),
     Column("migrations", Integer, nullable=False, default=0, server_default=text("0")),
+    #: an array's element: the array's id and the element's index (migration 0005)
+    Column("array_of", String(32), nullable=True, index=True),
+    Column("array_index", Integer, nullable=True),
     UniqueConstraint("owner", "request_key", name="uq_jobs_owner_request_key"),
 )
 

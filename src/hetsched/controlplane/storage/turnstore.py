@@ -20,6 +20,7 @@ from hetsched.cluster.placement import Placement
 from hetsched.controlplane.launcher import Launched
 from hetsched.controlplane.planner import TurnPlan
 from hetsched.controlplane.storage.tables import allocations, jobs, tasks, transitions
+from hetsched.controlplane.storage.workflowstore import record_elements
 from hetsched.drivers import Exit, Start
 from hetsched.keys import TaskKey
 from hetsched.model.checkpoint import SavedCheckpoint
@@ -50,6 +51,7 @@ class TurnRecords:
         now = plan.now
         durable = not (starts_die_with_host and not exits and _only_starts(plan))
         with self.write(durable) as conn:
+            record_elements(conn, plan.transitions)
             for exit_ in exits:
                 _record_exit(conn, exit_, now)
             if plan.stops:

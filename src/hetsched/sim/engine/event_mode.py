@@ -156,8 +156,14 @@ class Simulator(VirtualProcesses, Observer):
         self.series = self.accounts.series
         self.steps = 0
         self.handle_calls = 0
+        waits = False
         for item in self.workload.jobs:
             self._add_job(item.job, item.duration_s)
+            waits = waits or bool(item.job.after)
+        workflow = getattr(self.scheduler, "workflow", None)
+        if waits and workflow is not None and not self.config.keep_ended_jobs:
+            # ended records are dropped: the ends that later jobs wait for are kept
+            workflow.remember = True
 
     def _init_agenda(
         self, changes: Sequence[ClusterChange], cancellations: Sequence[tuple[float, str]]
@@ -430,4 +436,4 @@ _CHANGES = frozenset({Bind, Kill, Preempt, Migrate, Reject})
 
 #: transitions whose cause becomes the job's reason (a pending job's reason comes from
 #: its Pending explanation)
-_TOLD = frozenset({Change.LOST, Change.RESTARTED, Change.FAILED, Change.REJECTED})
+_TOLD = frozenset({Change.LOST, Change.RESTARTED, Change.FAILED, Change.REJECTED, Change.CANCELLED})

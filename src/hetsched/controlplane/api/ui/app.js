@@ -165,6 +165,7 @@ async function refresh() {
       api("/v1/speeds"),
     ]);
     const explained = await explain(jobs);
+    const arrays = await arrayProgress(jobs);
     const counts = jobCounts(queues);
     showMain();
     renderAlerts(alerts);
@@ -174,7 +175,7 @@ async function refresh() {
     renderNodes(nodes);
     renderQueues(queues);
     renderSpeeds(speeds);
-    renderJobs(jobs, explained, counts);
+    renderJobs(jobs, explained, counts, arrays);
     setLive(`live · ${clock(Date.now() / 1000)}`, "on");
   } catch (err) {
     if (err instanceof AuthError) {
@@ -216,6 +217,15 @@ async function explain(jobs) {
   );
   const out = new Map();
   answers.forEach((a) => a && out.set(a.id, a));
+  return out;
+}
+
+// the elements of the arrays shown (counts by state): one GET each, for live arrays only
+async function arrayProgress(jobs) {
+  const shown = jobs.filter((j) => j.array && (j.state === "pending" || j.state === "running")).slice(0, MAX_EXPLAINED);
+  const answers = await Promise.all(shown.map((j) => api(`/v1/jobs/${encodeURIComponent(j.id)}`).catch(() => null)));
+  const out = new Map();
+  answers.forEach((a) => a && a.elements && out.set(a.id, a.elements));
   return out;
 }
 
@@ -584,7 +594,35 @@ function checkpointLine(job) {
   return parts.join(" · ");
 }
 
-function renderJobs(jobs, explained, counts) {
+// what a job waits for (a dependency chain, by name where the job is shown) and where an
+// element belongs (docs/workflows.md)
+function workflowLine(job, names) {
+  const parts = [];
+  const named = (id) => names.get(id) || id;
+  if ((job.after || []).length) {
+    parts.push(`after ${job.after.map((a) => named(a.job) + (a.state && a.state !== "succeeded" ? ` (${a.state})` : "")).join(", ")}`);
+  }
+  if (job.array_of) parts.push(`element ${job.array_index} of ${named(job.array_of)}`);
+  return parts.join(" · ");
+}
+
+// an array's progress: a bar of the elements ended, and the counts by state
+function arrayBlock(job, elements) {
+  if (!job.array) return null;
+  if (!elements) return h("div", { class: "muted" }, `array ${job.array}`);
+  const done = ["succeeded", "failed", "cancelled", "rejected"].reduce((n, k) => n + (elements.counts[k] || 0), 0);
+  const counts = Object.entries(elements.counts).map(([k, n]) => `${n} ${k}`).join(" · ");
+  const failed = elements.unsuccessful.length ? ` · failed: ${elements.unsuccessful.slice(0, 10).join(", ")}` : "";
+  return h(
+    "div",
+    { class: "array-progress" },
+    bar(done / Math.max(1, elements.size), "", `${done} of ${elements.size} elements done`),
+    h("div", { class: "muted" }, `array ${job.array}: ${done} of ${elements.size} done · ${counts}${failed}`),
+  );
+}
+
+function renderJobs(jobs, explained, counts, arrays) {
+  const names = new Map(jobs.map((j) => [j.id, j.name]));
   const now = Date.now() / 1000;
   const shown = jobs
     .filter((j) => filter === "all" || j.state === "pending" || j.state === "running")
@@ -602,6 +640,7 @@ function renderJobs(jobs, explained, counts) {
         ? explanationBlock(why, job, jobs) || h("span", { class: "muted" }, job.pending_reason || job.reason || "waiting")
         : h("span", { class: "muted" }, job.reason || "");
     const saved = checkpointLine(job);
+    const flow = workflowLine(job, names);
     return h(
       "tr",
       { "data-job": job.id, class: `job ${job.state}` },
@@ -611,7 +650,14 @@ function renderJobs(jobs, explained, counts) {
       td({ "data-label": "Queue" }, job.queue),
       td({ class: "res-col", "data-label": "Asks for" }, resources(job)),
       td({ class: "num", "data-label": "For" }, since ? ago(now - since) : ""),
-      td({ class: "detail", "data-label": "Why" }, storyLines(why), detail, saved ? h("div", { class: "muted" }, saved) : ""),
+      td(
+        { class: "detail", "data-label": "Why" },
+        storyLines(why),
+        detail,
+        arrayBlock(job, arrays.get(job.id)) || "",
+        flow ? h("div", { class: "muted workflow" }, flow) : "",
+        saved ? h("div", { class: "muted" }, saved) : "",
+      ),
     );
   });
   const live = (counts.pending || 0) + (counts.running || 0);

@@ -1,0 +1,80 @@
+"""What dependencies and arrays keep in the store, on SQLite and on PostgreSQL: an element's
+row copies its array's when the core creates it (once), a cancel of an element not created
+yet writes its row, counts by state, the latest job of a name, the 0005 downgrade."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import inspect, text
+from test_store import store  # noqa: F401 - the fixture: SQLite and PostgreSQL
+
+from hetsched.controlplane.storage.store import NewJob, Store
+from hetsched.controlplane.storage.workflowstore import record_elements
+from hetsched.model.lifecycle import JobState
+from hetsched.scheduler import Change, JobTransition
+
+
+def _submitted(job_id: str, at: float) -> JobTransition:
+    return JobTransition(
+        job_id, at, None, JobState.PENDING, Change.SUBMITTED, "submitted", 0, 0, at
+    )
+
+
+def test_elements_copy_their_array_once(store: Store) -> None:  # noqa: F811
+    spec = {"name": "sweep", "command": ["true"], "array": "0-9%2"}
+    store.insert_jobs([NewJob("j1", "alice", "default", "sweep", 3, spec)], None, None, 1.0)
+    store.insert_jobs(
+        [NewJob("j2", "alice", "default", "sweep", 0, {"name": "sweep"})], None, None, 2.0
+    )
+    with store.write() as conn:
+        record_elements(conn, [_submitted("j1[0]", 5.0), _submitted("j1[1]", 5.0)])
+    with store.write() as conn:  # submitted again after a restart: not a second row
+        record_elements(conn, [_submitted("j1[1]", 6.0)])
+    row = store.job("j1[1]")
+    assert row is not None
+    assert (row["name"], row["owner"], row["priority"], row["spec"]) == (
+        "sweep[1]",
+        "alice",
+        3,
+        spec,
+    )
+    assert (row["array_of"], row["array_index"], row["submitted_at"], row["state"]) == (
+        "j1", 1, 5.0, "pending",
+    )  # fmt: skip
+    assert [t["cause"] for t in store.job_transitions("j1[1]")] == ["created: its array may run it"]
+    assert store.request_element_cancel("j1", 7, 8.0)
+    assert store.job("j1[7]")["cancel_requested"]  # type: ignore[index]
+    assert store.element_states("j1") == {0: "pending", 1: "pending", 7: "pending"}
+    assert store.element_counts("j1") == {"pending": 3}
+    with store.write() as conn:
+        conn.execute(text("UPDATE jobs SET state = 'failed' WHERE id = 'j1[7]'"))
+    assert store.unsuccessful_elements("j1") == [7]
+    assert not store.request_element_cancel("j1", 7, 9.0)  # it has ended
+    # the array, not its element, nor the older job of that name
+    assert store.latest_named("alice", "sweep")["id"] == "j2"  # type: ignore[index]
+    assert store.latest_named("bob", "sweep") is None
+    assert store.job_states(["j1[7]", "nope"]) == {"j1[7]": ("failed", "sweep[7]")}
+
+
+def test_the_0005_migration_goes_down_and_keeps_the_count_triggers(tmp_path: Path) -> None:
+    db = Store(f"sqlite:///{tmp_path / 'down.db'}")
+    db.migrate()
+    config = Config()
+    location = resources.files("hetsched.controlplane.storage") / "migrations"
+    config.set_main_option("script_location", str(location))
+    with db.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0004")
+    columns = {c["name"] for c in inspect(db.engine).get_columns("jobs")}
+    assert {"array_of", "array_index"}.isdisjoint(columns) and "migrations" in columns
+    with db.engine.connect() as conn:
+        query = text("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+        triggers = [r[0] for r in conn.execute(query)]
+    assert triggers and all(t.startswith("job_counts_") for t in triggers)
+    db.migrate()  # and up again
+    assert "array_of" in {c["name"] for c in inspect(db.engine).get_columns("jobs")}
+    db.close()
