@@ -25,6 +25,7 @@ import typer
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.k8s.selfreport import in_pod, own_pod, report_checkpoint
+from hetsched.tls import TlsError, client_verify, explain
 
 __all__ = ["checkpoint", "progress"]
 
@@ -115,16 +116,7 @@ def _post(route: str, fields: dict[str, object], what: str) -> httpx.Response:
     body = {"task": os.environ["HETSCHED_TASK_KEY"], **fields}
     headers = {"Authorization": f"Bearer {os.environ['HETSCHED_TASK_TOKEN']}"}
     url = os.environ["HETSCHED_API"].rstrip("/") + route
-    answer = None
-    for attempt in range(4):
-        try:
-            answer = httpx.post(url, json=body, headers=headers, timeout=10.0)
-            break
-        except httpx.TransportError as exc:
-            if attempt == 3:
-                fail(f"cannot reach {url}: {exc}", 1)
-            time.sleep(0.25 * 2**attempt)
-    assert answer is not None
+    answer = _send(url, body, headers)
     if answer.status_code != 202:
         try:
             detail = answer.json().get("detail", answer.text)
@@ -132,6 +124,26 @@ def _post(route: str, fields: dict[str, object], what: str) -> httpx.Response:
             detail = answer.text
         fail(f"{what} not accepted ({answer.status_code}): {detail}", 1)
     return answer
+
+
+def _send(url: str, body: dict[str, object], headers: dict[str, str]) -> httpx.Response:
+    """POST ``body`` (connection failures tried four times; a refused certificate once),
+    verifying an https ``url`` with the CA bundle the service gave (``HETSCHED_CA_PEM``)."""
+    try:
+        verify = client_verify()
+    except TlsError as exc:
+        fail(str(exc), 2)
+    for attempt in range(4):
+        try:
+            return httpx.post(url, json=body, headers=headers, timeout=10.0, verify=verify)
+        except httpx.TransportError as exc:
+            tls = explain(exc, url)
+            if tls is not None:
+                fail(tls, 1)
+            if attempt == 3:
+                fail(f"cannot reach {url}: {exc}", 1)
+            time.sleep(0.25 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def progress(

@@ -1,4 +1,8 @@
-"""The CLI's HTTP client: ``HETSCHED_URL`` and ``HETSCHED_TOKEN``, errors as one line."""
+"""The CLI's HTTP client: ``HETSCHED_URL`` and ``HETSCHED_TOKEN``, errors as one line.
+
+An ``https://`` URL is verified with the CA bundle of ``--cacert`` or ``HETSCHED_CA`` (else
+the system's trust store); a client certificate comes from ``HETSCHED_CLIENT_CERT`` and
+``HETSCHED_CLIENT_KEY`` (see :mod:`hetsched.tls`)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 import httpx
 
 from hetsched.cli.output import fail
+from hetsched.tls import TlsError, client_verify, explain
 
 __all__ = ["Client", "call", "default_url", "error_line", "get"]
 
@@ -40,7 +45,11 @@ class Client:
         token = token or _default_token()
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+        try:
+            verify = client_verify()
+        except TlsError as exc:
+            fail(str(exc), 2)
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0, verify=verify)
 
     def request(self, method: str, path: str, retries: int = 0, **kwargs: Any) -> Any:
         """The decoded JSON answer; any error ends the command with one clear line.
@@ -61,6 +70,9 @@ class Client:
                 response = self.http.request(method, path, **kwargs)
                 break
             except httpx.TransportError as exc:
+                tls = explain(exc, self.url)
+                if tls is not None:  # asking again would be refused again
+                    fail(tls)
                 if attempt < retries:
                     time.sleep(0.5 * (attempt + 1))
                     continue

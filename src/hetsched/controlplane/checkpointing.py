@@ -46,13 +46,17 @@ def hetsched_bin() -> str:
 class CheckpointProtocol:
     """The checkpoint protocol for the tasks of one service home."""
 
-    def __init__(self, home: Path, api: str = "http://127.0.0.1:8780") -> None:
+    def __init__(
+        self, home: Path, api: str = "http://127.0.0.1:8780", ca_pem: str | None = None
+    ) -> None:
         self.dirs = CheckpointDirs(home)
         self.tokens = TaskTokens(home)
         self.watcher = ReportWatcher(self.dirs)
         self.progress_watcher = ProgressWatcher(self.dirs)
         #: the API's address as tasks reach it (set once the server listens)
         self.api = api
+        #: the CA bundle (PEM) tasks verify an https ``api`` with (None: their system's)
+        self.ca_pem = ca_pem
         self.bin_dir = hetsched_bin()
         self._polled_at = 0.0
         #: where a report made through the API goes (the reconcile loop sets it)
@@ -74,6 +78,7 @@ class CheckpointProtocol:
             self.tokens.issue(start.key),
             self.bin_dir,
             path if path is not None else os.environ.get("PATH", ""),
+            ca_pem=self.ca_pem,
         )
 
     def notify(self, stop: Stop, job: Job | None, now: float) -> str:

@@ -39,6 +39,7 @@ from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Event, NodeAdded, Scheduler
 from hetsched.service.engines import Engine, check_executor, local_engine, ray_engine
 from hetsched.service.options import Options, default_home, examples_dir
+from hetsched.tls import ServerTls, TlsError, server_tls
 
 __all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
 
@@ -51,6 +52,8 @@ class Built:
     app: Any
     admin_token: str | None
     token_file: Path
+    #: the certificate and key the API is served with (None: plain HTTP)
+    tls: ServerTls | None = None
 
 
 def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
@@ -67,17 +70,48 @@ def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
     return out
 
 
-def _api_url(host: str, port: int) -> str:
+def _api_url(host: str, port: int, secure: bool = False) -> str:
     """How a task on this machine reaches the API (``hetsched checkpoint``)."""
     if host in ("0.0.0.0", "", "::"):
         host = "127.0.0.1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if secure else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+@dataclass(frozen=True)
+class Advertised:
+    """What tasks are told of the API: its URL and the CA bundle (PEM text) to verify it."""
+
+    url: str
+    ca_pem: str | None
+
+
+def _tls(options: Options) -> tuple[ServerTls | None, Advertised]:
+    """The server's TLS and what tasks are told, checked before anything starts (a bad
+    file is one line naming its option)."""
+    try:
+        tls = server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
+    except TlsError as exc:
+        raise SystemExit(str(exc)) from None
+    url = options.advertise_url or _api_url(options.host, options.port, tls is not None)
+    if not url.startswith(("http://", "https://")):
+        raise SystemExit(f"--advertise-url: expected an http:// or https:// URL, got {url!r}")
+    ca_pem = None
+    if options.advertise_ca is not None:
+        try:
+            ca_pem = options.advertise_ca.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"--advertise-ca: cannot read {options.advertise_ca}: {exc}") from None
+        if "-----BEGIN CERTIFICATE-----" not in ca_pem:
+            raise SystemExit(f"--advertise-ca: {options.advertise_ca} is not a PEM CA bundle")
+    return tls, Advertised(url.rstrip("/"), ca_pem)
 
 
 def build(options: Options) -> Built:
     """Open the store, rebuild the core from it, and start the reconcile loop."""
     check_executor(options)
     options = options.resolved()
+    tls, advertised = _tls(options)
     home = options.home
     store, instance = _open_home(options)
     profile = load_profile(options.profile)
@@ -97,7 +131,7 @@ def build(options: Options) -> Built:
         return core
 
     run_as = _run_as_map(options.run_as)
-    runner = _runner(options, engine, run_as, speeds)
+    runner = _runner(options, engine, run_as, speeds, advertised)
     loop = ControlLoop(store, make_core(), runner, make_core=make_core)
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
@@ -129,11 +163,15 @@ def build(options: Options) -> Built:
         engine.on_joined(service.feasibility.extend)
     loop.start()
     _start_engine(engine, service)
-    return Built(service, create_app(service), admin_token, token_file)
+    return Built(service, create_app(service), admin_token, token_file, tls)
 
 
 def _runner(
-    options: Options, engine: Engine, run_as: dict[str, RunAs] | None, speeds: SpeedLearner
+    options: Options,
+    engine: Engine,
+    run_as: dict[str, RunAs] | None,
+    speeds: SpeedLearner,
+    advertised: Advertised,
 ) -> ProcessRunner:
     """The loop's runner: the engine's executor, watcher, guard and leases."""
     return ProcessRunner(
@@ -145,7 +183,7 @@ def _runner(
         fencing=engine.fencing,
         # the checkpoint protocol needs the service home on the task's machine: local only
         checkpoints=(
-            CheckpointProtocol(options.home, _api_url(options.host, options.port))
+            CheckpointProtocol(options.home, advertised.url, advertised.ca_pem)
             if options.executor == "local"
             else None
         ),
@@ -226,6 +264,7 @@ def serve(options: Options) -> None:
         log_level="warning",
         access_log=False,
         lifespan="off",
+        **(built.tls.uvicorn() if built.tls is not None else {}),
         # the fastest of what is installed (httptools and uvloop when present)
         http="auto",
         loop="auto",
@@ -237,8 +276,9 @@ def serve(options: Options) -> None:
             names = ", ".join(sorted(node.name for node in loop.view.cluster.nodes)) or "none yet"
         print(f"tasks run on the Ray cluster at {options.ray_address}; nodes: {names}", flush=True)
     docs = "/docs" if options.docs_public else "/openapi.json with a token"
+    scheme = "https" if built.tls is not None else "http"
     print(
-        f"hetsched up: http://{options.host}:{options.port} (API description at {docs}, "
+        f"hetsched up: {scheme}://{options.host}:{options.port} (API description at {docs}, "
         f"dashboard at /ui, Prometheus metrics at /metrics), home {options.home}",
         flush=True,
     )

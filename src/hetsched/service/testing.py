@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -72,11 +73,20 @@ def _kill_tasks(executor: ProcessExecutor) -> None:
 class ServerProcess:
     """``hetsched up`` as a subprocess on ``home`` (for kill -9 tests and benchmarks): the
     same home across restarts, a fresh free port at each start, output appended to
-    ``log``."""
+    ``log``. With ``verify`` (the CA its ``--tls-cert`` is checked with) it is reached over
+    https."""
 
-    def __init__(self, home: Path, args: Sequence[str], log: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        args: Sequence[str],
+        log: Path | None = None,
+        verify: ssl.SSLContext | None = None,
+    ) -> None:
         self.home = home
         self.args = list(args)
+        self.verify: ssl.SSLContext | bool = verify if verify is not None else True
+        self.scheme = "https" if verify is not None else "http"
         self.port = 0
         self.url = ""
         self.proc: subprocess.Popen[bytes] | None = None
@@ -91,7 +101,7 @@ class ServerProcess:
     def launch(self) -> None:
         """Start the process and return at once (a test may kill it while it starts)."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         if self._log is None:
             self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT)
@@ -106,7 +116,8 @@ class ServerProcess:
             if code is not None:
                 raise RuntimeError(f"hetsched up exited with {code}; see {self._log_path}")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                answer = httpx.get(f"{self.url}/healthz", timeout=1.0, verify=self.verify)
+                if answer.status_code == 200:
                     return
             time.sleep(0.05)
         raise RuntimeError(f"hetsched up did not become ready in {timeout_s:g}s")
@@ -117,7 +128,9 @@ class ServerProcess:
 
     def client(self, timeout_s: float = 10.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        return httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, verify=self.verify
+        )
 
     def kill9(self) -> None:
         """SIGKILL the service (its tasks run on, in their own sessions)."""
