@@ -153,15 +153,17 @@ def client_verify(
     cert: Path | None = None,
     key: Path | None = None,
     env: Mapping[str, str] | None = None,
+    names: tuple[str, str, str] = ("--cacert", "--client-cert", "--client-key"),
 ) -> ssl.SSLContext:
     """The context a client verifies servers with: ``ca`` (else ``HETSCHED_CA``, else
     ``HETSCHED_CA_PEM``, else the system's trust store), with the client certificate
     ``cert``/``key`` (else ``HETSCHED_CLIENT_CERT``/``HETSCHED_CLIENT_KEY``) when given.
-    TlsError names the option or variable at fault."""
+    TlsError names the option (``names``: of ``ca``, ``cert``, ``key``) or variable at
+    fault."""
     env = os.environ if env is None else env
     context = ssl.create_default_context()
     if ca is not None:
-        _load_ca(context, ca, "--cacert")
+        _load_ca(context, ca, names[0])
     elif env.get(CA_ENV):
         _load_ca(context, Path(env[CA_ENV]), CA_ENV)
     elif env.get(CA_PEM_ENV):
@@ -174,7 +176,7 @@ def client_verify(
         key = Path(env[CLIENT_KEY_ENV]) if env.get(CLIENT_KEY_ENV) else None
         options = (CLIENT_CERT_ENV, CLIENT_KEY_ENV)
     else:
-        options = ("--client-cert", "--client-key")
+        options = names[1:]
     if cert is not None:
         if key is None:
             raise TlsError(f"{options[0]} needs {options[1]}")
@@ -187,7 +189,7 @@ _VERIFY = {
     10: "its certificate has expired",
     9: "its certificate is not valid yet (check the clocks)",
     18: "its certificate is self-signed and not in the CA bundle",
-    19: "its certificate chain ends in a CA that is not in the CA bundle",
+    19: "its certificate is not signed by a CA in the CA bundle",
     20: "its certificate is not signed by a CA in the CA bundle",
     21: "its certificate is not signed by a CA in the CA bundle",
     62: "its certificate is not for this host name or address",
@@ -203,19 +205,22 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def explain(exc: BaseException, url: str) -> str | None:
+def explain(
+    exc: BaseException,
+    url: str,
+    ca_hint: str = f"--cacert FILE or {CA_ENV}",
+    cert_hint: str = f"{CLIENT_CERT_ENV}, {CLIENT_KEY_ENV}",
+) -> str | None:
     """One line for a request to ``url`` that failed because of TLS (None: not TLS): a
     server certificate the CA bundle does not trust or that has expired, a server that does
     not speak TLS, or one that hung up after the handshake (it asks for a client
-    certificate). ``exc`` is what the HTTP client raised."""
+    certificate). ``exc`` is what the HTTP client raised; the hints say where the CA
+    bundle and the client certificate are given."""
     chain = _chain(exc)
     for item in chain:
         if isinstance(item, ssl.SSLCertVerificationError):
             why = _VERIFY.get(item.verify_code or 0, item.verify_message or str(item))
-            return (
-                f"TLS: {url} refused: {why}; verify with the CA that signed it "
-                f"(--cacert FILE or {CA_ENV})"
-            )
+            return f"TLS: {url} refused: {why}; verify with the CA that signed it ({ca_hint})"
     text = " ".join(str(item) for item in chain)
     if "WRONG_VERSION_NUMBER" in text or "record layer failure" in text:
         return f"TLS: {url} does not speak TLS; use an http:// URL, or start it with --tls-cert"
@@ -224,7 +229,7 @@ def explain(exc: BaseException, url: str) -> str | None:
         if secure:
             return (
                 f"TLS: {url} closed the connection without answering: it may require a client "
-                f"certificate signed by a CA it trusts ({CLIENT_CERT_ENV}, {CLIENT_KEY_ENV})"
+                f"certificate signed by a CA it trusts ({cert_hint})"
             )
         return f"{url} closed the connection: if it serves TLS, use an https:// URL"
     if "CERTIFICATE" in text and secure:

@@ -48,6 +48,17 @@ _PublicDocs = Annotated[
 ]
 
 
+_TlsCert = Annotated[
+    Path | None,
+    typer.Option(help="Serve HTTPS with this certificate chain (PEM); needs --tls-key."),
+]
+_TlsKey = Annotated[Path | None, typer.Option(help="The key of --tls-cert (PEM, unencrypted).")]
+_TlsClientCa = Annotated[
+    Path | None,
+    typer.Option(help="Require every client to present a certificate signed by this CA (PEM)."),
+]
+
+
 @federation_app.command("up")
 def up(
     members: _Members,
@@ -62,6 +73,9 @@ def up(
     renew_every: _RenewEvery = None,
     metrics_public: _MetricsPublic = False,
     public_docs: _PublicDocs = False,
+    tls_cert: _TlsCert = None,
+    tls_key: _TlsKey = None,
+    tls_client_ca: _TlsClientCa = None,
 ) -> None:
     """Start a federation: the same API as `hetsched up` (submit, jobs, why, cancel, logs),
     jobs placed on member clusters by capacity, speed, quota and labels, and moved to
@@ -86,11 +100,18 @@ def up(
         metrics_public=metrics_public,
         docs_public=public_docs,
         renew_every_s=renew_every,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
     )
     try:
         serve(options)
     except (SpecError, ProfileError, SpeedError) as exc:
         fail(str(exc), 2)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # what it refuses to start with, in one line
+            fail(exc.code, 2)
+        raise
 
 
 @federation_app.command("check")

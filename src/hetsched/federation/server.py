@@ -53,6 +53,7 @@ from hetsched.framework.speeds import load_speed_table
 from hetsched.model.job import Job
 from hetsched.model.specs import load_yaml
 from hetsched.scheduler import NodeAdded, Scheduler
+from hetsched.tls import ServerTls, TlsError, server_tls
 
 __all__ = [
     "Built",
@@ -89,6 +90,11 @@ class FederationOptions:
     docs_public: bool = False
     #: seconds between renewals at each member (default: a fifth of the lease)
     renew_every_s: float | None = None
+    #: serve HTTPS with this certificate chain and key; ask clients for a certificate of
+    #: ``tls_client_ca``
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
 
 
 @dataclass
@@ -101,6 +107,8 @@ class Built:
     admin_token: str | None
     token_file: Path
     spec: MembersSpec
+    #: the certificate and key the API is served with (None: plain HTTP)
+    tls: ServerTls | None = None
 
 
 def default_profile() -> dict[str, Any]:
@@ -132,7 +140,7 @@ def _profile(path: Path | None, registry: Registry) -> ProfileSpec:
 
 def _member(spec: Any) -> Member:
     if isinstance(spec, HetschedMemberSpec):
-        return HetschedMember(spec.name, spec.url, spec.token(), spec.timeout)
+        return HetschedMember(spec.name, spec.url, spec.token(), spec.timeout, verify=spec.verify())
     return KubernetesMember.from_spec(spec)
 
 
@@ -221,6 +229,10 @@ def build(options: FederationOptions) -> Built:
     """Open the store, build the core over the members and rebuild it from the store, start
     the member workers and the loop; returns the app to serve."""
     spec = load_members(options.members)
+    try:
+        tls = server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
+    except TlsError as exc:
+        raise SystemExit(str(exc)) from None
     home = options.home
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(home, 0o700)
@@ -276,7 +288,8 @@ def build(options: FederationOptions) -> Built:
         logs=MemberLogs(store, {m.name: m for m in spec.members}),
     )
     loop.start()
-    return Built(service, loop, runner, create_app(service), admin_token, token_file, spec)
+    app = create_app(service)
+    return Built(service, loop, runner, app, admin_token, token_file, spec, tls)
 
 
 def close(built: Built) -> None:
@@ -308,11 +321,13 @@ def serve(options: FederationOptions) -> None:
         log_level="warning",
         access_log=False,
         lifespan="off",
+        **(built.tls.uvicorn() if built.tls is not None else {}),
     )
     server = uvicorn.Server(config)
     names = ", ".join(m.name for m in built.spec.members)
     print(
-        f"hetsched federation {built.spec.federation}: http://{options.host}:{options.port} "
+        f"hetsched federation {built.spec.federation}: "
+        f"{'https' if built.tls else 'http'}://{options.host}:{options.port} "
         f"in front of {names} (lease {built.spec.lease:g}s), home {options.home}",
         flush=True,
     )

@@ -40,13 +40,14 @@ def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
     after a real stop, and its own exit kills them).
     """
     built = build(options)
-    server, thread, port = serve(built.app)
+    server, thread, port = serve(built.app, built.tls)
     token = built.admin_token or built.token_file.read_text().strip()
+    url = f"{'https' if built.tls is not None else 'http'}://127.0.0.1:{port}"
     checkpoints = built.service.loop.checkpoints
     if checkpoints is not None:
-        checkpoints.api = f"http://127.0.0.1:{port}"  # tasks report here
+        checkpoints.api = url  # tasks report here
     try:
-        yield Running(built, f"http://127.0.0.1:{port}", token)
+        yield Running(built, url, token)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
