@@ -314,7 +314,7 @@ class ProcessRunner:
         if self.launcher.checkpoints is not None:
             jobs = {key.job for key, _ in found.adopted} | {n.key.job for n in found.stopping}
             for job_id in sorted(jobs):
-                self.launcher.checkpoints.watcher.watch(job_id)
+                self.launcher.checkpoints.watch(job_id)
         return self.launcher.signal(stops, now)
 
     def reset(self) -> None:

@@ -181,14 +181,20 @@ def _runner(
         watcher=engine.watcher,
         guard=engine.guard,
         fencing=engine.fencing,
-        # the checkpoint protocol needs the service home on the task's machine: local only
-        checkpoints=(
-            CheckpointProtocol(options.home, advertised.url, advertised.ca_pem)
-            if options.executor == "local"
-            else None
-        ),
+        checkpoints=_checkpoints(options, advertised),
         speeds=speeds,
     )
+
+
+def _checkpoints(options: Options, advertised: Advertised) -> CheckpointProtocol | None:
+    """The checkpoint protocol: whole with the local executor (tasks share the home);
+    through the API alone on Ray, and only with --advertise-url (what the tasks' machines
+    reach the API at)."""
+    if options.executor == "local":
+        return CheckpointProtocol(options.home, advertised.url, advertised.ca_pem)
+    if options.advertise_url is None:
+        return None
+    return CheckpointProtocol(options.home, advertised.url, advertised.ca_pem, remote=True)
 
 
 def _start_engine(engine: Engine, service: Service) -> None:
