@@ -128,11 +128,30 @@ _UpAdvertiseCa = Annotated[
     ),
 ]
 
+_UpLease = Annotated[
+    str | None,
+    typer.Option(
+        help="Run as one of a standby pair: lead under this lease in the --db PostgreSQL, or "
+        "wait as a standby (serving reads, redirecting the rest to the leader) and take over "
+        "when the leader's lease expires. Both processes share the home.",
+    ),
+]
+_UpLeaseS = Annotated[
+    float,
+    typer.Option(
+        "--lease-s",
+        min=2.0,
+        max=300.0,
+        help="Seconds a lease runs without renewal; a standby takes over after it.",
+    ),
+]
+
 #: options of ``up`` whose name and value are those of :class:`Options`' field
 _SAME_NAMES = (
     *("host", "port", "db", "profile", "queues", "fake_devices", "node_name", "sysfs_root"),
     *("demo", "rate_limit", "metrics_public", "ray_address"),
     *("tls_cert", "tls_key", "tls_client_ca", "advertise_url", "advertise_ca"),
+    *("lease", "lease_s"),
 )
 
 
@@ -164,6 +183,8 @@ def up(
     tls_client_ca: _UpTlsClientCa = None,
     advertise_url: _UpAdvertiseUrl = None,
     advertise_ca: _UpAdvertiseCa = None,
+    lease: _UpLease = None,
+    lease_s: _UpLeaseS = 8.0,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
@@ -197,7 +218,12 @@ def _serve(options: Options) -> None:
     from hetsched.service.server import serve
 
     try:
-        serve(options)
+        if options.lease is not None:
+            from hetsched.service.pair import serve_pair
+
+            serve_pair(options)
+        else:
+            serve(options)
     except (SpecError, ProfileError) as exc:
         fail(str(exc), 2)
     except RecoveryError as exc:

@@ -20,11 +20,13 @@ assemble the parts exported here and import nothing else from this package.
 
 from hetsched.controlplane.api.app import create_app
 from hetsched.controlplane.api.auth import Authenticator, RateLimiter
+from hetsched.controlplane.api.standby import ROLE_HEADER, standby_app
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.faults import TurnFaults
 from hetsched.controlplane.fencing import Fencing
 from hetsched.controlplane.home import default_home
+from hetsched.controlplane.leadership import Fenced, Held, Keeper, LeaseBook
 from hetsched.controlplane.loop import ControlLoop
 from hetsched.controlplane.loopmetrics import LoopMetrics
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
@@ -39,12 +41,17 @@ from hetsched.controlplane.testing import free_port, serve
 from hetsched.controlplane.views import node_view, quota_view
 
 __all__ = [
+    "ROLE_HEADER",
     "Authenticator",
     "Before",
     "CheckpointProtocol",
     "ControlLoop",
     "Feasibility",
+    "Fenced",
     "Fencing",
+    "Held",
+    "Keeper",
+    "LeaseBook",
     "LoopHandle",
     "LoopMetrics",
     "ProcessRunner",
@@ -67,4 +74,5 @@ __all__ = [
     "node_view",
     "quota_view",
     "serve",
+    "standby_app",
 ]

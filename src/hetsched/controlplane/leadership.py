@@ -121,6 +121,23 @@ class LeaseBook:
             )
         return result.rowcount == 1
 
+    def release(self, now: float | None = None) -> None:
+        """Hand the lease on: it expires now (a standby takes it at its next try)."""
+        if self.epoch is None:
+            return
+        now = time.time() if now is None else now
+        with self.store.write() as conn:
+            conn.execute(
+                update(leases)
+                .where(
+                    leases.c.name == self.name,
+                    leases.c.holder == self.holder,
+                    leases.c.epoch == self.epoch,
+                )
+                .values(expires_at=now)
+            )
+        self.epoch = None
+
     def fence(self, conn: Connection) -> None:
         """In a write transaction of the leader: raise :class:`Fenced` unless the lease is
         still this process's, under its epoch."""

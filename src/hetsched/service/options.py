@@ -62,6 +62,10 @@ class Options:
     advertise_url: str | None = None
     #: the CA bundle tasks verify ``advertise_url`` with (given to them as PEM text)
     advertise_ca: Path | None = None
+    #: lead a standby pair under this lease in the store (None: no standby)
+    lease: str | None = None
+    #: how long a lease runs without renewal (a standby takes over after it)
+    lease_s: float = 8.0
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""

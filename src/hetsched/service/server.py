@@ -13,9 +13,12 @@ import pwd
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import Connection
 
 from hetsched.agent.executor import RunAs
 from hetsched.cluster.state import ClusterState
@@ -41,7 +44,21 @@ from hetsched.service.engines import Engine, check_executor, local_engine, ray_e
 from hetsched.service.options import Options, default_home, examples_dir
 from hetsched.tls import ServerTls, TlsError, server_tls
 
-__all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
+__all__ = [
+    "Advertised",
+    "Built",
+    "Options",
+    "announce",
+    "build",
+    "check_tls",
+    "close",
+    "default_home",
+    "examples_dir",
+    "open_home",
+    "quiet_signals",
+    "serve",
+    "uvicorn_config",
+]
 
 log = logging.getLogger("hetsched.service")
 
@@ -54,6 +71,8 @@ class Built:
     token_file: Path
     #: the certificate and key the API is served with (None: plain HTTP)
     tls: ServerTls | None = None
+    #: what the loop runs tasks through
+    runner: ProcessRunner | None = None
 
 
 def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
@@ -86,7 +105,7 @@ class Advertised:
     ca_pem: str | None
 
 
-def _tls(options: Options) -> tuple[ServerTls | None, Advertised]:
+def check_tls(options: Options) -> tuple[ServerTls | None, Advertised]:
     """The server's TLS and what tasks are told, checked before anything starts (a bad
     file is one line naming its option)."""
     try:
@@ -107,13 +126,15 @@ def _tls(options: Options) -> tuple[ServerTls | None, Advertised]:
     return tls, Advertised(url.rstrip("/"), ca_pem)
 
 
-def build(options: Options) -> Built:
-    """Open the store, rebuild the core from it, and start the reconcile loop."""
+def build(options: Options, fence: Callable[[Connection], None] | None = None) -> Built:
+    """Open the store, rebuild the core from it, and start the reconcile loop. ``fence``
+    runs first in every write transaction (a standby pair's leader: its lease's epoch)."""
     check_executor(options)
     options = options.resolved()
-    tls, advertised = _tls(options)
+    tls, advertised = check_tls(options)
     home = options.home
-    store, instance = _open_home(options)
+    store, instance = open_home(options)
+    store.fence = fence
     profile = load_profile(options.profile)
     make_engine = ray_engine if options.executor == "ray" else local_engine
     try:
@@ -163,7 +184,7 @@ def build(options: Options) -> Built:
         engine.on_joined(service.feasibility.extend)
     loop.start()
     _start_engine(engine, service)
-    return Built(service, create_app(service), admin_token, token_file, tls)
+    return Built(service, create_app(service), admin_token, token_file, tls, runner)
 
 
 def _runner(
@@ -211,7 +232,7 @@ def _start_engine(engine: Engine, service: Service) -> None:
     engine.start()
 
 
-def _open_home(options: Options) -> tuple[Store, str]:
+def open_home(options: Options) -> tuple[Store, str]:
     """The home folder (private), its store (migrated) and this instance's id."""
     home = options.home
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -255,27 +276,51 @@ def serve(options: Options) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     built = build(options)
-    executor = built.service.executor
-    assert executor is not None
+    announce(options, built)
+    server = uvicorn.Server(uvicorn_config(built.app, options, built.tls))
+    quiet_signals()
+    _freeze_heap()
+    try:
+        server.run()
+    finally:
+        close(built)
+    print("hetsched up: stopped; running tasks keep running and are adopted on restart")
+    sys.stdout.flush()
+
+
+def uvicorn_config(app: Any, options: Options, tls: ServerTls | None) -> Any:
+    """uvicorn's configuration of the API server (an ``uvicorn.Config``)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        **(tls.uvicorn() if tls is not None else {}),
+        # the fastest of what is installed (httptools and uvloop when present)
+        http="auto",
+        loop="auto",
+    )
+
+
+def quiet_signals() -> None:
+    """uvicorn re-raises the signal it stopped for once it is done; these handlers make
+    that a no-op so the loop and the store close cleanly and the exit status is 0."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _sig, _frame: None)
+
+
+def announce(options: Options, built: Built) -> None:
+    """Say where the admin token is, where tasks run and where the API listens."""
     if built.admin_token is not None:
         print(f"admin token written to {built.token_file} (mode 0600)", flush=True)
     else:
         print(f"admin token: see {built.token_file}", flush=True)
     if os.geteuid() == 0 and not options.run_as:
         log.warning("running as root without --run-as: jobs run as root")
-    config = uvicorn.Config(
-        built.app,
-        host=options.host,
-        port=options.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        **(built.tls.uvicorn() if built.tls is not None else {}),
-        # the fastest of what is installed (httptools and uvloop when present)
-        http="auto",
-        loop="auto",
-    )
-    server = uvicorn.Server(config)
     if options.executor == "ray":
         loop = built.service.loop
         with loop.lock:
@@ -288,16 +333,12 @@ def serve(options: Options) -> None:
         f"dashboard at /ui, Prometheus metrics at /metrics), home {options.home}",
         flush=True,
     )
-    # uvicorn re-raises the signal it stopped for once it is done; these handlers make that
-    # a no-op so the loop and the store close cleanly and the exit status is 0
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: None)
-    _freeze_heap()
-    try:
-        server.run()
-    finally:
-        built.service.loop.stop()
+
+
+def close(built: Built) -> None:
+    """Stop the loop and the executor's threads, and close the store (tasks run on)."""
+    executor = built.service.executor
+    built.service.loop.stop()
+    if executor is not None:
         executor.shutdown()
-        built.service.store.close()
-    print("hetsched up: stopped; running tasks keep running and are adopted on restart")
-    sys.stdout.flush()
+    built.service.store.close()

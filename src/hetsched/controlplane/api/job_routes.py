@@ -21,7 +21,7 @@ from hetsched.controlplane.api.tasklogs import MAX_LOG_CHUNK, MAX_LOG_OFFSET, Lo
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.storage.store import Principal
 
-__all__ = ["MAX_PAGE", "add_job_routes", "add_submit_routes"]
+__all__ = ["MAX_PAGE", "add_job_routes", "add_submit_routes", "job_view", "why_view"]
 
 #: the most jobs one page of ``GET /v1/jobs`` returns
 MAX_PAGE = 10_000
@@ -222,3 +222,8 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
             for t in task_rows
         ]
     return view
+
+
+#: the views of a job and of its explanation, as the standby of a pair serves them too
+job_view = _job_view
+why_view = _why_view
