@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from hetsched.cli.main import app
 from hetsched.controlplane import Store
-from hetsched.service.testing import ServerProcess
+from hetsched.service.testing import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,9 @@ class Pair:
         self.args += ["--node-name", "pair-node", "--kill-grace", "1"]
         self.procs: list[ServerProcess] = []
 
-    def start(self, name: str) -> ServerProcess:
-        proc = ServerProcess(self.home, self.args, log=self.tmp / f"{name}.log")
+    def start(self, name: str, *extra: str, port: int | None = None) -> ServerProcess:
+        log = self.tmp / f"{name}.log"
+        proc = ServerProcess(self.home, [*self.args, *extra], log=log, port=port)
         proc.start()
         self.procs.append(proc)
         return proc
@@ -207,3 +208,33 @@ def test_a_frozen_leader_thawed_after_a_takeover_ends_without_starting_anything(
             "the job ends", lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "succeeded"
         )
     assert (marks / "start").read_text().split() == [job_id, "1"]
+
+
+def test_a_task_reports_to_whichever_of_the_pair_leads(pair: Pair, tmp_path: Path) -> None:
+    """Tasks are told both URLs of the pair (``--advertise-url``, own first): a checkpoint
+    reported after its leader died reaches the new one."""
+    gate = tmp_path / "gate"
+    ports = free_port(), free_port()
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    leader = pair.start("a", "--advertise-url", ",".join(urls), port=ports[0])
+    _until("a leads", lambda: _leads(leader))
+    standby = pair.start("b", "--advertise-url", ",".join(reversed(urls)), port=ports[1])
+    script = f"while [ ! -e {gate} ]; do sleep 0.1; done; hetsched checkpoint --step 3"
+    body = {"name": "reports", "command": ["sh", "-c", script], "resources": {"cpu": "0.1"}}
+    with leader.client() as client:
+        answer = client.post("/v1/jobs", json=body)
+        assert answer.status_code == 201, answer.text
+        job_id = answer.json()["id"]
+        running = lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running"  # noqa: E731
+        _until("the task runs", running)
+    leader.kill9()
+    _until("b leads", lambda: _leads(standby), timeout_s=30)
+    gate.touch()
+    with standby.client() as client:
+        state = lambda: client.get(f"/v1/jobs/{job_id}").json()  # noqa: E731
+        job = _until(
+            "the job ends", lambda: (j := state())["state"] in {"succeeded", "failed"} and j
+        )
+        log = client.get(f"/v1/jobs/{job_id}/logs").json()["data"]
+    assert job["state"] == "succeeded", (job, log)
+    assert job["checkpoint"]["step"] == 3

@@ -229,15 +229,9 @@ def build(options: FederationOptions) -> Built:
     """Open the store, build the core over the members and rebuild it from the store, start
     the member workers and the loop; returns the app to serve."""
     spec = load_members(options.members)
-    try:
-        tls = server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
-    except TlsError as exc:
-        raise SystemExit(str(exc)) from None
+    tls = _tls(options)
     home = options.home
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(home, 0o700)
-    store = Store(options.db or f"sqlite:///{home / 'federation.db'}", sync=options.sync)
-    store.migrate()
+    store = _open_store(options)
     book = Book()
     registry = installed().with_plugins(*federation_plugins(book))
     profile = _profile(options.profile, registry)
@@ -288,8 +282,25 @@ def build(options: FederationOptions) -> Built:
         logs=MemberLogs(store, {m.name: m for m in spec.members}),
     )
     loop.start()
-    app = create_app(service)
-    return Built(service, loop, runner, app, admin_token, token_file, spec, tls)
+    return Built(service, loop, runner, create_app(service), admin_token, token_file, spec, tls)
+
+
+def _tls(options: FederationOptions) -> ServerTls | None:
+    """The API's certificate and key, checked before anything starts (SystemExit)."""
+    try:
+        return server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
+    except TlsError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _open_store(options: FederationOptions) -> Store:
+    """The home (private) and its store, migrated."""
+    home = options.home
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(home, 0o700)
+    store = Store(options.db or f"sqlite:///{home / 'federation.db'}", sync=options.sync)
+    store.migrate()
+    return store
 
 
 def close(built: Built) -> None:

@@ -99,10 +99,21 @@ def _api_url(host: str, port: int, secure: bool = False) -> str:
 
 @dataclass(frozen=True)
 class Advertised:
-    """What tasks are told of the API: its URL and the CA bundle (PEM text) to verify it."""
+    """What tasks are told of the API: its URLs (this process's first, then its standby
+    pair's others) and the CA bundle (PEM text) to verify them."""
 
-    url: str
+    urls: tuple[str, ...]
     ca_pem: str | None
+
+    @property
+    def url(self) -> str:
+        """This process's own URL (what a standby redirects to)."""
+        return self.urls[0]
+
+    @property
+    def api(self) -> str:
+        """``HETSCHED_API`` of its tasks: every URL, comma-separated."""
+        return ",".join(self.urls)
 
 
 def check_tls(options: Options) -> tuple[ServerTls | None, Advertised]:
@@ -112,9 +123,11 @@ def check_tls(options: Options) -> tuple[ServerTls | None, Advertised]:
         tls = server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
     except TlsError as exc:
         raise SystemExit(str(exc)) from None
-    url = options.advertise_url or _api_url(options.host, options.port, tls is not None)
-    if not url.startswith(("http://", "https://")):
-        raise SystemExit(f"--advertise-url: expected an http:// or https:// URL, got {url!r}")
+    given = options.advertise_url or _api_url(options.host, options.port, tls is not None)
+    urls = tuple(u.strip().rstrip("/") for u in given.split(",") if u.strip())
+    for url in urls or (given,):
+        if not url.startswith(("http://", "https://")):
+            raise SystemExit(f"--advertise-url: expected an http:// or https:// URL, got {url!r}")
     ca_pem = None
     if options.advertise_ca is not None:
         try:
@@ -123,7 +136,7 @@ def check_tls(options: Options) -> tuple[ServerTls | None, Advertised]:
             raise SystemExit(f"--advertise-ca: cannot read {options.advertise_ca}: {exc}") from None
         if "-----BEGIN CERTIFICATE-----" not in ca_pem:
             raise SystemExit(f"--advertise-ca: {options.advertise_ca} is not a PEM CA bundle")
-    return tls, Advertised(url.rstrip("/"), ca_pem)
+    return tls, Advertised(urls, ca_pem)
 
 
 def build(options: Options, fence: Callable[[Connection], None] | None = None) -> Built:
@@ -212,10 +225,10 @@ def _checkpoints(options: Options, advertised: Advertised) -> CheckpointProtocol
     through the API alone on Ray, and only with --advertise-url (what the tasks' machines
     reach the API at)."""
     if options.executor == "local":
-        return CheckpointProtocol(options.home, advertised.url, advertised.ca_pem)
+        return CheckpointProtocol(options.home, advertised.api, advertised.ca_pem)
     if options.advertise_url is None:
         return None
-    return CheckpointProtocol(options.home, advertised.url, advertised.ca_pem, remote=True)
+    return CheckpointProtocol(options.home, advertised.api, advertised.ca_pem, remote=True)
 
 
 def _start_engine(engine: Engine, service: Service) -> None:

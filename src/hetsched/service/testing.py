@@ -83,9 +83,12 @@ class ServerProcess:
         args: Sequence[str],
         log: Path | None = None,
         verify: ssl.SSLContext | None = None,
+        port: int | None = None,
     ) -> None:
         self.home = home
         self.args = list(args)
+        #: the port of every start (None: a fresh free one each time)
+        self.fixed_port = port
         self.verify: ssl.SSLContext | bool = verify if verify is not None else True
         self.scheme = "https" if verify is not None else "http"
         self.port = 0
@@ -101,7 +104,7 @@ class ServerProcess:
 
     def launch(self) -> None:
         """Start the process and return at once (a test may kill it while it starts)."""
-        self.port = free_port()
+        self.port = self.fixed_port or free_port()
         self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         if self._log is None:
             self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
