@@ -25,7 +25,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from hetsched.cli.main import app
-from hetsched.controlplane import Store
+from hetsched.controlplane import LeaseBook, Store
 from hetsched.service.testing import ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -238,3 +238,33 @@ def test_a_task_reports_to_whichever_of_the_pair_leads(pair: Pair, tmp_path: Pat
         log = client.get(f"/v1/jobs/{job_id}/logs").json()["data"]
     assert job["state"] == "succeeded", (job, log)
     assert job["checkpoint"]["step"] == 3
+
+
+def test_a_pair_needs_a_postgresql_store(tmp_path: Path) -> None:
+    args = ["up", "--home", str(tmp_path / "home"), "--lease", "cp"]
+    result = CliRunner().invoke(app, args, env={"HETSCHED_CA": None})
+    out = result.stdout + result.stderr
+    assert result.exit_code == 2 and "Traceback" not in out
+    assert "--lease needs --db postgresql+psycopg://...: a store both processes" in out
+
+
+def test_a_leader_stopped_cleanly_hands_the_lease_on_before_it_expires(pair: Pair, db: str) -> None:
+    """SIGTERM ends the lease at once (it would otherwise run until a renewal made less
+    than a third of a lease ago runs out), so a standby takes over at its next try."""
+    leader = pair.start("a")
+    _until("a leads", lambda: _leads(leader))
+    store = Store(db)
+    try:
+        book = LeaseBook(store, "cp", "reader", "", LEASE_S)
+        leader.stop()  # SIGTERM
+        stopped_at = time.time()
+        assert leader.proc is not None and leader.proc.returncode == 0
+        released = book.current()
+        assert released is not None and released.epoch == 1
+        assert released.expires_at <= stopped_at
+        standby = pair.start("b")
+        _until("b leads", lambda: _leads(standby), timeout_s=30)
+        taken = book.current()
+    finally:
+        store.close()
+    assert taken is not None and taken.epoch == 2 and taken.url == standby.url
