@@ -2,8 +2,9 @@
 
 - one leads, the other serves reads and redirects the rest; the CLI, given both URLs,
   follows the leader;
-- the leader SIGKILLed with jobs in flight: the standby takes over (within 15 s), adopts
-  the running tasks, and every job ends succeeded with its task started exactly once;
+- the leader SIGKILLed with jobs in flight: the standby takes over, adopts the running
+  tasks, and every job ends succeeded with its task started exactly once (how long the
+  takeover takes is measured by bench/standby_failover.py);
 - the old leader restarted comes back as the standby of the new one;
 - a leader frozen (SIGSTOP) past its lease and thawed finds its lease taken and ends at
   once (exit 3) without starting anything.
@@ -162,10 +163,7 @@ def test_the_standby_takes_over_a_killed_leader_and_adopts_its_tasks(
             ids.append(answer.json()["id"])
         _until("tasks running", lambda: (marks / "start").exists())
     leader.kill9()
-    killed = time.monotonic()
-    _until("b leads", lambda: _leads(standby), timeout_s=30)
-    takeover_s = time.monotonic() - killed
-    assert takeover_s < 15.0, takeover_s
+    _until("b leads", lambda: _leads(standby), timeout_s=60)  # the time: bench/standby_failover.py
     with standby.client() as client:
         jobs = _until(
             "every job ends",
