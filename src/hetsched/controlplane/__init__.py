@@ -29,6 +29,7 @@ from hetsched.controlplane.home import default_home
 from hetsched.controlplane.leadership import Fenced, Held, Keeper, LeaseBook
 from hetsched.controlplane.loop import ControlLoop
 from hetsched.controlplane.loopmetrics import LoopMetrics
+from hetsched.controlplane.pairing import LOST, Leader, holder_id, run_pair
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.processes import ProcessRunner
 from hetsched.controlplane.queues import load_queues
@@ -41,6 +42,7 @@ from hetsched.controlplane.testing import free_port, serve
 from hetsched.controlplane.views import node_view, quota_view
 
 __all__ = [
+    "LOST",
     "ROLE_HEADER",
     "Authenticator",
     "Before",
@@ -51,6 +53,7 @@ __all__ = [
     "Fencing",
     "Held",
     "Keeper",
+    "Leader",
     "LeaseBook",
     "LoopHandle",
     "LoopMetrics",
@@ -70,9 +73,11 @@ __all__ = [
     "default_home",
     "free_port",
     "from_stored",
+    "holder_id",
     "load_queues",
     "node_view",
     "quota_view",
+    "run_pair",
     "serve",
     "standby_app",
 ]
