@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from typer.testing import CliRunner
 from hetsched.cli.main import app
 from hetsched.controlplane import LeaseBook, Store
 from hetsched.service.testing import ServerProcess, free_port
+from tlscerts import make_pki
 
 pytestmark = pytest.mark.slow
 
@@ -266,3 +268,38 @@ def test_a_leader_stopped_cleanly_hands_the_lease_on_before_it_expires(pair: Pai
     finally:
         store.close()
     assert taken is not None and taken.epoch == 2 and taken.url == standby.url
+
+
+def test_a_pair_over_https_is_followed_by_the_cli_with_its_ca(tmp_path: Path, db: str) -> None:
+    pki = make_pki(tmp_path / "pki")
+    verify = ssl.create_default_context(cafile=str(pki.ca))
+    tls = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+    args = ["--db", db, "--lease", "cp", "--lease-s", f"{LEASE_S:g}", "--node-name", "n", *tls]
+    home = tmp_path / "home"
+    procs = [
+        ServerProcess(home, args, log=tmp_path / f"{n}.log", verify=verify) for n in ("a", "b")
+    ]
+    try:
+
+        def health(proc: ServerProcess) -> dict[str, Any]:
+            answer: dict[str, Any] = httpx.get(f"{proc.url}/healthz", verify=verify).json()
+            return answer
+
+        procs[0].start()
+        _until("a leads", lambda: health(procs[0]).get("role") is None)
+        procs[1].start()
+        assert health(procs[1]) == {"ok": True, "role": "standby", "leader": procs[0].url}
+        assert procs[0].url.startswith("https://")
+        job_file = tmp_path / "job.json"
+        job_file.write_text(
+            json.dumps({"name": "tls-pair", "command": ["true"], "resources": {"cpu": "0.1"}})
+        )
+        urls = f"{procs[1].url},{procs[0].url}"
+        env = {"HETSCHED_URL": urls, "HETSCHED_TOKEN": procs[0].token, "HETSCHED_CA": str(pki.ca)}
+        result = CliRunner().invoke(app, ["submit", "-o", "json", str(job_file)], env=env)
+        assert result.exit_code == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout)[0]["name"] == "tls-pair"
+    finally:
+        for proc in procs:
+            proc.stop()
+        procs[0].kill_tasks()
