@@ -38,8 +38,8 @@ CORE = frozenset(
     {"keys", "model", "rounds", "cluster", "framework", "plugins", "queueing", "scheduler"}
     | {"builtins"}
 )
-#: the core and the shared driver base: what any driver may import
-_DRIVER_BASE = (*CORE, "drivers")
+#: the core, the shared driver base and the TLS helpers: what any driver may import
+_DRIVER_BASE = (*CORE, "drivers", "tls")
 
 #: package -> what it may import besides itself. ``hetsched`` is the package's own
 #: ``__init__`` (its version).
@@ -76,6 +76,7 @@ ALLOWED: dict[str, Row] = {
     "builtins": _row(
         "the one list of built-in plugins and policies", "plugins", "queueing", "scheduler"
     ),
+    "tls": _row("TLS contexts of servers and clients (the standard library's ssl): a leaf"),
     # -- the shared driver base ---------------------------------------------------------
     "drivers": _row(
         "the one action interpreter and executor interface: it reads the core's actions",

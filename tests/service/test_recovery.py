@@ -178,3 +178,32 @@ def test_a_stopping_task_recorded_without_a_pid_is_killed_by_its_key(tmp_path: P
         assert [t["state"] for t in stopped] == ["stopped"]
         assert stopped[0]["reason"] == "stopped during a restart: it was being stopped"
         api.close()
+
+
+def test_a_task_bound_but_never_spawned_runs_again_without_a_failure(tmp_path: Path) -> None:
+    """A crash between committing a Bind and spawning the task (a standby pair's leader
+    killed mid-turn) leaves it ``starting``, without a pid or an exit file: its command
+    never ran, so the restart puts the run back in the queue, with no failure counted
+    against the job (restart policy ``never``)."""
+    options = service_options(tmp_path)
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        body = job_body(command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'])
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        exit_file = svc.built.service.executor.exit_file(job_id, 0, 1)  # type: ignore[union-attr]
+        api.close()
+    os.killpg(task["pid"], signal.SIGKILL)
+    time.sleep(0.2)
+    exit_file.unlink()  # as if it had never been spawned
+    db = sqlite3.connect(options.home / "hetsched.db")
+    with db:
+        db.execute("UPDATE tasks SET state = 'starting', pid = NULL, pid_started = NULL")
+    db.close()
+    with running(options) as svc:
+        api = Api(svc)
+        job = api.wait(api.admin, job_id, {"succeeded", "failed"}, timeout=60)
+        assert job["state"] == "succeeded" and job["run"] == 2 and job["restarts"] == 0, job
+        first = next(t for t in job["tasks"] if t["run"] == 1)
+        assert "not started: the service stopped before it spawned" in str(first), first
+        api.close()

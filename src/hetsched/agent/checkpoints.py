@@ -7,8 +7,8 @@ writes and the notices it gets.
   ``HETSCHED_RESUME_FROM`` (the path the checkpoint was reported with, else the directory)
   and ``HETSCHED_RESUME_STEP`` (when one was reported); ``HETSCHED_NOTICE_FILE`` and
   ``HETSCHED_NOTICE_SIGNAL``; ``HETSCHED_CHECKPOINT_INTERVAL`` when the job declares one;
-  and how to report (``HETSCHED_API``, ``HETSCHED_TASK_TOKEN``, and ``hetsched`` on its
-  ``PATH``).
+  and how to report (``HETSCHED_API``, ``HETSCHED_TASK_TOKEN``, ``HETSCHED_CA_PEM`` when
+  the service gives a CA bundle for an https API, and ``hetsched`` on its ``PATH``).
 - A task reports a checkpoint by writing ``{"step": N, "path": "..."}`` to
   ``$HETSCHED_CHECKPOINT_DIR/CHECKPOINT`` (a temporary file, then a rename), which the
   :class:`ReportWatcher` notices, or through the API (``hetsched checkpoint``).
@@ -210,9 +210,11 @@ def task_env(
     token: str,
     bin_dir: str,
     path: str,
+    ca_pem: str | None = None,
 ) -> dict[str, str]:
     """What a task is told about checkpoints (see the module docstring). ``path`` is the
-    ``PATH`` it would otherwise get; ``bin_dir`` (where ``hetsched`` is) goes first."""
+    ``PATH`` it would otherwise get; ``bin_dir`` (where ``hetsched`` is) goes first;
+    ``ca_pem`` is the CA bundle an https ``api`` is verified with (``HETSCHED_CA_PEM``)."""
     env = {
         "HETSCHED_CHECKPOINT_DIR": str(directory),
         "HETSCHED_NOTICE_FILE": str(directory / NOTICE_FILE),
@@ -222,6 +224,8 @@ def task_env(
         "HETSCHED_TASK_TOKEN": token,
         "PATH": bin_dir + (os.pathsep + path if path else ""),
     }
+    if ca_pem is not None:
+        env["HETSCHED_CA_PEM"] = ca_pem
     if spec is not None and spec.interval_s is not None:
         env["HETSCHED_CHECKPOINT_INTERVAL"] = f"{spec.interval_s:g}"
     if resume is not None:

@@ -25,9 +25,13 @@ import typer
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
 from hetsched.k8s.selfreport import in_pod, own_pod, report_checkpoint
+from hetsched.tls import TlsError, client_verify, explain
 
 __all__ = ["checkpoint", "progress"]
 
+#: the answers of a standby pair's standby (controlplane/api/standby.py)
+_LEADER = "X-Hetsched-Leader"
+_ROLE = "X-Hetsched-Role"
 _NEEDED = ("HETSCHED_API", "HETSCHED_TASK_KEY", "HETSCHED_TASK_TOKEN")
 
 
@@ -114,17 +118,8 @@ def _post(route: str, fields: dict[str, object], what: str) -> httpx.Response:
         )
     body = {"task": os.environ["HETSCHED_TASK_KEY"], **fields}
     headers = {"Authorization": f"Bearer {os.environ['HETSCHED_TASK_TOKEN']}"}
-    url = os.environ["HETSCHED_API"].rstrip("/") + route
-    answer = None
-    for attempt in range(4):
-        try:
-            answer = httpx.post(url, json=body, headers=headers, timeout=10.0)
-            break
-        except httpx.TransportError as exc:
-            if attempt == 3:
-                fail(f"cannot reach {url}: {exc}", 1)
-            time.sleep(0.25 * 2**attempt)
-    assert answer is not None
+    bases = [u.strip().rstrip("/") for u in os.environ["HETSCHED_API"].split(",") if u.strip()]
+    answer = _send(bases, route, body, headers)
     if answer.status_code != 202:
         try:
             detail = answer.json().get("detail", answer.text)
@@ -132,6 +127,48 @@ def _post(route: str, fields: dict[str, object], what: str) -> httpx.Response:
             detail = answer.text
         fail(f"{what} not accepted ({answer.status_code}): {detail}", 1)
     return answer
+
+
+def _send(
+    bases: list[str], route: str, body: dict[str, object], headers: dict[str, str]
+) -> httpx.Response:
+    """POST ``body`` to the leader among ``bases`` (``HETSCHED_API``: the service's URL, or
+    its standby pair's): each tried in turn when it cannot be reached, a standby's redirect
+    followed to one of them, a standby's 503 waited out, for about 15 s in all (a
+    failover); a refused certificate ends at once. An https URL is verified with the CA
+    bundle the service gave (``HETSCHED_CA_PEM``)."""
+    try:
+        verify = client_verify()
+    except TlsError as exc:
+        fail(str(exc), 2)
+    problem, attempt, hops = "", 0, 0
+    while attempt < 8:
+        redirected = False
+        for base in list(bases):
+            url = base + route
+            try:
+                answer = httpx.post(url, json=body, headers=headers, timeout=10.0, verify=verify)
+            except httpx.TransportError as exc:
+                tls = explain(exc, url)
+                if tls is not None:
+                    fail(tls, 1)
+                problem = f"cannot reach {url}: {exc}"
+                continue
+            leader = answer.headers.get(_LEADER, "").rstrip("/")
+            if answer.status_code == 307 and leader in bases and hops < 3:
+                hops += 1
+                bases.remove(leader)
+                bases.insert(0, leader)  # asked first from now on
+                redirected = True
+                break
+            if answer.status_code == 503 and answer.headers.get(_ROLE) == "standby":
+                problem = f"{url} is a standby and no process leads yet"
+                continue
+            return answer
+        if not redirected:
+            time.sleep(0.25 * 2 ** min(attempt, 4))
+            attempt += 1
+    fail(problem, 1)
 
 
 def progress(

@@ -1,4 +1,8 @@
-"""The CLI's HTTP client: ``HETSCHED_URL`` and ``HETSCHED_TOKEN``, errors as one line."""
+"""The CLI's HTTP client: ``HETSCHED_URL`` and ``HETSCHED_TOKEN``, errors as one line.
+
+An ``https://`` URL is verified with the CA bundle of ``--cacert`` or ``HETSCHED_CA`` (else
+the system's trust store); a client certificate comes from ``HETSCHED_CLIENT_CERT`` and
+``HETSCHED_CLIENT_KEY`` (see :mod:`hetsched.tls`)."""
 
 from __future__ import annotations
 
@@ -10,12 +14,25 @@ from typing import Any
 import httpx
 
 from hetsched.cli.output import fail
+from hetsched.tls import TlsError, client_verify, explain
 
-__all__ = ["Client", "auth_error", "call", "default_url", "error_line", "get"]
+__all__ = ["Client", "auth_error", "call", "default_url", "default_urls", "error_line", "get"]
+
+_DEFAULT_URL = "http://127.0.0.1:8780"
+#: answers that name the leader of a standby pair (controlplane/api/standby.py)
+_LEADER = "X-Hetsched-Leader"
+_ROLE = "X-Hetsched-Role"
+
+
+def default_urls() -> list[str]:
+    """``HETSCHED_URL``: the service's URL, or the URLs of a standby pair, comma-separated
+    (the first is asked first; the one that answers as the leader is kept)."""
+    raw = os.environ.get("HETSCHED_URL", _DEFAULT_URL)
+    return [u.strip().rstrip("/") for u in raw.split(",") if u.strip()] or [_DEFAULT_URL]
 
 
 def default_url() -> str:
-    return os.environ.get("HETSCHED_URL", "http://127.0.0.1:8780").rstrip("/")
+    return default_urls()[0]
 
 
 def _admin_token_file() -> Path:
@@ -57,7 +74,8 @@ def auth_error(source: str, url: str) -> str:
 
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None) -> None:
-        self.url = url or default_url()
+        self.urls = [url.rstrip("/")] if url else default_urls()
+        self.url = self.urls[0]
         headers = {}
         source = "the command"
         if token is None:
@@ -65,7 +83,11 @@ class Client:
         self.token_source = source if token else ""
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+        try:
+            verify = client_verify()
+        except TlsError as exc:
+            fail(str(exc), 2)
+        self.http = httpx.Client(headers=headers, timeout=30.0, verify=verify)
 
     def request(self, method: str, path: str, retries: int = 0, **kwargs: Any) -> Any:
         """The decoded JSON answer; any error ends the command with one clear line.
@@ -81,23 +103,66 @@ class Client:
         return response.json(), response.headers.get("X-Next-Cursor")
 
     def _send(self, method: str, path: str, retries: int, **kwargs: Any) -> httpx.Response:
-        for attempt in range(retries + 1):
-            try:
-                response = self.http.request(method, path, **kwargs)
-                break
-            except httpx.TransportError as exc:
-                if attempt < retries:
-                    time.sleep(0.5 * (attempt + 1))
-                    continue
-                where = "" if "HETSCHED_URL" in os.environ else " (HETSCHED_URL sets another)"
-                fail(
-                    f"cannot reach hetsched at {self.url}{where} ({exc}); is `hetsched up` running?"
-                )
+        """The answer of the leader: each URL tried in turn while none answers (``retries``
+        rounds, for idempotent requests), a standby's redirect followed to a URL of
+        ``HETSCHED_URL`` (never elsewhere: the token goes only where the user sends it), a
+        standby's 503 waited out while retries remain."""
+        attempt = hops = 0
+        while True:
+            response = self._reach(method, path, attempt < retries, **kwargs)
+            if response is not None and self._follow(response) and hops < 2:
+                hops += 1
+                continue
+            waiting = response is not None and _standby_waiting(response)
+            if (response is None or waiting) and attempt < retries:
+                attempt += 1
+                time.sleep(0.5 * attempt)
+                continue
+            break
+        assert response is not None
         if response.status_code == 401:
             fail(auth_error(self.token_source, self.url))
         if response.status_code >= 400:
             fail(_error_text(response))
         return response
+
+    def _reach(
+        self, method: str, path: str, may_retry: bool, **kwargs: Any
+    ) -> httpx.Response | None:
+        """The answer of the first URL that answers, the current one first; None when none
+        does and ``may_retry``."""
+        order = [self.url, *(u for u in self.urls if u != self.url)]
+        failure: Exception | None = None
+        for url in order:
+            try:
+                response = self.http.request(method, url + path, **kwargs)
+            except httpx.TransportError as exc:
+                tls = explain(exc, url)
+                if tls is not None:  # asking again would be refused again
+                    fail(tls)
+                failure = exc
+                continue
+            self.url = url
+            return response
+        if may_retry:
+            return None
+        where = ", ".join(order)
+        hint = "" if "HETSCHED_URL" in os.environ else " (HETSCHED_URL sets another)"
+        fail(f"cannot reach hetsched at {where}{hint} ({failure}); is `hetsched up` running?")
+
+    def _follow(self, response: httpx.Response) -> bool:
+        """A standby's redirect: True (and the leader is the URL from now on) when the
+        leader is one of ``HETSCHED_URL``'s; a redirect elsewhere ends the command."""
+        if response.status_code != 307 or _LEADER not in response.headers:
+            return False
+        leader = response.headers[_LEADER].rstrip("/")
+        if leader not in self.urls:
+            fail(
+                f"hetsched at {self.url} is a standby; the leader is at {leader}: add it to "
+                "HETSCHED_URL (comma-separated URLs of the pair) to follow it"
+            )
+        self.url = leader
+        return True
 
     def close(self) -> None:
         self.http.close()
@@ -111,6 +176,11 @@ class Client:
     def get(self, path: str, **params: Any) -> Any:
         clean = {k: v for k, v in params.items() if v is not None}
         return self.request("GET", path, retries=2, params=clean)
+
+
+def _standby_waiting(response: httpx.Response) -> bool:
+    """A standby's 503 while no process leads (one takes over when the lease expires)."""
+    return response.status_code == 503 and response.headers.get(_ROLE) == "standby"
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,9 @@ from hetsched.cli.output import fail
 from hetsched.framework.profile import ProfileError
 from hetsched.model.specs import SpecError
 from hetsched.model.speed import SpeedError
+
+if TYPE_CHECKING:
+    from hetsched.federation.server import FederationOptions
 
 __all__ = ["federation_app"]
 
@@ -48,6 +51,34 @@ _PublicDocs = Annotated[
 ]
 
 
+_TlsCert = Annotated[
+    Path | None,
+    typer.Option(help="Serve HTTPS with this certificate chain (PEM); needs --tls-key."),
+]
+_TlsKey = Annotated[Path | None, typer.Option(help="The key of --tls-cert (PEM, unencrypted).")]
+_TlsClientCa = Annotated[
+    Path | None,
+    typer.Option(help="Require every client to present a certificate signed by this CA (PEM)."),
+]
+
+
+_Lease = Annotated[
+    str | None,
+    typer.Option(
+        help="Run as one of a standby pair: lead under this lease in the --db PostgreSQL, or "
+        "wait as a standby and take over when the leader's lease expires (both share the home).",
+    ),
+]
+_LeaseS = Annotated[
+    float,
+    typer.Option("--lease-s", min=2.0, max=300.0, help="Seconds a lease runs without renewal."),
+]
+_AdvertiseUrl = Annotated[
+    str | None,
+    typer.Option(help="This process's URL as the other of a pair redirects to."),
+]
+
+
 @federation_app.command("up")
 def up(
     members: _Members,
@@ -62,12 +93,18 @@ def up(
     renew_every: _RenewEvery = None,
     metrics_public: _MetricsPublic = False,
     public_docs: _PublicDocs = False,
+    tls_cert: _TlsCert = None,
+    tls_key: _TlsKey = None,
+    tls_client_ca: _TlsClientCa = None,
+    lease: _Lease = None,
+    lease_s: _LeaseS = 8.0,
+    advertise_url: _AdvertiseUrl = None,
 ) -> None:
     """Start a federation: the same API as `hetsched up` (submit, jobs, why, cancel, logs),
     jobs placed on member clusters by capacity, speed, quota and labels, and moved to
     another member only once the first has surely stopped them."""
     from hetsched.controlplane import default_home
-    from hetsched.federation.server import FederationOptions, serve
+    from hetsched.federation.server import FederationOptions
 
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")
@@ -86,11 +123,34 @@ def up(
         metrics_public=metrics_public,
         docs_public=public_docs,
         renew_every_s=renew_every,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
+        lease=lease,
+        lease_s=lease_s,
+        advertise_url=advertise_url,
     )
+    _run(options)
+
+
+def _run(options: FederationOptions) -> None:
+    """Serve (one of a standby pair with a lease); what it refuses to start with becomes
+    the command's one-line error."""
+    from hetsched.federation.server import serve
+
     try:
-        serve(options)
+        if options.lease is not None:
+            from hetsched.federation.pair import serve_pair
+
+            serve_pair(options)
+        else:
+            serve(options)
     except (SpecError, ProfileError, SpeedError) as exc:
         fail(str(exc), 2)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # what it refuses to start with, in one line
+            fail(exc.code, 2)
+        raise
 
 
 @federation_app.command("check")

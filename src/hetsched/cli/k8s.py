@@ -286,6 +286,17 @@ def scheduler(
         raise typer.Exit(code)
 
 
+_TlsCert = Annotated[
+    Path | None,
+    typer.Option(help="Serve https with this certificate chain (PEM); needs --tls-key."),
+]
+_TlsKey = Annotated[Path | None, typer.Option(help="The key of --tls-cert (PEM, unencrypted).")]
+_TlsClientCa = Annotated[
+    Path | None,
+    typer.Option(help="Accept only clients with a certificate signed by this CA (PEM)."),
+]
+
+
 @k8s_app.command("extender")
 def extender(
     port: Annotated[int, typer.Option(help="The port to serve the webhook on.")] = 8888,
@@ -300,13 +311,26 @@ def extender(
             "and bind); --no-watch judges only the Nodes each request carries.",
         ),
     ] = True,
+    tls_cert: _TlsCert = None,
+    tls_key: _TlsKey = None,
+    tls_client_ca: _TlsClientCa = None,
 ) -> None:
-    """Serve the kube-scheduler extender webhook: /filter, /prioritize, /bind, /preempt."""
+    """Serve the kube-scheduler extender webhook: /filter, /prioritize, /bind, /preempt.
+
+    With --tls-cert and --tls-key it serves https (the extender configuration's
+    enableHTTPS, with tlsConfig.caData the CA that signed the certificate); with
+    --tls-client-ca it accepts only clients with a certificate of that CA
+    (tlsConfig.certData and keyData)."""
     import uvicorn
 
     from hetsched.k8s.extender import create_app
     from hetsched.k8s.scheduler import PodScheduler
+    from hetsched.tls import TlsError, server_tls
 
+    try:
+        tls = server_tls(tls_cert, tls_key, tls_client_ca)
+    except TlsError as exc:
+        fail(str(exc), 2)
     spec = _profile(profile)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     cache = None
@@ -317,7 +341,8 @@ def extender(
         cache.start_watches()
         feeder = threading.Thread(target=_feed, args=(cache,), daemon=True, name="cache")
         feeder.start()
-    uvicorn.run(create_app(spec, cache), host=host, port=port, log_level="info")
+    app = create_app(spec, cache)
+    uvicorn.run(app, host=host, port=port, log_level="info", **(tls.uvicorn() if tls else {}))
 
 
 def _feed(cache: PodScheduler) -> None:

@@ -14,7 +14,8 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
 import typer
 from typer.core import TyperGroup
@@ -191,10 +192,43 @@ app = typer.Typer(
 )
 
 
+_CaCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--cacert",
+        envvar="HETSCHED_CA",
+        help="CA bundle (PEM) that the service's https:// certificate is verified with "
+        "(default: the system's trust store).",
+    ),
+]
+_ClientCert = Annotated[
+    Path | None,
+    typer.Option(
+        "--client-cert",
+        envvar="HETSCHED_CLIENT_CERT",
+        help="Client certificate (PEM) for a service started with --tls-client-ca.",
+    ),
+]
+_ClientKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--client-key", envvar="HETSCHED_CLIENT_KEY", help="The client certificate's key."
+    ),
+]
+
+
 @app.callback()
-def _root() -> None:
-    # a callback makes typer build a group even though only ``version`` is registered here
-    pass
+def _root(
+    cacert: _CaCert = None, client_cert: _ClientCert = None, client_key: _ClientKey = None
+) -> None:
+    # what every command's client reads (hetsched.tls): the options become its variables
+    for name, value in (
+        ("HETSCHED_CA", cacert),
+        ("HETSCHED_CLIENT_CERT", client_cert),
+        ("HETSCHED_CLIENT_KEY", client_key),
+    ):
+        if value is not None:
+            os.environ[name] = str(value)
 
 
 def version() -> None:

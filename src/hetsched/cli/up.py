@@ -101,6 +101,59 @@ _UpRayTimeout = Annotated[
     ),
 ]
 
+_UpTlsCert = Annotated[
+    Path | None,
+    typer.Option(help="Serve HTTPS with this certificate chain (PEM); needs --tls-key."),
+]
+_UpTlsKey = Annotated[Path | None, typer.Option(help="The key of --tls-cert (PEM, unencrypted).")]
+_UpTlsClientCa = Annotated[
+    Path | None,
+    typer.Option(
+        help="Require every client to present a certificate signed by this CA bundle (PEM): "
+        "federations, agents, the CLI (--client-cert).",
+    ),
+]
+_UpAdvertiseUrl = Annotated[
+    str | None,
+    typer.Option(
+        help="The API's URL as tasks reach it (HETSCHED_API; default: this host and port, "
+        "https with --tls-cert).",
+    ),
+]
+_UpAdvertiseCa = Annotated[
+    Path | None,
+    typer.Option(
+        help="CA bundle (PEM) tasks verify the https API with; its text is given to them "
+        "in HETSCHED_CA_PEM, so no file need be on their machine.",
+    ),
+]
+
+_UpLease = Annotated[
+    str | None,
+    typer.Option(
+        help="Run as one of a standby pair: lead under this lease in the --db PostgreSQL, or "
+        "wait as a standby (serving reads, redirecting the rest to the leader) and take over "
+        "when the leader's lease expires. Both processes share the home.",
+    ),
+]
+_UpLeaseS = Annotated[
+    float,
+    typer.Option(
+        "--lease-s",
+        min=2.0,
+        max=300.0,
+        help="Seconds a lease runs without renewal; a standby takes over after it.",
+    ),
+]
+
+#: options of ``up`` whose name and value are those of :class:`Options`' field
+_SAME_NAMES = (
+    *("host", "port", "db", "profile", "queues", "fake_devices", "node_name", "sysfs_root"),
+    *("demo", "rate_limit", "metrics_public", "ray_address"),
+    *("tls_cert", "tls_key", "tls_client_ca", "advertise_url", "advertise_ca"),
+    *("lease", "lease_s"),
+)
+
 
 def up(
     home: _UpHome = None,
@@ -125,6 +178,13 @@ def up(
     executor: _UpExecutor = ExecutorKind.local,
     ray_address: _UpRayAddress = None,
     ray_timeout: _UpRayTimeout = 60.0,
+    tls_cert: _UpTlsCert = None,
+    tls_key: _UpTlsKey = None,
+    tls_client_ca: _UpTlsClientCa = None,
+    advertise_url: _UpAdvertiseUrl = None,
+    advertise_ca: _UpAdvertiseCa = None,
+    lease: _UpLease = None,
+    lease_s: _UpLeaseS = 8.0,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
@@ -134,29 +194,18 @@ def up(
     mapping = _run_as(run_as)
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")
-    backends = _backends(backend)
+    given = locals()
     options = Options(
+        **{name: given[name] for name in _SAME_NAMES},
         home=home or default_home(),
-        host=host,
-        port=port,
-        db=db,
-        profile=profile,
-        queues=queues,
         cluster=list(cluster or []),
-        fake_devices=fake_devices,
-        node_name=node_name,
-        device_backends=backends,
-        sysfs_root=sysfs_root,
+        device_backends=_backends(backend),
         watch_interval_s=watch_interval,
-        demo=demo,
         run_as=mapping,
-        rate_limit=rate_limit,
         kill_grace_s=kill_grace,
         sync=sync.upper(),
-        metrics_public=metrics_public,
         docs_public=public_docs,
         executor=executor.value,
-        ray_address=ray_address,
         ray_timeout_s=ray_timeout,
     )
     _check_executor(options)
@@ -184,7 +233,12 @@ def _serve(options: Options) -> None:
     from hetsched.service.server import serve
 
     try:
-        serve(options)
+        if options.lease is not None:
+            from hetsched.service.pair import serve_pair
+
+            serve_pair(options)
+        else:
+            serve(options)
     except (SpecError, ProfileError) as exc:
         fail(str(exc), 2)
     except RecoveryError as exc:

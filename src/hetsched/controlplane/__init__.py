@@ -20,13 +20,16 @@ assemble the parts exported here and import nothing else from this package.
 
 from hetsched.controlplane.api.app import create_app
 from hetsched.controlplane.api.auth import Authenticator, RateLimiter
+from hetsched.controlplane.api.standby import ROLE_HEADER, standby_app
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.faults import TurnFaults
 from hetsched.controlplane.fencing import Fencing
 from hetsched.controlplane.home import default_home
+from hetsched.controlplane.leadership import Fenced, Held, Keeper, LeaseBook
 from hetsched.controlplane.loop import ControlLoop
 from hetsched.controlplane.loopmetrics import LoopMetrics
+from hetsched.controlplane.pairing import LOST, Leader, holder_id, run_pair
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.processes import ProcessRunner
 from hetsched.controlplane.queues import load_queues
@@ -39,12 +42,19 @@ from hetsched.controlplane.testing import free_port, serve
 from hetsched.controlplane.views import node_view, quota_view
 
 __all__ = [
+    "LOST",
+    "ROLE_HEADER",
     "Authenticator",
     "Before",
     "CheckpointProtocol",
     "ControlLoop",
     "Feasibility",
+    "Fenced",
     "Fencing",
+    "Held",
+    "Keeper",
+    "Leader",
+    "LeaseBook",
     "LoopHandle",
     "LoopMetrics",
     "ProcessRunner",
@@ -63,8 +73,11 @@ __all__ = [
     "default_home",
     "free_port",
     "from_stored",
+    "holder_id",
     "load_queues",
     "node_view",
     "quota_view",
+    "run_pair",
     "serve",
+    "standby_app",
 ]

@@ -25,6 +25,7 @@ from hetsched.controlplane.tasktokens import TaskTokens
 from hetsched.drivers import Start, Stop
 from hetsched.drivers.executor import RunAs
 from hetsched.keys import TaskKey
+from hetsched.model.checkpoint import DEFAULT_SIGNAL
 from hetsched.model.job import Job
 
 __all__ = ["REPORT_POLL_S", "CheckpointProtocol", "hetsched_bin"]
@@ -44,15 +45,29 @@ def hetsched_bin() -> str:
 
 
 class CheckpointProtocol:
-    """The checkpoint protocol for the tasks of one service home."""
+    """The checkpoint protocol for the tasks of one service home.
 
-    def __init__(self, home: Path, api: str = "http://127.0.0.1:8780") -> None:
+    ``remote``: the tasks run on other machines (the Ray executor), which do not share the
+    home: they are told only how to report through the API (``HETSCHED_API``, their token,
+    the CA bundle) and where to resume from; no checkpoint directory, report file or
+    notice file is made or read for them (a notice is its signal alone)."""
+
+    def __init__(
+        self,
+        home: Path,
+        api: str = "http://127.0.0.1:8780",
+        ca_pem: str | None = None,
+        remote: bool = False,
+    ) -> None:
         self.dirs = CheckpointDirs(home)
         self.tokens = TaskTokens(home)
         self.watcher = ReportWatcher(self.dirs)
         self.progress_watcher = ProgressWatcher(self.dirs)
         #: the API's address as tasks reach it (set once the server listens)
         self.api = api
+        #: the CA bundle (PEM) tasks verify an https ``api`` with (None: their system's)
+        self.ca_pem = ca_pem
+        self.remote = remote
         self.bin_dir = hetsched_bin()
         self._polled_at = 0.0
         #: where a report made through the API goes (the reconcile loop sets it)
@@ -62,6 +77,8 @@ class CheckpointProtocol:
 
     def env(self, start: Start, job: Job, run_as: RunAs | None, path: str | None) -> dict[str, str]:
         """Prepare the job's checkpoint directory and say what the task is told."""
+        if self.remote:
+            return self._remote_env(start, job)
         owner = (run_as.uid, run_as.gid) if run_as is not None else None
         directory = self.dirs.prepare(start.key.job, owner)
         self.watcher.watch(start.key.job)
@@ -74,12 +91,38 @@ class CheckpointProtocol:
             self.tokens.issue(start.key),
             self.bin_dir,
             path if path is not None else os.environ.get("PATH", ""),
+            ca_pem=self.ca_pem,
         )
 
+    def _remote_env(self, start: Start, job: Job) -> dict[str, str]:
+        """What a task on another machine is told: how to report, and where to resume."""
+        spec, resume = job.checkpoint, start.resume
+        env = {
+            "HETSCHED_API": self.api,
+            "HETSCHED_TASK_TOKEN": self.tokens.issue(start.key),
+            "HETSCHED_NOTICE_SIGNAL": spec.signal if spec is not None else DEFAULT_SIGNAL,
+        }
+        if self.ca_pem is not None:
+            env["HETSCHED_CA_PEM"] = self.ca_pem
+        if spec is not None and spec.interval_s is not None:
+            env["HETSCHED_CHECKPOINT_INTERVAL"] = f"{spec.interval_s:g}"
+        if resume is not None and resume.path:
+            env["HETSCHED_RESUME_FROM"] = resume.path
+        if resume is not None and resume.step is not None:
+            env["HETSCHED_RESUME_STEP"] = str(resume.step)
+        return env
+
+    def watch(self, job_id: str) -> None:
+        """Look at the job's report files again (an adopted task's), unless remote."""
+        if not self.remote:
+            self.watcher.watch(job_id)
+
     def notify(self, stop: Stop, job: Job | None, now: float) -> str:
-        """Write the notice file of a stop with a notice; the signal to send."""
-        signal = job.checkpoint.signal if job is not None and job.checkpoint else "SIGUSR1"
-        self.dirs.notify(stop.key.job, now + stop.notice_s, signal, stop.reason)
+        """Write the notice file of a stop with a notice (unless remote); the signal to
+        send."""
+        signal = job.checkpoint.signal if job is not None and job.checkpoint else DEFAULT_SIGNAL
+        if not self.remote:
+            self.dirs.notify(stop.key.job, now + stop.notice_s, signal, stop.reason)
         return signal
 
     def reports(self, running: Iterable[TaskKey]) -> list[tuple[TaskKey, Report]]:

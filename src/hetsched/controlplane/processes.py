@@ -11,7 +11,7 @@ lease lapsed is cancelled, saying so).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.fencing import Fencing
 from hetsched.controlplane.launcher import Launcher
+from hetsched.controlplane.leadership import Fenced
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.recovered import Recovered
 from hetsched.controlplane.recovery import recover
@@ -82,6 +83,9 @@ class ProcessRunner:
         self._loop: LoopHandle | None = None
         #: node name -> in the cluster, after the node changes posted so far this turn
         self._batch: dict[str, bool] = {}
+        #: a standby pair's leader: whether it surely still holds its lease (nothing is
+        #: started otherwise; controlplane/leadership.py)
+        self.leading: Callable[[], bool] | None = None
 
     @property
     def loop(self) -> LoopHandle:
@@ -277,6 +281,8 @@ class ProcessRunner:
             self.speeds.forget(job_id)
 
     def carry_out(self, plan: TurnPlan, now: float) -> list[Exit]:
+        if plan.starts and self.leading is not None and not self.leading():
+            raise Fenced("this process no longer surely holds its lease: nothing is started")
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
         self.loop.store.record_launched(launched, durable=not self.tasks_here)
@@ -314,7 +320,7 @@ class ProcessRunner:
         if self.launcher.checkpoints is not None:
             jobs = {key.job for key, _ in found.adopted} | {n.key.job for n in found.stopping}
             for job_id in sorted(jobs):
-                self.launcher.checkpoints.watcher.watch(job_id)
+                self.launcher.checkpoints.watch(job_id)
         return self.launcher.signal(stops, now)
 
     def reset(self) -> None:

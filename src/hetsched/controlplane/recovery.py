@@ -43,7 +43,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from hetsched.agent.executor import task_key
+from hetsched.agent.executor import Executor, task_key
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError
 from hetsched.controlplane.notices import in_notice, keep_moving, keep_noticed, moves
@@ -218,10 +218,24 @@ def _check_tasks(p: RecoveryPass, item: LiveJob, rows: list[dict[str, Any]]) -> 
             p.found.processes.append(handle)
             continue
         code = p.executor.recorded_exit(job.id, task, run)
+        if code is None and _never_spawned(p.executor, job.id, t):
+            # bound, but the service stopped before spawning it: the run goes back to the
+            # queue, no failure counted (the command never ran)
+            reason = "not started: the service stopped before it spawned the task"
+            item.exits.append(Exit.of(job.id, task, run, None, False, reason, not_started=True))
+            continue
         reason = f"exit code {code}" if code is not None else "lost: its process was gone"
         if code is None:
             reason += " after a restart"
         item.exits.append(Exit.of(job.id, task, run, code, False, reason))
+
+
+def _never_spawned(executor: ProcessExecutor, job_id: str, t: dict[str, Any]) -> bool:
+    """A local task bound (``starting``, no pid) whose exit file was never made: the
+    executor makes it before it spawns the wrapper, so its command surely never ran."""
+    if not isinstance(executor, Executor) or t["state"] != "starting" or t["pid"]:
+        return False
+    return not executor.exit_file(job_id, int(t["task"]), int(t["run"])).exists()
 
 
 def _adopt(p: RecoveryPass, job: Job, t: dict[str, Any]) -> str | None:

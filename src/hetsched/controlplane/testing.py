@@ -10,6 +10,8 @@ from typing import Any
 
 import uvicorn
 
+from hetsched.tls import ServerTls
+
 __all__ = ["free_port", "serve"]
 
 
@@ -19,11 +21,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def serve(app: Any) -> tuple[uvicorn.Server, threading.Thread, int]:
-    """``app`` served by uvicorn on a free loopback port, from a daemon thread, once it
-    answers; stop it with ``server.should_exit = True`` and join the thread."""
+def serve(app: Any, tls: ServerTls | None = None) -> tuple[uvicorn.Server, threading.Thread, int]:
+    """``app`` served by uvicorn on a free loopback port (HTTPS with ``tls``), from a daemon
+    thread, once it answers; stop it with ``server.should_exit = True`` and join the
+    thread."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off")
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="off",
+        **(tls.uvicorn() if tls is not None else {}),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -5,6 +5,10 @@ reports its jobs and the nodes), sends jobs with ``POST /v1/jobs`` carrying
 ``federation`` and an ``Idempotency-Key``, cancels them with ``POST /v1/jobs/{id}/cancel``,
 and asks ``POST /v1/whatif`` and ``GET /v1/jobs/{id}/logs``.
 
+An https member is verified with the ``ca`` of members.yaml, and the federation presents
+its ``client_cert`` when the member asks for one; a refused certificate is Unreachable with
+the reason (:func:`hetsched.tls.explain`).
+
 Answers map to the member protocol: a transport error, a timeout, 429 and 5xx are
 :class:`~hetsched.federation.member.Unreachable` (try again: the member may have acted); 409
 to a submission (no live lease yet) too; any other 4xx is
@@ -13,12 +17,14 @@ to a submission (no live lease yet) too; any other 4xx is
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from hetsched.federation.member import MemberJob, Refused, Report, Unreachable, nodes_from_view
+from hetsched.tls import explain
 
 __all__ = ["HetschedMember"]
 
@@ -33,6 +39,7 @@ class HetschedMember:
         token: str,
         timeout_s: float = 5.0,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self._name = name
         self.url = url.rstrip("/")
@@ -41,6 +48,7 @@ class HetschedMember:
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
             transport=transport,
+            verify=verify,
         )
 
     @property
@@ -51,7 +59,9 @@ class HetschedMember:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise Unreachable(f"{self._name}: {type(exc).__name__}: {exc}") from None
+            tls = explain(exc, self.url, "its ca in members.yaml", "client_cert, client_key")
+            why = tls or f"{type(exc).__name__}: {exc}"
+            raise Unreachable(f"{self._name}: {why}") from None
         status = response.status_code
         if status == 429 or status >= 500:
             raise Unreachable(f"{self._name}: HTTP {status}")

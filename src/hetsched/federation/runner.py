@@ -265,7 +265,7 @@ class MemberRunner:
                 self._heard(state, report, now, events, exits)
             case Silent(_, bounds, why):
                 state.bounds = bounds
-                if state.status == READY:
+                if state.status == READY or state.heard is None:  # never heard: say why
                     state.why = f"no answer: {why}"
             case Submitted(_, key, incarnation, job_id):
                 self._accepted(state, key, incarnation, job_id, now)

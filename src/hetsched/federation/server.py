@@ -16,12 +16,13 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fastapi import HTTPException
+from sqlalchemy import Connection
 
 from hetsched.cluster.state import ClusterState
 from hetsched.controlplane import (
@@ -53,16 +54,21 @@ from hetsched.framework.speeds import load_speed_table
 from hetsched.model.job import Job
 from hetsched.model.specs import load_yaml
 from hetsched.scheduler import NodeAdded, Scheduler
+from hetsched.tls import ServerTls, TlsError, server_tls
 
 __all__ = [
     "Built",
     "FederationOptions",
     "MemberFeasibility",
     "MemberLogs",
+    "announce",
     "build",
+    "check_tls",
     "close",
     "default_profile",
+    "open_store",
     "serve",
+    "uvicorn_config",
 ]
 
 log = logging.getLogger("hetsched.federation")
@@ -89,6 +95,16 @@ class FederationOptions:
     docs_public: bool = False
     #: seconds between renewals at each member (default: a fifth of the lease)
     renew_every_s: float | None = None
+    #: serve HTTPS with this certificate chain and key; ask clients for a certificate of
+    #: ``tls_client_ca``
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    #: lead a standby pair under this lease in the store (None: no standby)
+    lease: str | None = None
+    lease_s: float = 8.0
+    #: the API's URL as the other process of a pair redirects to (default: host and port)
+    advertise_url: str | None = None
 
 
 @dataclass
@@ -101,6 +117,8 @@ class Built:
     admin_token: str | None
     token_file: Path
     spec: MembersSpec
+    #: the certificate and key the API is served with (None: plain HTTP)
+    tls: ServerTls | None = None
 
 
 def default_profile() -> dict[str, Any]:
@@ -132,7 +150,7 @@ def _profile(path: Path | None, registry: Registry) -> ProfileSpec:
 
 def _member(spec: Any) -> Member:
     if isinstance(spec, HetschedMemberSpec):
-        return HetschedMember(spec.name, spec.url, spec.token(), spec.timeout)
+        return HetschedMember(spec.name, spec.url, spec.token(), spec.timeout, verify=spec.verify())
     return KubernetesMember.from_spec(spec)
 
 
@@ -217,15 +235,15 @@ def _token(store: Store, home: Path) -> tuple[str | None, Path]:
     return token, token_file
 
 
-def build(options: FederationOptions) -> Built:
+def build(options: FederationOptions, fence: Callable[[Connection], None] | None = None) -> Built:
     """Open the store, build the core over the members and rebuild it from the store, start
-    the member workers and the loop; returns the app to serve."""
+    the member workers and the loop; returns the app to serve. ``fence`` runs first in
+    every write transaction (a standby pair's leader: its lease's epoch)."""
     spec = load_members(options.members)
+    tls = check_tls(options)
     home = options.home
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(home, 0o700)
-    store = Store(options.db or f"sqlite:///{home / 'federation.db'}", sync=options.sync)
-    store.migrate()
+    store = open_store(options)
+    store.fence = fence
     book = Book()
     registry = installed().with_plugins(*federation_plugins(book))
     profile = _profile(options.profile, registry)
@@ -276,7 +294,25 @@ def build(options: FederationOptions) -> Built:
         logs=MemberLogs(store, {m.name: m for m in spec.members}),
     )
     loop.start()
-    return Built(service, loop, runner, create_app(service), admin_token, token_file, spec)
+    return Built(service, loop, runner, create_app(service), admin_token, token_file, spec, tls)
+
+
+def check_tls(options: FederationOptions) -> ServerTls | None:
+    """The API's certificate and key, checked before anything starts (SystemExit)."""
+    try:
+        return server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
+    except TlsError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def open_store(options: FederationOptions) -> Store:
+    """The home (private) and its store, migrated."""
+    home = options.home
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(home, 0o700)
+    store = Store(options.db or f"sqlite:///{home / 'federation.db'}", sync=options.sync)
+    store.migrate()
+    return store
 
 
 def close(built: Built) -> None:
@@ -295,28 +331,8 @@ def serve(options: FederationOptions) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations speak only to fail
     built = build(options)
-    where = built.token_file
-    print(
-        f"admin token written to {where} (mode 0600)"
-        if built.admin_token is not None
-        else f"admin token: see {where}",
-        flush=True,
-    )
-    config = uvicorn.Config(
-        built.app,
-        host=options.host,
-        port=options.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-    )
-    server = uvicorn.Server(config)
-    names = ", ".join(m.name for m in built.spec.members)
-    print(
-        f"hetsched federation {built.spec.federation}: http://{options.host}:{options.port} "
-        f"in front of {names} (lease {built.spec.lease:g}s), home {options.home}",
-        flush=True,
-    )
+    announce(options, built)
+    server = uvicorn.Server(uvicorn_config(built.app, options, built.tls))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda _sig, _frame: None)
     try:
@@ -325,3 +341,36 @@ def serve(options: FederationOptions) -> None:
         close(built)
     print("hetsched federation: stopped; jobs keep running on the members for the lease")
     sys.stdout.flush()
+
+
+def uvicorn_config(app: Any, options: FederationOptions, tls: ServerTls | None) -> Any:
+    """uvicorn's configuration of the federation's API (an ``uvicorn.Config``)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        **(tls.uvicorn() if tls is not None else {}),
+    )
+
+
+def announce(options: FederationOptions, built: Built) -> None:
+    """Say where the admin token is and where the API listens."""
+    where = built.token_file
+    print(
+        f"admin token written to {where} (mode 0600)"
+        if built.admin_token is not None
+        else f"admin token: see {where}",
+        flush=True,
+    )
+    names = ", ".join(m.name for m in built.spec.members)
+    print(
+        f"hetsched federation {built.spec.federation}: "
+        f"{'https' if built.tls else 'http'}://{options.host}:{options.port} "
+        f"in front of {names} (lease {built.spec.lease:g}s), home {options.home}",
+        flush=True,
+    )

@@ -9,6 +9,8 @@ members:
     kind: hetsched
     url: http://10.0.0.5:8780
     token_file: /etc/hetsched/room-a.token     # an admin token of that service
+    # with an https url: ca (the CA bundle its certificate is checked with) and, for a
+    # member started with --tls-client-ca, client_cert and client_key (ours)
     queue: default              # the member's queue its jobs go into
     labels: {region: eu-west, cost: "1", data: imagenet}
   - name: prod                  # a Kubernetes cluster with the hetsched scheduler
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,6 +47,7 @@ from pydantic import (
 )
 
 from hetsched.model.specs import SpecError, format_errors, load_yaml, parse_duration
+from hetsched.tls import TlsError, client_verify
 
 __all__ = [
     "HetschedMemberSpec",
@@ -100,12 +104,34 @@ class HetschedMemberSpec(_Member):
     queue: str = Field(default="default", pattern=_NAME)
     #: seconds one request to the member may take
     timeout: Seconds = Field(default=5.0, gt=0, le=300)
+    #: the CA bundle (PEM) the member's https certificate is verified with (default: the
+    #: system's trust store)
+    ca: Path | None = None
+    #: the federation's client certificate and key (PEM), for a member started with
+    #: ``--tls-client-ca``
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
     @model_validator(mode="after")
     def _one_token(self) -> HetschedMemberSpec:
         if (self.token_file is None) == (self.token_env is None):
             raise ValueError("give exactly one of token_file and token_env")
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ValueError("give both client_cert and client_key, or neither")
+        tls = self.ca is not None or self.client_cert is not None
+        if tls and not self.url.startswith("https://"):
+            raise ValueError("ca and client_cert are for an https:// url")
         return self
+
+    def verify(self) -> ssl.SSLContext:
+        """What the member's certificate is verified with, and the federation's own
+        certificate; ValueError naming the field when a file cannot be used."""
+        try:
+            return client_verify(
+                self.ca, self.client_cert, self.client_key, {}, ("ca", "client_cert", "client_key")
+            )
+        except TlsError as exc:
+            raise ValueError(str(exc)) from None
 
     def token(self) -> str:
         """The member's token; ValueError when it cannot be read."""
@@ -174,11 +200,10 @@ def parse_members(data: Any, source: str = "", base: Path | None = None) -> Memb
     errors: list[str] = []
     for index, member in enumerate(spec.members):
         if isinstance(member, HetschedMemberSpec):
-            if base is not None and member.token_file is not None:
-                path = member.token_file.expanduser()
-                member.token_file = path if path.is_absolute() else base / path
+            _relative_to(member, base)
             try:
                 member.token()
+                member.verify()
             except ValueError as exc:
                 errors.append(f"members[{index}].{exc}")
         elif member.kubeconfig is not None and base is not None:
@@ -187,6 +212,18 @@ def parse_members(data: Any, source: str = "", base: Path | None = None) -> Memb
     if errors:
         raise SpecError(errors, source)
     return spec
+
+
+def _relative_to(member: HetschedMemberSpec, base: Path | None) -> None:
+    """The member's files (token, CA, client certificate) read from ``base`` when
+    relative."""
+    if base is None:
+        return
+    for name in ("token_file", "ca", "client_cert", "client_key"):
+        path = getattr(member, name)
+        if path is not None:
+            path = path.expanduser()
+            setattr(member, name, path if path.is_absolute() else base / path)
 
 
 def load_members(path: str | Path) -> MembersSpec:

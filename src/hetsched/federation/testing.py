@@ -25,13 +25,14 @@ def running_federation(options: FederationOptions) -> Iterator[RunningFederation
     exit (jobs on the members are theirs to stop: their lease runs out)."""
     built = build(options)
     try:
-        server, thread, port = serve(built.app)
+        server, thread, port = serve(built.app, built.tls)
     except RuntimeError:
         close(built)
         raise
     token = built.admin_token or built.token_file.read_text().strip()
     try:
-        yield RunningFederation(built, f"http://127.0.0.1:{port}", token)
+        scheme = "https" if built.tls is not None else "http"
+        yield RunningFederation(built, f"{scheme}://127.0.0.1:{port}", token)
     finally:
         server.should_exit = True
         thread.join(timeout=10)

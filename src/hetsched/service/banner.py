@@ -15,19 +15,25 @@ __all__ = ["DEFAULT_URL", "banner", "client_url"]
 DEFAULT_URL = "http://127.0.0.1:8780"
 
 
-def client_url(host: str, port: int) -> str:
+def client_url(host: str, port: int, scheme: str = "http") -> str:
     """The URL a client on this machine uses (a wildcard address is reached on loopback)."""
     reach = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
     if ":" in reach and not reach.startswith("["):
         reach = f"[{reach}]"
-    return f"http://{reach}:{port}"
+    return f"{scheme}://{reach}:{port}"
 
 
 def banner(
-    host: str, port: int, home: Path, token_file: Path, token_new: bool, docs_public: bool
+    host: str,
+    port: int,
+    home: Path,
+    token_file: Path,
+    token_new: bool,
+    docs_public: bool,
+    scheme: str = "http",
 ) -> list[str]:
-    """The start-up lines, in order."""
-    url = client_url(host, port)
+    """The start-up lines, in order (``scheme``: https when the API serves TLS)."""
+    url = client_url(host, port, scheme)
     docs = f"{url}/docs" + ("" if docs_public else " (with a token)")
     written = "written now, mode 0600" if token_new else "from the first start"
     lines = [
@@ -48,4 +54,7 @@ def banner(
         lines += [f"    {line}" for line in exports]
     else:
         lines.append("  the CLI on this machine finds this service and its token: no export needed")
+    if scheme == "https":
+        lines.append("  clients verify the API's certificate: HETSCHED_CA (or --cacert) names the")
+        lines.append("  CA bundle that signed --tls-cert, unless the system trusts it already")
     return lines

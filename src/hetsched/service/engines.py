@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,7 +33,14 @@ from hetsched.model.specs import load_cluster
 if TYPE_CHECKING:
     from hetsched.service.options import Options
 
-__all__ = ["EXECUTORS", "Engine", "check_executor", "local_engine", "ray_engine"]
+__all__ = [
+    "EXECUTORS",
+    "Engine",
+    "check_executor",
+    "local_engine",
+    "ray_engine",
+    "ray_link_in_clear",
+]
 
 log = logging.getLogger("hetsched.service")
 
@@ -118,6 +126,9 @@ def ray_engine(options: Options, home: Path, instance: str, profile: ProfileSpec
     from hetsched.ray.service import RayConnectError, open_cluster
 
     assert options.ray_address is not None
+    clear = ray_link_in_clear(options.ray_address, os.environ)
+    if clear is not None:
+        log.warning("%s", clear)
     try:
         backend = open_cluster(
             options.ray_address,
@@ -142,6 +153,23 @@ def ray_engine(options: Options, home: Path, instance: str, profile: ProfileSpec
         nodes.current,
         nodes.start,
         on_joined=on_joined,
+    )
+
+
+def ray_link_in_clear(address: str, env: Mapping[str, str]) -> str | None:
+    """A warning when the link to the Ray node agents (task commands, their environments
+    and task tokens; exits and output back) leaves this machine without Ray's TLS; None
+    when the head is on the loopback or ``RAY_USE_TLS`` is on."""
+    host = address.rpartition(":")[0].strip("[]")
+    if host in ("localhost", "::1") or host.startswith("127."):
+        return None
+    if env.get("RAY_USE_TLS", "").lower() in ("1", "true"):
+        return None
+    return (
+        f"the Ray cluster at {address} is reached without TLS: task commands, environments "
+        "and task tokens cross the network in clear; set RAY_USE_TLS=1, RAY_TLS_SERVER_CERT, "
+        "RAY_TLS_SERVER_KEY and RAY_TLS_CA_CERT on every Ray node and for hetsched up "
+        "(docs/security.md)"
     )
 
 

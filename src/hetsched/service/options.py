@@ -53,6 +53,19 @@ class Options:
     ray_address: str | None = None
     #: seconds to wait for the Ray nodes' first discovery at start
     ray_timeout_s: float = 60.0
+    #: serve HTTPS with this certificate chain and key (PEM)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: ask every client for a certificate signed by this CA bundle
+    tls_client_ca: Path | None = None
+    #: the API's address as tasks reach it (default: this host and port, https with TLS)
+    advertise_url: str | None = None
+    #: the CA bundle tasks verify ``advertise_url`` with (given to them as PEM text)
+    advertise_ca: Path | None = None
+    #: lead a standby pair under this lease in the store (None: no standby)
+    lease: str | None = None
+    #: how long a lease runs without renewal (a standby takes over after it)
+    lease_s: float = 8.0
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""

@@ -13,9 +13,12 @@ import pwd
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import Connection
 
 from hetsched.agent.executor import RunAs
 from hetsched.cluster.state import ClusterState
@@ -40,8 +43,23 @@ from hetsched.scheduler import Event, NodeAdded, Scheduler
 from hetsched.service.banner import banner
 from hetsched.service.engines import Engine, check_executor, local_engine, ray_engine
 from hetsched.service.options import Options, default_home, examples_dir
+from hetsched.tls import ServerTls, TlsError, server_tls
 
-__all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
+__all__ = [
+    "Advertised",
+    "Built",
+    "Options",
+    "announce",
+    "build",
+    "check_tls",
+    "close",
+    "default_home",
+    "examples_dir",
+    "open_home",
+    "quiet_signals",
+    "serve",
+    "uvicorn_config",
+]
 
 log = logging.getLogger("hetsched.service")
 
@@ -52,6 +70,10 @@ class Built:
     app: Any
     admin_token: str | None
     token_file: Path
+    #: the certificate and key the API is served with (None: plain HTTP)
+    tls: ServerTls | None = None
+    #: what the loop runs tasks through
+    runner: ProcessRunner | None = None
 
 
 def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
@@ -68,19 +90,65 @@ def _run_as_map(mapping: dict[str, str]) -> dict[str, RunAs] | None:
     return out
 
 
-def _api_url(host: str, port: int) -> str:
+def _api_url(host: str, port: int, secure: bool = False) -> str:
     """How a task on this machine reaches the API (``hetsched checkpoint``)."""
     if host in ("0.0.0.0", "", "::"):
         host = "127.0.0.1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if secure else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-def build(options: Options) -> Built:
-    """Open the store, rebuild the core from it, and start the reconcile loop."""
+@dataclass(frozen=True)
+class Advertised:
+    """What tasks are told of the API: its URLs (this process's first, then its standby
+    pair's others) and the CA bundle (PEM text) to verify them."""
+
+    urls: tuple[str, ...]
+    ca_pem: str | None
+
+    @property
+    def url(self) -> str:
+        """This process's own URL (what a standby redirects to)."""
+        return self.urls[0]
+
+    @property
+    def api(self) -> str:
+        """``HETSCHED_API`` of its tasks: every URL, comma-separated."""
+        return ",".join(self.urls)
+
+
+def check_tls(options: Options) -> tuple[ServerTls | None, Advertised]:
+    """The server's TLS and what tasks are told, checked before anything starts (a bad
+    file is one line naming its option)."""
+    try:
+        tls = server_tls(options.tls_cert, options.tls_key, options.tls_client_ca)
+    except TlsError as exc:
+        raise SystemExit(str(exc)) from None
+    given = options.advertise_url or _api_url(options.host, options.port, tls is not None)
+    urls = tuple(u.strip().rstrip("/") for u in given.split(",") if u.strip())
+    for url in urls or (given,):
+        if not url.startswith(("http://", "https://")):
+            raise SystemExit(f"--advertise-url: expected an http:// or https:// URL, got {url!r}")
+    ca_pem = None
+    if options.advertise_ca is not None:
+        try:
+            ca_pem = options.advertise_ca.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SystemExit(f"--advertise-ca: cannot read {options.advertise_ca}: {exc}") from None
+        if "-----BEGIN CERTIFICATE-----" not in ca_pem:
+            raise SystemExit(f"--advertise-ca: {options.advertise_ca} is not a PEM CA bundle")
+    return tls, Advertised(urls, ca_pem)
+
+
+def build(options: Options, fence: Callable[[Connection], None] | None = None) -> Built:
+    """Open the store, rebuild the core from it, and start the reconcile loop. ``fence``
+    runs first in every write transaction (a standby pair's leader: its lease's epoch)."""
     check_executor(options)
     options = options.resolved()
+    tls, advertised = check_tls(options)
     home = options.home
-    store, instance = _open_home(options)
+    store, instance = open_home(options)
+    store.fence = fence
     profile = load_profile(options.profile)
     make_engine = ray_engine if options.executor == "ray" else local_engine
     try:
@@ -98,7 +166,7 @@ def build(options: Options) -> Built:
         return core
 
     run_as = _run_as_map(options.run_as)
-    runner = _runner(options, engine, run_as, speeds)
+    runner = _runner(options, engine, run_as, speeds, advertised)
     loop = ControlLoop(store, make_core(), runner, make_core=make_core)
     # the selector parser is built on first use; build it now, so the first submission
     # with a selector is not the one that pays for it
@@ -130,11 +198,15 @@ def build(options: Options) -> Built:
         engine.on_joined(service.feasibility.extend)
     loop.start()
     _start_engine(engine, service)
-    return Built(service, create_app(service), admin_token, token_file)
+    return Built(service, create_app(service), admin_token, token_file, tls, runner)
 
 
 def _runner(
-    options: Options, engine: Engine, run_as: dict[str, RunAs] | None, speeds: SpeedLearner
+    options: Options,
+    engine: Engine,
+    run_as: dict[str, RunAs] | None,
+    speeds: SpeedLearner,
+    advertised: Advertised,
 ) -> ProcessRunner:
     """The loop's runner: the engine's executor, watcher, guard and leases."""
     return ProcessRunner(
@@ -144,14 +216,20 @@ def _runner(
         watcher=engine.watcher,
         guard=engine.guard,
         fencing=engine.fencing,
-        # the checkpoint protocol needs the service home on the task's machine: local only
-        checkpoints=(
-            CheckpointProtocol(options.home, _api_url(options.host, options.port))
-            if options.executor == "local"
-            else None
-        ),
+        checkpoints=_checkpoints(options, advertised),
         speeds=speeds,
     )
+
+
+def _checkpoints(options: Options, advertised: Advertised) -> CheckpointProtocol | None:
+    """The checkpoint protocol: whole with the local executor (tasks share the home);
+    through the API alone on Ray, and only with --advertise-url (what the tasks' machines
+    reach the API at)."""
+    if options.executor == "local":
+        return CheckpointProtocol(options.home, advertised.api, advertised.ca_pem)
+    if options.advertise_url is None:
+        return None
+    return CheckpointProtocol(options.home, advertised.api, advertised.ca_pem, remote=True)
 
 
 def _start_engine(engine: Engine, service: Service) -> None:
@@ -168,7 +246,7 @@ def _start_engine(engine: Engine, service: Service) -> None:
     engine.start()
 
 
-def _open_home(options: Options) -> tuple[Store, str]:
+def open_home(options: Options) -> tuple[Store, str]:
     """The home folder (private), its store (migrated) and this instance's id."""
     home = options.home
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -214,22 +292,48 @@ def serve(options: Options) -> None:
     # the store's migrations say nothing at a first start unless one fails
     logging.getLogger("alembic").setLevel(logging.WARNING)
     built = build(options)
-    executor = built.service.executor
-    assert executor is not None
-    if os.geteuid() == 0 and not options.run_as:
-        log.warning("running as root without --run-as: jobs run as root")
-    config = uvicorn.Config(
-        built.app,
+    announce(options, built)
+    server = uvicorn.Server(uvicorn_config(built.app, options, built.tls))
+    quiet_signals()
+    _freeze_heap()
+    try:
+        server.run()
+    finally:
+        close(built)
+    print("hetsched up: stopped; running tasks keep running and are adopted on restart")
+    sys.stdout.flush()
+
+
+def uvicorn_config(app: Any, options: Options, tls: ServerTls | None) -> Any:
+    """uvicorn's configuration of the API server (an ``uvicorn.Config``)."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
         host=options.host,
         port=options.port,
         log_level="warning",
         access_log=False,
         lifespan="off",
+        **(tls.uvicorn() if tls is not None else {}),
         # the fastest of what is installed (httptools and uvloop when present)
         http="auto",
         loop="auto",
     )
-    server = uvicorn.Server(config)
+
+
+def quiet_signals() -> None:
+    """uvicorn re-raises the signal it stopped for once it is done; these handlers make
+    that a no-op so the loop and the store close cleanly and the exit status is 0."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _sig, _frame: None)
+
+
+def announce(options: Options, built: Built) -> None:
+    """Say where tasks run, where the API and the dashboard listen, where the admin token
+    is, and the export lines another shell needs."""
+    if os.geteuid() == 0 and not options.run_as:
+        log.warning("running as root without --run-as: jobs run as root")
     if options.executor == "ray":
         loop = built.service.loop
         with loop.lock:
@@ -242,18 +346,15 @@ def serve(options: Options) -> None:
         built.token_file,
         built.admin_token is not None,
         options.docs_public,
+        "https" if built.tls is not None else "http",
     )
     print("\n".join(lines), flush=True)
-    # uvicorn re-raises the signal it stopped for once it is done; these handlers make that
-    # a no-op so the loop and the store close cleanly and the exit status is 0
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: None)
-    _freeze_heap()
-    try:
-        server.run()
-    finally:
-        built.service.loop.stop()
+
+
+def close(built: Built) -> None:
+    """Stop the loop and the executor's threads, and close the store (tasks run on)."""
+    executor = built.service.executor
+    built.service.loop.stop()
+    if executor is not None:
         executor.shutdown()
-        built.service.store.close()
-    print("hetsched up: stopped; running tasks keep running and are adopted on restart")
-    sys.stdout.flush()
+    built.service.store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -39,13 +40,14 @@ def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
     after a real stop, and its own exit kills them).
     """
     built = build(options)
-    server, thread, port = serve(built.app)
+    server, thread, port = serve(built.app, built.tls)
     token = built.admin_token or built.token_file.read_text().strip()
+    url = f"{'https' if built.tls is not None else 'http'}://127.0.0.1:{port}"
     checkpoints = built.service.loop.checkpoints
     if checkpoints is not None:
-        checkpoints.api = f"http://127.0.0.1:{port}"  # tasks report here
+        checkpoints.api = url  # tasks report here
     try:
-        yield Running(built, f"http://127.0.0.1:{port}", token)
+        yield Running(built, url, token)
     finally:
         server.should_exit = True
         thread.join(timeout=10)
@@ -72,11 +74,23 @@ def _kill_tasks(executor: ProcessExecutor) -> None:
 class ServerProcess:
     """``hetsched up`` as a subprocess on ``home`` (for kill -9 tests and benchmarks): the
     same home across restarts, a fresh free port at each start, output appended to
-    ``log``."""
+    ``log``. With ``verify`` (the CA its ``--tls-cert`` is checked with) it is reached over
+    https."""
 
-    def __init__(self, home: Path, args: Sequence[str], log: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        args: Sequence[str],
+        log: Path | None = None,
+        verify: ssl.SSLContext | None = None,
+        port: int | None = None,
+    ) -> None:
         self.home = home
         self.args = list(args)
+        #: the port of every start (None: a fresh free one each time)
+        self.fixed_port = port
+        self.verify: ssl.SSLContext | bool = verify if verify is not None else True
+        self.scheme = "https" if verify is not None else "http"
         self.port = 0
         self.url = ""
         self.proc: subprocess.Popen[bytes] | None = None
@@ -90,8 +104,8 @@ class ServerProcess:
 
     def launch(self) -> None:
         """Start the process and return at once (a test may kill it while it starts)."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = self.fixed_port or free_port()
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}"
         if self._log is None:
             self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(self.argv(), stdout=self._log, stderr=subprocess.STDOUT)
@@ -106,7 +120,8 @@ class ServerProcess:
             if code is not None:
                 raise RuntimeError(f"hetsched up exited with {code}; see {self._log_path}")
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                answer = httpx.get(f"{self.url}/healthz", timeout=1.0, verify=self.verify)
+                if answer.status_code == 200:
                     return
             time.sleep(0.05)
         raise RuntimeError(f"hetsched up did not become ready in {timeout_s:g}s")
@@ -117,7 +132,9 @@ class ServerProcess:
 
     def client(self, timeout_s: float = 10.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        return httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout_s, verify=self.verify
+        )
 
     def kill9(self) -> None:
         """SIGKILL the service (its tasks run on, in their own sessions)."""

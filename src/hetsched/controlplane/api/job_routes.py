@@ -25,7 +25,7 @@ from hetsched.controlplane.context import Service
 from hetsched.controlplane.storage.store import Principal
 from hetsched.controlplane.workflows import array_view, uncreated_element
 
-__all__ = ["MAX_PAGE", "add_job_routes", "add_submit_routes"]
+__all__ = ["MAX_PAGE", "add_job_routes", "add_submit_routes", "job_view", "why_view"]
 
 #: the most jobs one page of ``GET /v1/jobs`` returns
 MAX_PAGE = 10_000
@@ -281,3 +281,8 @@ def _pending_reason(row: dict[str, Any]) -> str | None:
         return None
     summary = explanation.get("summary")
     return str(summary) if summary else None
+
+
+#: the views of a job and of its explanation, as the standby of a pair serves them too
+job_view = _job_view
+why_view = _why_view

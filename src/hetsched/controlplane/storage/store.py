@@ -143,6 +143,9 @@ class Store(TurnRecords, SpeedRecords, WorkflowRecords):
         self.checkpointer = Checkpointer(self.engine) if self.sqlite else None
         #: the writer thread that commits single submissions in groups (groupcommit.py)
         self._group = GroupCommit(self.write)
+        #: run first in every write transaction; raises to refuse it (a standby pair's
+        #: leader checks its lease's epoch: controlplane/leadership.py)
+        self.fence: Callable[[Connection], None] | None = None
 
     def close(self) -> None:
         self._group.close()
@@ -175,6 +178,8 @@ class Store(TurnRecords, SpeedRecords, WorkflowRecords):
         """
         if self._write_lock is None:
             with self.engine.begin() as conn:
+                if self.fence is not None:
+                    self.fence(conn)
                 yield conn
             return
         relaxed = not durable and self._sync == "FULL"
@@ -183,6 +188,8 @@ class Store(TurnRecords, SpeedRecords, WorkflowRecords):
                 set_synchronous(conn, "NORMAL")
             try:
                 with conn.begin():
+                    if self.fence is not None:
+                        self.fence(conn)
                     yield conn
             finally:
                 if relaxed:

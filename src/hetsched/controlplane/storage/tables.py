@@ -27,6 +27,7 @@ __all__ = [
     "allocations",
     "job_counts",
     "jobs",
+    "leases",
     "metadata",
     "speed_estimates",
     "tasks",
@@ -170,4 +171,18 @@ speed_estimates = Table(
     Column("rate", Float, nullable=False),
     Column("samples", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+#: leader leases of standby pairs (controlplane/leadership.py): one row per lease name; the
+#: holder leads until ``expires_at``, and every takeover raises ``epoch`` by one
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("holder", String(63), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    #: where the holder's API is reached (what a standby redirects to)
+    Column("url", String(2048), nullable=False),
+    Column("renewed_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
 )
