@@ -52,10 +52,12 @@ from hetsched.agent.taskenv import (
 from hetsched.agent.wrapper import (
     FENCED_EXIT,
     alive,
+    disk_fault,
     home_of,
     not_started,
     read_exit,
     signal_group,
+    sync_files,
     wrapper_argv,
 )
 from hetsched.cluster.placement import Placement
@@ -177,8 +179,12 @@ class Executor:
                     raise OSError("no command to run")
                 self.spawn(key, start.placement, start.launch)
             except OSError as exc:
-                reason = f"cannot start: {exc}"
-                self._known.append(Exit.of(key.job, key.task, key.run, None, False, reason))
+                # a full or read-only disk is the node's fault: the run waits and is tried
+                # again (not_started), no failure counted against the job
+                waits = disk_fault(exc)
+                reason = f"cannot start: {exc}" + ("; the node's disk: it waits" if waits else "")
+                exit_ = Exit.of(key.job, key.task, key.run, None, False, reason, waits)
+                self._known.append(exit_)
 
     def spawn(self, key: TaskKey, placement: Placement, launch: Launch) -> TaskHandle:
         """Spawn one task's process; raises OSError if it cannot be started."""
@@ -421,6 +427,9 @@ class Executor:
             self._terminate(handle, None, now)
 
     def _exit(self, handle: TaskHandle, code: int | None) -> Exit:
+        job_id, task = handle.job_id, handle.task
+        logs = (self.log_path(job_id, task, "stdout"), self.log_path(job_id, task, "stderr"))
+        sync_files(handle.exit_file, *logs)
         recorded = read_exit(handle.exit_file)
         exit_code = recorded if recorded is not None else code
         fenced = not_started(handle.exit_file)
@@ -430,8 +439,7 @@ class Executor:
             reason = "exceeded its maximum runtime"
         else:
             reason = exit_reason(exit_code)
-        job_id, task, run = handle.job_id, handle.task, handle.run
-        return Exit.of(job_id, task, run, exit_code, handle.stopping, reason, fenced)
+        return Exit.of(job_id, task, handle.run, exit_code, handle.stopping, reason, fenced)
 
     def _ended(self, handle: TaskHandle) -> tuple[int | None] | None:
         """None while running; else a 1-tuple with the return code when known."""

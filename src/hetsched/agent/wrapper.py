@@ -10,6 +10,7 @@ kills its own group when the lease has lapsed for the backstop.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import signal
@@ -20,10 +21,12 @@ import psutil
 __all__ = [
     "FENCED_EXIT",
     "alive",
+    "disk_fault",
     "home_of",
     "not_started",
     "read_exit",
     "signal_group",
+    "sync_files",
     "wrapper_argv",
 ]
 
@@ -114,3 +117,35 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
     """Signal the process group led by ``pid``; one that is gone is no error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+#: errno values of a node whose disk cannot take a task's files
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def disk_fault(exc: OSError) -> bool:
+    """Whether ``exc`` says the node's disk cannot take a task's files (full, read-only,
+    failing): the node's fault, not the job's, so the task waits rather than fails."""
+    return exc.errno in _DISK_ERRNOS
+
+
+def sync_files(*paths: Path) -> None:
+    """Flush what a task left (its exit file, its logs) and their folders to the disk, so a
+    crash of the filesystem keeps what the service was told. Best effort: a file that is
+    gone or a disk that refuses is no error here (the exit is known in memory)."""
+    folders: set[Path] = set()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            folders.add(path.parent)
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

@@ -22,7 +22,7 @@ from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.state import ClusterState
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.fencing import Fencing
-from hetsched.controlplane.launcher import Launcher
+from hetsched.controlplane.launcher import Launched, Launcher
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.recovered import Recovered
 from hetsched.controlplane.recovery import recover
@@ -82,6 +82,8 @@ class ProcessRunner:
         self._loop: LoopHandle | None = None
         #: node name -> in the cluster, after the node changes posted so far this turn
         self._batch: dict[str, bool] = {}
+        #: tasks spawned whose pids the store has not taken yet (it was unavailable)
+        self._launched: list[Launched] = []
 
     @property
     def loop(self) -> LoopHandle:
@@ -170,6 +172,7 @@ class ProcessRunner:
     def before(self, now: float) -> Before:
         self._batch = {}  # the turn's posts are read
         loop = self.loop
+        self._record_launched()
         alerts = self.launcher.guard_round(now, loop.planner.running())
         loop.store.record_alerts(alerts)
         if any(a.killed for a in alerts):
@@ -181,8 +184,15 @@ class ProcessRunner:
         if protocol is not None:
             reports += protocol.reports(loop.planner.live())
             progress += protocol.progress(loop.planner.live())
-        self._learn(progress)
-        return Before(self._fenced_cancels(), exits, reports)
+        try:
+            self._learn(progress)
+            cancels = self._fenced_cancels()
+        except Exception:
+            # the store refused a write: the exits and reports polled go to the next turn
+            loop.later(exits=exits)
+            self._reports[:0] = reports
+            raise
+        return Before(cancels, exits, reports)
 
     def _fenced_cancels(self) -> list[Event]:
         """Cancel every live job of a federation whose lease has lapsed (once per job; the
@@ -197,8 +207,8 @@ class ProcessRunner:
             federation = spec.federation
             if federation not in lapsed or job_id in self._fence_cancelled:
                 continue
-            self._fence_cancelled.add(job_id)
             self.loop.store.request_cancel(job_id)
+            self._fence_cancelled.add(job_id)
             lapse = self.fencing.last_lapse(federation) if self.fencing is not None else None
             reason = (
                 f"fenced: no word from federation {federation} within its lease of "
@@ -279,8 +289,18 @@ class ProcessRunner:
     def carry_out(self, plan: TurnPlan, now: float) -> list[Exit]:
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
-        self.loop.store.record_launched(launched, durable=not self.tasks_here)
-        return [*failed, *gone]
+        # the next turn's before a write that may fail: not lost if the store refuses it
+        self.loop.later(exits=[*failed, *gone])
+        self._launched += launched
+        self._record_launched()
+        return []
+
+    def _record_launched(self) -> None:
+        """Record the pids of the tasks spawned (kept for the next turn if the store
+        refuses: recovery would find the tasks by their keys anyway)."""
+        if self._launched:
+            self.loop.store.record_launched(self._launched, durable=not self.tasks_here)
+            self._launched = []
 
     # -- restarts --------------------------------------------------------------------------
 
@@ -320,6 +340,7 @@ class ProcessRunner:
     def reset(self) -> None:
         self.executor.shutdown()
         self.launcher.jobs.clear()
+        self._launched = []
 
     def drained(self, kind: str, payload: Any) -> None:
         # node and device changes are in the fresh core (make_core reads the watcher's

@@ -61,6 +61,7 @@ def _alerts_view(service: Service, who: Principal, since: float) -> dict[str, An
     devices = loop.watcher.view() if loop.watcher is not None else []
     return {
         "wedged": loop.faults.wedged,
+        "store": service.store.health.to_dict(),
         "held": loop.faults.held(),
         "loop": [a.to_dict() for a in loop.faults.alerts(since)],
         "guard": [a.to_dict() for a in guard],

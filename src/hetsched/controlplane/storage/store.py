@@ -26,6 +26,8 @@ from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
 from hetsched.controlplane.storage.groupcommit import GroupCommit, insert_submitted
+from hetsched.controlplane.storage.health import StoreHealth, where
+from hetsched.controlplane.storage.marks import StoreMarks
 from hetsched.controlplane.storage.speedstore import SpeedRecords
 from hetsched.controlplane.storage.tables import (
     allocations,
@@ -119,7 +121,7 @@ def _pending_row(
     }
 
 
-class Store(TurnRecords, SpeedRecords):
+class Store(TurnRecords, SpeedRecords, StoreMarks):
     """Typed access to the tables. Thread-safe; every write commits before returning."""
 
     def __init__(self, url: str, sync: str = "FULL") -> None:
@@ -131,6 +133,10 @@ class Store(TurnRecords, SpeedRecords):
         else:
             kwargs["pool_size"] = 10
             kwargs["max_overflow"] = 20
+            # a server that restarted or failed over: a dead pooled connection is replaced
+            # before use, and an unreachable one is given up on, not waited for
+            kwargs["pool_pre_ping"] = True
+            kwargs["connect_args"] = {"connect_timeout": 5}
         self.engine: Engine = create_engine(url, **kwargs)
         if self.sqlite:
             event.listen(self.engine, "connect", sqlite_pragmas(sync.upper()))
@@ -142,6 +148,8 @@ class Store(TurnRecords, SpeedRecords):
         self.checkpointer = Checkpointer(self.engine) if self.sqlite else None
         #: the writer thread that commits single submissions in groups (groupcommit.py)
         self._group = GroupCommit(self.write)
+        #: whether the store can be written now (controlplane/storage/health.py)
+        self.health = StoreHealth(where(self.engine.url))
 
     def close(self) -> None:
         self._group.close()

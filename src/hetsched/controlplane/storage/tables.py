@@ -29,6 +29,7 @@ __all__ = [
     "jobs",
     "metadata",
     "speed_estimates",
+    "store_marks",
     "tasks",
     "tokens",
     "transitions",
@@ -167,4 +168,14 @@ speed_estimates = Table(
     Column("rate", Float, nullable=False),
     Column("samples", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
+)
+
+#: the store's own marks: ``probe`` (the write that tells whether the store can be written
+#: again after an outage), ``created`` (when and by which home the schema was made)
+store_marks = Table(
+    "store_marks",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("at", Float, nullable=False),
 )

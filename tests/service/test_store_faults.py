@@ -1,0 +1,87 @@
+"""The store fails under running and arriving jobs (``storefaults.py``): a full disk, a
+filesystem the kernel turns read-only, and PostgreSQL stopped as by a crash and started
+again. Nothing acknowledged is lost, no job fails or runs twice because of it, no answer
+is a 500 (503 with Retry-After while it lasts), and scheduling resumes without a restart.
+
+Needs root for the mounts and the machine's PostgreSQL for the third; each skips with the
+reason where it cannot run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from faultinject import Ballast, PgServer, skip_reason, tmpfs
+from storefaults import CLUSTER, FaultReport, run_store_fault
+
+from hetsched.service.testing import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def _skip(kind: str) -> None:
+    reason = skip_reason(kind)
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _cluster(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CLUSTER)
+    return path
+
+
+def _assert_clean(report: FaultReport, server: ServerProcess) -> None:
+    summary = report.summary() + "\n" + server.log_text()[-3000:]
+    assert report.acked >= 10, summary
+    assert report.lost == [], summary
+    assert report.failed == {}, summary
+    assert report.ran_twice == {}, summary
+    assert report.not_run == [], summary
+    assert report.statuses[500] == 0, summary
+    assert report.statuses[503] > 0, summary  # the fault was seen
+    assert report.retry_after == report.statuses[503], summary
+    assert report.readyz[503] > 0, summary
+    assert report.same_process, summary
+    assert report.back_s is not None, summary
+    kinds = [a.split(":", 1)[0] for a in report.alerts]
+    assert "store_unavailable" in kinds and "store_recovered" in kinds, report.alerts
+
+
+def test_a_full_disk_under_running_and_arriving_jobs(tmp_path: Path) -> None:
+    _skip("disk_full")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with tmpfs(tmp_path / "disk", "48m") as disk:
+        home = disk / "home"
+        server = ServerProcess(home, ["--cluster", str(_cluster(tmp_path))], tmp_path / "log")
+        ballast = Ballast(disk / "ballast")
+        try:
+            server.start()
+            report = run_store_fault(
+                server, f"sqlite:///{home / 'hetsched.db'}", marks, ballast.fill, ballast.free
+            )
+        finally:
+            ballast.free()
+            server.stop()
+            server.kill_tasks()
+    print("\ndisk full: " + report.summary())
+    _assert_clean(report, server)
+
+
+def test_postgres_stopped_and_started_under_running_and_arriving_jobs(tmp_path: Path) -> None:
+    _skip("postgres")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with PgServer() as pg:
+        home = tmp_path / "home"
+        args = ["--cluster", str(_cluster(tmp_path)), "--db", pg.url]
+        server = ServerProcess(home, args, tmp_path / "log")
+        try:
+            server.start()
+            report = run_store_fault(server, pg.url, marks, pg.stop, pg.start)
+        finally:
+            server.stop()
+            server.kill_tasks()
+    print("\npostgres restart: " + report.summary())
+    _assert_clean(report, server)
