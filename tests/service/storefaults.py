@@ -173,6 +173,7 @@ def run_store_fault(
     try:
         with _Traffic(server, marks, report) as traffic:
             assert _until(lambda: _running(reader) >= 2 and traffic.next >= 6, 60), "no start"
+            reader.engine.dispose()  # holds no file of the store while it fails
             begin()
             time.sleep(hold_s)
             end()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faultinject import Ballast, PgServer, skip_reason, tmpfs
+from faultinject import Ballast, Ext4Home, PgServer, skip_reason, tmpfs
 from storefaults import CLUSTER, FaultReport, run_store_fault
 
 from hetsched.service.testing import ServerProcess
@@ -31,18 +31,27 @@ def _cluster(tmp_path: Path) -> Path:
     return path
 
 
-def _assert_clean(report: FaultReport, server: ServerProcess) -> None:
+def _assert_clean(report: FaultReport, server: ServerProcess, restarted: bool = False) -> None:
     summary = report.summary() + "\n" + server.log_text()[-3000:]
     assert report.acked >= 10, summary
     assert report.lost == [], summary
     assert report.failed == {}, summary
-    assert report.ran_twice == {}, summary
+    if restarted:
+        # ext4 turned read-only by an error takes writes into blocks it holds already and
+        # fsyncs for a moment more, then drops them: the last commits before the store
+        # failed can be lost with the restart, and a job started by them runs again (its
+        # run is recorded once). Nothing the service was told by an fsync that the disk
+        # honoured is lost; see docs/operations.md
+        assert all(ran == 2 for ran in report.ran_twice.values()), summary
+        assert len(report.ran_twice) <= 2, summary
+    else:
+        assert report.ran_twice == {}, summary
     assert report.not_run == [], summary
     assert report.statuses[500] == 0, summary
     assert report.statuses[503] > 0, summary  # the fault was seen
     assert report.retry_after == report.statuses[503], summary
     assert report.readyz[503] > 0, summary
-    assert report.same_process, summary
+    assert report.same_process is not restarted, summary
     assert report.back_s is not None, summary
     kinds = [a.split(":", 1)[0] for a in report.alerts]
     assert "store_unavailable" in kinds and "store_recovered" in kinds, report.alerts
@@ -85,3 +94,32 @@ def test_postgres_stopped_and_started_under_running_and_arriving_jobs(tmp_path: 
             server.kill_tasks()
     print("\npostgres restart: " + report.summary())
     _assert_clean(report, server)
+
+
+def test_a_home_turned_read_only_under_running_and_arriving_jobs(tmp_path: Path) -> None:
+    """The kernel turns the home's ext4 read-only (as after an I/O error): it cannot be
+    made writable while mounted, so the operator stops the service, checks the filesystem
+    and starts it again. While read-only nothing fails; after the restart nothing
+    acknowledged is missing, and tasks that ended while it was read-only keep their exit
+    status (journaled off the home)."""
+    _skip("read_only")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with Ext4Home(tmp_path / "disk") as disk:
+        home = disk.path / "home"
+        server = ServerProcess(home, ["--cluster", str(_cluster(tmp_path))], tmp_path / "log")
+
+        def repair() -> None:
+            server.stop()
+            disk.repair()
+            server.start()
+
+        try:
+            server.start()
+            url = f"sqlite:///{home / 'hetsched.db'}"
+            report = run_store_fault(server, url, marks, disk.fail, repair)
+        finally:
+            server.stop()
+            server.kill_tasks()
+    print("\nread-only home: " + report.summary())
+    _assert_clean(report, server, restarted=True)

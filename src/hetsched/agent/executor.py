@@ -54,6 +54,8 @@ from hetsched.agent.wrapper import (
     alive,
     disk_fault,
     home_of,
+    journal_exit,
+    journaled_exit,
     not_started,
     read_exit,
     signal_group,
@@ -64,7 +66,13 @@ from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Exit, Launch, RunAs, Start, Stop
 
 if TYPE_CHECKING:
-    from hetsched.drivers.executor import Fences, GivesNotice, KillsByPid, ProcessExecutor
+    from hetsched.drivers.executor import (
+        Fences,
+        GivesNotice,
+        KeepsExits,
+        KillsByPid,
+        ProcessExecutor,
+    )
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
@@ -287,8 +295,12 @@ class Executor:
         return handle
 
     def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
-        """The exit code the wrapper wrote, if the task ended while nobody watched."""
-        return read_exit(self.exit_file(job_id, task, run))
+        """The exit code the wrapper wrote, if the task ended while nobody watched (or the
+        one kept in the journal where the exit file's disk refused it)."""
+        code = read_exit(self.exit_file(job_id, task, run))
+        return (
+            code if code is not None else journaled_exit(self.instance, task_key(job_id, task, run))
+        )
 
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each live task wrapper of this instance: the
@@ -450,6 +462,12 @@ class Executor:
             return None
         return (None,)
 
+    def keep_exits(self, exits: Sequence[Exit]) -> None:
+        for exit_ in exits:
+            if exit_.code is not None:
+                key = task_key(exit_.job_id, exit_.task, exit_.run)
+                journal_exit(self.instance, key, exit_.code)
+
     def shutdown(self) -> None:
         """Forget the processes without stopping them: a restart adopts them again."""
         if self._exits is not None:
@@ -465,5 +483,7 @@ class Executor:
 
 if TYPE_CHECKING:
     # mypy checks that the local executor has the protocol and every capability it claims
-    def _conforms(executor: Executor) -> tuple[ProcessExecutor, Fences, GivesNotice, KillsByPid]:
-        return executor, executor, executor, executor
+    def _conforms(
+        executor: Executor,
+    ) -> tuple[ProcessExecutor, Fences, GivesNotice, KillsByPid, KeepsExits]:
+        return executor, executor, executor, executor, executor

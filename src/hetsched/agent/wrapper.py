@@ -23,6 +23,8 @@ __all__ = [
     "alive",
     "disk_fault",
     "home_of",
+    "journal_exit",
+    "journaled_exit",
     "not_started",
     "read_exit",
     "signal_group",
@@ -129,23 +131,46 @@ def disk_fault(exc: OSError) -> bool:
     return exc.errno in _DISK_ERRNOS
 
 
-def sync_files(*paths: Path) -> None:
+def sync_files(*paths: Path) -> bool:
     """Flush what a task left (its exit file, its logs) and their folders to the disk, so a
-    crash of the filesystem keeps what the service was told. Best effort: a file that is
-    gone or a disk that refuses is no error here (the exit is known in memory)."""
-    folders: set[Path] = set()
-    for path in paths:
-        with contextlib.suppress(OSError):
+    crash of the filesystem keeps what the service was told. False when the disk refused
+    (what it holds of them may be lost); a file that is gone is no error here."""
+    synced = True
+    for path in [*paths, *{p.parent for p in paths}]:
+        try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            folders.add(path.parent)
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            synced = False
+        finally:
+            os.close(fd)
+    return synced
+
+
+#: where an exit status goes that the task's exit file cannot take (its disk is full or
+#: read-only): memory-backed, so it outlives the service (a restart reads it), not the
+#: machine
+EXIT_JOURNAL = Path("/dev/shm")
+
+
+def _journal_entry(instance: str, key: str) -> Path:
+    # a task key is job/task#run: one file name of it
+    return EXIT_JOURNAL / f"hetsched-exits-{instance}" / key.replace("/", "_")
+
+
+def journal_exit(instance: str, key: str, code: int) -> None:
+    """Journal the exit status of task ``key`` that the control plane's store has not
+    taken, where its home's disk may lose the exit file (full, read-only, failing): read
+    back by :func:`journaled_exit` after a restart. Best effort."""
+    entry = _journal_entry(instance, key)
+    with contextlib.suppress(OSError):
+        entry.parent.mkdir(mode=0o700, exist_ok=True)
+        entry.write_text(f"{code}\n")
+
+
+def journaled_exit(instance: str, key: str) -> int | None:
+    """The exit status :func:`keep_exit` journaled for task ``key``, if any."""
+    return read_exit(_journal_entry(instance, key))

@@ -78,6 +78,16 @@ _UpPublicDocs = Annotated[
     ),
 ]
 
+_UpAcceptEmpty = Annotated[
+    bool,
+    typer.Option(
+        "--accept-empty-store",
+        help="Start even though the store fails the check at start (empty, truncated, or "
+        "its write-ahead log lost while the home shows earlier use): what it lost stays "
+        "lost. Restoring a backup (hetsched store restore) is the other way out.",
+    ),
+]
+
 _UpExecutor = Annotated[
     ExecutorKind,
     typer.Option(
@@ -125,6 +135,7 @@ def up(
     executor: _UpExecutor = ExecutorKind.local,
     ray_address: _UpRayAddress = None,
     ray_timeout: _UpRayTimeout = 60.0,
+    accept_empty_store: _UpAcceptEmpty = False,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
@@ -158,6 +169,7 @@ def up(
         executor=executor.value,
         ray_address=ray_address,
         ray_timeout_s=ray_timeout,
+        accept_empty_store=accept_empty_store,
     )
     _check_executor(options)
     _serve(options)

@@ -123,6 +123,8 @@ class ControlLoop:
         #: a turn planned whose record the store refused (it was unavailable): written
         #: and carried out first thing when the store takes writes again
         self._unwritten: tuple[list[Exit], TurnPlan] | None = None
+        #: when the outage the last store alert was raised for began
+        self._alerted: float | None = None
         runner.bind(self)
 
     @property
@@ -215,7 +217,14 @@ class ControlLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.store.health.outage is not None:
+            self.runner.keep_exits(self._unrecorded())
         self.runner.stop()
+
+    def _unrecorded(self) -> list[Exit]:
+        """The exits the store has not taken: the kept turn's, and the next turn's."""
+        kept = self._unwritten[0] if self._unwritten is not None else []
+        return [*kept, *self._exits]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -276,9 +285,12 @@ class ControlLoop:
         now = self.clock()
         reason = unavailable(exc)
         if reason is not None:
-            first = self.store.health.outage is None
             said = self.store.health.down(reason)
-            if first:
+            outage = self.store.health.outage
+            if outage is not None and outage.since != self._alerted:
+                # once per outage, whoever met it first (a route, or this loop)
+                self._alerted = outage.since
+                self.runner.keep_exits(self._unrecorded())
                 alert = self.faults.store_down(said, now)
                 log.error("%s (%s: %s)", alert.message, type(exc).__name__, str(exc)[:300])
             return

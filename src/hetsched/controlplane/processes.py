@@ -11,6 +11,7 @@ lease lapsed is cancelled, saying so).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +32,7 @@ from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.speedlearn import Estimate, SpeedLearner
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import node_view
-from hetsched.drivers import Exit, KillsByPid, Stop
+from hetsched.drivers import Exit, KeepsExits, KillsByPid, Stop
 from hetsched.drivers.executor import ProcessExecutor, RunAs
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
@@ -123,6 +124,14 @@ class ProcessRunner:
     def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
+        if self._loop is not None and self._loop.store.health.outage is not None:
+            # stopping while the store cannot be written: the exits of tasks that ended are
+            # journaled for the restart
+            self.keep_exits(self.launcher.poll(time.time()))
+
+    def keep_exits(self, exits: list[Exit]) -> None:
+        if isinstance(self.executor, KeepsExits):
+            self.executor.keep_exits(exits)
 
     # -- what comes in ---------------------------------------------------------------------
 

@@ -53,6 +53,9 @@ class Options:
     ray_address: str | None = None
     #: seconds to wait for the Ray nodes' first discovery at start
     ray_timeout_s: float = 60.0
+    #: start on a store that fails the check at start (empty, truncated, its WAL lost)
+    #: as it is (``--accept-empty-store``)
+    accept_empty_store: bool = False
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
+from importlib import resources
 
-from sqlalchemy import Connection, select, update
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, select, text, update
 
-from hetsched.controlplane.storage.tables import store_marks
+from hetsched.controlplane.storage.tables import store_marks, tokens
 
-__all__ = ["StoreMarks"]
+__all__ = ["StoreMarks", "migration_config"]
+
+
+def migration_config() -> Config:
+    """Alembic's configuration of the store's migrations."""
+    config = Config()
+    location = resources.files("hetsched.controlplane.storage") / "migrations"
+    config.set_main_option("script_location", str(location))
+    return config
 
 
 class StoreMarks:
@@ -22,6 +33,29 @@ class StoreMarks:
 
     def read(self) -> AbstractContextManager[Connection]:
         raise NotImplementedError  # provided by Store
+
+    engine: Engine
+
+    # -- what the check at start reads (controlplane/storage/integrity.py) -----------------
+
+    def schema_revision(self) -> str | None:
+        """The schema version the store is at (None: no hetsched schema)."""
+        with self.read() as conn:
+            if not inspect(conn).has_table("alembic_version"):
+                return None
+            row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+        return None if row is None else str(row[0])
+
+    @staticmethod
+    def known_revisions() -> set[str]:
+        """Every schema version this hetsched's migrations know."""
+        script = ScriptDirectory.from_config(migration_config())
+        return {s.revision for s in script.walk_revisions()}
+
+    def has_tokens(self) -> bool:
+        """Whether any token (revoked or not) was ever stored."""
+        with self.read() as conn:
+            return conn.execute(select(tokens.c.id).limit(1)).first() is not None
 
     def probe(self) -> None:
         """One small durable write (the ``probe`` mark's time); raises what the store
