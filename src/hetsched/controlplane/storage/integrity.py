@@ -145,9 +145,9 @@ def _quick_check(db: Path) -> None:
             conn.close()
     except sqlite3.DatabaseError as exc:
         raise StoreRefused(f"store {db} cannot be read ({exc}): {_WAY_OUT}") from None
-    found = [str(r[0]) for r in rows]
+    found = [" ".join(str(r[0]).split()) for r in rows]
     if found != ["ok"]:
-        raise StoreRefused(f"store {db} is damaged ({'; '.join(found)[:300]}): {_WAY_OUT}")
+        raise StoreRefused(f"store {db} is damaged ({'; '.join(found)[:200]}): {_WAY_OUT}")
 
 
 def check_contents(
@@ -160,7 +160,9 @@ def check_contents(
             f"store {where} has schema version {revision}, which this hetsched does not "
             "know (written by a newer version?): upgrade hetsched or restore a backup"
         )
-    if used and (revision is None or not has_tokens):
+    # the marker alone shows the schema was made, not that a token was (a stop in between)
+    issued = [u for u in used if u != MARKER]
+    if (used and revision is None) or (issued and not has_tokens):
         what = "no hetsched schema" if revision is None else "no tokens"
         raise StoreRefused(
             f"store {where} holds {what}, but {', '.join(used)} show earlier use: {_WAY_OUT}"
