@@ -142,10 +142,8 @@ def up(
     # imported here so the other commands start without the server's dependencies
     from hetsched.service.server import Options, default_home
 
-    mapping = _run_as(run_as)
     if sync.upper() not in {"FULL", "NORMAL"}:
         fail("--sync must be FULL or NORMAL")
-    backends = _backends(backend)
     options = Options(
         home=home or default_home(),
         host=host,
@@ -156,11 +154,11 @@ def up(
         cluster=list(cluster or []),
         fake_devices=fake_devices,
         node_name=node_name,
-        device_backends=backends,
+        device_backends=_backends(backend),
         sysfs_root=sysfs_root,
         watch_interval_s=watch_interval,
         demo=demo,
-        run_as=mapping,
+        run_as=_run_as(run_as),
         rate_limit=rate_limit,
         kill_grace_s=kill_grace,
         sync=sync.upper(),
