@@ -97,7 +97,7 @@ def test_a_used_home_refuses_a_store_that_lost_its_data(tmp_path: Path, damage: 
 def test_a_lost_write_ahead_log_after_an_unclean_stop_is_refused(tmp_path: Path) -> None:
     home = _used_home(tmp_path)
     write_marker(home, str(home / "hetsched.db"), "open")  # as a kill -9 leaves it
-    with pytest.raises(StoreRefused, match="hetsched.db-wal is missing after an unclean stop"):
+    with pytest.raises(StoreRefused, match=r"hetsched\.db-wal is missing after an unclean stop"):
         open_checked(home, _url(home))
 
 

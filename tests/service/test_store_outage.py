@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
-from service_fixtures import Api, job_body, serving, service_options
+from service_fixtures import Api, job_body, service_options, serving
 
 TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
 _FULL = "database or disk is full"
