@@ -74,8 +74,8 @@ def test_a_used_home_refuses_a_store_that_lost_its_data(tmp_path: Path, damage: 
     elif damage == "missing":
         db.unlink()
     elif damage == "truncated":
-        data = db.read_bytes()
-        db.write_bytes(data[: len(data) // 2])
+        whole = db.read_bytes()
+        db.write_bytes(whole[: len(whole) // 2])
     elif damage == "garbage":
         data = bytearray(db.read_bytes())
         for at in range(8192, len(data) - 4096, 4096):
