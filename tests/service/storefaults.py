@@ -26,11 +26,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from faultinject import Ballast, Ext4Home, PgServer, tmpfs
 
 from hetsched.controlplane.storage.store import Store
 from hetsched.service.testing import ServerProcess
 
-__all__ = ["CLUSTER", "FaultReport", "run_store_fault"]
+__all__ = [
+    "CLUSTER",
+    "FaultReport",
+    "disk_full",
+    "postgres_restart",
+    "read_only",
+    "run_store_fault",
+]
 
 CLUSTER = """
 nodes:
@@ -225,3 +233,68 @@ def _alerts(server: ServerProcess) -> list[str]:
     with server.client() as client:
         answer = client.get("/v1/alerts")
     return [f"{a['kind']}: {a['message']}" for a in answer.json().get("loop", [])]
+
+
+def _setup(tmp_path: Path) -> tuple[Path, Path]:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER)
+    return marks, cluster
+
+
+def disk_full(tmp_path: Path, hold_s: float = 6.0) -> tuple[FaultReport, ServerProcess]:
+    """The SQLite home on a 48 MiB tmpfs that a ballast file fills for ``hold_s``."""
+    marks, cluster = _setup(tmp_path)
+    with tmpfs(tmp_path / "disk", "48m") as disk:
+        home = disk / "home"
+        server = ServerProcess(home, ["--cluster", str(cluster)], tmp_path / "log")
+        ballast = Ballast(disk / "ballast")
+        url = f"sqlite:///{home / 'hetsched.db'}"
+        try:
+            server.start()
+            report = run_store_fault(server, url, marks, ballast.fill, ballast.free, hold_s)
+        finally:
+            ballast.free()
+            server.stop()
+            server.kill_tasks()
+    return report, server
+
+
+def postgres_restart(tmp_path: Path, hold_s: float = 6.0) -> tuple[FaultReport, ServerProcess]:
+    """The store on a PostgreSQL server of its own, stopped ``-m immediate`` for
+    ``hold_s`` and started again on the same port."""
+    marks, cluster = _setup(tmp_path)
+    with PgServer() as pg:
+        args = ["--cluster", str(cluster), "--db", pg.url]
+        server = ServerProcess(tmp_path / "home", args, tmp_path / "log")
+        try:
+            server.start()
+            report = run_store_fault(server, pg.url, marks, pg.stop, pg.start, hold_s)
+        finally:
+            server.stop()
+            server.kill_tasks()
+    return report, server
+
+
+def read_only(tmp_path: Path, hold_s: float = 6.0) -> tuple[FaultReport, ServerProcess]:
+    """The SQLite home on ext4 that the kernel turns read-only; after ``hold_s`` the
+    operator's repair: stop the service, e2fsck, mount, start it again."""
+    marks, cluster = _setup(tmp_path)
+    with Ext4Home(tmp_path / "disk") as disk:
+        home = disk.path / "home"
+        server = ServerProcess(home, ["--cluster", str(cluster)], tmp_path / "log")
+
+        def repair() -> None:
+            server.stop()
+            disk.repair()
+            server.start()
+
+        url = f"sqlite:///{home / 'hetsched.db'}"
+        try:
+            server.start()
+            report = run_store_fault(server, url, marks, disk.fail, repair, hold_s)
+        finally:
+            server.stop()
+            server.kill_tasks()
+    return report, server

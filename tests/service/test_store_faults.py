@@ -1,7 +1,9 @@
 """The store fails under running and arriving jobs (``storefaults.py``): a full disk, a
 filesystem the kernel turns read-only, and PostgreSQL stopped as by a crash and started
 again. Nothing acknowledged is lost, no job fails or runs twice because of it, no answer
-is a 500 (503 with Retry-After while it lasts), and scheduling resumes without a restart.
+is a 500 (503 with Retry-After while it lasts), and scheduling resumes without a restart
+(the read-only home excepted: the kernel keeps it read-only until the operator repairs
+it, which takes a stop and a start).
 
 Needs root for the mounts and the machine's PostgreSQL for the third; each skips with the
 reason where it cannot run."""
@@ -11,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from faultinject import Ballast, Ext4Home, PgServer, skip_reason, tmpfs
-from storefaults import CLUSTER, FaultReport, run_store_fault
+from faultinject import skip_reason
+from storefaults import FaultReport, disk_full, postgres_restart, read_only
 
 from hetsched.service.testing import ServerProcess
 
@@ -23,12 +25,6 @@ def _skip(kind: str) -> None:
     reason = skip_reason(kind)
     if reason is not None:
         pytest.skip(reason)
-
-
-def _cluster(tmp_path: Path) -> Path:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(CLUSTER)
-    return path
 
 
 def _assert_clean(report: FaultReport, server: ServerProcess, restarted: bool = False) -> None:
@@ -59,39 +55,14 @@ def _assert_clean(report: FaultReport, server: ServerProcess, restarted: bool = 
 
 def test_a_full_disk_under_running_and_arriving_jobs(tmp_path: Path) -> None:
     _skip("disk_full")
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    with tmpfs(tmp_path / "disk", "48m") as disk:
-        home = disk / "home"
-        server = ServerProcess(home, ["--cluster", str(_cluster(tmp_path))], tmp_path / "log")
-        ballast = Ballast(disk / "ballast")
-        try:
-            server.start()
-            report = run_store_fault(
-                server, f"sqlite:///{home / 'hetsched.db'}", marks, ballast.fill, ballast.free
-            )
-        finally:
-            ballast.free()
-            server.stop()
-            server.kill_tasks()
+    report, server = disk_full(tmp_path)
     print("\ndisk full: " + report.summary())
     _assert_clean(report, server)
 
 
 def test_postgres_stopped_and_started_under_running_and_arriving_jobs(tmp_path: Path) -> None:
     _skip("postgres")
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    with PgServer() as pg:
-        home = tmp_path / "home"
-        args = ["--cluster", str(_cluster(tmp_path)), "--db", pg.url]
-        server = ServerProcess(home, args, tmp_path / "log")
-        try:
-            server.start()
-            report = run_store_fault(server, pg.url, marks, pg.stop, pg.start)
-        finally:
-            server.stop()
-            server.kill_tasks()
+    report, server = postgres_restart(tmp_path)
     print("\npostgres restart: " + report.summary())
     _assert_clean(report, server)
 
@@ -103,23 +74,6 @@ def test_a_home_turned_read_only_under_running_and_arriving_jobs(tmp_path: Path)
     acknowledged is missing, and tasks that ended while it was read-only keep their exit
     status (journaled off the home)."""
     _skip("read_only")
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    with Ext4Home(tmp_path / "disk") as disk:
-        home = disk.path / "home"
-        server = ServerProcess(home, ["--cluster", str(_cluster(tmp_path))], tmp_path / "log")
-
-        def repair() -> None:
-            server.stop()
-            disk.repair()
-            server.start()
-
-        try:
-            server.start()
-            url = f"sqlite:///{home / 'hetsched.db'}"
-            report = run_store_fault(server, url, marks, disk.fail, repair)
-        finally:
-            server.stop()
-            server.kill_tasks()
+    report, server = read_only(tmp_path)
     print("\nread-only home: " + report.summary())
     _assert_clean(report, server, restarted=True)
