@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from hetsched.agent.exits import ExitWatcher
+from hetsched.agent.logcap import LogCap
 from hetsched.agent.taskenv import (
     device_env,
     exit_reason,
@@ -132,6 +133,8 @@ class Executor:
     _exits: ExitWatcher | None = field(default=None, repr=False)
     #: exits known without a process: starts that failed, stops of tasks not running
     _known: list[Exit] = field(default_factory=list, repr=False)
+    #: running tasks' logs kept under a size cap (agent/logcap.py; no cap by default)
+    logs: LogCap = field(default_factory=lambda: LogCap(None), repr=False)
 
     @property
     def exits_reported(self) -> bool:
@@ -156,6 +159,7 @@ class Executor:
         exit it knows of already (at once), a SIGTERM at the end of a notice, a SIGKILL
         after a grace period, a maximum runtime reached; None if nothing is due."""
         times = [time.time()] if self._known else []
+        times += [t for t in [self.logs.due(bool(self.handles))] if t is not None]
         times += [h.kill_at for h in self.handles.values() if h.kill_at is not None]
         times += [h.term_at for h in self.handles.values() if h.term_at is not None]
         times += [
@@ -409,6 +413,7 @@ class Executor:
         one); escalates pending kills and enforces maximum runtimes."""
         now = time.time() if now is None else now
         exits, self._known = self._known, []
+        self.logs.check([p for h in self.handles.values() for p in self._logs_of(h)], now)
         for key, handle in list(self.handles.items()):
             code = self._ended(handle)
             if code is None:
@@ -419,6 +424,10 @@ class Executor:
             signal_group(handle.pid, signal.SIGKILL)
             exits.append(self._exit(handle, code[0]))
         return exits
+
+    def _logs_of(self, handle: TaskHandle) -> tuple[Path, Path]:
+        job_id, task = handle.job_id, handle.task
+        return self.log_path(job_id, task, "stdout"), self.log_path(job_id, task, "stderr")
 
     def _escalate(self, handle: TaskHandle, now: float) -> None:
         """A running task's due step: SIGTERM after its notice, SIGKILL after its grace, or
@@ -440,8 +449,7 @@ class Executor:
 
     def _exit(self, handle: TaskHandle, code: int | None) -> Exit:
         job_id, task = handle.job_id, handle.task
-        logs = (self.log_path(job_id, task, "stdout"), self.log_path(job_id, task, "stderr"))
-        sync_files(handle.exit_file, *logs)
+        sync_files(handle.exit_file, *self._logs_of(handle))
         recorded = read_exit(handle.exit_file)
         exit_code = recorded if recorded is not None else code
         fenced = not_started(handle.exit_file)

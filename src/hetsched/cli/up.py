@@ -88,6 +88,14 @@ _UpAcceptEmpty = Annotated[
     ),
 ]
 
+_UpMaxLogSize = Annotated[
+    str | None,
+    typer.Option(
+        help="Keep each running task's stdout and stderr under this size, e.g. 64Mi: past "
+        "it the oldest half is dropped, and the log says so (default: no cap).",
+    ),
+]
+
 _UpExecutor = Annotated[
     ExecutorKind,
     typer.Option(
@@ -136,6 +144,7 @@ def up(
     ray_address: _UpRayAddress = None,
     ray_timeout: _UpRayTimeout = 60.0,
     accept_empty_store: _UpAcceptEmpty = False,
+    max_log_size: _UpMaxLogSize = None,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
@@ -168,6 +177,7 @@ def up(
         ray_address=ray_address,
         ray_timeout_s=ray_timeout,
         accept_empty_store=accept_empty_store,
+        max_log_bytes=_log_bytes(max_log_size),
     )
     _check_executor(options)
     _serve(options)
@@ -189,6 +199,20 @@ def _serve(options: Options) -> None:
         if isinstance(exc.code, str):
             fail(exc.code, 2)
         raise
+
+
+def _log_bytes(size: str | None) -> int | None:
+    if size is None:
+        return None
+    from hetsched.model.quantity import parse_memory
+
+    try:
+        mib = parse_memory(size)
+    except (ValueError, ArithmeticError):
+        fail(f"--max-log-size: expected a size such as 64Mi or 1Gi, got {size!r}", 2)
+    if mib < 1:
+        fail(f"--max-log-size: at least 1Mi, got {size!r}", 2)
+    return mib << 20
 
 
 def _run_as(run_as: list[str] | None) -> dict[str, str]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
+from hetsched.agent.logcap import LogCap
 from hetsched.agent.watcher import DeviceWatcher, NodeWatcher
 from hetsched.controlplane import Fencing
 from hetsched.drivers.executor import ProcessExecutor
@@ -94,7 +95,11 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
     # a fenced task's own watchdog waits for the service's SIGTERM and grace first
     backstop = math.ceil(options.kill_grace_s) + 2
     executor = Executor(
-        home, instance, kill_grace_s=options.kill_grace_s, fence_backstop_s=backstop
+        home,
+        instance,
+        kill_grace_s=options.kill_grace_s,
+        fence_backstop_s=backstop,
+        logs=LogCap(options.max_log_bytes),
     )
     return Engine(
         executor,

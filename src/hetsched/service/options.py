@@ -56,6 +56,8 @@ class Options:
     #: start on a store that fails the check at start (empty, truncated, its WAL lost)
     #: as it is (``--accept-empty-store``)
     accept_empty_store: bool = False
+    #: each running task's stdout and stderr are kept under this many bytes (None: no cap)
+    max_log_bytes: int | None = None
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""

@@ -56,7 +56,9 @@ def _read_log(path: Path, root: Path, offset: int, limit: int) -> tuple[bytes, i
         problem = _log_file_problem(info)
         if problem is not None:
             raise HTTPException(403, f"log refused: {problem}")
-        if offset >= info.st_size:
+        if offset > info.st_size:
+            offset = 0  # the log was cut under its cap (agent/logcap.py): from its start
+        if offset == info.st_size:
             return b"", offset
         data = os.pread(fd, limit, offset)
     finally:
