@@ -54,6 +54,7 @@ from hetsched.agent.wrapper import (
     FENCED_EXIT,
     alive,
     disk_fault,
+    forget_journal,
     home_of,
     journal_exit,
     journaled_exit,
@@ -469,6 +470,9 @@ class Executor:
         if alive(handle.pid, handle.pid_started):
             return None
         return (None,)
+
+    def forget_journal(self) -> None:
+        forget_journal(self.instance)
 
     def keep_exits(self, exits: Sequence[Exit]) -> None:
         for exit_ in exits:

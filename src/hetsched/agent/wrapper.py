@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import pwd
+import shutil
 import signal
 from pathlib import Path
 
@@ -22,6 +23,7 @@ __all__ = [
     "FENCED_EXIT",
     "alive",
     "disk_fault",
+    "forget_journal",
     "home_of",
     "journal_exit",
     "journaled_exit",
@@ -169,6 +171,11 @@ def journal_exit(instance: str, key: str, code: int) -> None:
     with contextlib.suppress(OSError):
         entry.parent.mkdir(mode=0o700, exist_ok=True)
         entry.write_text(f"{code}\n")
+
+
+def forget_journal(instance: str) -> None:
+    """Drop the instance's journal (once the store has every exit it held)."""
+    shutil.rmtree(_journal_entry(instance, "x").parent, ignore_errors=True)
 
 
 def journaled_exit(instance: str, key: str) -> int | None:

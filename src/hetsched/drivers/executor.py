@@ -307,6 +307,10 @@ class KeepsExits(Protocol):
         """Journal the statuses of ``exits`` (those with one)."""
         ...
 
+    def forget_journal(self) -> None:
+        """Drop the journal: the store holds every exit it kept (a clean stop)."""
+        ...
+
 
 class TaskView(Protocol):
     """A running task as a process executor tracks it."""

@@ -33,6 +33,7 @@ from hetsched.controlplane import (
     load_queues,
 )
 from hetsched.controlplane.storage.integrity import StoreRefused, open_checked, write_durably
+from hetsched.drivers import KeepsExits
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
@@ -41,7 +42,7 @@ from hetsched.scheduler import Event, NodeAdded, Scheduler
 from hetsched.service.engines import Engine, check_executor, local_engine, ray_engine
 from hetsched.service.options import Options, default_home, examples_dir
 
-__all__ = ["Options", "build", "default_home", "examples_dir", "serve"]
+__all__ = ["Options", "build", "default_home", "examples_dir", "serve", "stop"]
 
 log = logging.getLogger("hetsched.service")
 
@@ -211,6 +212,19 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
+def stop(built: Built) -> None:
+    """Stop the loop, let go of the tasks (they run on) and close the store; the exit
+    journal goes when the store took everything (no outage at the stop)."""
+    service = built.service
+    service.loop.stop()
+    executor = service.executor
+    assert executor is not None
+    executor.shutdown()
+    if service.store.health.outage is None and isinstance(executor, KeepsExits):
+        executor.forget_journal()
+    service.store.close()
+
+
 def serve(options: Options) -> None:
     """Run until SIGINT or SIGTERM. Tasks keep running when the service stops; the next
     start adopts them (see docs/service.md)."""
@@ -257,8 +271,6 @@ def serve(options: Options) -> None:
     try:
         server.run()
     finally:
-        built.service.loop.stop()
-        executor.shutdown()
-        built.service.store.close()
+        stop(built)
     print("hetsched up: stopped; running tasks keep running and are adopted on restart")
     sys.stdout.flush()
