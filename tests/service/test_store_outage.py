@@ -116,3 +116,27 @@ def test_a_cancel_during_an_outage_is_refused_and_works_after(tmp_path: Path) ->
         _free(options.home)
         assert api.alice.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
         assert api.wait(api.alice, job_id, TERMINAL)["state"] == "cancelled"
+
+
+def test_a_damaged_page_is_a_503_and_an_alert_not_a_500(tmp_path: Path) -> None:
+    options = service_options(tmp_path)
+    with serving(options) as api:
+        job_id = api.alice.post("/v1/jobs", json=job_body()).json()["id"]
+        api.wait(api.alice, job_id, TERMINAL)
+        db = sqlite3.connect(options.home / "hetsched.db")
+        with db:  # what SQLite says when a page it reads is damaged
+            db.execute(
+                "CREATE TRIGGER damaged BEFORE INSERT ON jobs "
+                "BEGIN SELECT RAISE(ABORT, 'database disk image is malformed'); END"
+            )
+        db.close()
+        answer = api.alice.post("/v1/jobs", json=job_body(name="damaged"))
+        assert answer.status_code == 503, answer.text
+        detail = answer.json()["detail"]
+        assert detail.startswith("store damaged: database disk image is malformed")
+        assert detail.endswith("restore a backup")
+        assert api.admin.get("/readyz").status_code == 503
+        alerts = api.admin.get("/v1/alerts").json()
+        assert [a["kind"] for a in alerts["loop"]] == ["store_damaged"]
+        # what the damage does not touch still answers
+        assert api.alice.get(f"/v1/jobs/{job_id}").status_code == 200
