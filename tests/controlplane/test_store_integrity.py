@@ -14,6 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from builders import cpu_node
+from hetsched.agent import wrapper
+from hetsched.agent.executor import Executor
+from hetsched.cluster.state import ClusterState
+from hetsched.controlplane.recovery import recover
 from hetsched.controlplane.storage.integrity import (
     StoreRefused,
     home_used,
@@ -21,6 +26,9 @@ from hetsched.controlplane.storage.integrity import (
     read_marker,
     write_marker,
 )
+from hetsched.drivers.executor import Exit
+from hetsched.framework.profile import load_profile
+from hetsched.scheduler import JobSubmitted, NodeAdded, Scheduler
 from hetsched.service.server import Options, build
 from hetsched.service.testing import ServerProcess
 
@@ -171,3 +179,35 @@ def test_a_wal_deleted_after_kill_9_is_refused_at_start(tmp_path: Path) -> None:
         server.stop()
         server.kill_tasks()
         time.sleep(0.1)
+
+
+def test_a_run_the_store_lost_but_whose_exits_survived_is_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem that dropped the store's last acknowledged writes lost a run's record;
+    its tasks' exit statuses survived in the journal. Recovery ends a job whose next run
+    succeeded on every task, instead of running it again; one whose run failed is
+    scheduled as usual (its restart policy decides)."""
+    monkeypatch.setattr(wrapper, "EXIT_JOURNAL", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    store = open_checked(home, _url(home))
+    body = {"name": "j", "command": ["true"], "resources": {"cpu": "1"}}
+    for job_id in ("j1", "j2", "j3"):
+        store.insert_job(job_id, "alice", "default", job_id, 0, body, None, None)
+    executor = Executor(home, "inst")
+    executor.keep_exits(
+        [Exit.of("j1", 0, 1, 0, False, "exit code 0"), Exit.of("j2", 0, 1, 1, False, "exit 1")]
+    )
+    core = Scheduler(ClusterState(), load_profile(None))
+    core.handle([NodeAdded(cpu_node("n1"))], now=0.0)
+    try:
+        found = recover(store, core, executor, now=100.0)
+        submitted = [e.job.id for e in found.events if isinstance(e, JobSubmitted)]
+        assert submitted == ["j2", "j3"]
+        row = store.job("j1")
+        assert row is not None and row["state"] == "succeeded"
+        assert row["reason"].startswith("all tasks succeeded (run 1, whose record the store lost")
+    finally:
+        store.close()

@@ -54,6 +54,7 @@ from hetsched.agent.wrapper import (
     FENCED_EXIT,
     alive,
     disk_fault,
+    forget_exit,
     forget_journal,
     home_of,
     journal_exit,
@@ -68,13 +69,7 @@ from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Exit, Launch, RunAs, Start, Stop
 
 if TYPE_CHECKING:
-    from hetsched.drivers.executor import (
-        Fences,
-        GivesNotice,
-        KeepsExits,
-        KillsByPid,
-        ProcessExecutor,
-    )
+    from hetsched.drivers import executor as protocol
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
@@ -206,6 +201,7 @@ class Executor:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         exit_file = self.exit_file(job_id, task, run)
         exit_file.unlink(missing_ok=True)
+        forget_exit(self.instance, str(key))
         full_env = self._task_env(key, placement.node, launch.devices, launch.env)
         cwd = launch.workdir or str(directory)
         if launch.run_as is not None and launch.workdir is None:
@@ -477,8 +473,7 @@ class Executor:
     def keep_exits(self, exits: Sequence[Exit]) -> None:
         for exit_ in exits:
             if exit_.code is not None:
-                key = task_key(exit_.job_id, exit_.task, exit_.run)
-                journal_exit(self.instance, key, exit_.code)
+                journal_exit(self.instance, str(exit_.key), exit_.code)
 
     def shutdown(self) -> None:
         """Forget the processes without stopping them: a restart adopts them again."""
@@ -495,7 +490,11 @@ class Executor:
 
 if TYPE_CHECKING:
     # mypy checks that the local executor has the protocol and every capability it claims
-    def _conforms(
-        executor: Executor,
-    ) -> tuple[ProcessExecutor, Fences, GivesNotice, KillsByPid, KeepsExits]:
-        return executor, executor, executor, executor, executor
+    def _conforms(executor: Executor) -> tuple[protocol.ProcessExecutor, protocol.Fences]:
+        return executor, executor
+
+    def _capable(executor: Executor) -> tuple[protocol.GivesNotice, protocol.KillsByPid]:
+        return executor, executor
+
+    def _keeps(executor: Executor) -> protocol.KeepsExits:
+        return executor

@@ -23,6 +23,7 @@ __all__ = [
     "FENCED_EXIT",
     "alive",
     "disk_fault",
+    "forget_exit",
     "forget_journal",
     "home_of",
     "journal_exit",
@@ -171,6 +172,12 @@ def journal_exit(instance: str, key: str, code: int) -> None:
     with contextlib.suppress(OSError):
         entry.parent.mkdir(mode=0o700, exist_ok=True)
         entry.write_text(f"{code}\n")
+
+
+def forget_exit(instance: str, key: str) -> None:
+    """Drop task ``key``'s journaled status (the key runs again)."""
+    with contextlib.suppress(OSError):
+        _journal_entry(instance, key).unlink()
 
 
 def forget_journal(instance: str) -> None:

@@ -151,8 +151,6 @@ def up(
     # imported here so the other commands start without the server's dependencies
     from hetsched.service.server import Options, default_home
 
-    if sync.upper() not in {"FULL", "NORMAL"}:
-        fail("--sync must be FULL or NORMAL")
     options = Options(
         home=home or default_home(),
         host=host,
@@ -170,7 +168,7 @@ def up(
         run_as=_run_as(run_as),
         rate_limit=rate_limit,
         kill_grace_s=kill_grace,
-        sync=sync.upper(),
+        sync=_sync_mode(sync),
         metrics_public=metrics_public,
         docs_public=public_docs,
         executor=executor.value,
@@ -199,6 +197,12 @@ def _serve(options: Options) -> None:
         if isinstance(exc.code, str):
             fail(exc.code, 2)
         raise
+
+
+def _sync_mode(sync: str) -> str:
+    if sync.upper() not in {"FULL", "NORMAL"}:
+        fail("--sync must be FULL or NORMAL")
+    return sync.upper()
 
 
 def _log_bytes(size: str | None) -> int | None:
