@@ -34,6 +34,7 @@ from hetsched.controlplane.recovery import RecoveryError
 from hetsched.controlplane.runner import Before, LoopHandle, Runner
 from hetsched.controlplane.schemas import Feasibility, SubmitSpec, Unsatisfiable, from_stored
 from hetsched.controlplane.speedlearn import SpeedLearner
+from hetsched.controlplane.storage.integrity import StoreRefused, open_checked, write_durably
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.testing import free_port, serve
 from hetsched.controlplane.views import node_view, quota_view
@@ -54,6 +55,7 @@ __all__ = [
     "Service",
     "SpeedLearner",
     "Store",
+    "StoreRefused",
     "SubmitSpec",
     "TurnFaults",
     "TurnPlan",
@@ -65,6 +67,8 @@ __all__ = [
     "from_stored",
     "load_queues",
     "node_view",
+    "open_checked",
     "quota_view",
     "serve",
+    "write_durably",
 ]

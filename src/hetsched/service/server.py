@@ -29,10 +29,12 @@ from hetsched.controlplane import (
     Service,
     SpeedLearner,
     Store,
+    StoreRefused,
     create_app,
     load_queues,
+    open_checked,
+    write_durably,
 )
-from hetsched.controlplane.storage.integrity import StoreRefused, open_checked, write_durably
 from hetsched.drivers import KeepsExits
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
