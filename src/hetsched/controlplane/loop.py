@@ -285,14 +285,7 @@ class ControlLoop:
         now = self.clock()
         reason = unavailable(exc)
         if reason is not None:
-            said = self.store.health.down(reason)
-            outage = self.store.health.outage
-            if outage is not None and outage.since != self._alerted:
-                # once per outage, whoever met it first (a route, or this loop)
-                self._alerted = outage.since
-                self.runner.keep_exits(self._unrecorded())
-                alert = self.faults.store_down(said, now)
-                log.error("%s (%s: %s)", alert.message, type(exc).__name__, str(exc)[:300])
+            self._store_down(reason, exc, now)
             return
         self.metrics.turn_failed()
         error = f"{type(exc).__name__}: {exc}"[:500]
@@ -302,6 +295,17 @@ class ControlLoop:
         else:
             log.error("%s (%d in a row)", alert.message, self.faults.consecutive)
         self._rebuild(give_up)
+
+    def _store_down(self, reason: str, exc: Exception, now: float) -> None:
+        """The store cannot be written: the alert (once per outage, whoever met it first:
+        a route, or this loop), and the exits it has not taken journaled."""
+        said = self.store.health.down(reason)
+        outage = self.store.health.outage
+        if outage is not None and outage.since != self._alerted:
+            self._alerted = outage.since
+            self.runner.keep_exits(self._unrecorded())
+            alert = self.faults.store_down(said, now)
+            log.error("%s (%s: %s)", alert.message, type(exc).__name__, str(exc)[:300])
 
     def _rebuild(self, give_up: list[str]) -> None:
         """A fresh core from the store, as a restart builds it (the store is the truth: a
@@ -329,13 +333,16 @@ class ControlLoop:
                 log.error("%s", alert.message)
             self.recover(now)
         except Exception as exc:
-            alert = self.faults.wedge(f"{type(exc).__name__}: {exc}"[:1000], now)
             reason = unavailable(exc)
             if reason is not None:
-                # the store, not the core, is the trouble: retried at once when it is back
-                self.store.health.down(reason)
+                # the store, not the core, is the trouble: the rebuild is tried again every
+                # _PROBE_S, and the banner says so once
+                self._store_down(reason, exc, now)
                 self.faults.consecutive = 0
+                if self.faults.wedged is None:
+                    self.faults.wedge(f"the store could not be read to rebuild: {reason}", now)
                 return
+            alert = self.faults.wedge(f"{type(exc).__name__}: {exc}"[:1000], now)
             log.error("%s; retrying in %.1fs", alert.message, self.faults.delay() or 0.1)
             self.faults.consecutive += 1
             return
