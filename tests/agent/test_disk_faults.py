@@ -86,5 +86,8 @@ def test_a_follower_past_a_cut_log_reads_it_from_its_start(tmp_path: Path) -> No
     logs = LocalLogs(executor)
     assert logs.read("j1", 0, "stdout", 0, 1000) == (b"x" * 100, 100)
     assert logs.read("j1", 0, "stdout", 100, 1000) == (b"", 100)
-    log.write_bytes(b"--- cut ---\nyy")  # cut under its cap: shorter than the offset
-    assert logs.read("j1", 0, "stdout", 100, 1000) == (b"--- cut ---\nyy", 14)
+    log.write_bytes(b"x" * 90)  # shorter, not cut: past its end reads nothing
+    assert logs.read("j1", 0, "stdout", 100, 1000) == (b"", 100)
+    cut = b"--- hetsched: 100 bytes of earlier output dropped (under 64 bytes) ---\nyy"
+    log.write_bytes(cut)  # cut under its cap: from its new start
+    assert logs.read("j1", 0, "stdout", 100, 1000) == (cut, len(cut))

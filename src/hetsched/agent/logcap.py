@@ -15,8 +15,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["LogCap", "cap_log"]
+__all__ = ["CUT", "LogCap", "cap_log", "was_cut"]
 
+#: what the first line of a cut log says, after its ``--- hetsched: N``
+CUT = b" bytes of earlier output dropped "
 #: how often running tasks' logs are looked at (seconds)
 _INTERVAL_S = 2.0
 
@@ -39,14 +41,19 @@ def cap_log(path: Path, max_bytes: int) -> int:
             tail = tail[newline + 1 :]
         dropped = size - len(tail)
         note = (
-            f"--- hetsched: {dropped} bytes of earlier output dropped "
-            f"(this log is kept under {max_bytes} bytes) ---\n"
+            f"--- hetsched: {dropped}{CUT.decode()}(this log is kept under {max_bytes} bytes) ---\n"
         ).encode()
         os.ftruncate(fd, 0)
         os.write(fd, note + tail)
         return dropped
     finally:
         os.close(fd)
+
+
+def was_cut(fd: int) -> bool:
+    """Whether the log open as ``fd`` was cut under its cap (its first line says so)."""
+    first = os.pread(fd, 120, 0).split(b"\n", 1)[0]
+    return first.startswith(b"--- hetsched: ") and CUT in first
 
 
 class LogCap:
