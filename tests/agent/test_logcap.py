@@ -3,8 +3,12 @@ was dropped; a running task's writes go on after it."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsched.agent.executor import Executor
 from hetsched.agent.logcap import LogCap, cap_log
@@ -61,3 +65,31 @@ def test_a_chatty_task_stays_under_the_cap(tmp_path: Path) -> None:
     # looked at every 50 ms: the log never grew far past the cap between looks
     assert largest < 64 * 1024 + 200 * 1024
     executor.shutdown()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.binary(max_size=4000),
+    cap=st.integers(min_value=200, max_value=3000),
+)
+def test_a_cut_log_is_a_note_and_a_suffix_of_what_it_held(content: bytes, cap: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "task-0.out"
+        log.write_bytes(content)
+        dropped = cap_log(log, cap)
+        after = log.read_bytes()
+    if len(content) <= cap:
+        assert (dropped, after) == (0, content)
+        return
+    note, tail = after.split(b"\n", 1)
+    assert (
+        note
+        == (
+            f"--- hetsched: {dropped} bytes of earlier output dropped "
+            f"(this log is kept under {cap} bytes) ---"
+        ).encode()
+    )
+    # the newest output, at most half the cap, and nothing else
+    assert content.endswith(tail) and len(tail) <= cap // 2
+    assert dropped == len(content) - len(tail)
+    assert len(after) <= cap
