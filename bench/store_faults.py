@@ -2,7 +2,8 @@
 
 Each trial is one fault of ``tests/service/storefaults.py`` with ``hetsched up`` as a real
 process: a full disk (the SQLite home on a small tmpfs, filled by a ballast file for
-``--hold`` seconds), PostgreSQL stopped ``-m immediate`` and started again, or the home's
+``--hold`` seconds), PostgreSQL stopped ``-m immediate`` and started again, PostgreSQL's
+primary crashed and its synchronous standby promoted behind the same address, or the home's
 ext4 turned read-only by the kernel and repaired (a stop and a start). Jobs are submitted
 every ~0.1 s throughout and tasks end during the fault. Printed per trial: the jobs
 acknowledged, lost, failed, run twice, the answers by status (500s must be 0), and
@@ -11,7 +12,7 @@ service started again) to the first task that started after it. Needs root for t
 and PostgreSQL's binaries; a fault that cannot be made here is skipped with the reason.
 
     sudo .venv/bin/python bench/store_faults.py --trials 2
-    sudo .venv/bin/python bench/store_faults.py --faults disk_full,postgres,read_only --trials 1
+    sudo .venv/bin/python bench/store_faults.py --faults failover,read_only --trials 1
 """
 
 from __future__ import annotations
@@ -26,9 +27,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "service"))
 
 from faultinject import skip_reason  # noqa: E402
-from storefaults import FaultReport, disk_full, postgres_restart, read_only  # noqa: E402
+from storefaults import (  # noqa: E402
+    FaultReport,
+    disk_full,
+    postgres_failover,
+    postgres_restart,
+    read_only,
+)
 
-_FAULTS = {"disk_full": disk_full, "postgres": postgres_restart, "read_only": read_only}
+_FAULTS = {
+    "disk_full": disk_full,
+    "postgres": postgres_restart,
+    "failover": postgres_failover,
+    "read_only": read_only,
+}
 
 
 def main() -> None:

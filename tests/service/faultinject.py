@@ -1,7 +1,8 @@
 """Store faults made for real, for the store-fault soak (``storefaults.py``): a small tmpfs
 that a ballast file fills, an ext4 filesystem on a loop device that the kernel turns
 read-only (``trigger_fs_error`` with ``errors=remount-ro``), and a PostgreSQL server of
-its own that is stopped (``pg_ctl stop -m immediate``) and started again on the same port.
+its own that is stopped (``pg_ctl stop -m immediate``) and started again on the same port,
+or whose synchronous standby is promoted and takes over the primary's address.
 
 Each needs root (mounts) or the machine's PostgreSQL; :func:`skip_reason` says what is
 missing, and every context manager undoes what it did (unmount, detach, stop) even when
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from hetsched.controlplane import free_port
 
-__all__ = ["Ballast", "Ext4Home", "PgServer", "pg_bin", "skip_reason", "tmpfs"]
+__all__ = ["Ballast", "Ext4Home", "PgFailover", "PgServer", "pg_bin", "skip_reason", "tmpfs"]
 
 
 def _run(*argv: str) -> None:
@@ -179,3 +180,57 @@ class PgServer:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop()
         shutil.rmtree(self.data, ignore_errors=True)
+
+
+class PgFailover(PgServer):
+    """A primary with a synchronous standby (a copy of the primary's fresh cluster that
+    streams from it; every commit waits for the standby). :meth:`fail` stops the primary
+    as a crash; :meth:`take_over` promotes the standby and moves it to the primary's
+    address: a new server behind the same name, holding every acknowledged commit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.standby = self.data / "standby"
+        self.standby_port = free_port()
+
+    def __enter__(self) -> PgFailover:
+        initdb = [str(self.bindir / "initdb"), "-D", str(self.data / "db"), "-U", "postgres"]
+        _run(*self.prefix, *initdb, "-A", "trust")
+        _run("cp", "-a", str(self.data / "db"), str(self.standby))
+        conninfo = f"host=127.0.0.1 port={self.port} user=postgres"
+        with open(self.standby / "postgresql.auto.conf", "a") as conf:
+            conf.write(f"port = {self.standby_port}\nprimary_conninfo = '{conninfo}'\n")
+        (self.standby / "standby.signal").touch()
+        with open(self.data / "db" / "postgresql.auto.conf", "a") as conf:
+            conf.write("synchronous_standby_names = '*'\n")
+        if self.prefix:
+            _run("chown", "-R", "postgres", str(self.standby))
+        self.start()
+        self._start_standby()
+        return self
+
+    def _options(self) -> str:
+        return f"-k {self.data} -c listen_addresses=127.0.0.1"
+
+    def _standby_ctl(self, *args: str) -> None:
+        _run(*self.prefix, str(self.bindir / "pg_ctl"), "-D", str(self.standby), *args)
+
+    def _start_standby(self) -> None:
+        log = str(self.data / "standby.log")
+        self._standby_ctl("-l", log, "-w", "-o", self._options(), "start")
+
+    def fail(self) -> None:
+        self.stop()
+
+    def take_over(self) -> None:
+        self._standby_ctl("-w", "promote")
+        self._standby_ctl("-m", "fast", "stop")
+        conf = self.standby / "postgresql.auto.conf"
+        text = conf.read_text().replace(f"port = {self.standby_port}", f"port = {self.port}")
+        conf.write_text(text)
+        self._start_standby()
+
+    def __exit__(self, *_exc: object) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._standby_ctl("-m", "immediate", "stop")
+        super().__exit__()

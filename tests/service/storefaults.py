@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from faultinject import Ballast, Ext4Home, PgServer, tmpfs
+from faultinject import Ballast, Ext4Home, PgFailover, PgServer, tmpfs
 
 from hetsched.controlplane.storage.store import Store
 from hetsched.service.testing import ServerProcess
@@ -35,6 +35,7 @@ __all__ = [
     "CLUSTER",
     "FaultReport",
     "disk_full",
+    "postgres_failover",
     "postgres_restart",
     "read_only",
     "run_store_fault",
@@ -271,6 +272,22 @@ def postgres_restart(tmp_path: Path, hold_s: float = 6.0) -> tuple[FaultReport, 
         try:
             server.start()
             report = run_store_fault(server, pg.url, marks, pg.stop, pg.start, hold_s)
+        finally:
+            server.stop()
+            server.kill_tasks()
+    return report, server
+
+
+def postgres_failover(tmp_path: Path, hold_s: float = 6.0) -> tuple[FaultReport, ServerProcess]:
+    """The store on a PostgreSQL primary with a synchronous standby: the primary crashes,
+    and after ``hold_s`` the standby is promoted behind the same address."""
+    marks, cluster = _setup(tmp_path)
+    with PgFailover() as pg:
+        args = ["--cluster", str(cluster), "--db", pg.url]
+        server = ServerProcess(tmp_path / "home", args, tmp_path / "log")
+        try:
+            server.start()
+            report = run_store_fault(server, pg.url, marks, pg.fail, pg.take_over, hold_s)
         finally:
             server.stop()
             server.kill_tasks()

@@ -1,12 +1,13 @@
 """The store fails under running and arriving jobs (``storefaults.py``): a full disk, a
-filesystem the kernel turns read-only, and PostgreSQL stopped as by a crash and started
-again. Nothing acknowledged is lost, no job fails or runs twice because of it, no answer
-is a 500 (503 with Retry-After while it lasts), and scheduling resumes without a restart
-(the read-only home excepted: the kernel keeps it read-only until the operator repairs
-it, which takes a stop and a start).
+filesystem the kernel turns read-only, PostgreSQL stopped as by a crash and started again,
+and PostgreSQL failing over to its synchronous standby behind the same address. Nothing
+acknowledged is lost, no job fails or runs twice because of it, no answer is a 500 (503
+with Retry-After while it lasts), and scheduling resumes without a restart (the read-only
+home excepted: the kernel keeps it read-only until the operator repairs it, which takes a
+stop and a start).
 
-Needs root for the mounts and the machine's PostgreSQL for the third; each skips with the
-reason where it cannot run."""
+Needs root for the mounts and the machine's PostgreSQL for the others; each skips with
+the reason where it cannot run."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from faultinject import skip_reason
-from storefaults import FaultReport, disk_full, postgres_restart, read_only
+from storefaults import FaultReport, disk_full, postgres_failover, postgres_restart, read_only
 
 from hetsched.service.testing import ServerProcess
 
@@ -56,6 +57,17 @@ def test_postgres_stopped_and_started_under_running_and_arriving_jobs(tmp_path: 
     _skip("postgres")
     report, server = postgres_restart(tmp_path)
     print("\npostgres restart: " + report.summary())
+    _assert_clean(report, server)
+
+
+def test_postgres_failing_over_to_its_standby_under_running_and_arriving_jobs(
+    tmp_path: Path,
+) -> None:
+    """The primary crashes; its synchronous standby is promoted and takes the primary's
+    address (a new server behind the same name)."""
+    _skip("postgres")
+    report, server = postgres_failover(tmp_path)
+    print("\npostgres failover: " + report.summary())
     _assert_clean(report, server)
 
 
