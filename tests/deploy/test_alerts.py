@@ -54,6 +54,7 @@ def test_every_rule_is_complete_and_uses_exported_metrics() -> None:
         ("jobs pending too long", "hetsched_oldest_pending_job_age_seconds"),
         ("unhealthy devices", "hetsched_device_healthy"),
         ("overcommit", "hetsched_alerts_total"),
+        ("store unavailable", "hetsched_store_unavailable"),
     ],
 )
 def test_the_required_alerts_exist(topic: str, metric: str) -> None:

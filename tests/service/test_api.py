@@ -227,7 +227,11 @@ def test_the_admin_token_file_is_private(api: Api) -> None:
 
 def test_openapi_and_health(api: Api) -> None:
     anonymous = api.client(None)
-    assert anonymous.get("/healthz").json() == {"ok": True}
+    health = anonymous.get("/healthz").json()
+    assert health["ok"] is True and health["store"]["ok"] is True
+    assert health["store"]["reason"] is None and health["store"]["failures"] == 0
+    ready = anonymous.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
     # the description needs a token unless the service runs with --public-docs
     assert anonymous.get("/openapi.json").status_code == 401
     spec = api.alice.get("/openapi.json").json()

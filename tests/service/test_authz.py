@@ -21,6 +21,7 @@ CALLERS = ("none", "bad", "alice", "bob", "admin")
 #: Others' job ids answer 404, exactly like unknown ids, so ids cannot be probed.
 TABLE: list[tuple[str, str, object, dict[str, int]]] = [
     ("GET", "/healthz", None, dict.fromkeys(CALLERS, 200)),
+    ("GET", "/readyz", None, dict.fromkeys(CALLERS, 200)),
     # Prometheus: any valid token (the service's --metrics-public opens it)
     ("GET", "/metrics", None, {"none": 401, "bad": 401, "alice": 200, "bob": 200, "admin": 200}),
     # the dashboard's static files hold no data; the page calls the API with a token

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from hetsched.agent.exits import ExitWatcher
+from hetsched.agent.logcap import LogCap
 from hetsched.agent.taskenv import (
     device_env,
     exit_reason,
@@ -52,17 +53,23 @@ from hetsched.agent.taskenv import (
 from hetsched.agent.wrapper import (
     FENCED_EXIT,
     alive,
+    disk_fault,
+    forget_exit,
+    forget_journal,
     home_of,
+    journal_exit,
+    journaled_exit,
     not_started,
     read_exit,
     signal_group,
+    sync_files,
     wrapper_argv,
 )
 from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Exit, Launch, RunAs, Start, Stop
 
 if TYPE_CHECKING:
-    from hetsched.drivers.executor import Fences, GivesNotice, KillsByPid, ProcessExecutor
+    from hetsched.drivers import executor as protocol
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
 
@@ -122,6 +129,8 @@ class Executor:
     _exits: ExitWatcher | None = field(default=None, repr=False)
     #: exits known without a process: starts that failed, stops of tasks not running
     _known: list[Exit] = field(default_factory=list, repr=False)
+    #: running tasks' logs kept under a size cap (agent/logcap.py; no cap by default)
+    logs: LogCap = field(default_factory=lambda: LogCap(None), repr=False)
 
     @property
     def exits_reported(self) -> bool:
@@ -146,6 +155,7 @@ class Executor:
         exit it knows of already (at once), a SIGTERM at the end of a notice, a SIGKILL
         after a grace period, a maximum runtime reached; None if nothing is due."""
         times = [time.time()] if self._known else []
+        times += [t for t in [self.logs.due(bool(self.handles))] if t is not None]
         times += [h.kill_at for h in self.handles.values() if h.kill_at is not None]
         times += [h.term_at for h in self.handles.values() if h.term_at is not None]
         times += [
@@ -177,8 +187,12 @@ class Executor:
                     raise OSError("no command to run")
                 self.spawn(key, start.placement, start.launch)
             except OSError as exc:
-                reason = f"cannot start: {exc}"
-                self._known.append(Exit.of(key.job, key.task, key.run, None, False, reason))
+                # a full or read-only disk is the node's fault: the run waits and is tried
+                # again (not_started), no failure counted against the job
+                waits = disk_fault(exc)
+                reason = f"cannot start: {exc}" + ("; the node's disk: it waits" if waits else "")
+                exit_ = Exit.of(key.job, key.task, key.run, None, False, reason, waits)
+                self._known.append(exit_)
 
     def spawn(self, key: TaskKey, placement: Placement, launch: Launch) -> TaskHandle:
         """Spawn one task's process; raises OSError if it cannot be started."""
@@ -187,6 +201,7 @@ class Executor:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         exit_file = self.exit_file(job_id, task, run)
         exit_file.unlink(missing_ok=True)
+        forget_exit(self.instance, str(key))
         full_env = self._task_env(key, placement.node, launch.devices, launch.env)
         cwd = launch.workdir or str(directory)
         if launch.run_as is not None and launch.workdir is None:
@@ -281,8 +296,12 @@ class Executor:
         return handle
 
     def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
-        """The exit code the wrapper wrote, if the task ended while nobody watched."""
-        return read_exit(self.exit_file(job_id, task, run))
+        """The exit code the wrapper wrote, if the task ended while nobody watched (or the
+        one kept in the journal where the exit file's disk refused it)."""
+        code = read_exit(self.exit_file(job_id, task, run))
+        return (
+            code if code is not None else journaled_exit(self.instance, task_key(job_id, task, run))
+        )
 
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each live task wrapper of this instance: the
@@ -391,6 +410,7 @@ class Executor:
         one); escalates pending kills and enforces maximum runtimes."""
         now = time.time() if now is None else now
         exits, self._known = self._known, []
+        self.logs.check([p for h in self.handles.values() for p in self._logs_of(h)], now)
         for key, handle in list(self.handles.items()):
             code = self._ended(handle)
             if code is None:
@@ -401,6 +421,10 @@ class Executor:
             signal_group(handle.pid, signal.SIGKILL)
             exits.append(self._exit(handle, code[0]))
         return exits
+
+    def _logs_of(self, handle: TaskHandle) -> tuple[Path, Path]:
+        job_id, task = handle.job_id, handle.task
+        return self.log_path(job_id, task, "stdout"), self.log_path(job_id, task, "stderr")
 
     def _escalate(self, handle: TaskHandle, now: float) -> None:
         """A running task's due step: SIGTERM after its notice, SIGKILL after its grace, or
@@ -421,6 +445,8 @@ class Executor:
             self._terminate(handle, None, now)
 
     def _exit(self, handle: TaskHandle, code: int | None) -> Exit:
+        job_id, task = handle.job_id, handle.task
+        sync_files(handle.exit_file, *self._logs_of(handle))
         recorded = read_exit(handle.exit_file)
         exit_code = recorded if recorded is not None else code
         fenced = not_started(handle.exit_file)
@@ -430,8 +456,7 @@ class Executor:
             reason = "exceeded its maximum runtime"
         else:
             reason = exit_reason(exit_code)
-        job_id, task, run = handle.job_id, handle.task, handle.run
-        return Exit.of(job_id, task, run, exit_code, handle.stopping, reason, fenced)
+        return Exit.of(job_id, task, handle.run, exit_code, handle.stopping, reason, fenced)
 
     def _ended(self, handle: TaskHandle) -> tuple[int | None] | None:
         """None while running; else a 1-tuple with the return code when known."""
@@ -441,6 +466,14 @@ class Executor:
         if alive(handle.pid, handle.pid_started):
             return None
         return (None,)
+
+    def forget_journal(self) -> None:
+        forget_journal(self.instance)
+
+    def keep_exits(self, exits: Sequence[Exit]) -> None:
+        for exit_ in exits:
+            if exit_.code is not None:
+                journal_exit(self.instance, str(exit_.key), exit_.code)
 
     def shutdown(self) -> None:
         """Forget the processes without stopping them: a restart adopts them again."""
@@ -457,5 +490,11 @@ class Executor:
 
 if TYPE_CHECKING:
     # mypy checks that the local executor has the protocol and every capability it claims
-    def _conforms(executor: Executor) -> tuple[ProcessExecutor, Fences, GivesNotice, KillsByPid]:
-        return executor, executor, executor, executor
+    def _conforms(executor: Executor) -> tuple[protocol.ProcessExecutor, protocol.Fences]:
+        return executor, executor
+
+    def _capable(executor: Executor) -> tuple[protocol.GivesNotice, protocol.KillsByPid]:
+        return executor, executor
+
+    def _keeps(executor: Executor) -> protocol.KeepsExits:
+        return executor

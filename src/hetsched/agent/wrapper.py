@@ -10,8 +10,10 @@ kills its own group when the lease has lapsed for the backstop.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
+import shutil
 import signal
 from pathlib import Path
 
@@ -20,10 +22,16 @@ import psutil
 __all__ = [
     "FENCED_EXIT",
     "alive",
+    "disk_fault",
+    "forget_exit",
+    "forget_journal",
     "home_of",
+    "journal_exit",
+    "journaled_exit",
     "not_started",
     "read_exit",
     "signal_group",
+    "sync_files",
     "wrapper_argv",
 ]
 
@@ -114,3 +122,69 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
     """Signal the process group led by ``pid``; one that is gone is no error."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+#: errno values of a node whose disk cannot take a task's files
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def disk_fault(exc: OSError) -> bool:
+    """Whether ``exc`` says the node's disk cannot take a task's files (full, read-only,
+    failing): the node's fault, not the job's, so the task waits rather than fails."""
+    return exc.errno in _DISK_ERRNOS
+
+
+def sync_files(*paths: Path) -> bool:
+    """Flush what a task left (its exit file, its logs) and their folders to the disk, so a
+    crash of the filesystem keeps what the service was told. False when the disk refused
+    (what it holds of them may be lost); a file that is gone is no error here."""
+    synced = True
+    for path in [*paths, *{p.parent for p in paths}]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            synced = False
+        finally:
+            os.close(fd)
+    return synced
+
+
+#: where an exit status goes that the task's exit file cannot take (its disk is full or
+#: read-only): memory-backed, so it outlives the service (a restart reads it), not the
+#: machine
+EXIT_JOURNAL = Path("/dev/shm")
+
+
+def _journal_entry(instance: str, key: str) -> Path:
+    # a task key is job/task#run: one file name of it
+    return EXIT_JOURNAL / f"hetsched-exits-{instance}" / key.replace("/", "_")
+
+
+def journal_exit(instance: str, key: str, code: int) -> None:
+    """Journal the exit status of task ``key`` that the control plane's store has not
+    taken, where its home's disk may lose the exit file (full, read-only, failing): read
+    back by :func:`journaled_exit` after a restart. Best effort."""
+    entry = _journal_entry(instance, key)
+    with contextlib.suppress(OSError):
+        entry.parent.mkdir(mode=0o700, exist_ok=True)
+        entry.write_text(f"{code}\n")
+
+
+def forget_exit(instance: str, key: str) -> None:
+    """Drop task ``key``'s journaled status (the key runs again)."""
+    with contextlib.suppress(OSError):
+        _journal_entry(instance, key).unlink()
+
+
+def forget_journal(instance: str) -> None:
+    """Drop the instance's journal (once the store has every exit it held)."""
+    shutil.rmtree(_journal_entry(instance, "x").parent, ignore_errors=True)
+
+
+def journaled_exit(instance: str, key: str) -> int | None:
+    """The exit status :func:`keep_exit` journaled for task ``key``, if any."""
+    return read_exit(_journal_entry(instance, key))

@@ -47,6 +47,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "devices": ("hetsched.cli.devices", "devices", {}),
     "version": ("hetsched.cli.main", "version", {}),
     "token": ("hetsched.cli.tokens", "token_app", {}),
+    "store": ("hetsched.cli.store", "store_app", {}),
     "k8s": ("hetsched.cli.k8s", "k8s_app", {}),
     "ray": ("hetsched.cli.ray", "ray_app", {}),
     "federation": ("hetsched.cli.federation", "federation_app", {}),

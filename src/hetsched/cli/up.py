@@ -78,6 +78,24 @@ _UpPublicDocs = Annotated[
     ),
 ]
 
+_UpAcceptEmpty = Annotated[
+    bool,
+    typer.Option(
+        "--accept-empty-store",
+        help="Start even though the store fails the check at start (empty, truncated, or "
+        "its write-ahead log lost while the home shows earlier use): what it lost stays "
+        "lost. Restoring a backup (hetsched store restore) is the other way out.",
+    ),
+]
+
+_UpMaxLogSize = Annotated[
+    str | None,
+    typer.Option(
+        help="Keep each running task's stdout and stderr under this size, e.g. 64Mi: past "
+        "it the oldest half is dropped, and the log says so (default: no cap).",
+    ),
+]
+
 _UpExecutor = Annotated[
     ExecutorKind,
     typer.Option(
@@ -185,15 +203,14 @@ def up(
     advertise_ca: _UpAdvertiseCa = None,
     lease: _UpLease = None,
     lease_s: _UpLeaseS = 8.0,
+    accept_empty_store: _UpAcceptEmpty = False,
+    max_log_size: _UpMaxLogSize = None,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
     # imported here so the other commands start without the server's dependencies
     from hetsched.service.server import Options, default_home
 
-    mapping = _run_as(run_as)
-    if sync.upper() not in {"FULL", "NORMAL"}:
-        fail("--sync must be FULL or NORMAL")
     given = locals()
     options = Options(
         **{name: given[name] for name in _SAME_NAMES},
@@ -201,12 +218,14 @@ def up(
         cluster=list(cluster or []),
         device_backends=_backends(backend),
         watch_interval_s=watch_interval,
-        run_as=mapping,
+        run_as=_run_as(run_as),
         kill_grace_s=kill_grace,
-        sync=sync.upper(),
+        sync=_sync_mode(sync),
         docs_public=public_docs,
         executor=executor.value,
         ray_timeout_s=ray_timeout,
+        accept_empty_store=accept_empty_store,
+        max_log_bytes=_log_bytes(max_log_size),
     )
     _check_executor(options)
     _check_fake_devices(options.fake_devices)
@@ -248,6 +267,26 @@ def _serve(options: Options) -> None:
         if isinstance(exc.code, str):
             fail(exc.code, 2)
         raise
+
+
+def _sync_mode(sync: str) -> str:
+    if sync.upper() not in {"FULL", "NORMAL"}:
+        fail("--sync must be FULL or NORMAL")
+    return sync.upper()
+
+
+def _log_bytes(size: str | None) -> int | None:
+    if size is None:
+        return None
+    from hetsched.model.quantity import parse_memory
+
+    try:
+        mib = parse_memory(size)
+    except (ValueError, ArithmeticError):
+        fail(f"--max-log-size: expected a size such as 64Mi or 1Gi, got {size!r}", 2)
+    if mib < 1:
+        fail(f"--max-log-size: at least 1Mi, got {size!r}", 2)
+    return mib << 20
 
 
 def _run_as(run_as: list[str] | None) -> dict[str, str]:

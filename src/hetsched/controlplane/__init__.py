@@ -37,13 +37,16 @@ from hetsched.controlplane.recovery import RecoveryError
 from hetsched.controlplane.runner import Before, LoopHandle, Runner
 from hetsched.controlplane.schemas import Feasibility, SubmitSpec, Unsatisfiable, from_stored
 from hetsched.controlplane.speedlearn import SpeedLearner
+from hetsched.controlplane.storage.integrity import StoreRefused, open_checked, write_durably
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.testing import free_port, serve
+from hetsched.controlplane.utilization import SIMULATED_LABEL
 from hetsched.controlplane.views import node_view, quota_view
 
 __all__ = [
     "LOST",
     "ROLE_HEADER",
+    "SIMULATED_LABEL",
     "Authenticator",
     "Before",
     "CheckpointProtocol",
@@ -64,6 +67,7 @@ __all__ = [
     "Service",
     "SpeedLearner",
     "Store",
+    "StoreRefused",
     "SubmitSpec",
     "TurnFaults",
     "TurnPlan",
@@ -76,8 +80,10 @@ __all__ = [
     "holder_id",
     "load_queues",
     "node_view",
+    "open_checked",
     "quota_view",
     "run_pair",
     "serve",
     "standby_app",
+    "write_durably",
 ]

@@ -37,7 +37,9 @@ class LoopAlert:
     """``kind``: ``turn_failed`` (a turn raised; the core was rebuilt), ``wedged`` (the core
     could not be rebuilt to agree with the store: nothing is scheduled), ``gave_up`` (a
     job that kept failing turns was failed), ``recovered`` (scheduling resumed after a
-    wedge)."""
+    wedge), ``store_unavailable`` (the store cannot be written: scheduling pauses, no job
+    is held), ``store_recovered`` (it takes writes again), ``store_damaged`` (SQLite found a
+    damaged page: what touches it answers 503; restore a backup)."""
 
     time: float
     kind: str
@@ -114,6 +116,29 @@ class TurnFaults:
                 return None
             self.wedged = None
             alert = LoopAlert(now, "recovered", "scheduling resumed: the store and core agree")
+            self._alerts.append(alert)
+        return alert
+
+    def store_down(self, reason: str, now: float) -> LoopAlert:
+        """The store cannot be written (``reason``): scheduling pauses, no job is held."""
+        with self._lock:
+            message = f"{reason}: scheduling paused; nothing is lost, it resumes by itself"
+            alert = LoopAlert(now, "store_unavailable", message)
+            self._alerts.append(alert)
+        return alert
+
+    def store_damaged(self, reason: str, now: float) -> LoopAlert:
+        """A read or write found the store damaged (``reason``)."""
+        with self._lock:
+            alert = LoopAlert(now, "store_damaged", reason)
+            self._alerts.append(alert)
+        return alert
+
+    def store_back(self, reason: str, since: float, now: float) -> LoopAlert:
+        """The store that was down since ``since`` (for ``reason``) takes writes again."""
+        with self._lock:
+            message = f"store back after {now - since:.1f}s ({reason}); scheduling resumed"
+            alert = LoopAlert(now, "store_recovered", message)
             self._alerts.append(alert)
         return alert
 

@@ -13,6 +13,14 @@ A crash before 3 loses only decisions, which the rebuilt core takes again; what 
 started after 3 is found again by recovery. Tasks that could not start, and stops of tasks
 that no longer run, are reported as exits in the next turn.
 
+When the store cannot be written (disk full, read-only filesystem, database server down:
+``controlplane/storage/health.py``), the turn whose record it refused is kept as it is,
+planned and not carried out, and scheduling pauses: no job is held, given up or failed,
+running tasks run on, and their exits wait in the executor. Every ``_PROBE_S`` the loop
+tries that record again (or a probe write); the first that commits ends the outage, the
+kept turn is carried out and turns go on, without a rebuild (the core and the store agree
+again once the kept record is written).
+
 What differs between ``hetsched up`` and a federation is the :class:`Runner`: the process
 runner (``controlplane/processes.py``) or the federation's member runner. The loop owns the
 core, the store's turn records, failed turns (``controlplane/faults.py``), the views the
@@ -45,6 +53,7 @@ from hetsched.controlplane.loopmetrics import LoopMetrics
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.runner import Runner
 from hetsched.controlplane.schemas import SubmitSpec, from_stored
+from hetsched.controlplane.storage.health import unavailable
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import quota_view
 from hetsched.controlplane.workflows import tell_core
@@ -62,6 +71,8 @@ log = logging.getLogger(__name__)
 
 #: the API's node and quota views lag the core by at most this after a change (seconds)
 _REFRESH_S = 0.5
+#: how often the store is tried again while it cannot be written (seconds)
+_PROBE_S = 0.2
 
 
 class ControlLoop:
@@ -110,6 +121,11 @@ class ControlLoop:
         self.metrics.watch_faults(self.faults)
         #: the jobs the turn in progress concerns (held back if it fails)
         self._concerns: set[str] = set()
+        #: a turn planned whose record the store refused (it was unavailable): written
+        #: and carried out first thing when the store takes writes again
+        self._unwritten: tuple[list[Exit], TurnPlan] | None = None
+        #: when the outage the last store alert was raised for began
+        self._alerted: float | None = None
         runner.bind(self)
 
     @property
@@ -202,7 +218,14 @@ class ControlLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.store.health.outage is not None:
+            self.runner.keep_exits(self._unrecorded())
         self.runner.stop()
+
+    def _unrecorded(self) -> list[Exit]:
+        """The exits the store has not taken: the kept turn's, and the next turn's."""
+        kept = self._unwritten[0] if self._unwritten is not None else []
+        return [*kept, *self._exits]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -211,16 +234,30 @@ class ControlLoop:
                 self._rebuild([])
             else:
                 try:
+                    if self.store.health.outage is not None and self._unwritten is None:
+                        self.store.probe()  # (with one kept, writing it is the probe)
                     self.turn()
+                    self._release_held()
                 except Exception as exc:
                     self._failed(exc)
                 else:
+                    self._store_back()
                     self.metrics.turn_done(self.clock())
                     self.faults.succeeded()
-                    self._release_held()
+            if self.store.health.outage is not None:
+                if self._stop.wait(_PROBE_S):
+                    return
+                continue
             if self._stop.wait(self.faults.delay()):
                 return
             self._sleep(time.perf_counter() - began)
+
+    def _store_back(self) -> None:
+        """A turn wrote to the store: the end of an outage, if there was one."""
+        ended = self.store.health.up()
+        if ended is not None:
+            alert = self.faults.store_back(ended.reason, ended.since, self.clock())
+            log.warning("%s", alert.message)
 
     def _sleep(self, turn_s: float) -> None:
         """Until something happens or is due (see the module docstring)."""
@@ -244,8 +281,13 @@ class ControlLoop:
         return max(0.0, min(t for t in due if t is not None) - now)
 
     def _failed(self, exc: Exception) -> None:
-        """A turn raised: alert, hold the jobs it concerned, rebuild from the store."""
+        """A turn raised: alert, hold the jobs it concerned, rebuild from the store; or,
+        when the store could not be written, pause (nothing held, nothing rebuilt)."""
         now = self.clock()
+        reason = unavailable(exc)
+        if reason is not None:
+            self._store_down(reason, exc, now)
+            return
         self.metrics.turn_failed()
         error = f"{type(exc).__name__}: {exc}"[:500]
         alert, give_up = self.faults.failed(error, self._concerns, now)
@@ -254,6 +296,17 @@ class ControlLoop:
         else:
             log.error("%s (%d in a row)", alert.message, self.faults.consecutive)
         self._rebuild(give_up)
+
+    def _store_down(self, reason: str, exc: Exception, now: float) -> None:
+        """The store cannot be written: the alert (once per outage, whoever met it first:
+        a route, or this loop), and the exits it has not taken journaled."""
+        said = self.store.health.down(reason)
+        outage = self.store.health.outage
+        if outage is not None and outage.since != self._alerted:
+            self._alerted = outage.since
+            self.runner.keep_exits(self._unrecorded())
+            alert = self.faults.store_down(said, now)
+            log.error("%s (%s: %s)", alert.message, type(exc).__name__, str(exc)[:300])
 
     def _rebuild(self, give_up: list[str]) -> None:
         """A fresh core from the store, as a restart builds it (the store is the truth: a
@@ -281,10 +334,20 @@ class ControlLoop:
                 log.error("%s", alert.message)
             self.recover(now)
         except Exception as exc:
+            reason = unavailable(exc)
+            if reason is not None:
+                # the store, not the core, is the trouble: the rebuild is tried again every
+                # _PROBE_S, and the banner says so once
+                self._store_down(reason, exc, now)
+                self.faults.consecutive = 0
+                if self.faults.wedged is None:
+                    self.faults.wedge(f"the store could not be read to rebuild: {reason}", now)
+                return
             alert = self.faults.wedge(f"{type(exc).__name__}: {exc}"[:1000], now)
             log.error("%s; retrying in %.1fs", alert.message, self.faults.delay() or 0.1)
             self.faults.consecutive += 1
             return
+        self._store_back()
         recovered = self.faults.rebuilt(now)
         if recovered is not None:
             log.warning("%s", recovered.message)
@@ -306,10 +369,17 @@ class ControlLoop:
     def turn(self, now: float | None = None) -> list[Action]:
         """One turn (see the module docstring); returns the core's actions."""
         now = self.clock() if now is None else now
+        if self._unwritten is not None:
+            self._write_unwritten()
         events, exits = self._collect(now)
         tell_core(self.store, self.planner.core, events)  # what jobs that wait need to know
         self._concerns = _jobs_named(events)
-        before = self.runner.before(now)
+        try:
+            before = self.runner.before(now)
+        except Exception:
+            # nothing was planned: what was collected goes to the next turn
+            self._events[:0], self._exits[:0] = events, exits
+            raise
         self._concerns |= _jobs_named(before.events)
         events += before.events
         exits += before.exits
@@ -324,15 +394,40 @@ class ControlLoop:
         plan = self._plan(events, exits, before.reports, now)
         starting = {start.key.job for start in plan.starts}
         self._concerns = starting or self._concerns | {t.job_id for t in plan.transitions}
-        self.store.record_turn(exits, plan, starts_die_with_host=self.runner.tasks_here)
+        try:
+            self.store.record_turn(exits, plan, starts_die_with_host=self.runner.tasks_here)
+        except Exception as exc:
+            if unavailable(exc) is not None:
+                self._unwritten = (exits, plan)
+            raise
+        self._carry_out(plan)
+        return plan.actions
+
+    def _write_unwritten(self) -> None:
+        """Write the turn the store refused, then carry it out. A refusal that is not the
+        store's unavailability (the first try committed after all, and the connection
+        dropped before it said so) is a failed turn: the rebuild takes the store's word."""
+        assert self._unwritten is not None
+        exits, plan = self._unwritten
+        try:
+            self.store.record_turn(exits, plan, starts_die_with_host=self.runner.tasks_here)
+        except Exception as exc:
+            if unavailable(exc) is None:
+                self._unwritten = None
+            raise
+        self._unwritten = None
+        self._store_back()
+        self._carry_out(plan)
+
+    def _carry_out(self, plan: TurnPlan) -> None:
+        """A committed plan: forget the jobs it ended, start and stop its tasks."""
         for change in plan.transitions:
             if change.target in TERMINAL:
                 self.runner.ended(change.job_id)
         # reported in the next turn: tasks that could not start, stops with no process
-        self.later(exits=self.runner.carry_out(plan, now))
+        self.later(exits=self.runner.carry_out(plan, plan.now))
         self.turns += 1
-        self._refresh(now)
-        return plan.actions
+        self._refresh(plan.now)
 
     def _collect(self, now: float) -> tuple[list[Event], list[Exit]]:
         events, self._events = self._events, []

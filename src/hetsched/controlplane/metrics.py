@@ -43,6 +43,7 @@ from hetsched.controlplane.utilization import (
     SIMULATED_LABEL,
     GuardLike,
     device_utilization,
+    task_devices,
     task_of_key,
 )
 from hetsched.model.device import SHARE_UNITS, Device
@@ -95,6 +96,9 @@ METRIC_NAMES = frozenset(
         "hetsched_loop_last_turn_timestamp_seconds",
         "hetsched_loop_held_jobs",
         "hetsched_loop_wedged",
+        "hetsched_store_unavailable",
+        "hetsched_store_failures_total",
+        "hetsched_store_outages_total",
         "hetsched_jobs",
         "hetsched_oldest_pending_job_age_seconds",
         "hetsched_speed_estimate_steps_per_second",
@@ -164,6 +168,7 @@ class ServiceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         service = self.service
         now = time.time()
+        yield from self._store(service)
         yield from self._jobs(service)
         yield from self._speeds(service)
         with service.loop.lock:
@@ -177,13 +182,40 @@ class ServiceCollector(Collector):
             ]
             node_of = {d.id: n.name for n in view.cluster.nodes for d in n.devices}
             running = view.running_placements()
-            devices_of = _task_devices(view, running)
+            devices_of = task_devices(view.cluster, running)
         yield from metrics
         yield from self._agent(service, node_of, devices_of, running)
 
+    def _store(self, service: Service) -> Iterator[Metric]:
+        health = service.store.health
+        down = _gauge(
+            "hetsched_store_unavailable",
+            "1 while the store cannot be written (disk full, read-only filesystem, database "
+            "server down): scheduling pauses and writes answer 503; 0 otherwise.",
+        )
+        down.add_metric([], 0.0 if health.outage is None else 1.0)
+        yield down
+        failures = CounterMetricFamily(
+            "hetsched_store_failures",
+            "Store errors that said the store could not be used (each failed write or read).",
+        )
+        failures.add_metric([], health.failures)
+        yield failures
+        outages = CounterMetricFamily(
+            "hetsched_store_outages", "Times the store became unavailable."
+        )
+        outages.add_metric([], health.outages)
+        yield outages
+
     def _jobs(self, service: Service) -> Iterator[Metric]:
         jobs = _gauge("hetsched_jobs", "Jobs by queue and state.", ["queue", "state"])
-        for item in service.store.queue_usage():
+        try:
+            usage = service.store.queue_usage()
+        except Exception as exc:
+            if service.store.health.failed(exc) is None:
+                raise
+            return  # not while the store cannot be read (hetsched_store_unavailable says so)
+        for item in usage:
             jobs.add_metric([item["queue"], item["state"]], item["count"])
         yield jobs
 
@@ -416,22 +448,6 @@ def _utilization(
         labels = [node_of[device_id], device_id, device.device_class, device.model]
         util.add_metric([*labels, reading.source], reading.value)
     return util
-
-
-def _task_devices(
-    view: SchedulerView, running: Mapping[tuple[str, int], Placement]
-) -> dict[tuple[str, int], list[tuple[str, str]]]:
-    """(job, task) -> (class, model) of each device its running task holds."""
-    state = view.cluster
-    out: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    for (job_id, task), placement in running.items():
-        kinds = []
-        for share in placement.devices:
-            device = state.device_of(share.device_id)
-            kinds.append((device.device_class, device.model))
-        if kinds:
-            out[(job_id, task)] = kinds
-    return out
 
 
 def measured_by_class(service: Service) -> dict[str, float]:

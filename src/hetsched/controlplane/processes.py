@@ -11,6 +11,7 @@ lease lapsed is cancelled, saying so).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +23,7 @@ from hetsched.agent.watcher import NodeWatcher
 from hetsched.cluster.state import ClusterState
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.fencing import Fencing
-from hetsched.controlplane.launcher import Launcher
+from hetsched.controlplane.launcher import Launched, Launcher
 from hetsched.controlplane.leadership import Fenced
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.recovered import Recovered
@@ -32,7 +33,7 @@ from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.speedlearn import Estimate, SpeedLearner
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import node_view
-from hetsched.drivers import Exit, KillsByPid, Stop
+from hetsched.drivers import Exit, KeepsExits, KillsByPid, Stop
 from hetsched.drivers.executor import ProcessExecutor, RunAs
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
@@ -86,6 +87,8 @@ class ProcessRunner:
         #: a standby pair's leader: whether it surely still holds its lease (nothing is
         #: started otherwise; controlplane/leadership.py)
         self.leading: Callable[[], bool] | None = None
+        #: tasks spawned whose pids the store has not taken yet (it was unavailable)
+        self._launched: list[Launched] = []
 
     @property
     def loop(self) -> LoopHandle:
@@ -125,6 +128,14 @@ class ProcessRunner:
     def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.stop()
+        if self._loop is not None and self._loop.store.health.outage is not None:
+            # stopping while the store cannot be written: the exits of tasks that ended are
+            # journaled for the restart
+            self.keep_exits(self.launcher.poll(time.time()))
+
+    def keep_exits(self, exits: list[Exit]) -> None:
+        if isinstance(self.executor, KeepsExits):
+            self.executor.keep_exits(exits)
 
     # -- what comes in ---------------------------------------------------------------------
 
@@ -174,6 +185,7 @@ class ProcessRunner:
     def before(self, now: float) -> Before:
         self._batch = {}  # the turn's posts are read
         loop = self.loop
+        self._record_launched()
         alerts = self.launcher.guard_round(now, loop.planner.running())
         loop.store.record_alerts(alerts)
         if any(a.killed for a in alerts):
@@ -185,8 +197,15 @@ class ProcessRunner:
         if protocol is not None:
             reports += protocol.reports(loop.planner.live())
             progress += protocol.progress(loop.planner.live())
-        self._learn(progress)
-        return Before(self._fenced_cancels(), exits, reports)
+        try:
+            self._learn(progress)
+            cancels = self._fenced_cancels()
+        except Exception:
+            # the store refused a write: the exits and reports polled go to the next turn
+            loop.later(exits=exits)
+            self._reports[:0] = reports
+            raise
+        return Before(cancels, exits, reports)
 
     def _fenced_cancels(self) -> list[Event]:
         """Cancel every live job of a federation whose lease has lapsed (once per job; the
@@ -201,8 +220,8 @@ class ProcessRunner:
             federation = spec.federation
             if federation not in lapsed or job_id in self._fence_cancelled:
                 continue
-            self._fence_cancelled.add(job_id)
             self.loop.store.request_cancel(job_id)
+            self._fence_cancelled.add(job_id)
             lapse = self.fencing.last_lapse(federation) if self.fencing is not None else None
             reason = (
                 f"fenced: no word from federation {federation} within its lease of "
@@ -285,8 +304,18 @@ class ProcessRunner:
             raise Fenced("this process no longer surely holds its lease: nothing is started")
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
-        self.loop.store.record_launched(launched, durable=not self.tasks_here)
-        return [*failed, *gone]
+        # the next turn's before a write that may fail: not lost if the store refuses it
+        self.loop.later(exits=[*failed, *gone])
+        self._launched += launched
+        self._record_launched()
+        return []
+
+    def _record_launched(self) -> None:
+        """Record the pids of the tasks spawned (kept for the next turn if the store
+        refuses: recovery would find the tasks by their keys anyway)."""
+        if self._launched:
+            self.loop.store.record_launched(self._launched, durable=not self.tasks_here)
+            self._launched = []
 
     # -- restarts --------------------------------------------------------------------------
 
@@ -326,6 +355,7 @@ class ProcessRunner:
     def reset(self) -> None:
         self.executor.shutdown()
         self.launcher.jobs.clear()
+        self._launched = []
 
     def drained(self, kind: str, payload: Any) -> None:
         # node and device changes are in the fresh core (make_core reads the watcher's

@@ -99,6 +99,7 @@ def recover(
             "the store and the scheduling core disagree on what is allocated after "
             "recovery; not scheduling: " + "; ".join(problems[:10])
         )
+    p.resubmit = [again for again in p.resubmit if not _ran_unrecorded(p, *again[:2])]
     # pending jobs go through the core's ordinary submission path, in arrival order,
     # continuing the store's numbering of their runs and restarts, and keeping their queue
     # time (so aging and their place in line continue); a job that was running and could
@@ -108,6 +109,25 @@ def recover(
         for job, run, restarts, saved in p.resubmit
     ]
     return p.found
+
+
+def _ran_unrecorded(p: RecoveryPass, job: Job, run: int) -> bool:
+    """Whether the job the store has waiting ran its next run to success all the same: the
+    store lost that run's record (a filesystem that dropped writes it had acknowledged)
+    while every task's exit status survived (exit files, the exit journal). Such a job ends
+    succeeded here instead of running again; any other finding schedules it as usual."""
+    after = run + 1
+    codes = [p.executor.recorded_exit(job.id, task, after) for task in range(job.replicas)]
+    if any(code != 0 for code in codes):
+        return False
+    cause = (
+        f"all tasks succeeded (run {after}, whose record the store lost; their exit "
+        "statuses survived it)"
+    )
+    if not p.store.end_waiting_job(job.id, "succeeded", cause, p.now):
+        return False
+    log.warning("recovery: job %s: %s", job.id, cause)
+    return True
 
 
 def _sort_tasks(

@@ -141,6 +141,10 @@ class Runner(Protocol):
     def reset(self) -> None:
         """Before a rebuild: drop what the runner tracks for the old core."""
 
+    def keep_exits(self, exits: list[Exit]) -> None:
+        """Exits the store could not take (it is unavailable): keep them where a restart
+        finds them, should the service stop before the store is back."""
+
     def drained(self, kind: str, payload: Any) -> None:
         """A post dropped by a rebuild (the store has the API's; keep what else matters)."""
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from hetsched.cluster.placement import Placement
+from hetsched.cluster.state import ClusterState
 from hetsched.keys import TaskKey
 from hetsched.model.device import SHARE_UNITS, Device
 
@@ -35,6 +36,7 @@ __all__ = [
     "Reading",
     "activity",
     "device_utilization",
+    "task_devices",
     "task_of_key",
 ]
 
@@ -120,3 +122,18 @@ def task_of_key(key: str) -> tuple[str, int]:
     except ValueError:
         return "", -1
     return parsed.job, parsed.task
+
+
+def task_devices(
+    state: ClusterState, running: Mapping[tuple[str, int], Placement]
+) -> dict[tuple[str, int], list[tuple[str, str]]]:
+    """(job, task) -> (class, model) of each device its running task holds."""
+    out: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    for (job_id, task), placement in running.items():
+        kinds = []
+        for share in placement.devices:
+            device = state.device_of(share.device_id)
+            kinds.append((device.device_class, device.model))
+        if kinds:
+            out[(job_id, task)] = kinds
+    return out

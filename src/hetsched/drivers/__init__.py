@@ -3,6 +3,7 @@ module, :mod:`hetsched.drivers.executor`), and the order of simultaneous events.
 
 Exports: :class:`Interpreter`, :class:`Executor` and its capabilities (:class:`Polled`,
 :class:`Adopts`, :class:`Fences`, :class:`GivesNotice`, :class:`KillsByPid`,
+:class:`KeepsExits`,
 :class:`ProcessTasks`, :class:`ProcessExecutor`), :class:`Observer`, :class:`Start`,
 :class:`Launch`, :class:`RunAs`, :class:`Stop`, :class:`Exit`, :class:`TaskView`,
 :class:`EventOrder`, :func:`order_of`, :func:`in_order`.
@@ -14,6 +15,7 @@ from hetsched.drivers.executor import (
     Exit,
     Fences,
     GivesNotice,
+    KeepsExits,
     KillsByPid,
     Launch,
     Observer,
@@ -36,6 +38,7 @@ __all__ = [
     "Fences",
     "GivesNotice",
     "Interpreter",
+    "KeepsExits",
     "KillsByPid",
     "Launch",
     "Observer",

@@ -59,6 +59,7 @@ __all__ = [
     "Exit",
     "Fences",
     "GivesNotice",
+    "KeepsExits",
     "KillsByPid",
     "Launch",
     "Observer",
@@ -293,6 +294,21 @@ class KillsByPid(Protocol):
 
     def kill_pid(self, pid: int) -> None:
         """SIGKILL the process group led by ``pid`` now."""
+        ...
+
+
+@runtime_checkable
+class KeepsExits(Protocol):
+    """Keeps exit statuses that the control plane's store could not take off the disk
+    that may lose them (a journal in memory-backed storage), for :meth:`Adopts.recorded_exit`
+    after a restart."""
+
+    def keep_exits(self, exits: Sequence[Exit]) -> None:
+        """Journal the statuses of ``exits`` (those with one)."""
+        ...
+
+    def forget_journal(self) -> None:
+        """Drop the journal: the store holds every exit it kept (a clean stop)."""
         ...
 
 

@@ -198,6 +198,9 @@ class MemberRunner:
         self._by_member_job.clear()
         self._parked.clear()
 
+    def keep_exits(self, exits: list[Exit]) -> None:
+        pass  # a member keeps its jobs' ends: the next report brings them again
+
     def drained(self, kind: str, payload: Any) -> None:
         """Members report again: nothing posted needs keeping."""
 

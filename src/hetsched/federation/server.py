@@ -36,6 +36,7 @@ from hetsched.controlplane import (
     create_app,
     default_home,
     load_queues,
+    write_durably,
 )
 from hetsched.federation.hetsched_member import HetschedMember
 from hetsched.federation.kube_member import KubernetesMember
@@ -225,13 +226,17 @@ def _longest_lease(home: Path, lease_s: float) -> float:
 
 
 def _token(store: Store, home: Path) -> tuple[str | None, Path]:
+    """The admin token: made on the first start and written (synced) to the home; the
+    file is never overwritten (a store without one stores the file's token again)."""
     token_file = home / "admin.token"
     if store.has_admin_token():
         return None, token_file
+    kept = token_file.read_text().strip() if token_file.exists() else ""
+    if kept:
+        store.adopt_token(kept, "admin", admin=True)
+        return None, token_file
     _token_id, token = store.create_token("admin", admin=True)
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    write_durably(token_file, token + "\n")
     return token, token_file
 
 

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from hetsched.agent.executor import Executor
 from hetsched.agent.guard import Guard
+from hetsched.agent.logcap import LogCap
 from hetsched.agent.watcher import DeviceWatcher, NodeWatcher
-from hetsched.controlplane import Fencing
-from hetsched.controlplane.utilization import SIMULATED_LABEL
+from hetsched.controlplane import SIMULATED_LABEL, Fencing
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
@@ -106,7 +106,11 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
     # a fenced task's own watchdog waits for the service's SIGTERM and grace first
     backstop = math.ceil(options.kill_grace_s) + 2
     executor = Executor(
-        home, instance, kill_grace_s=options.kill_grace_s, fence_backstop_s=backstop
+        home,
+        instance,
+        kill_grace_s=options.kill_grace_s,
+        fence_backstop_s=backstop,
+        logs=LogCap(options.max_log_bytes),
     )
     return Engine(
         executor,

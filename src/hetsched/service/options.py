@@ -66,6 +66,11 @@ class Options:
     lease: str | None = None
     #: how long a lease runs without renewal (a standby takes over after it)
     lease_s: float = 8.0
+    #: start on a store that fails the check at start (empty, truncated, its WAL lost)
+    #: as it is (``--accept-empty-store``)
+    accept_empty_store: bool = False
+    #: each running task's stdout and stderr are kept under this many bytes (None: no cap)
+    max_log_bytes: int | None = None
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""

@@ -32,9 +32,13 @@ from hetsched.controlplane import (
     Service,
     SpeedLearner,
     Store,
+    StoreRefused,
     create_app,
     load_queues,
+    open_checked,
+    write_durably,
 )
+from hetsched.drivers import KeepsExits
 from hetsched.framework.profile import load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
@@ -252,22 +256,28 @@ def open_home(options: Options) -> tuple[Store, str]:
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(home, 0o700)
     url = options.db or f"sqlite:///{home / 'hetsched.db'}"
-    store = Store(url, sync=options.sync)
-    store.migrate()
+    try:
+        store = open_checked(home, url, options.sync, options.accept_empty_store)
+    except StoreRefused as exc:
+        raise SystemExit(f"hetsched up: {exc}") from None
     instance_file = home / "instance"
     if not instance_file.exists():
-        instance_file.write_text(secrets.token_hex(8))
+        write_durably(instance_file, secrets.token_hex(8))
     return store, instance_file.read_text().strip()
 
 
 def _admin_token(store: Store, token_file: Path) -> str | None:
-    """On the first start, an admin token, written to ``token_file`` (mode 0600)."""
+    """On the first start, an admin token, written to ``token_file`` (mode 0600, synced).
+    The file is never overwritten: a store without an admin token (taken as it is with
+    ``--accept-empty-store``) stores the token the file holds again."""
     if store.has_admin_token():
         return None
+    kept = token_file.read_text().strip() if token_file.exists() else ""
+    if kept:
+        store.adopt_token(kept, "admin", admin=True)
+        return None
     _token_id, token = store.create_token("admin", admin=True)
-    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    write_durably(token_file, token + "\n")
     return token
 
 
@@ -352,9 +362,13 @@ def announce(options: Options, built: Built) -> None:
 
 
 def close(built: Built) -> None:
-    """Stop the loop and the executor's threads, and close the store (tasks run on)."""
-    executor = built.service.executor
-    built.service.loop.stop()
+    """Stop the loop, let go of the tasks (they run on) and close the store; the exit
+    journal goes when the store took everything (no outage at the stop)."""
+    service = built.service
+    service.loop.stop()
+    executor = service.executor
     if executor is not None:
         executor.shutdown()
-    built.service.store.close()
+    if service.store.health.outage is None and isinstance(executor, KeepsExits):
+        executor.forget_journal()
+    service.store.close()

@@ -18,7 +18,7 @@ import httpx
 
 from hetsched.agent.executor import Executor
 from hetsched.controlplane import free_port, serve
-from hetsched.drivers.executor import ProcessExecutor
+from hetsched.drivers.executor import KeepsExits, ProcessExecutor
 from hetsched.service.server import Built, Options, build
 
 __all__ = ["Running", "ServerProcess", "free_port", "running", "serve"]
@@ -57,6 +57,8 @@ def running(options: Options, keep_tasks: bool = False) -> Iterator[Running]:
         if not keep_tasks:
             _kill_tasks(executor)
         executor.shutdown()
+        if built.service.store.health.outage is None and isinstance(executor, KeepsExits):
+            executor.forget_journal()
         built.service.store.close()
 
 

@@ -9,7 +9,11 @@ Rules every route follows:
   as unknown ids do, so ids cannot be probed); an admin sees all;
 - a change is committed to the store before any 2xx answer;
 - bodies are limited in size (413), bad JSON is 400, a body that does not validate is 422
-  with field paths, and a rejected request stores nothing.
+  with field paths, and a rejected request stores nothing;
+- while the store cannot be used (disk full, read-only filesystem, database server down)
+  or where it is damaged, a request that needs it answers 503 with the reason and
+  ``Retry-After``, never 500; what needs no store (``/healthz``, ``/readyz``, the alerts,
+  the views the loop keeps) goes on answering.
 
 This module assembles the app; the routes live by resource group (``job_routes``,
 ``cancel_routes``, ``cluster_routes``, ``token_routes``, ``member``, ``checkpoint_routes``,
@@ -17,12 +21,15 @@ This module assembles the app; the routes live by resource group (``job_routes``
 ``body_limit``.
 """
 
+import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from sqlalchemy.exc import SQLAlchemyError
 
 from hetsched.controlplane import metrics
 from hetsched.controlplane.api import ui
@@ -45,7 +52,10 @@ from hetsched.controlplane.context import Service
 from hetsched.controlplane.schemas import MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES
 from hetsched.controlplane.storage.store import Principal
 
-__all__ = ["MAX_LOG_OFFSET", "LocalLogs", "Service", "create_app"]
+__all__ = ["MAX_LOG_OFFSET", "RETRY_AFTER_S", "LocalLogs", "Service", "create_app"]
+
+#: what a 503 of an unavailable store asks a client to wait (seconds)
+RETRY_AFTER_S = 2
 
 
 def create_app(service: Service) -> FastAPI:
@@ -68,6 +78,20 @@ def create_app(service: Service) -> FastAPI:
             for e in exc.errors()
         ]
         return JSONResponse({"detail": "invalid request", "errors": lines}, status_code=422)
+
+    async def _store_failed(_request: Request, exc: Exception) -> Response:
+        health = service.store.health
+        damaged_before = health.damage
+        reason = health.failed(exc)
+        if reason is None:
+            raise exc  # a bug, not the store: the ordinary 500
+        if health.damage is not None and damaged_before is None:
+            service.loop.faults.store_damaged(reason, time.time())
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        return JSONResponse({"detail": reason}, status_code=503, headers=headers)
+
+    for error in (SQLAlchemyError, sqlite3.Error, OSError):
+        app.add_exception_handler(error, _store_failed)
 
     caller = caller_dependency(service)
     authenticated = authenticated_dependency(service, caller)
@@ -92,11 +116,31 @@ def create_app(service: Service) -> FastAPI:
 def _add_service_routes(
     app: FastAPI, service: Service, caller: Callable[[Request], Principal]
 ) -> None:
-    """``GET /healthz`` (no token) and ``GET /metrics``."""
+    """``GET /healthz`` and ``GET /readyz`` (no token), and ``GET /metrics``."""
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, Any]:
-        return {"ok": True}
+        """The process is alive (200 as long as it answers: a failing store is no reason
+        to restart it); ``store`` says whether the store can be used, and why not."""
+        return {"ok": True, "store": service.store.health.to_dict()}
+
+    @app.get("/readyz", tags=["service"])
+    def readyz() -> Response:
+        """200 when the service can take submissions and schedule; 503 with the reason and
+        ``Retry-After`` while the store cannot be used or scheduling is wedged."""
+        health = service.store.health
+        if health.outage is None:
+            try:
+                service.store.ping()
+            except Exception as exc:
+                if health.failed(exc) is None:
+                    raise
+        state = health.to_dict()
+        wedged = service.loop.faults.wedged
+        ready = bool(state["ok"]) and wedged is None
+        body = {"ready": ready, "store": state, "wedged": wedged}
+        headers = {} if ready else {"Retry-After": str(RETRY_AFTER_S)}
+        return JSONResponse(body, status_code=200 if ready else 503, headers=headers)
 
     registry = metrics.install(service)
 

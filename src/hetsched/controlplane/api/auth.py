@@ -2,7 +2,10 @@
 
 Tokens are random (256 bits) and stored as sha256 digests only; a fast hash is enough for
 random secrets. Lookups are cached for a few seconds; revoking through the API clears the
-cache at once (one process serves the API).
+cache at once (one process serves the API). While the store cannot be read (its database
+server is down), a token this process has verified before still authenticates, so the
+alerts, health and views that need no store stay reachable; an unknown token then answers
+503 (the store's error), not 401.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from hetsched.controlplane.storage.health import unavailable
 from hetsched.controlplane.storage.store import Principal, Store, digest
 
 __all__ = ["Authenticator", "RateLimiter"]
@@ -21,6 +25,8 @@ class Authenticator:
         self.store = store
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[Principal, float]] = {}
+        #: every token verified since the last revocation: who it was, for outages
+        self._known: dict[str, Principal] = {}
         self._lock = threading.Lock()
 
     def principal(self, token: str) -> Principal | None:
@@ -30,12 +36,21 @@ class Authenticator:
             hit = self._cache.get(key)
         if hit is not None and hit[1] > now:
             return hit[0]
-        principal = self.store.principal(token)
+        try:
+            principal = self.store.principal(token)
+        except Exception as exc:
+            with self._lock:
+                known = self._known.get(key)
+            if known is None or unavailable(exc) is None:
+                raise
+            return known
         if principal is not None:
             with self._lock:
                 if len(self._cache) > 10_000:
                     self._cache.clear()
+                    self._known.clear()
                 self._cache[key] = (principal, now + self.ttl_s)
+                self._known[key] = principal
         return principal
 
     def cached(self, token: str) -> Principal | None:
@@ -48,6 +63,7 @@ class Authenticator:
     def forget(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._known.clear()
 
 
 @dataclass(slots=True)

@@ -4,13 +4,16 @@ valid token.
 No postponed annotations in this module: FastAPI reads the routes' annotations.
 """
 
+import sqlite3
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
+from sqlalchemy.exc import SQLAlchemyError
 
 from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.controlplane.context import Service
+from hetsched.controlplane.storage.health import damaged, unavailable
 from hetsched.controlplane.storage.store import Principal
 from hetsched.model.device import Health
 
@@ -68,6 +71,7 @@ def _alerts_view(service: Service, who: Principal, since: float) -> dict[str, An
     held = loop.faults.held()
     return {
         "wedged": loop.faults.wedged,
+        "store": service.store.health.to_dict(),
         "held": held,
         "jobs": _named_jobs(service, who, [*held, *(a.job_id for a in guard if a.job_id)]),
         "loop": [a.to_dict() for a in loop.faults.alerts(since)],
@@ -140,8 +144,14 @@ def _queues_view(service: Service) -> list[dict[str, Any]]:
 
 def _named_jobs(service: Service, who: Principal, job_ids: list[str]) -> dict[str, Any]:
     """Name and user of the jobs the banners mention that the caller may see (a banner
-    names a job, not only its id)."""
-    rows = service.store.jobs_by_ids(sorted(set(job_ids)))
+    names a job, not only its id). Without them while the store fails: the alerts must
+    still say that it fails."""
+    try:
+        rows = service.store.jobs_by_ids(sorted(set(job_ids))) if job_ids else []
+    except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+        if unavailable(exc) is None and damaged(exc) is None:
+            raise
+        return {}
     return {
         r["id"]: {"name": r["name"], "user": r["owner"]}
         for r in rows

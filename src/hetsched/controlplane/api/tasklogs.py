@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fastapi import HTTPException
 
+from hetsched.agent.logcap import was_cut
 from hetsched.drivers.executor import ProcessExecutor
 
 __all__ = ["MAX_LOG_CHUNK", "MAX_LOG_OFFSET", "LocalLogs"]
@@ -56,6 +57,8 @@ def _read_log(path: Path, root: Path, offset: int, limit: int) -> tuple[bytes, i
         problem = _log_file_problem(info)
         if problem is not None:
             raise HTTPException(403, f"log refused: {problem}")
+        if offset > info.st_size and was_cut(fd):
+            offset = 0  # cut under its cap (agent/logcap.py) since: from its new start
         if offset >= info.st_size:
             return b"", offset
         data = os.pread(fd, limit, offset)

@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from hetsched.controlplane.storage.health import unavailable
 from hetsched.controlplane.storage.tables import jobs, transitions
 
 __all__ = ["GroupCommit", "insert_submitted"]
@@ -47,7 +48,8 @@ class _Submission:
 def _committed(item: _Submission) -> None:
     """Hand a committed submission on: to ``on_commit`` if it created a job, then its caller."""
     try:
-        if item.on_commit is not None and item.result is not None and item.result[1]:
+        created = item.error is None and item.result is not None and item.result[1]
+        if item.on_commit is not None and item.result is not None and created:
             item.on_commit(item.result[0])
     except Exception:
         log.exception("handing a committed job on failed")
@@ -116,14 +118,23 @@ class GroupCommit:
         try:
             with self._write() as conn:
                 results = _insert_submissions(conn, batch)
-        except Exception:
+        except Exception as exc:
+            if unavailable(exc) is not None:
+                # the store cannot be written: every submission of the group is refused
+                # (the caller answers 503), none is handed on
+                for item in batch:
+                    item.error = exc
+                    _committed(item)
+                return
             # one bad row must not fail the others: retry each in its own transaction
             for item in batch:
                 try:
                     with self._write() as conn:
-                        item.result = _insert_submissions(conn, [item])[0]
-                except Exception as exc:
-                    item.error = exc
+                        result = _insert_submissions(conn, [item])[0]
+                    # only once committed: a row whose commit failed never reaches the loop
+                    item.result = result
+                except Exception as error:
+                    item.error = error
                 _committed(item)
             return
         for item, result in zip(batch, results, strict=True):

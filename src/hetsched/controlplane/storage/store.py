@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
 from hetsched.controlplane.storage.groupcommit import GroupCommit, insert_submitted
+from hetsched.controlplane.storage.health import StoreHealth, where
+from hetsched.controlplane.storage.marks import StoreMarks, migration_config
 from hetsched.controlplane.storage.speedstore import SpeedRecords
 from hetsched.controlplane.storage.tables import (
     allocations,
@@ -120,7 +120,7 @@ def _pending_row(
     }
 
 
-class Store(TurnRecords, SpeedRecords, WorkflowRecords):
+class Store(TurnRecords, SpeedRecords, WorkflowRecords, StoreMarks):
     """Typed access to the tables. Thread-safe; every write commits before returning."""
 
     def __init__(self, url: str, sync: str = "FULL") -> None:
@@ -132,6 +132,10 @@ class Store(TurnRecords, SpeedRecords, WorkflowRecords):
         else:
             kwargs["pool_size"] = 10
             kwargs["max_overflow"] = 20
+            # a server that restarted or failed over: a dead pooled connection is replaced
+            # before use, and an unreachable one is given up on, not waited for
+            kwargs["pool_pre_ping"] = True
+            kwargs["connect_args"] = {"connect_timeout": 5}
         self.engine: Engine = create_engine(url, **kwargs)
         if self.sqlite:
             event.listen(self.engine, "connect", sqlite_pragmas(sync.upper()))
@@ -146,20 +150,24 @@ class Store(TurnRecords, SpeedRecords, WorkflowRecords):
         #: run first in every write transaction; raises to refuse it (a standby pair's
         #: leader checks its lease's epoch: controlplane/leadership.py)
         self.fence: Callable[[Connection], None] | None = None
+        #: whether the store can be written now (controlplane/storage/health.py)
+        self.health = StoreHealth(where(self.engine.url))
+        #: called once the store is closed (the home's marker: a clean stop)
+        self.on_close: list[Callable[[], None]] = []
 
     def close(self) -> None:
         self._group.close()
         if self.checkpointer is not None:
             self.checkpointer.close()
         self.engine.dispose()
+        for closed in self.on_close:
+            closed()
 
     # -- schema --------------------------------------------------------------------------
 
     def migrate(self) -> None:
         """Bring the schema to the newest alembic revision (idempotent)."""
-        config = Config()
-        location = resources.files("hetsched.controlplane.storage") / "migrations"
-        config.set_main_option("script_location", str(location))
+        config = migration_config()
         with self.engine.begin() as conn:
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
@@ -207,18 +215,15 @@ class Store(TurnRecords, SpeedRecords, WorkflowRecords):
     def create_token(self, user: str, admin: bool = False) -> tuple[str, str]:
         """A new token for ``user``; returns (token id, token). Only the digest is stored."""
         token = new_token()
+        return self.adopt_token(token, user, admin), token
+
+    def adopt_token(self, token: str, user: str, admin: bool = False) -> str:
+        """Store ``token`` (one this home issued before) for ``user``; returns its id."""
         token_id = "t" + secrets.token_hex(6)
+        row = {"id": token_id, "owner": user, "digest": digest(token), "admin": admin}
         with self.write() as conn:
-            conn.execute(
-                tokens.insert().values(
-                    id=token_id,
-                    owner=user,
-                    digest=digest(token),
-                    admin=admin,
-                    created_at=time.time(),
-                )
-            )
-        return token_id, token
+            conn.execute(tokens.insert().values(**row, created_at=time.time()))
+        return token_id
 
     def has_admin_token(self) -> bool:
         with self.read() as conn:

@@ -30,6 +30,7 @@ __all__ = [
     "leases",
     "metadata",
     "speed_estimates",
+    "store_marks",
     "tasks",
     "tokens",
     "transitions",
@@ -185,4 +186,14 @@ leases = Table(
     Column("url", String(2048), nullable=False),
     Column("renewed_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
+)
+
+#: the store's own marks: ``probe`` (the write that tells whether the store can be written
+#: again after an outage), ``created`` (when and by which home the schema was made)
+store_marks = Table(
+    "store_marks",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("at", Float, nullable=False),
 )

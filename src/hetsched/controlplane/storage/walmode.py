@@ -17,6 +17,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from hetsched.controlplane.storage.health import unavailable
+
 __all__ = ["Checkpointer", "restore_synchronous", "set_synchronous", "sqlite_pragmas"]
 
 log = logging.getLogger(__name__)
@@ -109,8 +111,12 @@ class Checkpointer:
             self._wrote.clear()
             try:
                 self.checkpoint()
-            except Exception:  # retried after the next write; the backstop bounds the WAL
-                log.exception("WAL checkpoint failed")
+            except Exception as exc:  # retried after the next write; the backstop bounds it
+                reason = unavailable(exc)
+                if reason is None:
+                    log.exception("WAL checkpoint failed")
+                else:
+                    log.warning("WAL checkpoint not done: %s", reason)
 
     def checkpoint(self) -> tuple[int, int, int]:
         """One PASSIVE checkpoint: (busy, frames in the WAL, frames checkpointed)."""

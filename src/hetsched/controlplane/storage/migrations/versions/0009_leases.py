@@ -6,7 +6,7 @@ on the epoch it read), so two processes never both take one epoch. The leader's 
 check the epoch in their own transaction (docs/service.md, "A standby").
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0008
 Create Date: 2026-12-06
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0005"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
