@@ -74,6 +74,11 @@ class Change(enum.StrEnum):
     MIGRATING = "migrating"
     #: running -> running: its new run started where it moved to (a Bind follows)
     MIGRATED = "migrated"
+    #: running -> running: an elastic job's tasks are being stopped to start again at a
+    #: new count (a Migrate of kind ``resize``), or it changed its count live
+    RESIZING = "resizing"
+    #: running -> running: its run at the new count started (a Bind follows)
+    RESIZED = "resized"
 
 
 class MigrationKind(enum.StrEnum):
@@ -84,6 +89,9 @@ class MigrationKind(enum.StrEnum):
     DEFRAG = "defragmentation"
     UPGRADE = "upgrade"
     ROUND = "round"
+    #: an elastic job starts again at a new count (grown on idle capacity, or shrunk to
+    #: make room); its kept tasks' placements carry over to the next run
+    RESIZE = "resize"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +101,15 @@ class Bind:
     ``run`` numbers the job's runs (it grows each time the job starts again after a requeue);
     the driver echoes it in TaskFinished and TaskStopped. ``resume`` is the checkpoint the
     run resumes from (its tasks are told where it is), or None: it starts from scratch.
+    ``replicas`` is how many tasks the run has (an elastic job's count; 0: the job's
+    ``replicas``); each task is told it with its rank (its task index).
     """
 
     job_id: str
     run: int
     placements: tuple[tuple[int, Placement], ...]
     resume: SavedCheckpoint | None = None
+    replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,15 @@ class Trial:
             finally:
                 self.sched.unallocate(TaskKey(self.record.id, task, self.run))
 
+    def drop_last(self) -> None:
+        """Give back the last task this attempt placed (an elastic job starts smaller)."""
+        task, placement = self.new.pop()
+        self.placed.pop()
+        try:
+            self.sched.framework.unreserve(self.ctx, placement)
+        finally:
+            self.sched.unallocate(TaskKey(self.record.id, task, self.run))
+
     @property
     def placements(self) -> list[Placement]:
         return [p for _, p in self.placed]
@@ -153,7 +162,14 @@ def _place(
     permit = framework.permit(ctx, trial.placements) if framework.permits else _PASSED
     _raise_error(permit)
     if len(trial.placed) >= need and permit.ok:
-        return _complete(sched, cycle, trial, now)
+        outcome = _complete(sched, cycle, trial, now)
+        # an elastic job starts with the largest count its quota and the guards allow
+        while outcome.placements is None and _smaller(trial, need, outcome):
+            trial.drop_last()
+            outcome = _complete(sched, cycle, trial, now)
+        if outcome.placements is None:
+            trial.rollback()
+        return outcome
     explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
     if not permit.ok and len(trial.placed) >= need:
         trial.rollback()
@@ -175,9 +191,23 @@ def _raise_error(status: Status) -> None:
         raise PluginError(status)
 
 
+def _smaller(trial: Trial, need: int, outcome: Outcome) -> bool:
+    """May a pending elastic job try again with one task fewer (its quota or a guard
+    refused this count, and it is still above the count it needs)?"""
+    record = trial.record
+    return (
+        record.job.elastic
+        and record.state is JobState.PENDING
+        and outcome.kind in (BlockedBy.QUOTA, BlockedBy.RESERVATION)
+        and len(trial.placed) > need
+        and bool(trial.new)
+    )
+
+
 def _complete(sched: Books, cycle: Pass, trial: Trial, now: float) -> Outcome:
     """Every task the job needs is placed: the exact quota check on the chosen devices,
-    the guards (promised capacity, the backfill reservation), then the Bind plugins."""
+    the guards (promised capacity, the backfill reservation), then the Bind plugins. On a
+    refusal the placements stay allocated: the caller rolls them back (or tries fewer)."""
     record = trial.record
     if sched.quotas.enabled and trial.new:
         use: Usage = Counter()
@@ -186,17 +216,14 @@ def _complete(sched: Books, cycle: Pass, trial: Trial, now: float) -> Outcome:
         queue = record.job.queue
         block = sched.quotas.check(queue, use, sched.ledger, sched.state, {queue: use})
         if block is not None:
-            trial.rollback()
             return _quota_blocked(block)
     reason = _guard(sched, cycle, record, trial.placements, now)
     if reason is not None:
-        trial.rollback()
         return Outcome(None, BlockedBy.RESERVATION, Explanation(Code.UNSCHEDULABLE, reason))
     framework = sched.framework
     bound = framework.bind(trial.ctx, trial.placements) if framework.binders else _PASSED
     _raise_error(bound)
     if not bound.ok:
-        trial.rollback()
         return Outcome(None, BlockedBy.CAPACITY, Explanation(bound.code, str(bound)))
     return Outcome(trial.placed)
 

@@ -46,6 +46,7 @@ from hetsched.scheduler.actions import (
 )
 from hetsched.scheduler.checkpoints import keep_all, note_checkpoint
 from hetsched.scheduler.cycle import placed_in_line, run_cycle
+from hetsched.scheduler.elastic import grow_elastic
 from hetsched.scheduler.events import (
     DeviceAdded,
     DeviceHealthChanged,
@@ -127,6 +128,8 @@ class Scheduler(JobBook):
 
             run_rounds(self, self.rounds, now)
         run_cycle(self, now)
+        if self.elastic:
+            grow_elastic(self, now, self.profile.migration.grace_s)
         run_upgrades(self, now)
         placed_in_line(self, out, start)
         self._out = []
@@ -275,6 +278,8 @@ class Scheduler(JobBook):
             return
         self._move(record, JobState.PENDING, now, "submitted", Change.SUBMITTED)
         self._live[job.id] = record
+        if job.elastic:
+            self.elastic[job.id] = record
         self.tally.entered(record)
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
@@ -304,7 +309,7 @@ class Scheduler(JobBook):
         self.release(key)
         if succeeded:
             record.finished.add(task)
-            if len(record.finished) == record.job.replicas:
+            if len(record.finished) == record.count:
                 self._end(record, JobState.SUCCEEDED, now, "all tasks succeeded")
             return
         cause = f"task {task} failed" + (f": {reason}" if reason else "")

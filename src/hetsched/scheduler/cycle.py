@@ -263,5 +263,10 @@ def _preempt(sched: Books, record: JobRecord, now: float) -> list[str]:
         kind = plan.kinds[victim.id]
         sched.preempt(sched.jobs[victim.id], record, kind, plan.grace_s, now)
         names.append(f"{victim.id} ({kind})")
+    for job_id, count in sorted(plan.shrinks.items()):
+        shrunk = sched.jobs[job_id]
+        names.append(f"{job_id} (shrunk from {shrunk.count} to {count} tasks)")
+        sched.shrink(shrunk, count, record, plan.grace_s, now)
     sched.promise(record, True)
-    return ["preempting " + ", ".join(names) + "; it starts when they have stopped"]
+    verb = "preempting " if plan.victims else "shrinking "
+    return [verb + ", ".join(names) + "; it starts when they have stopped"]
