@@ -9,6 +9,7 @@ from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
+from hetsched.model.job import ResizeMode
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import Bind, Preempt, Scheduler
 
@@ -35,6 +36,7 @@ specs = st.lists(
         st.integers(1, 30),  # duration
         st.integers(0, 40),  # submit time
         st.booleans(),  # preemptible
+        st.sampled_from([None, None, ResizeMode.CHECKPOINT, ResizeMode.LIVE]),  # elastic
     ),
     min_size=1,
     max_size=12,
@@ -47,22 +49,24 @@ specs = st.lists(
 # timeout must not back it off, or its promised room sits idle past the grace
 @example(
     workload=[
-        ("a", 0, 1, 1, 1, 0, False),
-        ("a", 0, 1, 1, 1, 0, False),
-        ("a", 0, 1, 1, 16, 4, False),
-        ("a", 0, 1, 2, 6, 36, False),
-        ("a", 0, 1, 3, 22, 19, False),
-        ("a", 0, 2, 3, 3, 4, False),
-        ("a", 0, 2, 3, 3, 4, False),
-        ("a", 0, 3, 2, 15, 4, True),
-        ("a", 1, 2, 3, 1, 14, False),
-        ("a", 1, 2, 3, 23, 0, True),
-        ("a", 2, 2, 3, 1, 12, False),
+        ("a", 0, 1, 1, 1, 0, False, None),
+        ("a", 0, 1, 1, 1, 0, False, None),
+        ("a", 0, 1, 1, 16, 4, False, None),
+        ("a", 0, 1, 2, 6, 36, False, None),
+        ("a", 0, 1, 3, 22, 19, False, None),
+        ("a", 0, 2, 3, 3, 4, False, None),
+        ("a", 0, 2, 3, 3, 4, False, None),
+        ("a", 0, 3, 2, 15, 4, True, None),
+        ("a", 1, 2, 3, 1, 14, False, None),
+        ("a", 1, 2, 3, 23, 0, True, None),
+        ("a", 2, 2, 3, 1, 12, False, None),
     ]
 )
 def test_all_features_together_keep_the_books_and_finish(
-    workload: list[tuple[str, int, int, int, int, int, bool]],
+    workload: list[tuple[str, int, int, int, int, int, bool, ResizeMode | None]],
 ) -> None:
+    """Elastic jobs in the mix (replicas from 2 up, at least one task): they grow, shrink
+    and end like the rest, within the quotas."""
     core = Scheduler(
         ClusterState([gpu_node(f"g{i}", gpus=4) for i in range(3)]), parse_profile(PROFILE)
     )
@@ -78,6 +82,10 @@ def test_all_features_together_keep_the_books_and_finish(
         assert len(holders) <= 1
         for record in holders:  # released by the call at its deadline, never later
             assert record.hold_since is not None and now - record.hold_since < 15
+        assert (core.state.dev_free >= 0).all()
+        for record in core.elastic.values():
+            if record.state is JobState.RUNNING:
+                assert 1 <= record.count <= record.job.replicas
 
     jobs = [
         job(
@@ -89,8 +97,10 @@ def test_all_features_together_keep_the_books_and_finish(
             estimated_runtime_s=float(d),
             submit_time=float(t),
             preemptible=pre,
+            min_replicas=1 if resize is not None and r > 1 else None,
+            resize=resize or ResizeMode.CHECKPOINT,
         )
-        for i, (q, p, g, r, d, t, pre) in enumerate(workload)
+        for i, (q, p, g, r, d, t, pre, resize) in enumerate(workload)
     ]
     h = Harness(core, after=books)
     h.submit(jobs)
