@@ -20,11 +20,13 @@ from hetsched.cluster.usage import Usage
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code, PluginError, Status
 from hetsched.keys import TaskKey
+from hetsched.model.job import TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.queueing.lanes import Shape
 from hetsched.scheduler.backfill import Reservation
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation, explain_placement
+from hetsched.scheduler.groups import explain_groups
 from hetsched.scheduler.preemption import promises_kept
 from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import BlockedBy, JobRecord
@@ -75,16 +77,41 @@ class Trial:
     run: int
     placed: list[tuple[int, Placement]]
     new: list[tuple[int, Placement]] = field(default_factory=list)
+    #: a job with groups: a context per group request, and the requests whose next task
+    #: found no node (-> that task)
+    contexts: dict[TaskRequest, CycleContext] = field(default_factory=dict)
+    failed: dict[TaskRequest, int] = field(default_factory=dict)
+
+    def context(self, task: int) -> CycleContext:
+        request = self.record.job.request_of(task)
+        if request == self.ctx.request:
+            return self.ctx
+        ctx = self.contexts.get(request)
+        if ctx is None:
+            ctx = self.contexts[request] = CycleContext(
+                self.ctx.state, self.ctx.job, request, self.ctx.now
+            )
+        return ctx
 
     def place(self) -> None:
-        """Place the job's unplaced tasks one by one until one does not fit."""
+        """Place the job's unplaced tasks one by one until one does not fit (a job with
+        groups: each with its group's request, and on to the next group, so that the
+        explanation can say which groups fit)."""
         framework = self.sched.framework
         job = self.record.job
         for task in self.record.unplaced:
             if task in self.record.held:
                 continue
-            placement = framework.select(self.ctx)
+            ctx = self.ctx
+            if job.groups:
+                ctx = self.context(task)
+                if ctx.request in self.failed:
+                    continue
+            placement = framework.select(ctx)
             if placement is None:
+                if job.groups:
+                    self.failed[ctx.request] = task
+                    continue
                 break
             key = TaskKey(job.id, task, self.run)
             self.sched.allocate(key, placement, job)
@@ -135,19 +162,30 @@ def attempt(sched: Books, cycle: Pass, record: JobRecord, need: int, now: float)
         block = sched.quotas.check(job.queue, use, sched.ledger, sched.state)
         if block is not None:
             return _quota_blocked(block)
-    status = framework.prefilter(ctx)
-    if not status.ok:
-        _raise_error(status)
-        kind = BlockedBy.UNRESOLVABLE if status.code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
-        return Outcome(None, kind, explain_placement(framework, ctx, 0, need, status))
     running = record.state is JobState.RUNNING
     run = record.run if running else record.run + 1
     trial = Trial(sched, record, ctx, run, sorted(record.held.items()))
+    for check in [ctx, *(trial.context(t) for t in _group_starts(record))]:
+        status = framework.prefilter(check)
+        if not status.ok:
+            _raise_error(status)
+            code = status.code
+            kind = BlockedBy.UNRESOLVABLE if code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
+            return Outcome(None, kind, explain_placement(framework, check, 0, need, status))
     try:
         return _place(sched, cycle, trial, need, status, now)
     except PluginError:
         trial.rollback()
         raise
+
+
+def _group_starts(record: JobRecord) -> list[int]:
+    """The first task of each group after the first (none for a job without groups)."""
+    starts, start = [], 0
+    for group in record.job.groups:
+        starts.append(start)
+        start += group.replicas
+    return starts[1:]
 
 
 def _place(
@@ -170,7 +208,12 @@ def _place(
         if outcome.placements is None:
             trial.rollback()
         return outcome
-    explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
+    if record.job.groups:  # which groups fit, with the others' placements still held
+        placed = {t for t, _ in trial.placed}
+        contexts = {ctx.request: ctx, **trial.contexts}
+        explanation = explain_groups(framework, record.job, contexts, placed, trial.failed)
+    else:
+        explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
     if not permit.ok and len(trial.placed) >= need:
         trial.rollback()
         return Outcome(None, BlockedBy.CAPACITY, Explanation(Code.UNSCHEDULABLE, str(permit)))
@@ -243,6 +286,7 @@ def _hold(
     if (
         not trial.placed
         or not gang.hold
+        or record.job.groups  # its groups place anew each try (their first fit changes)
         or sched.holder not in (None, record.id)
         or explanation.code is not Code.UNSCHEDULABLE
         or _guard(sched, cycle, record, trial.placements, now) is not None

@@ -142,11 +142,14 @@ def _visit(sched: Books, cycle: Pass, record: JobRecord) -> None:
         return
     need = needed(record)
     same = (record.job.resources, record.job.best_effort, need)  # shape_of(record)
-    if same in cycle.no_room and not record.held and not sched.quotas.enabled:
+    # a job with groups has no one shape: it is always tried
+    alike = not record.held and not sched.quotas.enabled and not record.job.groups
+    if alike and same in cycle.no_room:
         outcome = Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:
         outcome = attempt(sched, cycle, record, need, now)
-        if outcome.kind is BlockedBy.CAPACITY and outcome.explanation is not None:
+        capacity = outcome.kind is BlockedBy.CAPACITY
+        if capacity and outcome.explanation is not None and not record.job.groups:
             cycle.no_room.setdefault(same, outcome.explanation)
     if outcome.placements is not None:
         sched.bind(record, outcome.placements, now)
