@@ -194,7 +194,8 @@ class JobTransition(NamedTuple):
     job comes from these. ``run`` is the job's run after the change (the new run for
     ``started``; 0 before its first start); ``restarts`` counts the restarts its restart
     policy made so far; ``since`` is when the job entered ``source`` (its queueing time
-    for a start, its run's start for the end of a run).
+    for a start, its run's start for the end of a run); ``replicas``, for an elastic job,
+    how many tasks its run has after the change.
 
     A named tuple rather than a frozen dataclass like the other actions: one is emitted
     for every change of every job, and a tuple is about four times cheaper to build.
@@ -209,6 +210,8 @@ class JobTransition(NamedTuple):
     run: int
     restarts: int
     since: float
+    #: an elastic job's count after the change (its run's tasks); 0 for other jobs
+    replicas: int = 0
 
 
 Action = Bind | Kill | Preempt | Migrate | Reject | Pending | JobTransition

@@ -200,7 +200,16 @@ class JobBook(Resizes):
             self.tally.moved(record, source, target)
         self._out.append(
             JobTransition(
-                record.id, now, source, target, change, cause, record.run, record.restarts, since
+                record.id,
+                now,
+                source,
+                target,
+                change,
+                cause,
+                record.run,
+                record.restarts,
+                since,
+                record.width,
             )
         )
 
