@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from service_fixtures import Api, service_options, serving
+from typer.testing import CliRunner
+
+from hetsched.cli.main import app
 
 CLUSTER = """
 nodes:
@@ -175,3 +178,28 @@ def _grown(api: Api, job_id: str) -> dict[str, Any]:
     assert any("resized from 1 to 2 tasks" in c for c in causes), causes
     assert [c["count"] for c in why["counts"]] == [1, 2]
     return job
+
+
+def _cli(api: Api, *args: str) -> tuple[int, str]:
+    env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": api.tokens["alice"], "COLUMNS": "200"}
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_the_cli_submits_an_elastic_job_and_shows_its_count(tmp_path: Path) -> None:
+    with serving(_options(tmp_path)) as api:
+        code, out = _cli(
+            api, "submit", "-o", "json", "--gpu", "1", "--replicas", "4", "--min-replicas", "1",
+            "--resize", "live", "--", "sleep", "30",
+        )  # fmt: skip
+        assert code == 0, out
+        job_id = json.loads(out)[0]["id"]
+        job = api.wait(api.alice, job_id, {"running"})
+        assert (job["count"], job["min_replicas"], job["resize"]) == (2, 1, "live")
+        code, out = _cli(api, "job", job_id)
+        assert "count  2 (elastic, 1 to 4, resized by live)" in out, out
+        code, out = _cli(api, "why", job_id)
+        assert "\ncount\n" in out and "2 tasks" in out, out
+        code, out = _cli(api, "submit", "--min-replicas", "5", "--replicas", "4", "--", "true")
+        assert code != 0 and "min_replicas must be 1..replicas (4), got 5" in out, out
+        api.alice.post(f"/v1/jobs/{job_id}/cancel")

@@ -65,6 +65,13 @@ def print_job(data: dict[str, Any]) -> None:
         _field(key, value)
     _field("command", " ".join(data["command"]))
     _field("resources", resources_text(data["resources"]))
+    if data.get("min_replicas") is not None:
+        now = "-" if data.get("count") is None else str(data["count"])
+        bounds = f"{data['min_replicas']} to {data['replicas']}"
+        _field("count", f"{now} (elastic, {bounds}, resized by {data.get('resize')})")
+    for group in data.get("groups", ()):
+        each = resources_text(group["resources"])
+        _field("group", f"{group['name']}: {group['replicas']} x {each}")
     grid = Grid("Tasks", _TASK_COLUMNS)
     for t in data.get("tasks", []):
         devices = ", ".join(

@@ -147,6 +147,21 @@ _Queue = Annotated[str, typer.Option(help="Queue to submit to.")]
 _Name = Annotated[str | None, typer.Option(help="Job name.")]
 _Priority = Annotated[int, typer.Option(help="Priority (higher runs first).")]
 _Replicas = Annotated[int, typer.Option(help="Tasks (replicas) of the job.")]
+_MinReplicas = Annotated[
+    int | None,
+    typer.Option(
+        help="Elastic: start with any count from this to --replicas that fits, grow on idle "
+        "capacity, shrink toward it instead of being preempted.",
+        min=1,
+    ),
+]
+_Resize = Annotated[
+    str,
+    typer.Option(
+        help="How an elastic job changes its count: checkpoint (notice, then all tasks start "
+        "again at the new count) or live (running tasks go on, ranks start or stop)."
+    ),
+]
 _MaxRuntime = Annotated[str | None, typer.Option(help="Kill after, e.g. 30m.")]
 _Env = Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE.")]
 _Args = Annotated[
@@ -205,6 +220,8 @@ def submit(
     name: _Name = None,
     priority: _Priority = 0,
     replicas: _Replicas = 1,
+    min_replicas: _MinReplicas = None,
+    resize: _Resize = "checkpoint",
     max_runtime: _MaxRuntime = None,
     env: _Env = None,
     output: Output = ListFormat.table,
@@ -219,6 +236,7 @@ def submit(
 
         hetsched submit jobs.yaml
         hetsched submit --gpu 1 --max-runtime 2h -- python train.py --epochs 10
+        hetsched submit --gpu 1 --replicas 8 --min-replicas 2 -- python train.py
     """
     items = list(args or [])
     path = jobs_file(items)
@@ -234,6 +252,8 @@ def submit(
             "command": items,
             "resources": _command_resources(cpu, memory, gpu, gpu_share, gpu_model, fpga),
         }
+        if min_replicas is not None:
+            body.update(min_replicas=min_replicas, resize=resize)
         if max_runtime:
             body["max_runtime"] = max_runtime
         if env:
@@ -420,6 +440,11 @@ def why(
     for line in lines:
         # one line each however long (a path, a selector): a terminal wraps it, a pipe keeps it
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if data.get("counts"):
+        console.print("[bold]count[/bold]")
+        for c in data["counts"]:
+            when = time.strftime("%H:%M:%S", time.localtime(c["time"]))
+            console.print(f"  {when} {plural(c['count'], 'task')}", highlight=False)
     console.print("[bold]history[/bold]")
     for h in data["history"]:
         when = time.strftime("%H:%M:%S", time.localtime(h["time"]))
