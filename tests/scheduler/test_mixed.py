@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -9,7 +11,7 @@ from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
-from hetsched.model.job import ResizeMode
+from hetsched.model.job import ResizeMode, TaskGroup, TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import Bind, Preempt, Scheduler
 
@@ -27,6 +29,8 @@ PROFILE = {
     "timeouts": {"max_runtime_s": 60, "max_pending_s": 400},
 }
 
+DRIVER = TaskRequest(2000, 1024)
+
 specs = st.lists(
     st.tuples(
         st.sampled_from(["a", "b"]),
@@ -36,7 +40,9 @@ specs = st.lists(
         st.integers(1, 30),  # duration
         st.integers(0, 40),  # submit time
         st.booleans(),  # preemptible
-        st.sampled_from([None, None, ResizeMode.CHECKPOINT, ResizeMode.LIVE]),  # elastic
+        # a plain job, an elastic one (resized either way), or one with groups (a CPU
+        # driver beside its GPU workers)
+        st.sampled_from([None, None, ResizeMode.CHECKPOINT, ResizeMode.LIVE, "groups"]),
     ),
     min_size=1,
     max_size=12,
@@ -87,8 +93,9 @@ def test_all_features_together_keep_the_books_and_finish(
             if record.state is JobState.RUNNING:
                 assert 1 <= record.count <= record.job.replicas
 
-    jobs = [
-        job(
+    jobs = []
+    for i, (q, p, g, r, d, t, pre, kind) in enumerate(workload):
+        built = job(
             f"j{i:02d}",
             gpus=g,
             replicas=r,
@@ -97,11 +104,13 @@ def test_all_features_together_keep_the_books_and_finish(
             estimated_runtime_s=float(d),
             submit_time=float(t),
             preemptible=pre,
-            min_replicas=1 if resize is not None and r > 1 else None,
-            resize=resize or ResizeMode.CHECKPOINT,
+            min_replicas=1 if isinstance(kind, ResizeMode) and r > 1 else None,
+            resize=kind if isinstance(kind, ResizeMode) else ResizeMode.CHECKPOINT,
         )
-        for i, (q, p, g, r, d, t, pre, resize) in enumerate(workload)
-    ]
+        if kind == "groups":
+            groups = (TaskGroup("workers", r, built.resources), TaskGroup("driver", 1, DRIVER))
+            built = replace(built, replicas=r + 1, groups=groups)
+        jobs.append(built)
     h = Harness(core, after=books)
     h.submit(jobs)
     h.run(until=5000.0)
