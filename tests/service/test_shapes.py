@@ -203,3 +203,48 @@ def test_the_cli_submits_an_elastic_job_and_shows_its_count(tmp_path: Path) -> N
         code, out = _cli(api, "submit", "--min-replicas", "5", "--replicas", "4", "--", "true")
         assert code != 0 and "min_replicas must be 1..replicas (4), got 5" in out, out
         api.alice.post(f"/v1/jobs/{job_id}/cancel")
+
+
+#: rank 0 waits for the resize file and logs it; every rank logs its start and ends
+LIVE = """
+import json, os, sys, time
+log = open(sys.argv[1], "a", buffering=1)
+env = os.environ
+log.write(f"start {env['HETSCHED_RUN']} {env['HETSCHED_RANK']} {env['HETSCHED_REPLICAS']}\\n")
+if env["HETSCHED_RANK"] == "0":
+    deadline = time.time() + 60
+    while not os.path.exists(env["HETSCHED_RESIZE_FILE"]):
+        assert time.time() < deadline
+        time.sleep(0.05)
+    told = json.load(open(env["HETSCHED_RESIZE_FILE"]))
+    log.write(f"resized {told['run']} {told['replicas']}\\n")
+"""
+
+
+def test_a_live_elastic_job_grows_without_stopping_its_running_task(tmp_path: Path) -> None:
+    log = tmp_path / "live.log"
+    with serving(_options(tmp_path)) as api:
+        other = api.alice.post(
+            "/v1/jobs", json={"name": "other", "command": ["sleep", "600"], "resources": GPU}
+        ).json()["id"]
+        api.wait(api.alice, other, {"running"})
+        body = {
+            "name": "live",
+            "replicas": 2,
+            "min_replicas": 1,
+            "resize": "live",
+            "command": [sys.executable, "-c", LIVE, str(log)],
+            "resources": GPU,
+        }
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        assert _until(lambda: _lines(log)) == [["start", "1", "0", "1"]]
+        api.alice.post(f"/v1/jobs/{other}/cancel")
+        job = api.wait(api.alice, job_id, {"succeeded", "failed"}, timeout=60)
+    assert job["state"] == "succeeded", job
+    lines = _lines(log)
+    # rank 0 ran on (run 1 throughout) and read its new count; rank 1 joined run 1
+    assert ["start", "1", "1", "2"] in lines and ["resized", "1", "2"] in lines
+    assert [(t["run"], t["task"], t["state"]) for t in job["tasks"]] == [
+        (1, 0, "exited"),
+        (1, 1, "exited"),
+    ]

@@ -235,6 +235,13 @@ class Launcher:
         self.executor.stop(told, now)
         return []
 
+    def resized(self, resized: Sequence[tuple[str, int, int, str]], now: float) -> None:
+        """Tell elastic jobs' running tasks their new count: the resize file (with the
+        checkpoint protocol; new ranks learn it from their environment)."""
+        if self.checkpoints is not None:
+            for job_id, run, replicas, reason in resized:
+                self.checkpoints.dirs.resized(job_id, run, replicas, now, reason)
+
     def poll(self, now: float) -> list[Exit]:
         """Tasks that ended since the last poll (a guard kill says so in its reason)."""
         out: list[Exit] = []

@@ -279,6 +279,8 @@ class ProcessRunner:
     def carry_out(self, plan: TurnPlan, now: float) -> list[Exit]:
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
+        if plan.resized:
+            self.launcher.resized(plan.resized, now)
         self.loop.store.record_launched(launched, durable=not self.tasks_here)
         return [*failed, *gone]
 
