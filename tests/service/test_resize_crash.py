@@ -112,7 +112,7 @@ def test_a_resize_in_its_notice_survives_a_sigkill_of_the_service(tmp_path: Path
         (2, 0, "exited"),
         (2, 1, "exited"),
     ]
-    assert job["preemptions"] == 0 and job["restarts"] == 0
+    assert job["preemptions"] == 0 and job["restarts"] == 0 and job["migrations"] == 0
     assert [c["count"] for c in why["counts"]] == [1, 2]
     assert "pending" not in [h["to"] for h in why["history"][1:]]
     db = sqlite3.connect(home / "hetsched.db")

@@ -25,6 +25,7 @@ from hetsched.scheduler import (
     Event,
     JobTransition,
     Migrate,
+    MigrationKind,
     Pending,
     Preempt,
     Scheduler,
@@ -170,7 +171,8 @@ class TurnPlanner(Observer):
         self._plan.preempted.append(action.job_id)
 
     def migrating(self, action: Migrate) -> None:
-        self._plan.migrated.append(action.job_id)
+        if action.kind is not MigrationKind.RESIZE:  # a resize is no move
+            self._plan.migrated.append(action.job_id)
         held = [(TaskKey(action.job_id, t, action.run + 1), p) for t, p in action.placements]
         self._plan.reserved += held
         self._moving[action.job_id] = frozenset(key for key, _ in held)

@@ -197,8 +197,9 @@ function jobCounts(queues) {
 }
 
 async function explain(jobs) {
+  // the pending jobs' explanations, and the running elastic jobs' counts over time
   const pending = jobs
-    .filter((j) => j.state === "pending")
+    .filter((j) => j.state === "pending" || (j.state === "running" && j.min_replicas != null))
     .sort(newest)
     .slice(0, MAX_EXPLAINED);
   const answers = await Promise.all(
@@ -475,6 +476,7 @@ function renderSpeeds(speeds) {
 // -- jobs -----------------------------------------------------------------------------------
 
 function resources(job) {
+  if (job.groups) return job.groups.map((g) => `${g.name}: ${resources({ resources: g.resources, replicas: g.replicas })}`).join("; ");
   const r = job.resources || {};
   const parts = [];
   if (r.cpu) parts.push(`${r.cpu} CPU`);
@@ -501,6 +503,14 @@ function explanationBlock(why) {
     (e.suggestions || []).length ? h("div", { class: "suggest" }, `Would fit: ${e.suggestions.join("; ")}`) : null,
     e.position ? h("div", { class: "muted" }, `#${e.position.index} in queue ${e.position.queue}`) : null,
   );
+}
+
+// an elastic job's bounds and its count over time (each start and each resize done)
+function countLine(job, why) {
+  if (job.min_replicas == null) return "";
+  const counts = ((why && why.counts) || []).map((c) => `${c.count} (${clock(c.time)})`);
+  const line = `elastic ${job.min_replicas}–${job.replicas} tasks`;
+  return counts.length ? `${line} · count ${counts.join(" → ")}` : line;
 }
 
 // pending jobs in line order (oldest first); the others newest first
@@ -538,7 +548,7 @@ function renderJobs(jobs, explained, counts) {
       job.state === "pending"
         ? explanationBlock(explained.get(job.id)) || h("span", { class: "muted" }, job.reason || "waiting")
         : h("span", { class: "muted" }, job.reason || "");
-    const saved = checkpointLine(job);
+    const saved = [checkpointLine(job), countLine(job, explained.get(job.id))].filter((x) => x).join(" · ");
     return h(
       "tr",
       { "data-job": job.id, class: `job ${job.state}` },
