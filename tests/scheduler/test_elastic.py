@@ -158,3 +158,32 @@ def test_shrink_to_the_minimum_rather_than_evict_the_rigid_job_beside_it() -> No
     assert not _of(actions, Preempt)
     (move,) = _of(actions, Migrate)
     assert move.job_id == "e" and len(move.placements) == 2
+
+
+def _quota_core() -> Scheduler:
+    limit = {"name": "a", "nominal": {"gpu": 3}, "borrowing_limit": {"gpu": 0}}
+    spec = {"flavors": ["gpu"], "queues": [limit]}
+    return Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(spec))
+
+
+def test_partial_admission_stops_at_what_the_quota_allows() -> None:
+    core = _quota_core()
+    actions = core.handle(
+        [JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=2, queue="a"))], 0
+    )
+    (bind,) = _of(actions, Bind)
+    # 8 GPUs free, the queue may use 3: it starts with 3, and never grows past them
+    assert bind.replicas == 3
+    actions = core.handle([], 1)
+    assert not _of(actions, Migrate) and core.record("e").count == 3
+
+
+def test_a_grow_stays_within_the_queue_quota() -> None:
+    core = _quota_core()
+    core.handle([JobSubmitted(job("b", gpus=2, queue="a"))], 0)
+    core.handle([JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=1, queue="a"))], 1)
+    assert core.record("e").count == 1
+    # b ends: its 2 GPUs of the quota go to e, and no more (5 GPUs stay idle)
+    actions = core.handle([TaskFinished("b", 0, 1)], 2)
+    (move,) = _of(actions, Migrate)
+    assert len(move.placements) == 3
