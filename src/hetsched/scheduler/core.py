@@ -128,7 +128,7 @@ class Scheduler(JobBook):
 
             run_rounds(self, self.rounds, now)
         run_cycle(self, now)
-        if self.elastic:
+        if self.elastic and self.rounds is None:  # in round mode the rounds size jobs
             grow_elastic(self, now, self.profile.migration.grace_s)
         run_upgrades(self, now)
         placed_in_line(self, out, start)
