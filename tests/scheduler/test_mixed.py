@@ -11,6 +11,7 @@ from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
+from hetsched.keys import TaskKey
 from hetsched.model.job import ResizeMode, TaskGroup, TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import Bind, Preempt, Scheduler
@@ -92,6 +93,17 @@ def test_all_features_together_keep_the_books_and_finish(
         for record in core.elastic.values():
             if record.state is JobState.RUNNING:
                 assert 1 <= record.count <= record.job.replicas
+        for record in core.jobs.values():  # groups: all or nothing, never a partial hold
+            if record.job.groups and record.state is JobState.PENDING:
+                assert not record.held
+                ahead = [
+                    k
+                    for k in core.state.allocations
+                    if isinstance(k, TaskKey) and k.job == record.id and k.run > record.run
+                ]
+                assert not ahead, "a waiting job with groups holds part of its next run"
+            elif record.job.groups and record.state is JobState.RUNNING and not record.stopping:
+                assert len(record.placements) + len(record.finished) == record.job.replicas
 
     jobs = []
     for i, (q, p, g, r, d, t, pre, kind) in enumerate(workload):
