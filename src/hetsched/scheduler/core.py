@@ -99,6 +99,8 @@ class Scheduler(JobBook):
         self.incremental = True
         #: what a driver may read between calls
         self.view = SchedulerView(self)
+        #: what the last grow pass saw (see ``_grow``)
+        self._grow_mark: tuple[int, int, int] | None = None
         #: round-based allocation (the profile's ``rounds``), None when off
         self.rounds: RoundBook | None = None
         if self.profile.rounds is not None:
@@ -129,11 +131,20 @@ class Scheduler(JobBook):
             run_rounds(self, self.rounds, now)
         run_cycle(self, now)
         if self.elastic and self.rounds is None:  # in round mode the rounds size jobs
-            grow_elastic(self, now, self.profile.migration.grace_s)
+            self._grow(now)
         run_upgrades(self, now)
         placed_in_line(self, out, start)
         self._out = []
         return out
+
+    def _grow(self, now: float) -> None:
+        """The grow pass, when something it depends on may have changed since the last:
+        capacity freed, a job submitted, or a job ended (a waiting job that starts frees
+        nothing, but it could start only once capacity was freed)."""
+        mark = (self.capacity_epoch, self._seq, len(self._live))
+        if mark != self._grow_mark:
+            grow_elastic(self, now, self.profile.migration.grace_s)
+            self._grow_mark = (self.capacity_epoch, self._seq, len(self._live))
 
     # -- what plugins read (SchedulerHandle) ---------------------------------------------
 
