@@ -187,3 +187,19 @@ def test_a_grow_stays_within_the_queue_quota() -> None:
     actions = core.handle([TaskFinished("b", 0, 1)], 2)
     (move,) = _of(actions, Migrate)
     assert len(move.placements) == 3
+
+
+def test_under_drf_a_waiting_job_of_a_user_with_a_larger_share_does_not_hold_a_grow_back() -> None:
+    grown = {}
+    for sort in ("drf", "fifo"):
+        core = _core(sort=sort)
+        core.handle([JobSubmitted(job("hog", gpus=4, user="c"))], 0)
+        core.handle([JobSubmitted(job("x", gpus=2, user="b"))], 1)
+        core.handle([JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=1, user="a"))], 2)
+        # shares: a 2/8, b 2/8, c 4/8
+        assert core.record("e").count == 2
+        core.handle([JobSubmitted(job("w", gpus=4, user="c"))], 3)  # waits for 4 GPUs
+        actions = core.handle([TaskFinished("x", 0, 1)], 4)  # 2 GPUs free, too few for w
+        grown[sort] = [len(m.placements) for m in _of(actions, Migrate)]
+    # drf: c uses more than a, so w's claim is worse than e's grow; fifo: w came first
+    assert grown == {"drf": [4], "fifo": []}
