@@ -51,19 +51,21 @@ class Scenario:
     profile: ProfileSpec
 
 
-def _spec(name: str, gpus: int, replicas: int, priority: int) -> SubmitSpec:
+def _spec(name: str, gpus: int, replicas: int, priority: int, elastic: bool = False) -> SubmitSpec:
+    """A job; ``elastic``: it runs with 1 to ``replicas`` tasks (grows and shrinks)."""
     resources: dict[str, Any] = {"cpu": "1", "memory": "1Gi"}
     if gpus:
         resources["devices"] = [{"class": "gpu", "count": gpus}]
-    return SubmitSpec.model_validate(
-        {
-            "name": name,
-            "command": ["true"],
-            "priority": priority,
-            "replicas": replicas,
-            "resources": resources,
-        }
-    )
+    body: dict[str, Any] = {
+        "name": name,
+        "command": ["true"],
+        "priority": priority,
+        "replicas": replicas,
+        "resources": resources,
+    }
+    if elastic:
+        body["min_replicas"] = 1
+    return SubmitSpec.model_validate(body)
 
 
 @st.composite
@@ -74,16 +76,17 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 st.integers(0, 40),  # submit
                 st.integers(1, 30),  # duration
                 st.integers(0, 2),  # gpus per task
-                st.integers(1, 2),  # replicas
+                st.integers(1, 3),  # replicas
                 st.integers(0, 3),  # priority
+                st.booleans(),  # elastic
             ),
             min_size=1,
             max_size=10,
         )
     )
     jobs = tuple(
-        (_spec(f"j{i}", g, r, p), f"j{i}", float(s), float(d))
-        for i, (s, d, g, r, p) in enumerate(rows)
+        (_spec(f"j{i}", g, r, p, e), f"j{i}", float(s), float(d))
+        for i, (s, d, g, r, p, e) in enumerate(rows)
     )
     cancel_at = draw(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 9)), max_size=2))
     cancels = tuple((float(t), f"j{i % len(jobs)}") for t, i in cancel_at)
@@ -189,6 +192,9 @@ class FakeLauncher:
             self._killed.add((key.job, key.task, key.run))
             self._push(now + stop.grace_s, Exit.of(key.job, key.task, key.run, None, True, ""))
         return []
+
+    def resized(self, resized: Sequence[tuple[str, int, int, str]], now: float) -> None:
+        pass  # the resize file changes no decision
 
     def poll(self, now: float) -> list[Exit]:
         out: list[Exit] = []

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hetsched.cli.jobs import ListFormat, jobs_file, trailing_output
+from hetsched.cli.jobs import ListFormat
 from hetsched.cli.main import app
+from hetsched.cli.submit import jobs_file, trailing_output
 
 
 @pytest.mark.parametrize(

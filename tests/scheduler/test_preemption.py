@@ -12,11 +12,14 @@ from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
-from hetsched.model.job import Job
+from hetsched.model.job import Job, ResizeMode
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import (
     Bind,
     JobSubmitted,
+    Kill,
+    Migrate,
+    MigrationKind,
     Preempt,
     Scheduler,
     TaskCheckpointed,
@@ -109,36 +112,61 @@ jobs_strategy = st.lists(
         st.integers(1, 20),  # duration
         st.integers(0, 30),  # submit time
         st.booleans(),  # preemptible
+        st.sampled_from([None, None, ResizeMode.CHECKPOINT, ResizeMode.LIVE]),  # elastic
     ),
     min_size=2,
     max_size=14,
 )
 
+Spec = tuple[int, int, int, int, bool, ResizeMode | None]
 
-def _jobs(specs: list[tuple[int, int, int, int, bool]]) -> list[Job]:
-    """The jobs of drawn (priority, gpus, duration, submit time, preemptible) tuples."""
+
+def _jobs(specs: list[Spec]) -> list[Job]:
+    """The jobs of drawn (priority, gpus, duration, submit time, preemptible, elastic)
+    tuples; an elastic job asks for its GPUs one per task, at least half of them."""
     return [
         job(
             f"j{i}",
-            gpus=g,
+            gpus=g if resize is None else 1,
+            replicas=1 if resize is None else g,
+            min_replicas=None if resize is None else max(1, g // 2),
+            resize=resize or ResizeMode.CHECKPOINT,
             priority=p,
             estimated_runtime_s=float(d),
             submit_time=float(t),
             preemptible=pre,
         )
-        for i, (p, g, d, t, pre) in enumerate(specs)
+        for i, (p, g, d, t, pre, resize) in enumerate(specs)
     ]
+
+
+def _conserved(core: Scheduler) -> None:
+    """Capacity conservation: nothing is held twice or below zero, the ledger matches the
+    allocations, and every running elastic job runs with a count within its bounds."""
+    state = core.state
+    assert set(core.ledger.by_key) == set(state.allocations)
+    assert (state.cpu_free >= 0).all() and (state.dev_free >= 0).all()
+    held = [d.device_id for p in state.allocations.values() for d in p.devices]
+    assert len(held) == len(set(held)), "a device held twice"
+    for record in core.elastic.values():
+        job = record.job
+        if record.state is JobState.RUNNING and job.min_replicas is not None:
+            assert job.min_replicas <= record.count <= job.replicas
+            ranks = sorted([*record.placements, *record.moving, *record.finished])
+            assert ranks == list(range(len(ranks))) and len(ranks) <= record.count
 
 
 @settings(max_examples=60, deadline=None)
 @given(specs=jobs_strategy, grace=st.sampled_from([0.0, 1.0, 3.0]), nodes=st.integers(1, 2))
 def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_start(
-    specs: list[tuple[int, int, int, int, bool]], grace: float, nodes: int
+    specs: list[Spec], grace: float, nodes: int
 ) -> None:
+    """Elastic jobs in the mix: a shrink for a job counts as a preemption (the same
+    safeguards, each pair once), and capacity is conserved after every call."""
     min_runtime = 2.0
     core = _core(nodes=nodes, grace_s=grace, min_runtime_s=min_runtime)
     jobs = _jobs(specs)
-    h = Harness(core)
+    h = Harness(core, after=lambda now: _conserved(core))
     h.submit(jobs)
     h.run(until=2000.0)
     starts: dict[str, list[float]] = {}
@@ -147,33 +175,42 @@ def test_generated_workloads_never_loop_and_every_preemption_lets_its_preemptor_
         assert isinstance(a, Bind)
         starts.setdefault(a.job_id, []).append(t)
         run_start.setdefault((a.job_id, a.run), t)
+    # (time, victim, run, preemptor): preemptions, shrinks through a restart (a Migrate
+    # for a job) and live shrinks (Kills of the top ranks, once per shrink)
+    stops: dict[tuple[float, str, int, str], None] = {}
+    for t, a in h.log:
+        if isinstance(a, Preempt):
+            stops[(t, a.job_id, a.run, a.preemptor)] = None
+        elif isinstance(a, Migrate) and a.for_job:
+            assert a.kind is MigrationKind.RESIZE
+            stops[(t, a.job_id, a.run, a.for_job)] = None
+        elif isinstance(a, Kill) and "to make room for " in a.reason:
+            stops[(t, a.job_id, a.run, a.reason.rsplit(" ", 1)[1])] = None
     pairs: set[tuple[str, str]] = set()
-    for t, a in h.actions(Preempt):
-        assert isinstance(a, Preempt)
-        pair = (a.preemptor, a.job_id)
+    for t, victim_id, run, preemptor_id in stops:
+        pair = (preemptor_id, victim_id)
         assert pair not in pairs, "a job preempted twice by the same job"
-        assert (a.job_id, a.preemptor) not in pairs, "A preempted B and B preempted A"
+        assert (victim_id, preemptor_id) not in pairs, "A preempted B and B preempted A"
         pairs.add(pair)
-        victim = core.record(a.job_id).job
-        preemptor = core.record(a.preemptor).job
+        victim = core.record(victim_id).job
+        preemptor = core.record(preemptor_id).job
         assert victim.preemptible
         assert victim.priority < preemptor.priority
-        assert t - run_start[(a.job_id, a.run)] >= min_runtime
+        assert t - run_start[(victim_id, run)] >= min_runtime
         # the preemptor starts once the victims have stopped, at the latest after the grace
-        assert any(t <= s <= t + grace for s in starts.get(a.preemptor, []))
+        assert any(t <= s <= t + grace for s in starts.get(preemptor_id, []))
     # everything ends, and each pair preempts at most once, so a job is preempted at most
     # once per job of higher priority
     for record in core.jobs.values():
         assert record.state is JobState.SUCCEEDED
         higher = sum(1 for j in jobs if j.priority > record.job.priority)
         assert record.preemptions <= higher
+    assert core.state.allocations == {}
 
 
 @settings(max_examples=40, deadline=None)
 @given(specs=jobs_strategy)
-def test_every_pending_job_has_an_explanation(
-    specs: list[tuple[int, int, int, int, bool]],
-) -> None:
+def test_every_pending_job_has_an_explanation(specs: list[Spec]) -> None:
     core = _core(nodes=1, grace_s=1.0)
     jobs = _jobs(specs)
 

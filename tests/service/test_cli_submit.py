@@ -11,7 +11,7 @@ import yaml
 from service_fixtures import Api, job_body
 from typer.testing import CliRunner
 
-from hetsched.cli import jobs as jobs_cli
+from hetsched.cli import submit as jobs_cli
 from hetsched.cli.main import app
 
 

@@ -280,3 +280,54 @@ def test_the_jobs_table_shows_a_dependency_chain_and_array_progress(
         page.screenshot(path=str(artifacts / "8-workflows.png"), full_page=True)
         flag.touch()
         api.wait(api.alice, report["id"], {"succeeded"})
+
+
+def test_an_elastic_job_shows_its_count_over_time_and_a_job_its_groups(
+    tmp_path: Path, browser: Any, artifacts: Path
+) -> None:
+    gpu = {"cpu": "1", "memory": "256Mi", "devices": [{"class": "gpu", "model": "A100"}]}
+    with serving(service_options(tmp_path)) as api:
+        other = api.alice.post(
+            "/v1/jobs", json=job_body(name="other", command=["sleep", "60"], resources=gpu)
+        ).json()["id"]
+        api.wait(api.alice, other, {"running"})
+        elastic = job_body(
+            name="elastic", command=["sleep", "60"], resources=gpu, replicas=2, min_replicas=1
+        )
+        elastic_id = api.alice.post("/v1/jobs", json=elastic).json()["id"]
+        api.wait(api.alice, elastic_id, {"running"})
+        api.alice.post(f"/v1/jobs/{other}/cancel")
+        deadline = time.monotonic() + 60
+        while len(api.alice.get(f"/v1/jobs/{elastic_id}/why").json()["counts"]) < 2:
+            assert time.monotonic() < deadline, "the elastic job did not grow"
+            time.sleep(0.1)
+        groups = job_body(
+            name="hetero",
+            command=["sleep", "60"],
+            resources=None,
+            groups=[
+                {"name": "driver", "resources": {"cpu": "15"}},
+                {"name": "workers", "replicas": 2, "resources": gpu},
+            ],
+        )
+        del groups["resources"]
+        answer = api.alice.post("/v1/jobs", json=groups)
+        assert answer.status_code == 201, answer.text
+
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        expect = sync_api.expect
+        expect.set_options(timeout=30_000)
+        page.goto(f"{api.svc.url}/ui?refresh=0.5")
+        page.fill("#token", api.tokens["alice"])
+        page.click("#connect")
+        row = page.locator(f'tr[data-job="{elastic_id}"]')
+        expect(row).to_contain_text("elastic 1–2 tasks · count 1 (")
+        expect(row).to_contain_text(") → 2 (")
+        hetero = page.locator("tr.job", has_text="hetero")
+        expect(hetero).to_contain_text(
+            "driver: 15 CPU; workers: 1 CPU · 256Mi · 1× A100 · × 2 tasks"
+        )
+        # it waits whole (the elastic job holds both A100s), explained per group
+        expect(hetero).to_contain_text("driver: no node has 15 free CPUs; workers: no node has")
+        page.screenshot(path=str(artifacts / "8-elastic.png"), full_page=True)
+        api.alice.post(f"/v1/jobs/{elastic_id}/cancel")

@@ -6,7 +6,8 @@ writes and the notices it gets.
 - A task is told (:func:`task_env`): ``HETSCHED_CHECKPOINT_DIR``; when its run resumes,
   ``HETSCHED_RESUME_FROM`` (the path the checkpoint was reported with, else the directory)
   and ``HETSCHED_RESUME_STEP`` (when one was reported); ``HETSCHED_NOTICE_FILE`` and
-  ``HETSCHED_NOTICE_SIGNAL``; ``HETSCHED_CHECKPOINT_INTERVAL`` when the job declares one;
+  ``HETSCHED_NOTICE_SIGNAL``; ``HETSCHED_RESIZE_FILE`` (a live elastic job's new count is
+  written there); ``HETSCHED_CHECKPOINT_INTERVAL`` when the job declares one;
   and how to report (``HETSCHED_API``, ``HETSCHED_TASK_TOKEN``, ``HETSCHED_CA_PEM`` when
   the service gives a CA bundle for an https API, and ``hetsched`` on its ``PATH``).
 - A task reports a checkpoint by writing ``{"step": N, "path": "..."}`` to
@@ -41,6 +42,7 @@ __all__ = [
     "NOTICE_FILE",
     "PROGRESS_FILE",
     "REPORT_FILE",
+    "RESIZE_FILE",
     "CheckpointDirs",
     "JobFileWatcher",
     "Mark",
@@ -53,6 +55,8 @@ __all__ = [
 
 REPORT_FILE = "CHECKPOINT"
 NOTICE_FILE = "NOTICE"
+#: a live elastic job's new count (``{"run", "replicas", "time", "reason"}``)
+RESIZE_FILE = "RESIZE"
 PROGRESS_FILE = "PROGRESS"
 MAX_REPORT_BYTES = 65536
 MAX_PATH_LENGTH = 4096
@@ -134,16 +138,26 @@ class CheckpointDirs:
 
     def notify(self, job_id: str, deadline: float, signal: str, reason: str) -> None:
         """Write the notice file (atomically) before a notice signal is sent."""
+        body = {"deadline": deadline, "signal": signal, "reason": reason}
+        self._write(job_id, NOTICE_FILE, body)
+
+    def resized(self, job_id: str, run: int, replicas: int, at: float, reason: str) -> None:
+        """Write the resize file (atomically): a live elastic job's run ``run`` has
+        ``replicas`` tasks from ``at`` on (its running tasks read it; new ranks are told
+        at their start)."""
+        body = {"run": run, "replicas": replicas, "time": at, "reason": reason}
+        self._write(job_id, RESIZE_FILE, body)
+
+    def _write(self, job_id: str, name: str, body: dict[str, object]) -> None:
         directory = self.of(job_id)
         if not directory.is_dir():
             return
-        body = json.dumps({"deadline": deadline, "signal": signal, "reason": reason})
-        temporary = directory / f".{NOTICE_FILE}.{os.getpid()}"
+        temporary = directory / f".{name}.{os.getpid()}"
         with contextlib.suppress(OSError):
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "w") as handle:
-                handle.write(body + "\n")
-            os.replace(temporary, directory / NOTICE_FILE)
+                handle.write(json.dumps(body) + "\n")
+            os.replace(temporary, directory / name)
 
     def read_report(self, job_id: str) -> tuple[Mark, Report | None]:
         """The report file's identity (device, inode, size, mtime) and its report, if it
@@ -218,6 +232,7 @@ def task_env(
     env = {
         "HETSCHED_CHECKPOINT_DIR": str(directory),
         "HETSCHED_NOTICE_FILE": str(directory / NOTICE_FILE),
+        "HETSCHED_RESIZE_FILE": str(directory / RESIZE_FILE),
         "HETSCHED_NOTICE_SIGNAL": spec.signal if spec is not None else DEFAULT_SIGNAL,
         "HETSCHED_PROGRESS_FILE": str(directory / PROGRESS_FILE),
         "HETSCHED_API": api,

@@ -73,6 +73,13 @@ def print_job(data: dict[str, Any]) -> None:
     _field("resources", resources_text(data["resources"]))
     for key, value in workflow_lines(data):
         _field(key, value)
+    if data.get("min_replicas") is not None:
+        now = "-" if data.get("count") is None else str(data["count"])
+        bounds = f"{data['min_replicas']} to {data['replicas']}"
+        _field("count", f"{now} (elastic, {bounds}, resized by {data.get('resize')})")
+    for group in data.get("groups", ()):
+        each = resources_text(group["resources"])
+        _field("group", f"{group['name']}: {group['replicas']} x {each}")
     grid = Grid("Tasks", _TASK_COLUMNS)
     for t in data.get("tasks", []):
         devices = ", ".join(

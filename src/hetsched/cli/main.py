@@ -34,7 +34,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "place": ("hetsched.cli.place", "place", {}),
     "check": ("hetsched.cli.check", "check", {}),
     "up": ("hetsched.cli.up", "up", {}),
-    "submit": ("hetsched.cli.jobs", "submit", {"allow_interspersed_args": False}),
+    "submit": ("hetsched.cli.submit", "submit", {"allow_interspersed_args": False}),
     "jobs": ("hetsched.cli.jobs", "jobs", {}),
     "job": ("hetsched.cli.jobs", "job", {}),
     "logs": ("hetsched.cli.jobs", "logs", {}),

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.model.device import SHARE_UNITS
-from hetsched.model.job import Job
+from hetsched.model.job import Job, TaskRequest
 
 __all__ = [
     "DecayedUsage",
@@ -68,7 +68,19 @@ def request_usage(job: Job, tasks: int, scale: float = 1.0) -> Usage:
     of the first alternative of each device request (the model is known only once placed).
     ``scale`` multiplies the device amounts: the least a device unit can count for the job
     wherever it lands, so a check on this usage never refuses what a placement would pass."""
-    request = job.resources
+    if job.groups:
+        # a job with groups: its last ``tasks`` tasks (a partial hold places the first)
+        usage: Usage = Counter()
+        left = tasks
+        for group in reversed(job.groups):
+            take = min(left, group.replicas)
+            usage.update(_request_usage(group.resources, take, scale))
+            left -= take
+        return usage
+    return _request_usage(job.resources, tasks, scale)
+
+
+def _request_usage(request: TaskRequest, tasks: int, scale: float) -> Usage:
     usage: Usage = Counter({"cpu": request.cpu_milli * tasks, "memory": request.memory_mib * tasks})
     for device_request in request.devices:
         choice = device_request.primary

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -25,6 +25,7 @@ from hetsched.cluster.placement import Placement
 from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.fencing import Fencing
 from hetsched.controlplane.schemas import SubmitSpec
+from hetsched.controlplane.taskshape import ADDRESS_LABEL, peers, shape_env
 from hetsched.drivers import Exit, GivesNotice, KillsByPid, Launch, RunAs, Start, Stop
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.keys import TaskKey
@@ -49,11 +50,14 @@ class LaunchSpec:
     env: Mapping[str, str]
     workdir: str | None
     federation: str | None
+    #: group -> what its tasks run instead of ``command`` (a job with groups)
+    commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, spec: SubmitSpec) -> LaunchSpec:
         env = MappingProxyType(dict(spec.env)) if spec.env else _NO_ENV
-        return cls(tuple(spec.command), env, spec.workdir, spec.federation)
+        commands = {g.name: tuple(g.command) for g in spec.groups or () if g.command}
+        return cls(tuple(spec.command), env, spec.workdir, spec.federation, commands)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,8 @@ class Launcher:
         self.guard = guard
         self.devices: dict[str, Device] = {}
         self.device_indices: dict[str, int] = {}
+        #: node -> the address its tasks are reached at (its ``hetsched.io/address`` label)
+        self.addresses: dict[str, str] = {}
         self.add_nodes(nodes)
         #: job id -> its job and what its tasks run, while it may run
         self.jobs: dict[str, tuple[Job, LaunchSpec]] = {}
@@ -108,6 +114,8 @@ class Launcher:
         """Know the devices of nodes that joined (a node's devices keep their ids and indices:
         a node that comes back is known already)."""
         for node in nodes:
+            if ADDRESS_LABEL in node.labels:
+                self.addresses[node.name] = node.labels[ADDRESS_LABEL]
             fresh = [d for d in node.devices if d.id not in self.devices]
             if not fresh:
                 continue
@@ -142,11 +150,15 @@ class Launcher:
         spawn from its next poll: reported as failed in the next turn)."""
         failed: list[Exit] = []
         ready: list[Start] = []
+        addresses, peer_text = peers(starts, self._job, self._host)
         for start in starts:
             key = start.key
             problem, run_as = self._account(key.job)
             if problem is None:
-                ready.append(start._replace(launch=self._launch(start, run_as)))
+                job = self._job(key.job)
+                assert job is not None  # _account found it
+                shape = shape_env(start, job, addresses, peer_text)
+                ready.append(start._replace(launch=self._launch(start, run_as, shape)))
             else:
                 failed.append(Exit.of(key.job, key.task, key.run, None, False, problem))
         self.executor.start(ready, time.time())
@@ -190,9 +202,21 @@ class Launcher:
             return f"no OS account mapped for user {user}", None
         return None, account
 
-    def _launch(self, start: Start, run_as: RunAs | None) -> Launch:
-        """What the task runs: its job's command, environment and directory, its devices,
-        its maximum runtime, its account and its federation's lease."""
+    def _job(self, job_id: str) -> Job | None:
+        known = self._known(job_id)
+        return None if known is None else known[0]
+
+    def _host(self, node: str) -> str:
+        """Where a task on ``node`` is reached (see ``controlplane/taskshape.py``)."""
+        address = self.addresses.get(node)
+        if address:
+            return address
+        return "127.0.0.1" if isinstance(self.executor, KillsByPid) else node
+
+    def _launch(self, start: Start, run_as: RunAs | None, shape: Mapping[str, str]) -> Launch:
+        """What the task runs: its job's command (its group's, if it has one), environment
+        and directory, its devices, its maximum runtime, its account and its federation's
+        lease; ``shape``: its count, rank and group (``controlplane/taskshape.py``)."""
         known = self._known(start.key.job)
         assert known is not None  # _account found it
         job, spec = known
@@ -200,14 +224,16 @@ class Launcher:
             (self.devices[d.device_id], d.share, self.device_indices[d.device_id])
             for d in start.placement.devices
         )
-        env = spec.env
+        env = {**spec.env, **shape}
         if self.checkpoints is not None:
             # what the service tells the task goes over the job's own variables
-            env = {**env, **self.checkpoints.env(start, job, run_as, spec.env.get("PATH"))}
+            env.update(self.checkpoints.env(start, job, run_as, spec.env.get("PATH")))
         fence = self._fence_file(spec)
-        return Launch(
-            spec.command, dict(env), spec.workdir, devices, job.max_runtime_s, run_as, fence
-        )
+        command = spec.command
+        group = shape.get("HETSCHED_GROUP")
+        if group is not None and group in spec.commands:
+            command = spec.commands[group]
+        return Launch(command, env, spec.workdir, devices, job.max_runtime_s, run_as, fence)
 
     def _fence_file(self, spec: LaunchSpec) -> Path | None:
         if spec.federation is None or self.fencing is None:
@@ -233,6 +259,13 @@ class Launcher:
             told.append(replace(stop, notice_s=notice_s, notice_signal=signal))
         self.executor.stop(told, now)
         return []
+
+    def resized(self, resized: Sequence[tuple[str, int, int, str]], now: float) -> None:
+        """Tell elastic jobs' running tasks their new count: the resize file (with the
+        checkpoint protocol; new ranks learn it from their environment)."""
+        if self.checkpoints is not None:
+            for job_id, run, replicas, reason in resized:
+                self.checkpoints.dirs.resized(job_id, run, replicas, now, reason)
 
     def poll(self, now: float) -> list[Exit]:
         """Tasks that ended since the last poll (a guard kill says so in its reason)."""

@@ -21,9 +21,11 @@ from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
 from hetsched.scheduler import (
     Action,
+    Change,
     Event,
     JobTransition,
     Migrate,
+    MigrationKind,
     Pending,
     Preempt,
     Scheduler,
@@ -67,6 +69,8 @@ class TurnPlan:
     reserved: list[tuple[TaskKey, Placement]] = field(default_factory=list)
     arrived: set[TaskKey] = field(default_factory=set)
     unreserved: list[TaskKey] = field(default_factory=list)
+    #: elastic jobs whose count changed: (job, run, count, cause), for their resize file
+    resized: list[tuple[str, int, int, str]] = field(default_factory=list)
 
 
 def exit_of(exit_: Exit) -> Exit:
@@ -152,6 +156,8 @@ class TurnPlanner(Observer):
 
     def transitioned(self, change: JobTransition) -> None:
         self._plan.transitions.append(change)
+        if change.change is Change.RESIZED and change.replicas:
+            self._plan.resized.append((change.job_id, change.run, change.replicas, change.cause))
         if change.target is not JobState.PENDING:
             self._plan.explanations[change.job_id] = None
         if change.target is not JobState.RUNNING and change.job_id in self._moving:
@@ -165,7 +171,8 @@ class TurnPlanner(Observer):
         self._plan.preempted.append(action.job_id)
 
     def migrating(self, action: Migrate) -> None:
-        self._plan.migrated.append(action.job_id)
+        if action.kind is not MigrationKind.RESIZE:  # a resize is no move
+            self._plan.migrated.append(action.job_id)
         held = [(TaskKey(action.job_id, t, action.run + 1), p) for t, p in action.placements]
         self._plan.reserved += held
         self._moving[action.job_id] = frozenset(key for key, _ in held)

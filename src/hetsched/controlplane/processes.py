@@ -304,6 +304,8 @@ class ProcessRunner:
             raise Fenced("this process no longer surely holds its lease: nothing is started")
         launched, failed = self.launcher.launch(plan.starts)
         gone = self.launcher.signal(plan.stops, now)
+        if plan.resized:
+            self.launcher.resized(plan.resized, now)
         # the next turn's before a write that may fail: not lost if the store refuses it
         self.loop.later(exits=[*failed, *gone])
         self._launched += launched

@@ -32,7 +32,7 @@ from hetsched.framework.profile import ProfileSpec
 from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import Job
-from hetsched.model.specs import JobSpec, format_errors
+from hetsched.model.specs import JobSpec, ResourcesSpec, format_errors
 from hetsched.model.workflow import find_cycle, split_element
 from hetsched.scheduler.events import DeviceAdded
 
@@ -168,13 +168,19 @@ class SubmitSpec(JobSpec):
 
     @model_validator(mode="after")
     def _sizes(self) -> SubmitSpec:
-        res = self.resources
-        if res.cpu_milli > _MAX_CPU_MILLI:
-            raise ValueError(f"resources.cpu: at most {_MAX_CPU_MILLI // 1000} cores")
-        if res.memory_mib > _MAX_MEMORY_MIB:
-            raise ValueError("resources.memory: at most 1Pi")
-        if res.cpu_milli == 0 and res.memory_mib == 0 and not res.devices:
-            raise ValueError("resources: empty request (ask for cpu, memory or a device)")
+        if self.groups is None:
+            _check_request(self.resources, "resources")
+            return self
+        for index, group in enumerate(self.groups):
+            _check_request(group.resources, f"groups[{index}].resources")
+            if group.command is not None:
+                try:
+                    SubmitSpec._command(group.command)
+                except ValueError as exc:
+                    raise ValueError(f"groups[{index}].command: {exc}") from None
+        total = sum(g.replicas for g in self.groups)
+        if total > 1000:
+            raise ValueError(f"groups: at most 1000 tasks in all, got {total}")
         return self
 
     def to_job(self, job_id: str, owner: str, submit_time: float) -> Job:
@@ -185,6 +191,15 @@ class SubmitSpec(JobSpec):
         spec = self.model_copy(update={"id": own_id, "user": owner, "submit_time": submit_time})
         job = JobSpec.build(spec)
         return job if element is None else job.element(element[1])
+
+
+def _check_request(res: ResourcesSpec, where: str) -> None:
+    if res.cpu_milli > _MAX_CPU_MILLI:
+        raise ValueError(f"{where}.cpu: at most {_MAX_CPU_MILLI // 1000} cores")
+    if res.memory_mib > _MAX_MEMORY_MIB:
+        raise ValueError(f"{where}.memory: at most 1Pi")
+    if res.cpu_milli == 0 and res.memory_mib == 0 and not res.devices:
+        raise ValueError(f"{where}: empty request (ask for cpu, memory or a device)")
 
 
 class InvalidBody(ValueError):
@@ -303,14 +318,18 @@ class Feasibility:
             self.state = ClusterState(list(self._nodes.values()))
 
     def check(self, job: Job) -> None:
-        ctx = CycleContext(self.state, job, job.resources, 0.0, what_if=True)
-        if not self.framework.feasible(ctx).any():
-            lines = [str(r) for r in self.framework.diagnose(ctx)]
-            detail = "; ".join(lines) or "no node matches"
-            raise Unsatisfiable(
-                f"no node could ever hold a task ({job.resources.describe()}): {detail}"
-            )
-        self._check_gang(job)
+        for group in job.groups or (None,):
+            request = job.resources if group is None else group.resources
+            ctx = CycleContext(self.state, job, request, 0.0, what_if=True)
+            if not self.framework.feasible(ctx).any():
+                lines = [str(r) for r in self.framework.diagnose(ctx)]
+                detail = "; ".join(lines) or "no node matches"
+                which = "a task" if group is None else f"a task of group {group.name}"
+                raise Unsatisfiable(
+                    f"no node could ever hold {which} ({request.describe()}): {detail}"
+                )
+        if not job.groups:
+            self._check_gang(job)
 
     def _check_gang(self, job: Job) -> None:
         """A gang whose tasks together need more devices (or CPU) than the whole cluster has

@@ -106,6 +106,8 @@ class Start(NamedTuple):
     placement: Placement
     resume: SavedCheckpoint | None = None
     launch: Launch | None = None
+    #: how many tasks its run has (an elastic job's count; 0: the job's ``replicas``)
+    replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)

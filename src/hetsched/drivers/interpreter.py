@@ -57,7 +57,9 @@ from hetsched.scheduler.events import TaskCheckpointed, TaskFinished, TaskStoppe
 __all__ = ["Interpreter"]
 
 #: transitions that stop a run to run the job again: what they throw away is lost work
-_AGAIN = frozenset({Change.PREEMPTED, Change.MIGRATING, Change.LOST, Change.RESTARTED})
+_AGAIN = frozenset(
+    {Change.PREEMPTED, Change.MIGRATING, Change.RESIZING, Change.LOST, Change.RESTARTED}
+)
 
 
 @dataclass(slots=True)
@@ -109,14 +111,14 @@ class Interpreter:
                     observer.transitioned(action)
                     if self._runs is not None:
                         self._transitioned(action)
-                case Bind(job_id, run, placements, resume):
+                case Bind(job_id, run, placements, resume, replicas):
                     if self._runs is not None:
                         runs = self._runs.setdefault(job_id, {})
                         for old in [r for r in runs if r < run and runs[r].stopped is None]:
                             del runs[old]
                         entry = runs.setdefault(run, _Run(now))
                         entry.tasks += len(placements)
-                    self._start(job_id, run, placements, resume, now)
+                    self._start(job_id, run, placements, resume, now, replicas)
                 case Pending():
                     observer.pending(action)
                 case Kill(job_id, task, run, reason, released):
@@ -142,12 +144,13 @@ class Interpreter:
         placements: Sequence[tuple[int, Placement]],
         resume: SavedCheckpoint | None,
         now: float,
+        replicas: int = 0,
     ) -> None:
         starts = []
         for task, placement in placements:
             key = TaskKey(job_id, task, run)
             self.running[key] = placement
-            starts.append(Start(key, placement, resume))
+            starts.append(Start(key, placement, resume, None, replicas))
         self.executor.start(starts, now)
 
     def _stop(

@@ -81,6 +81,10 @@ DEVICE_SELECTOR = f"{DOMAIN}/selector"
 POD_GROUP = f"{DOMAIN}/pod-group"
 #: Pod annotation: how many pods of the group must start together (the gang minimum)
 POD_GROUP_MIN = f"{DOMAIN}/min-available"
+#: Pod annotation: ``"true"``: the pod group is elastic (docs/elastic.md): it starts with as
+#: many of its pods as fit (at least ``min-available``), binds more on idle capacity, and
+#: is shrunk (its last pods deleted) before anyone is preempted
+POD_GROUP_ELASTIC = f"{DOMAIN}/elastic"
 #: Pod label: the hetsched queue the pod is charged to (default: its namespace)
 QUEUE = f"{DOMAIN}/queue"
 #: Pod annotations: the job's speed model (docs/heterogeneity.md): rates per device model

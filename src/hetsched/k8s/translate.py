@@ -34,6 +34,7 @@ from hetsched.k8s.names import (
     ASSIGNED_DEVICES,
     NODE_DEVICES,
     POD_GROUP,
+    POD_GROUP_ELASTIC,
     POD_GROUP_MIN,
     QUEUE,
     SPEED,
@@ -51,7 +52,7 @@ from hetsched.k8s.podrequest import (
 )
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import Device, Health, Node, Taint, TaintEffect
-from hetsched.model.job import Job
+from hetsched.model.job import Job, ResizeMode
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.specs import build_speed, parse_speed_map, parse_work
 from hetsched.model.speed import JobSpeed
@@ -337,6 +338,9 @@ def group_job(
                 f"but {first.key} asks for {request.describe()}; the pods of a group must "
                 "ask for the same resources"
             )
+    least = min(min_available, len(pods))
+    annotations = str_map(_meta(pods[0]).get("annotations"), "metadata.annotations")
+    elastic = annotations.get(POD_GROUP_ELASTIC) == "true" and least < len(pods)
     return Job(
         id=job_id,
         resources=request,
@@ -345,7 +349,10 @@ def group_job(
         queue=first.queue,
         priority=first.priority,
         replicas=len(pods),
-        gang=min(min_available, len(pods)),
+        gang=None if elastic else least,
+        # an elastic group resizes live: its pods are bound and deleted one by one
+        min_replicas=least if elastic else None,
+        resize=ResizeMode.LIVE,
         submit_time=submit_time,
         speed=pod_speed(pods[0]),
         checkpoint=_checkpointing(pods[0]),

@@ -19,7 +19,9 @@ __all__ = [
     "DeviceFailurePolicy",
     "DeviceRequest",
     "Job",
+    "ResizeMode",
     "RestartPolicy",
+    "TaskGroup",
     "TaskRequest",
     "Toleration",
 ]
@@ -146,12 +148,38 @@ class DeviceFailurePolicy(enum.StrEnum):
     FAIL = "fail"
 
 
+class ResizeMode(enum.StrEnum):
+    """How an elastic job changes its count while it runs: ``checkpoint`` (a notice, a
+    checkpoint, then every task starts again at the new count) or ``live`` (surviving tasks
+    keep running and are told the new count; new ranks start, removed ranks stop)."""
+
+    CHECKPOINT = "checkpoint"
+    LIVE = "live"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGroup:
+    """One group of a heterogeneous job: ``replicas`` tasks that each ask for ``resources``.
+    The job's tasks are numbered across its groups in order: the first group's are 0, 1, ...
+    """
+
+    name: str
+    replicas: int
+    resources: TaskRequest
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A unit of work: ``replicas`` identical tasks, bound all-or-nothing in groups of ``gang``.
 
     Times are seconds on the driver's clock. ``gang`` defaults to ``replicas``: the job starts
     only when that many tasks can be placed at once.
+
+    An *elastic* job (``min_replicas`` set) runs with any count from ``min_replicas`` to
+    ``replicas``: it starts with the largest count that fits, grows on idle capacity and is
+    shrunk before anyone is evicted (see ``docs/elastic.md``). A *heterogeneous* job
+    (``groups``) has several task groups, each with its own request, placed all or nothing
+    as one gang; ``replicas`` is then the groups' total and ``resources`` the first group's.
     """
 
     id: str
@@ -192,12 +220,32 @@ class Job:
     #: an element of an array: the array's id and this element's index
     array_of: str | None = None
     array_index: int | None = None
+    #: elastic: the fewest tasks it runs with (None: it runs with ``replicas`` exactly)
+    min_replicas: int | None = None
+    #: how an elastic job is resized while it runs
+    resize: ResizeMode = ResizeMode.CHECKPOINT
+    #: heterogeneous: its task groups, in task order (empty: ``replicas`` alike tasks)
+    groups: tuple[TaskGroup, ...] = ()
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"job {self.id}: replicas must be >= 1, got {self.replicas}")
         if self.gang is not None and not 1 <= self.gang <= self.replicas:
             raise ValueError(f"job {self.id}: gang must be 1..replicas, got {self.gang}")
+        if self.min_replicas is not None:
+            if not 1 <= self.min_replicas <= self.replicas:
+                raise ValueError(
+                    f"job {self.id}: min_replicas must be 1..replicas, got {self.min_replicas}"
+                )
+            if self.gang is not None or self.groups:
+                raise ValueError(f"job {self.id}: min_replicas excludes gang and groups")
+        if self.groups:
+            total = sum(g.replicas for g in self.groups)
+            if total != self.replicas or self.gang not in (None, self.replicas):
+                raise ValueError(
+                    f"job {self.id}: a job with groups has replicas {total} (their sum) and "
+                    "no smaller gang"
+                )
 
     def element(self, index: int) -> Job:
         """Element ``index`` of this array: the same job with its own id and name."""
@@ -213,7 +261,28 @@ class Job:
 
     @property
     def gang_min(self) -> int:
+        if self.min_replicas is not None:
+            return self.min_replicas
         return self.replicas if self.gang is None else self.gang
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_replicas is not None and self.min_replicas < self.replicas
+
+    def group_of(self, task: int) -> tuple[TaskGroup, int] | None:
+        """The group of task ``task`` and its index in it; None for a job without groups."""
+        for group in self.groups:
+            if task < group.replicas:
+                return group, task
+            task -= group.replicas
+        return None
+
+    def request_of(self, task: int) -> TaskRequest:
+        """What task ``task`` asks for (its group's request, or the job's)."""
+        if not self.groups:
+            return self.resources
+        found = self.group_of(task)
+        return self.resources if found is None else found[0].resources
 
     @property
     def notice_s(self) -> float:

@@ -30,7 +30,9 @@ from hetsched.model.job import (
     DeviceFailurePolicy,
     DeviceRequest,
     Job,
+    ResizeMode,
     RestartPolicy,
+    TaskGroup,
     TaskRequest,
     Toleration,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "CheckpointSpec",
     "DeviceChoiceSpec",
     "DeviceRequestSpec",
+    "GroupSpec",
     "JobSpec",
     "JobsSpec",
     "ResourcesSpec",
@@ -216,6 +219,19 @@ class AfterSpec(Strict):
     state: Needs = Needs.SUCCEEDED
 
 
+class GroupSpec(Strict):
+    """One group of a heterogeneous job: ``{name: workers, replicas: 8, resources: {...},
+    command: [...]}`` (``command``: what its tasks run instead of the job's)."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    replicas: int = Field(default=1, ge=1, le=100_000)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    command: list[str] | None = Field(default=None, min_length=1, max_length=4096)
+
+    def build(self) -> TaskGroup:
+        return TaskGroup(self.name, self.replicas, self.resources.build())
+
+
 class JobSpec(Strict):
     name: str = Field(min_length=1, max_length=253)
     id: str | None = Field(default=None, min_length=1, max_length=253)
@@ -247,6 +263,12 @@ class JobSpec(Strict):
     on_unmet: OnUnmet = OnUnmet.CANCEL
     #: an array of indexed elements in Slurm's syntax: ``0-999%50``, ``1-7:2``, ``0,3,5``
     array: str | None = Field(default=None, min_length=1, max_length=4096)
+    #: elastic: it runs with any count from this to ``replicas`` (docs/elastic.md)
+    min_replicas: int | None = Field(default=None, ge=1)
+    #: how an elastic job changes its count while it runs: ``checkpoint`` or ``live``
+    resize: ResizeMode = ResizeMode.CHECKPOINT
+    #: heterogeneous: task groups with their own resources, placed all or nothing
+    groups: list[GroupSpec] | None = Field(default=None, min_length=1, max_length=64)
 
     _speed = field_validator("speed", mode="before")(
         lambda cls, v: None if v is None else parse_speed_map(v)
@@ -287,8 +309,30 @@ class JobSpec(Strict):
     def _gang_within_replicas(self) -> JobSpec:
         if self.gang is not None and self.gang > self.replicas:
             raise ValueError(f"gang must be 1..replicas ({self.replicas}), got {self.gang}")
+        if self.min_replicas is not None:
+            if self.min_replicas > self.replicas:
+                raise ValueError(
+                    f"min_replicas must be 1..replicas ({self.replicas}), got {self.min_replicas}"
+                )
+            if self.gang is not None:
+                raise ValueError("min_replicas and gang: set one (min_replicas is the gang)")
+        if self.groups is not None:
+            self._check_groups(self.groups)
         self.job_speed()  # speed, work and job type fit together
         return self
+
+    def _check_groups(self, groups: list[GroupSpec]) -> None:
+        names = [g.name for g in groups]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"groups: each name once, got {', '.join(twice)} more than once")
+        given = self.model_fields_set
+        for field in ("replicas", "resources", "gang", "min_replicas"):
+            if field in given:
+                raise ValueError(
+                    f"{field}: a job with groups sets replicas and resources per group "
+                    "(and is one gang of all of them); leave it out"
+                )
 
     def job_speed(self) -> JobSpeed:
         if self.speed is None and self.work is None and self.job_type is None:
@@ -299,7 +343,8 @@ class JobSpec(Strict):
     def build(self, requests: dict[TaskRequest, TaskRequest] | None = None) -> Job:
         """The job; with ``requests``, its request is the equal one already there (added
         when new), so equal requests are one object."""
-        resources = self.resources.build()
+        groups = tuple(g.build() for g in self.groups or ())
+        resources = groups[0].resources if groups else self.resources.build()
         if requests is not None:
             resources = requests.setdefault(resources, resources)
         return Job(
@@ -309,7 +354,7 @@ class JobSpec(Strict):
             user=self.user,
             queue=self.queue,
             priority=self.priority,
-            replicas=self.replicas,
+            replicas=sum(g.replicas for g in groups) if groups else self.replicas,
             gang=self.gang,
             preemptible=self.preemptible,
             estimated_runtime_s=self.estimated_runtime_s,
@@ -324,6 +369,9 @@ class JobSpec(Strict):
             after=self.dependencies(),
             on_unmet=self.on_unmet,
             array=None if self.array is None else parse_array(self.array),
+            min_replicas=self.min_replicas,
+            resize=self.resize,
+            groups=groups,
         )
 
 

@@ -189,7 +189,7 @@ class WaitingQueue:
             return
         entry.told = None
         sched = self._sched
-        if kind == "capacity":
+        if kind == "capacity" and not record.job.groups:  # groups: no one shape, by epoch
             member = not record.held and not record.promised
             shape = self._shape(record) if member else self._shapes.get(shape_of(record))
             if shape is not None:

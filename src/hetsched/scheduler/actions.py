@@ -76,6 +76,11 @@ class Change(enum.StrEnum):
     MIGRATING = "migrating"
     #: running -> running: its new run started where it moved to (a Bind follows)
     MIGRATED = "migrated"
+    #: running -> running: an elastic job's tasks are being stopped to start again at a
+    #: new count (a Migrate of kind ``resize``), or it changed its count live
+    RESIZING = "resizing"
+    #: running -> running: its run at the new count started (a Bind follows)
+    RESIZED = "resized"
 
 
 class MigrationKind(enum.StrEnum):
@@ -86,6 +91,9 @@ class MigrationKind(enum.StrEnum):
     DEFRAG = "defragmentation"
     UPGRADE = "upgrade"
     ROUND = "round"
+    #: an elastic job starts again at a new count (grown on idle capacity, or shrunk to
+    #: make room); its kept tasks' placements carry over to the next run
+    RESIZE = "resize"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +103,15 @@ class Bind:
     ``run`` numbers the job's runs (it grows each time the job starts again after a requeue);
     the driver echoes it in TaskFinished and TaskStopped. ``resume`` is the checkpoint the
     run resumes from (its tasks are told where it is), or None: it starts from scratch.
+    ``replicas`` is how many tasks the run has (an elastic job's count; 0: the job's
+    ``replicas``); each task is told it with its rank (its task index).
     """
 
     job_id: str
     run: int
     placements: tuple[tuple[int, Placement], ...]
     resume: SavedCheckpoint | None = None
+    replicas: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +196,8 @@ class JobTransition(NamedTuple):
     job comes from these. ``run`` is the job's run after the change (the new run for
     ``started``; 0 before its first start); ``restarts`` counts the restarts its restart
     policy made so far; ``since`` is when the job entered ``source`` (its queueing time
-    for a start, its run's start for the end of a run).
+    for a start, its run's start for the end of a run); ``replicas``, for an elastic job,
+    how many tasks its run has after the change.
 
     A named tuple rather than a frozen dataclass like the other actions: one is emitted
     for every change of every job, and a tuple is about four times cheaper to build.
@@ -200,6 +212,8 @@ class JobTransition(NamedTuple):
     run: int
     restarts: int
     since: float
+    #: an elastic job's count after the change (its run's tasks); 0 for other jobs
+    replicas: int = 0
 
 
 Action = Bind | Kill | Preempt | Migrate | Reject | Pending | JobTransition

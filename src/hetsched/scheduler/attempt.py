@@ -20,11 +20,13 @@ from hetsched.cluster.usage import Usage
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.status import Code, PluginError, Status
 from hetsched.keys import TaskKey
+from hetsched.model.job import TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.queueing.lanes import Shape
 from hetsched.scheduler.backfill import Reservation
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.explain import Explanation, explain_placement
+from hetsched.scheduler.groups import explain_groups
 from hetsched.scheduler.preemption import promises_kept
 from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import BlockedBy, JobRecord
@@ -75,16 +77,41 @@ class Trial:
     run: int
     placed: list[tuple[int, Placement]]
     new: list[tuple[int, Placement]] = field(default_factory=list)
+    #: a job with groups: a context per group request, and the requests whose next task
+    #: found no node (-> that task)
+    contexts: dict[TaskRequest, CycleContext] = field(default_factory=dict)
+    failed: dict[TaskRequest, int] = field(default_factory=dict)
+
+    def context(self, task: int) -> CycleContext:
+        request = self.record.job.request_of(task)
+        if request == self.ctx.request:
+            return self.ctx
+        ctx = self.contexts.get(request)
+        if ctx is None:
+            ctx = self.contexts[request] = CycleContext(
+                self.ctx.state, self.ctx.job, request, self.ctx.now
+            )
+        return ctx
 
     def place(self) -> None:
-        """Place the job's unplaced tasks one by one until one does not fit."""
+        """Place the job's unplaced tasks one by one until one does not fit (a job with
+        groups: each with its group's request, and on to the next group, so that the
+        explanation can say which groups fit)."""
         framework = self.sched.framework
         job = self.record.job
         for task in self.record.unplaced:
             if task in self.record.held:
                 continue
-            placement = framework.select(self.ctx)
+            ctx = self.ctx
+            if job.groups:
+                ctx = self.context(task)
+                if ctx.request in self.failed:
+                    continue
+            placement = framework.select(ctx)
             if placement is None:
+                if job.groups:
+                    self.failed[ctx.request] = task
+                    continue
                 break
             key = TaskKey(job.id, task, self.run)
             self.sched.allocate(key, placement, job)
@@ -109,6 +136,15 @@ class Trial:
             finally:
                 self.sched.unallocate(TaskKey(self.record.id, task, self.run))
 
+    def drop_last(self) -> None:
+        """Give back the last task this attempt placed (an elastic job starts smaller)."""
+        task, placement = self.new.pop()
+        self.placed.pop()
+        try:
+            self.sched.framework.unreserve(self.ctx, placement)
+        finally:
+            self.sched.unallocate(TaskKey(self.record.id, task, self.run))
+
     @property
     def placements(self) -> list[Placement]:
         return [p for _, p in self.placed]
@@ -126,19 +162,30 @@ def attempt(sched: Books, cycle: Pass, record: JobRecord, need: int, now: float)
         block = sched.quotas.check(job.queue, use, sched.ledger, sched.state)
         if block is not None:
             return _quota_blocked(block)
-    status = framework.prefilter(ctx)
-    if not status.ok:
-        _raise_error(status)
-        kind = BlockedBy.UNRESOLVABLE if status.code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
-        return Outcome(None, kind, explain_placement(framework, ctx, 0, need, status))
     running = record.state is JobState.RUNNING
     run = record.run if running else record.run + 1
     trial = Trial(sched, record, ctx, run, sorted(record.held.items()))
+    for check in [ctx, *(trial.context(t) for t in _group_starts(record))]:
+        status = framework.prefilter(check)
+        if not status.ok:
+            _raise_error(status)
+            code = status.code
+            kind = BlockedBy.UNRESOLVABLE if code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
+            return Outcome(None, kind, explain_placement(framework, check, 0, need, status))
     try:
         return _place(sched, cycle, trial, need, status, now)
     except PluginError:
         trial.rollback()
         raise
+
+
+def _group_starts(record: JobRecord) -> list[int]:
+    """The first task of each group after the first (none for a job without groups)."""
+    starts, start = [], 0
+    for group in record.job.groups:
+        starts.append(start)
+        start += group.replicas
+    return starts[1:]
 
 
 def _place(
@@ -153,8 +200,20 @@ def _place(
     permit = framework.permit(ctx, trial.placements) if framework.permits else _PASSED
     _raise_error(permit)
     if len(trial.placed) >= need and permit.ok:
-        return _complete(sched, cycle, trial, now)
-    explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
+        outcome = _complete(sched, cycle, trial, now)
+        # an elastic job starts with the largest count its quota and the guards allow
+        while outcome.placements is None and _smaller(trial, need, outcome):
+            trial.drop_last()
+            outcome = _complete(sched, cycle, trial, now)
+        if outcome.placements is None:
+            trial.rollback()
+        return outcome
+    if record.job.groups:  # which groups fit, with the others' placements still held
+        placed = {t for t, _ in trial.placed}
+        contexts = {ctx.request: ctx, **trial.contexts}
+        explanation = explain_groups(framework, record.job, contexts, placed, trial.failed)
+    else:
+        explanation = explain_placement(framework, ctx, len(trial.placed), need, status)
     if not permit.ok and len(trial.placed) >= need:
         trial.rollback()
         return Outcome(None, BlockedBy.CAPACITY, Explanation(Code.UNSCHEDULABLE, str(permit)))
@@ -175,9 +234,23 @@ def _raise_error(status: Status) -> None:
         raise PluginError(status)
 
 
+def _smaller(trial: Trial, need: int, outcome: Outcome) -> bool:
+    """May a pending elastic job try again with one task fewer (its quota or a guard
+    refused this count, and it is still above the count it needs)?"""
+    record = trial.record
+    return (
+        record.job.elastic
+        and record.state is JobState.PENDING
+        and outcome.kind in (BlockedBy.QUOTA, BlockedBy.RESERVATION)
+        and len(trial.placed) > need
+        and bool(trial.new)
+    )
+
+
 def _complete(sched: Books, cycle: Pass, trial: Trial, now: float) -> Outcome:
     """Every task the job needs is placed: the exact quota check on the chosen devices,
-    the guards (promised capacity, the backfill reservation), then the Bind plugins."""
+    the guards (promised capacity, the backfill reservation), then the Bind plugins. On a
+    refusal the placements stay allocated: the caller rolls them back (or tries fewer)."""
     record = trial.record
     if sched.quotas.enabled and trial.new:
         use: Usage = Counter()
@@ -186,17 +259,14 @@ def _complete(sched: Books, cycle: Pass, trial: Trial, now: float) -> Outcome:
         queue = record.job.queue
         block = sched.quotas.check(queue, use, sched.ledger, sched.state, {queue: use})
         if block is not None:
-            trial.rollback()
             return _quota_blocked(block)
     reason = _guard(sched, cycle, record, trial.placements, now)
     if reason is not None:
-        trial.rollback()
         return Outcome(None, BlockedBy.RESERVATION, Explanation(Code.UNSCHEDULABLE, reason))
     framework = sched.framework
     bound = framework.bind(trial.ctx, trial.placements) if framework.binders else _PASSED
     _raise_error(bound)
     if not bound.ok:
-        trial.rollback()
         return Outcome(None, BlockedBy.CAPACITY, Explanation(bound.code, str(bound)))
     return Outcome(trial.placed)
 
@@ -216,6 +286,7 @@ def _hold(
     if (
         not trial.placed
         or not gang.hold
+        or record.job.groups  # its groups place anew each try (their first fit changes)
         or sched.holder not in (None, record.id)
         or explanation.code is not Code.UNSCHEDULABLE
         or _guard(sched, cycle, record, trial.placements, now) is not None

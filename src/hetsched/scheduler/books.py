@@ -171,6 +171,17 @@ class Books(Protocol):
     ) -> None: ...
 
     def yield_round(self, record: JobRecord, grace_s: float, reason: str, now: float) -> None: ...
+    @property
+    def elastic(self) -> Mapping[str, JobRecord]:
+        """The live elastic jobs, in arrival order."""
+        ...
+
+    def grow(
+        self, record: JobRecord, new: dict[int, Placement], grace_s: float, now: float
+    ) -> None: ...
+    def shrink(
+        self, record: JobRecord, count: int, for_job: JobRecord, grace_s: float, now: float
+    ) -> None: ...
 
     def preempt(
         self,

@@ -46,6 +46,7 @@ from hetsched.scheduler.actions import (
 )
 from hetsched.scheduler.checkpoints import keep_all, note_checkpoint
 from hetsched.scheduler.cycle import placed_in_line, run_cycle
+from hetsched.scheduler.elastic import grow_elastic
 from hetsched.scheduler.events import (
     DeviceAdded,
     DeviceHealthChanged,
@@ -98,6 +99,8 @@ class Scheduler(JobBook):
         self.incremental = True
         #: what a driver may read between calls
         self.view = SchedulerView(self)
+        #: what the last grow pass saw (see ``_grow``)
+        self._grow_mark: tuple[int, int, int] | None = None
         #: round-based allocation (the profile's ``rounds``), None when off
         self.rounds: RoundBook | None = None
         if self.profile.rounds is not None:
@@ -134,10 +137,21 @@ class Scheduler(JobBook):
             # elements started and more were created: a cycle may start those too
             while workflow.settle(self, now):
                 run_cycle(self, now)
+        if self.elastic and self.rounds is None:  # in round mode the rounds size jobs
+            self._grow(now)
         run_upgrades(self, now)
         placed_in_line(self, out, start)
         self._out = []
         return out
+
+    def _grow(self, now: float) -> None:
+        """The grow pass, when something it depends on may have changed since the last:
+        capacity freed, a job submitted, or a job ended (a waiting job that starts frees
+        nothing, but it could start only once capacity was freed)."""
+        mark = (self.capacity_epoch, self._seq, len(self._live))
+        if mark != self._grow_mark:
+            grow_elastic(self, now, self.profile.migration.grace_s)
+            self._grow_mark = (self.capacity_epoch, self._seq, len(self._live))
 
     # -- what plugins read (SchedulerHandle) ---------------------------------------------
 
@@ -289,6 +303,8 @@ class Scheduler(JobBook):
         """A pending job enters the queue (at its submission, or once its dependencies are
         met): it counts, it is ordered, its maximum pending time runs."""
         self._live[record.id] = record
+        if record.job.elastic:
+            self.elastic[record.id] = record
         self.tally.entered(record)
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
@@ -321,7 +337,7 @@ class Scheduler(JobBook):
         self.release(key)
         if succeeded:
             record.finished.add(task)
-            if len(record.finished) == record.job.replicas:
+            if len(record.finished) == record.count:
                 self._end(record, JobState.SUCCEEDED, now, "all tasks succeeded")
             return
         cause = f"task {task} failed" + (f": {reason}" if reason else "")

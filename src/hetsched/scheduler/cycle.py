@@ -142,11 +142,14 @@ def _visit(sched: Books, cycle: Pass, record: JobRecord) -> None:
         return
     need = needed(record)
     same = (record.job.resources, record.job.best_effort, need)  # shape_of(record)
-    if same in cycle.no_room and not record.held and not sched.quotas.enabled:
+    # a job with groups has no one shape: it is always tried
+    alike = not record.held and not sched.quotas.enabled and not record.job.groups
+    if alike and same in cycle.no_room:
         outcome = Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:
         outcome = attempt(sched, cycle, record, need, now)
-        if outcome.kind is BlockedBy.CAPACITY and outcome.explanation is not None:
+        capacity = outcome.kind is BlockedBy.CAPACITY
+        if capacity and outcome.explanation is not None and not record.job.groups:
             cycle.no_room.setdefault(same, outcome.explanation)
     if outcome.placements is not None:
         sched.bind(record, outcome.placements, now)
@@ -265,5 +268,10 @@ def _preempt(sched: Books, record: JobRecord, now: float) -> list[str]:
         kind = plan.kinds[victim.id]
         sched.preempt(sched.jobs[victim.id], record, kind, plan.grace_s, now)
         names.append(f"{victim.id} ({kind})")
+    for job_id, count in sorted(plan.shrinks.items()):
+        shrunk = sched.jobs[job_id]
+        names.append(f"{job_id} (shrunk from {shrunk.count} to {count} tasks)")
+        sched.shrink(shrunk, count, record, plan.grace_s, now)
     sched.promise(record, True)
-    return ["preempting " + ", ".join(names) + "; it starts when they have stopped"]
+    verb = "preempting " if plan.victims else "shrinking "
+    return [verb + ", ".join(names) + "; it starts when they have stopped"]

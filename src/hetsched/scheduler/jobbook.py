@@ -7,7 +7,8 @@ to it. Every allocation goes through :meth:`JobBook.allocate` and every release 
 :meth:`JobBook.release` (or :meth:`JobBook.unallocate` to undo a trial), so the usage ledger
 always matches the cluster state; every state change goes through :meth:`JobBook._move`,
 which records it and emits its :class:`JobTransition`. Taking jobs back after a driver
-restart (``restore`` and its kin) is :class:`~hetsched.scheduler.restore.Restores`, a base.
+restart (``restore`` and its kin) is :class:`~hetsched.scheduler.restore.Restores`, a base,
+and so is :class:`~hetsched.scheduler.resize.Resizes` (growing and shrinking elastic jobs).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from hetsched.scheduler.deadlines import Deadlines
 from hetsched.scheduler.explain import Explanation
 from hetsched.scheduler.quota import QuotaTree
 from hetsched.scheduler.records import BlockedBy, JobRecord, MoveBook
-from hetsched.scheduler.restore import Restores
+from hetsched.scheduler.resize import Resizes
 from hetsched.scheduler.tally import Tally
 from hetsched.scheduler.units import Units
 from hetsched.scheduler.workflow import Workflows
@@ -56,7 +57,7 @@ _ENDS = {
 }
 
 
-class JobBook(Restores):
+class JobBook(Resizes):
     """Records, allocations and transitions (see the module docstring)."""
 
     #: jobs with tasks to place, indexed by why they wait (set up by the Scheduler, which
@@ -85,6 +86,8 @@ class JobBook(Restores):
         self._nominations: dict[str, list[str]] = {}
         #: jobs not in a terminal state, in arrival order
         self._live: dict[str, JobRecord] = {}
+        #: the live elastic jobs, in arrival order (the grow pass looks at no other)
+        self.elastic: dict[str, JobRecord] = {}
         #: the live jobs counted by queue and state, as they move (never by a scan)
         self.tally = Tally()
         #: maximum runtime and maximum pending time, due first
@@ -202,7 +205,16 @@ class JobBook(Restores):
             self.workflow.moved(record, source, target)
         self._out.append(
             JobTransition(
-                record.id, now, source, target, change, cause, record.run, record.restarts, since
+                record.id,
+                now,
+                source,
+                target,
+                change,
+                cause,
+                record.run,
+                record.restarts,
+                since,
+                record.width,
             )
         )
 
@@ -212,6 +224,7 @@ class JobBook(Restores):
         self._move(record, state, now, cause, _ENDS[state])
         record.ended = now
         self._live.pop(record.id, None)
+        self.elastic.pop(record.id, None)
         self.state.best_effort_jobs.discard(record.id)
         self.queue.remove(record)
         self._forget_ended(record)
@@ -238,7 +251,9 @@ class JobBook(Restores):
     def _stopped(self, key: TaskKey) -> None:
         record = self.jobs.get(key.job)
         if record is not None and record.stopping.pop(key, None) is not None:
-            self.release(key)
+            # a resized job's kept task carried its allocation to the next run already
+            if key in self.state.allocations:
+                self.release(key)
             self._settle(record)
 
     def _settle(self, victim: JobRecord) -> None:
@@ -278,6 +293,7 @@ class JobBook(Restores):
         record.started = None
         record.borrowing = False
         record.queued_since = now
+        record.count = record.job.replicas  # an elastic job is tried at its most again
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
         self.tally.queued(record)
@@ -359,6 +375,9 @@ class JobBook(Restores):
         if record.state is not JobState.RUNNING:
             record.run += 1
             record.started = now
+            if record.job.elastic:  # partial admission: the count that fitted
+                record.count = len(placed)
+                record.counts.append((now, record.count))
             record.borrowing = self.quotas.enabled and self._borrowing(record)
             if len(placed) == 1:
                 nodes = placed[0][1].node
@@ -368,7 +387,7 @@ class JobBook(Restores):
                 " (borrowing quota)" if record.borrowing else ""
             )
             self._move(record, JobState.RUNNING, now, cause, Change.STARTED)
-        self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint))
+        self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint, record.width))
 
     def _borrowing(self, record: JobRecord) -> bool:
         """Whether the run starting now is admitted above a guarantee on its queue's path."""
@@ -433,12 +452,19 @@ class JobBook(Restores):
         record.placements = dict(placed)
         record.finished.clear()
         nodes = ", ".join(sorted({p.node for _, p in placed}))
-        cause = f"run {record.run}: moved to {nodes}"
+        change = Change.MIGRATED
+        if record.resized_from is not None:
+            cause = f"run {record.run}: resized from {record.resized_from} to {len(placed)} tasks"
+            change, record.resized_from = Change.RESIZED, None
+            record.counts.append((now, len(placed)))
+        else:
+            cause = f"run {record.run}: moved to {nodes}"
         if record.checkpoint is not None:
             cause += f", resuming from its checkpoint of {record.checkpoint.describe()}"
-        self._move(record, JobState.RUNNING, now, cause, Change.MIGRATED)
+        record.count = len(placed) if record.job.elastic else record.count
+        self._move(record, JobState.RUNNING, now, cause, change)
         self.deadlines.run_started(record, self._max_runtime(record.job))
-        self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint))
+        self.emit(Bind(record.id, record.run, tuple(placed), record.checkpoint, record.width))
 
     def _drop_move(self, record: JobRecord) -> None:
         """Give back a migration's destination (the job ends, or it went away)."""

@@ -56,6 +56,8 @@ def movable(sched: Books, record: JobRecord, now: float) -> bool:
     job = record.job
     if job.checkpoint is None or not job.preemptible or not job.movable:
         return False
+    if job.groups:  # moves place every task with one request
+        return False
     if record.state is not JobState.RUNNING:
         return False
     if record.moving or record.stopping or record.finished or record.has_unplaced:
@@ -137,7 +139,10 @@ def _defrag_budget(sched: Books, record: JobRecord, now: float) -> int:
 
 def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
     """Move running jobs so that ``record`` (pending, failed for room) fits; explanation
-    lines, empty when defragmentation is off or not due."""
+    lines, empty when defragmentation is off or not due (or ``record`` has groups: plans
+    place one request)."""
+    if record.job.groups:
+        return []
     budget = _defrag_budget(sched, record, now)
     if budget <= 0:
         return []

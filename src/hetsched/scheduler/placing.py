@@ -40,11 +40,21 @@ def trial(
         return []
     if not framework.prefilter(ctx).ok:
         return None
+    # a job with groups: each task with its group's request (tasks in order, all of them)
+    contexts = {job.resources: ctx}
+    for group in job.groups:
+        if group.resources not in contexts:
+            contexts[group.resources] = other = CycleContext(
+                state, job, group.resources, now, what_if=True
+            )
+            if not framework.prefilter(other).ok:
+                return None
     keys: list[AllocKey] = []
     placed: list[Placement] = []
     try:
         for index in range(count):
-            placement = framework.select(ctx)
+            request = job.request_of(index) if job.groups else job.resources
+            placement = framework.select(contexts[request])
             if placement is None:
                 return None
             key: AllocKey = trial_key(job, index)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,6 +61,7 @@ from hetsched.scheduler.books import Books
 from hetsched.scheduler.checkpoints import work_lost
 from hetsched.scheduler.placing import trial
 from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.resize import resizable
 
 __all__ = ["Plan", "Preemption", "PreemptionArgs", "plan"]
 
@@ -83,6 +84,8 @@ class Plan:
     victims: tuple[JobRecord, ...]
     kinds: dict[str, PreemptionKind]
     grace_s: float
+    #: elastic jobs shrunk instead of preempted: job id -> the count it keeps
+    shrinks: dict[str, int] = field(default_factory=dict)
 
 
 @register("preemption", PreemptionArgs)
@@ -221,22 +224,70 @@ def plan(sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float) -
             victim.seq,
         )
 
-    for victim in sorted(pool, key=value):
-        held = _keys(victim)
+    order = sorted(pool, key=value)
+    cut: dict[str, int] = {}  # job -> the rank from which its tasks stay removed
+    for victim in order:
+        # first every job at its minimum (an elastic job's ranks below it, else all)
+        held = [(k, p) for k, p in _keys(victim) if k.task < _floor(victim)]
         for key, placement in held:
             fork.allocate(key, placement)
         removed.discard(victim.id)
-        if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus):
+        cut[victim.id] = _floor(victim)
+        if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus, cut):
             for key, _ in held:
                 fork.release(key)
             removed.add(victim.id)
-    if not removed:
+            del cut[victim.id]
+    shrinks = _regrow(sched, fork, preemptor, needed, removed, cut, order, now, promises.minus)
+    if not removed and not shrinks:
         return "it fits without preempting anyone"
-    if not alone(sched, preemptor, removed, now):
+    if not alone(sched, preemptor, removed, now, shrinks):
         # it would also need what other preemptions in flight free: wait for those instead
         return "it would fit only once other preemptions in flight are done"
     victims = tuple(sorted((sched.jobs[i] for i in removed), key=lambda r: r.seq))
-    return Plan(victims, {v.id: kinds[v.id] for v in victims}, args.grace_s)
+    kept = {v.id: kinds[v.id] for v in victims}
+    kept.update((i, kinds[i]) for i in shrinks)
+    return Plan(victims, kept, args.grace_s, shrinks)
+
+
+def _floor(victim: JobRecord) -> int:
+    """The ranks a victim keeps at least unless it is preempted: an elastic job that may
+    be resized now keeps its minimum, any other job all its tasks."""
+    job = victim.job
+    if job.min_replicas is not None and resizable(victim):
+        return job.min_replicas
+    return victim.count
+
+
+def _regrow(
+    sched: Books,
+    fork: ClusterState,
+    preemptor: JobRecord,
+    needed: int,
+    removed: set[str],
+    cut: dict[str, int],
+    order: list[JobRecord],
+    now: float,
+    base: Mapping[str, Usage],
+) -> dict[str, int]:
+    """Give the kept elastic jobs back their ranks above the minimum, rank by rank, while
+    the preemptor still fits: what stays cut is how far each is shrunk (job -> count)."""
+    shrinks: dict[str, int] = {}
+    for victim in order:
+        if victim.id not in cut or cut[victim.id] >= victim.count:
+            continue
+        for key, placement in sorted(_keys(victim), key=lambda kp: kp[0].task):
+            if key.task < cut[victim.id]:
+                continue
+            fork.allocate(key, placement)
+            cut[victim.id] = key.task + 1
+            if not _fits(sched, fork, preemptor, needed, removed, now, base, cut):
+                fork.release(key)
+                cut[victim.id] = key.task
+                break
+        if cut[victim.id] < victim.count:
+            shrinks[victim.id] = cut[victim.id]
+    return shrinks
 
 
 def promised_fork(sched: Books, now: float, skip: JobRecord | None = None) -> ClusterState:
@@ -256,13 +307,21 @@ def promises_kept(sched: Books, now: float, skip: JobRecord | None = None) -> bo
     return _promised(sched, now, skip).kept
 
 
-def alone(sched: Books, preemptor: JobRecord, victims: set[str], now: float) -> bool:
-    """Does ``preemptor`` fit once ``victims`` stop, with every other job as it is now?"""
+def alone(
+    sched: Books,
+    preemptor: JobRecord,
+    victims: set[str],
+    now: float,
+    shrinks: Mapping[str, int] | None = None,
+) -> bool:
+    """Does ``preemptor`` fit once ``victims`` stop (and the ``shrinks`` planned shrink to
+    their counts), with every other job as it is now?"""
     fork = sched.state.fork()
     minus: dict[str, Usage] = {}
-    for job_id in victims:
+    cuts = [(j, 0) for j in victims] + list((shrinks or {}).items())
+    for job_id, cut in cuts:
         victim = sched.jobs[job_id]
-        keys = list(victim.stopping) or [k for k, _ in _keys(victim)]
+        keys = list(victim.stopping) or [k for k, _ in _keys(victim) if k.task >= cut]
         for key in keys:
             if key in fork.allocations:
                 fork.release(key)
@@ -328,9 +387,11 @@ def _fits(
     removed: set[str],
     now: float,
     base: Mapping[str, Usage] | None = None,
+    cut: Mapping[str, int] | None = None,
 ) -> bool:
     """Does ``preemptor`` fit on ``fork`` and within its quotas with the ``removed`` jobs'
-    usage gone (and ``base``, the preemptions in flight, applied)?"""
+    usage gone, and the ranks of each job in ``cut`` from its cut up (and ``base``, the
+    preemptions in flight, applied)?"""
     placements = trial(sched.framework, fork, preemptor.job, needed, now)
     if placements is None:
         return False
@@ -340,6 +401,11 @@ def _fits(
     for job_id in removed:
         record = sched.jobs[job_id]
         minus.setdefault(record.job.queue, Counter()).update(sched.ledger.by_job.get(job_id, {}))
+    for job_id, rank in (cut or {}).items():
+        record = sched.jobs[job_id]
+        for key, _ in _keys(record):
+            if key.task >= rank:
+                _take(minus, sched, record, key)
     for key, _ in _held_keys(preemptor):  # its hold is placed afresh
         _take(minus, sched, preemptor, key)
     need: Usage = Counter()

@@ -95,12 +95,27 @@ class JobRecord:
     preemptions: int = 0
     #: backfill: start times reserved for it while it was the head job, in order
     reserved_starts: list[float] = field(default_factory=list)
+    #: a resize through a restart in progress: the count it is resized from (``moving``
+    #: holds the next run, at the new count)
+    resized_from: int | None = None
+    #: (time, count) each time an elastic job's count was set: a start, a grow, a shrink
+    counts: list[tuple[float, int]] = field(default_factory=list)
     #: the job's id: a field, not a property, since the books read it several times per
     #: placement (the job of a record never changes)
     id: str = field(init=False, repr=False)
+    #: how many tasks its current run has (while resizing: its next run); ``replicas``
+    #: unless the job is elastic and runs with fewer
+    count: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.id = self.job.id
+        self.count = self.job.replicas
+
+    @property
+    def width(self) -> int:
+        """What a Bind says of the run's count: the count of an elastic job, else 0 (the
+        job's ``replicas``)."""
+        return self.count if self.job.elastic else 0
 
     @property
     def reserved_start(self) -> float | None:
@@ -124,16 +139,16 @@ class JobRecord:
     def has_unplaced(self) -> bool:
         """Some task neither holds resources nor finished (cheaper than ``unplaced``)."""
         held = len(self.placements) + len(self.moving)
-        return held + len(self.finished) < self.job.replicas
+        return held + len(self.finished) < self.count
 
     @property
     def unplaced(self) -> list[int]:
         """Tasks that neither hold resources (here, or where they move) nor finished."""
         if not (self.placements or self.moving or self.finished):
-            return list(range(self.job.replicas))  # the usual case: a job not started yet
+            return list(range(self.count))  # the usual case: a job not started yet
         return [
             t
-            for t in range(self.job.replicas)
+            for t in range(self.count)
             if t not in self.placements and t not in self.moving and t not in self.finished
         ]
 

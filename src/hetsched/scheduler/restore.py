@@ -46,6 +46,7 @@ class Restores:
     tally: Tally
     deadlines: Deadlines
     _live: dict[str, JobRecord]
+    elastic: dict[str, JobRecord]
     _seq: int
     workflow: Workflows
 
@@ -122,12 +123,21 @@ class Restores:
             job.queue, self.ledger, {f for f, a in usage.items() if a > 0}
         )
         record.move(JobState.RUNNING, now, f"run {run}: restored after a restart")
-        self._live[job.id] = record
+        self._go_live(record)
+        if job.elastic:  # its count: the ranks its run has (none is ever skipped)
+            record.count = max([*placements, *record.finished]) + 1
+            record.counts.append((now, record.count))
         self.tally.entered(record)
         if record.has_unplaced:
             self.queue.add(record)
         self.deadlines.run_started(record, self._max_runtime(job))
         return record
+
+    def _go_live(self, record: JobRecord) -> None:
+        """A restored job is live (and, elastic, may grow): no queue entry, no count."""
+        self._live[record.id] = record
+        if record.job.elastic:
+            self.elastic[record.id] = record
 
     def restore_stopping(
         self,
@@ -153,7 +163,7 @@ class Restores:
         self.jobs[job.id] = record
         record.move(JobState.PENDING, now, f"restored after a restart; run {run} still stopping")
         record.stopping = {TaskKey(job.id, t, run): p for t, p in stopping.items()}
-        self._live[job.id] = record
+        self._go_live(record)
         self.tally.entered(record)
         self.queue.add(record)
         self.deadlines.queued(record, self.profile.timeouts.max_pending_s)
@@ -180,15 +190,17 @@ class Restores:
         stopping and hold ``stopping``, and its destination ``moving`` is held for run
         ``run + 1``, which starts there once each stopping task's TaskStopped has come, as
         if no restart happened. Allocates all or nothing (AllocationError, nothing changed,
-        when one does not fit); emits no action."""
-        self._allocate_all(job, stopping, run)
+        when one does not fit); emits no action. A stopping task whose next-run task holds
+        the same placement (a resize keeps it) carried its allocation to it: it is held once."""
+        held = {t: p for t, p in stopping.items() if moving.get(t) != p}
+        self._allocate_all(job, held, run)
         taken: list[TaskKey] = []
         try:
             for task, placement in sorted(moving.items()):
                 self.allocate(TaskKey(job.id, task, run + 1), placement, job)
                 taken.append(TaskKey(job.id, task, run + 1))
         except AllocationError:
-            for key in [*reversed(taken), *(TaskKey(job.id, t, run) for t in stopping)]:
+            for key in [*reversed(taken), *(TaskKey(job.id, t, run) for t in held)]:
                 self.unallocate(key)
             raise
         record = JobRecord(job, self._seq, queued_since=job.submit_time, run=run)
@@ -200,7 +212,11 @@ class Restores:
         record.moving = dict(moving)
         record.migrations, record.moved_at = migrations, moved_at
         record.move(JobState.RUNNING, now, f"run {run}: restored after a restart, moving")
-        self._live[job.id] = record
+        self._go_live(record)
+        if job.elastic:  # a resize in progress: it arrives at the count it moves with
+            record.count = len(moving)
+            if len(moving) != len(stopping):
+                record.resized_from = len(stopping)
         self.tally.entered(record)
         if job.best_effort:
             self.state.best_effort_jobs.add(job.id)

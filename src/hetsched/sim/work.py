@@ -6,16 +6,18 @@ declares checkpointing; every other job runs for its duration from each start, e
 before work existed (the engine keeps that path, so replays without these columns give the
 same numbers). A tracked job's run (:class:`~hetsched.sim.progress.RunProgress`) starts from
 the checkpoint its Bind resumes from and runs at the job's rate on the slowest device model
-of its tasks; periodic checkpoints are reported to the core as ``TaskCheckpointed`` with
-the time they were written, in the first batch the engine hands the core after it
-(:meth:`Work.due`): a checkpoint only matters to a decision, and decisions happen in batches.
+of its tasks (an elastic job's run with fewer tasks than its ``replicas``: at the table's
+rate for its size, or in proportion to its count); periodic checkpoints are reported to
+the core as ``TaskCheckpointed`` with the time they were written, in the first batch the
+engine hands the core after it (:meth:`Work.due`): a checkpoint only matters to a decision,
+and decisions happen in batches.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetsched.cluster.placement import Placement
 from hetsched.keys import TaskKey
@@ -87,6 +89,22 @@ class Work:
         ]
         return min(rates, default=speeds.default)
 
+    def _elastic_rate(self, job: Job, speeds: Speeds, placements: Sequence[Placement]) -> float:
+        """The rate of a run of an elastic job with ``len(placements)`` tasks: the profile's
+        throughput table at that size when the job names a type the table lists at several
+        sizes (a scaling table, as Pollux and Sia measure it), else linear in the count."""
+        count = len(placements)
+        rate = self._rate(speeds, placements)
+        if count >= job.replicas or not job.elastic:
+            return rate
+        job_type = job.speed.job_type
+        table = self._table
+        if job_type is not None and not job.speed.rates and table is not None:
+            smaller = replace(job, replicas=count, min_replicas=None)
+            _, duration = self._jobs[job.id]
+            return self._rate(resolve(smaller, table, duration), placements)
+        return rate * count / job.replicas
+
     def start(
         self,
         key: TaskKey,
@@ -108,7 +126,7 @@ class Work:
             now,
             self._resumed(job_id, resume),
             speeds.work,
-            self._rate(speeds, placements),
+            self._elastic_rate(job, speeds, placements),
             None if spec is None else spec.interval_s,
             0.0 if spec is None else spec.cost_s,
         )

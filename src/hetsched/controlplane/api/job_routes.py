@@ -218,7 +218,45 @@ def _why_view(row: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, A
             {"time": t["time"], "from": t["source"], "to": t["target"], "cause": t["cause"]}
             for t in history
         ],
+        # an elastic job's count over time: each start and each resize done
+        "counts": [
+            {"time": t["time"], "count": t["count"]} for t in history if t.get("count") is not None
+        ],
     }
+
+
+def _shape_view(spec: dict[str, Any]) -> dict[str, Any]:
+    """An elastic job's bounds and resize mode; a heterogeneous job's groups (``replicas``
+    then is their total)."""
+    out: dict[str, Any] = {}
+    if spec.get("min_replicas") is not None:
+        out["min_replicas"] = spec["min_replicas"]
+        out["resize"] = spec.get("resize", "checkpoint")
+    groups = spec.get("groups")
+    if groups:
+        out["groups"] = [
+            {
+                "name": g["name"],
+                "replicas": g.get("replicas", 1),
+                "resources": g.get("resources", {}),
+            }
+            for g in groups
+        ]
+        out["replicas"] = sum(g.get("replicas", 1) for g in groups)
+    return out
+
+
+def _count(row: dict[str, Any], task_rows: list[dict[str, Any]]) -> int | None:
+    """How many tasks a running job runs with now (while it resizes: the count it resizes
+    to); None when it does not run."""
+    if row["state"] != "running":
+        return None
+    run = int(row["run"])
+    resizing = [t for t in task_rows if t["run"] == run + 1 and t["state"] == "reserved"]
+    if resizing:
+        return len(resizing)
+    live = ("starting", "running", "exited")
+    return sum(1 for t in task_rows if t["run"] == run and t["state"] in live)
 
 
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -255,8 +293,10 @@ def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None
         "array": None if row.get("array_of") else spec.get("array"),
         "array_of": row.get("array_of"),
         "array_index": row.get("array_index"),
+        **_shape_view(spec),
     }
     if task_rows is not None:
+        view["count"] = _count(row, task_rows)
         view["tasks"] = [
             {
                 "task": t["task"],

@@ -110,6 +110,8 @@ transitions = Table(
     Column("source", String(16), nullable=True),
     Column("target", String(16), nullable=False),
     Column("cause", Text, nullable=False),
+    #: an elastic job's count after the change (migration 0006); NULL for other jobs
+    Column("count", Integer, nullable=True),
 )
 
 #: task states: starting (bound, process not yet recorded), running, stopping (asked to stop),

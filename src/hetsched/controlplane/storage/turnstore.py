@@ -241,6 +241,11 @@ def _record_reserved(
     at the Migrate's time, and the allocations they hold from then on."""
     why = "where its job moves: starts once the run before has stopped"
     rows, held = _task_rows(reserved, "reserved", now, why)
+    for key, placement in reserved:  # a resize's kept task carries its devices over
+        before = _key_params(TaskKey(key.job, key.task, key.run - 1))
+        devices = [d.device_id for d in placement.devices]
+        if devices:
+            conn.execute(_CARRIED, {**before, "v_at": now, "v_devices": devices})
     conn.execute(tasks.insert(), rows)
     if held:
         conn.execute(allocations.insert(), held)
@@ -445,6 +450,8 @@ _RELEASED = (
     .where(_task_is(allocations), allocations.c.live.is_(True))
     .values(live=None, released_at=bindparam("v_at"))
 )
+#: what a resized job's kept task held in the run before, on the devices it keeps
+_CARRIED = _RELEASED.where(allocations.c.device_id.in_(bindparam("v_devices", expanding=True)))
 _ARRIVED = (
     update(tasks)
     .where(_task_is(tasks), tasks.c.state == "reserved")
@@ -456,6 +463,9 @@ _PREEMPTED = (
 )
 
 
+_COUNTED = frozenset({Change.STARTED, Change.RESIZED})
+
+
 def _transition_row(change: JobTransition) -> dict[str, Any]:
     return {
         "job_id": change.job_id,
@@ -463,6 +473,8 @@ def _transition_row(change: JobTransition) -> dict[str, Any]:
         "source": None if change.source is None else change.source.value,
         "target": change.target.value,
         "cause": change.cause,
+        # an elastic job's count, where it took effect: a start, a resize done
+        "count": change.replicas if change.change in _COUNTED and change.replicas else None,
     }
 
 

@@ -206,10 +206,14 @@ function jobCounts(queues) {
 }
 
 async function explain(jobs) {
-  // pending jobs (why they wait), and running ones stopped before (preempted by whom, or
-  // displaced by which device, and when)
+  // pending jobs (why they wait), running ones stopped before (preempted by whom, or
+  // displaced by which device, and when), and running elastic jobs (their counts over time)
   const pending = jobs
-    .filter((j) => j.state === "pending" || (j.state === "running" && (j.preemptions > 0 || j.run > 1)))
+    .filter(
+      (j) =>
+        j.state === "pending" ||
+        (j.state === "running" && (j.preemptions > 0 || j.run > 1 || j.min_replicas != null)),
+    )
     .sort(newest)
     .slice(0, MAX_EXPLAINED);
   const answers = await Promise.all(
@@ -522,6 +526,7 @@ function renderSpeeds(speeds) {
 // -- jobs -----------------------------------------------------------------------------------
 
 function resources(job) {
+  if (job.groups) return job.groups.map((g) => `${g.name}: ${resources({ resources: g.resources, replicas: g.replicas })}`).join("; ");
   const r = job.resources || {};
   const parts = [];
   if (r.cpu) parts.push(`${r.cpu} CPU`);
@@ -573,6 +578,14 @@ function storyLines(why) {
   const d = why.displaced_by;
   if (d) out.push(h("div", { class: "story displaced" }, `Displaced: device ${d.device} ${d.reason} at ${clock(d.time)}`));
   return out;
+}
+
+// an elastic job's bounds and its count over time (each start and each resize done)
+function countLine(job, why) {
+  if (job.min_replicas == null) return "";
+  const counts = ((why && why.counts) || []).map((c) => `${c.count} (${clock(c.time)})`);
+  const line = `elastic ${job.min_replicas}–${job.replicas} tasks`;
+  return counts.length ? `${line} · count ${counts.join(" → ")}` : line;
 }
 
 // pending jobs in line order (oldest first); the others newest first
@@ -639,7 +652,7 @@ function renderJobs(jobs, explained, counts, arrays) {
       job.state === "pending"
         ? explanationBlock(why, job, jobs) || h("span", { class: "muted" }, job.pending_reason || job.reason || "waiting")
         : h("span", { class: "muted" }, job.reason || "");
-    const saved = checkpointLine(job);
+    const saved = [checkpointLine(job), countLine(job, explained.get(job.id))].filter((x) => x).join(" · ");
     const flow = workflowLine(job, names);
     return h(
       "tr",

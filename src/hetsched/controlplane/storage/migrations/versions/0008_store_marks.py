@@ -2,7 +2,7 @@
 outage (``controlplane/storage/health.py``), and when the schema was created.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-06
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
