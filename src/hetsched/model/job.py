@@ -10,6 +10,7 @@ from types import MappingProxyType
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.topology import TopologyRequest
 
 __all__ = [
     "Checkpointing",
@@ -180,12 +181,17 @@ class Job:
     #: False for work its driver cannot start again elsewhere once stopped (a Kubernetes
     #: pod that no controller recreates): the core never chooses it to move or to yield
     movable: bool = True
+    #: where its tasks go in the network (see :mod:`hetsched.model.topology`); None: anywhere
+    topology: TopologyRequest | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"job {self.id}: replicas must be >= 1, got {self.replicas}")
         if self.gang is not None and not 1 <= self.gang <= self.replicas:
             raise ValueError(f"job {self.id}: gang must be 1..replicas, got {self.gang}")
+        size = None if self.topology is None else self.topology.slice_size
+        if size is not None and self.replicas % size:
+            raise ValueError(f"job {self.id}: replicas must be a multiple of slice_size {size}")
 
     @property
     def gang_min(self) -> int:

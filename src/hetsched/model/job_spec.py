@@ -44,6 +44,7 @@ from hetsched.model.spec_values import (
     parse_work,
 )
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.topology_spec import TopologySpec
 
 __all__ = [
     "CheckpointSpec",
@@ -231,6 +232,8 @@ class JobSpec(Strict):
     job_type: str | None = Field(default=None, min_length=1)
     #: how the job saves its state: it gets a notice before a stop and resumes after
     checkpoint: CheckpointSpec | None = None
+    #: where its tasks go in the network: ``{required|preferred: LABEL}``, slices
+    topology: TopologySpec | None = None
 
     _speed = field_validator("speed", mode="before")(
         lambda cls, v: None if v is None else parse_speed_map(v)
@@ -254,6 +257,11 @@ class JobSpec(Strict):
         if self.gang is not None and self.gang > self.replicas:
             raise ValueError(f"gang must be 1..replicas ({self.replicas}), got {self.gang}")
         self.job_speed()  # speed, work and job type fit together
+        size = None if self.topology is None else self.topology.slice_size
+        if size is not None and self.replicas % size:
+            raise ValueError(
+                f"topology.slice_size: replicas ({self.replicas}) must be a multiple of {size}"
+            )
         return self
 
     def job_speed(self) -> JobSpeed:
@@ -287,6 +295,7 @@ class JobSpec(Strict):
             best_effort=self.best_effort,
             speed=self.job_speed(),
             checkpoint=None if self.checkpoint is None else self.checkpoint.build(),
+            topology=None if self.topology is None else self.topology.build(),
         )
 
 

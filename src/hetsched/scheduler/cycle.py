@@ -141,7 +141,9 @@ def _visit(sched: Books, cycle: Pass, record: JobRecord) -> None:
         _block(sched, cycle, record, now)
         return
     need = needed(record)
-    same = (record.job.resources, record.job.best_effort, need)  # shape_of(record)
+    job = record.job
+    request = job.resources if job.topology is None else (job.resources, job.topology)
+    same = (request, job.best_effort, need)  # shape_of(record)
     if same in cycle.no_room and not record.held and not sched.quotas.enabled:
         outcome = Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:

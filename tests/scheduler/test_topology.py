@@ -1,0 +1,168 @@
+"""Topology-aware placement in the core: required and preferred levels, slices, mixed-depth
+trees, rank contiguity, best-fit domain choice and explanations, each against outcomes
+worked out by hand on small labelled clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from builders import gpu_node, job
+from hetsched.cluster import ClusterState
+from hetsched.framework.profile import parse_profile
+from hetsched.model.device import Node
+from hetsched.model.topology import TopologyRequest
+from hetsched.scheduler import Bind, JobSubmitted, Pending, Scheduler
+
+BLOCK, RACK, NVL = "net/block", "net/rack", "net/nvlink-domain"
+
+
+def _node(name: str, block: str | None, rack: str | None, nvl: str | None = None) -> Node:
+    labels = {k: v for k, v in ((BLOCK, block), (RACK, rack), (NVL, nvl)) if v is not None}
+    return gpu_node(name, gpus=4, labels=labels)
+
+
+def two_blocks() -> list[Node]:
+    """b1: r1 = a0, a1 and r2 = a2, a3; b2: r3 = c0..c3 (4 GPUs per node)."""
+    nodes = [_node(f"a{i}", "b1", "r1" if i < 2 else "r2") for i in range(4)]
+    return nodes + [_node(f"c{i}", "b2", "r3") for i in range(4)]
+
+
+def mixed() -> list[Node]:
+    """b3: GB200-like rack r5 (nvlink domains nv1 = g0, g1 and nv2 = g2, g3) beside H100
+    rack r6 (h0, h1, no nvlink label: each node its own nvlink domain)."""
+    gb = [_node(f"g{i}", "b3", "r5", "nv1" if i < 2 else "nv2") for i in range(4)]
+    return gb + [_node(f"h{i}", "b3", "r6") for i in range(2)]
+
+
+def core(nodes: list[Node], levels: tuple[str, ...] = (BLOCK, RACK)) -> Scheduler:
+    state = ClusterState(nodes)
+    state.set_topology(levels)
+    return Scheduler(state, parse_profile({"score": ["bestfit"]}))
+
+
+def submit(sched: Scheduler, *jobs: Any, now: float = 0.0) -> list[Any]:
+    return sched.handle([JobSubmitted(j) for j in jobs], now)
+
+
+def nodes_of(actions: list[Any], job_id: str) -> list[str]:
+    """The node of each task of the job's Bind, by task index."""
+    (bind,) = [a for a in actions if isinstance(a, Bind) and a.job_id == job_id]
+    return [p.node for _, p in sorted(bind.placements)]
+
+
+def pending(actions: list[Any], job_id: str) -> list[str]:
+    """The summary and job-level reasons of the job's Pending."""
+    (found,) = [a for a in actions if isinstance(a, Pending) and a.job_id == job_id]
+    return [found.explanation.summary, *found.explanation.reasons]
+
+
+def topo(**kwargs: Any) -> TopologyRequest:
+    return TopologyRequest(**kwargs)
+
+
+def test_required_rack_takes_the_best_fitting_rack() -> None:
+    sched = core(two_blocks())
+    # racks hold r1 4, r2 4, r3 8 tasks of 2 GPUs: the smallest that holds it, r1
+    actions = submit(sched, job("bg", gpus=2, topology=topo(required=RACK)))
+    assert nodes_of(actions, "bg") == ["a0"]
+    # r1 now holds 3 (a0 1, a1 2), r2 4, r3 8: a job of 3 tasks fits r1 best
+    actions = submit(sched, job("x", gpus=2, replicas=3, topology=topo(required=RACK)), now=1)
+    assert nodes_of(actions, "x") == ["a0", "a1", "a1"]
+    # r1 is full; r2 (4) is the smallest that holds 4
+    actions = submit(sched, job("y", gpus=2, replicas=4, topology=topo(required=RACK)), now=2)
+    assert nodes_of(actions, "y") == ["a2", "a2", "a3", "a3"]
+
+
+def _r3_mostly_full(sched: Scheduler) -> None:
+    """3 tasks of 4 GPUs that only r3 holds: c0..c2 full, r3 keeps c3's 4 GPUs."""
+    actions = submit(sched, job("bg", gpus=4, replicas=3, topology=topo(required=RACK)))
+    assert nodes_of(actions, "bg") == ["c0", "c1", "c2"]
+
+
+def test_required_rack_waits_and_says_what_would_fit() -> None:
+    sched = core(two_blocks())
+    _r3_mostly_full(sched)
+    # racks hold r1 4, r2 4, r3 2 tasks of 2 GPUs; block b1 8
+    actions = submit(sched, job("x", gpus=2, replicas=6, topology=topo(required=RACK)), now=1)
+    assert not [a for a in actions if isinstance(a, Bind)]
+    assert pending(actions, "x")[:2] == [
+        "topology (required rack): no rack has room for 6 tasks (most: rack r1 with 4)",
+        "block b1 has room for 8 across 2 racks: `preferred` would place it now",
+    ]
+
+
+def test_preferred_rack_spans_the_fewest_racks_of_one_block() -> None:
+    sched = core(two_blocks())
+    _r3_mostly_full(sched)
+    actions = submit(sched, job("x", gpus=2, replicas=6, topology=topo(preferred=RACK)), now=1)
+    # no rack holds 6; block b1 holds 8: r1 first (4 tasks, in rank order), then r2
+    assert nodes_of(actions, "x") == ["a0", "a0", "a1", "a1", "a2", "a2"]
+
+
+def test_preferred_rack_inside_one_rack_when_one_fits() -> None:
+    sched = core(two_blocks())
+    actions = submit(sched, job("x", gpus=1, replicas=6, topology=topo(preferred=RACK)))
+    # r1 and r2 hold 8 each, r3 16: best fit r1, filled node by node
+    assert nodes_of(actions, "x") == ["a0"] * 4 + ["a1"] * 2
+
+
+def test_rank_contiguity_fills_one_rack_before_the_next() -> None:
+    sched = core(two_blocks())
+    actions = submit(sched, job("bg", gpus=2, topology=topo(required=RACK)))
+    assert nodes_of(actions, "bg") == ["a0"]
+    actions = submit(sched, job("x", gpus=1, replicas=12, topology=topo(required=BLOCK)), now=1)
+    # b1 holds 14, b2 16: best fit b1. No rack of b1 holds 12: the largest first (r2, 8),
+    # then r1 (6), where best fit starts on the fuller a0. Consecutive tasks share a node,
+    # then a rack (best fit alone would have put the first ones on a0)
+    assert nodes_of(actions, "x") == ["a2"] * 4 + ["a3"] * 4 + ["a0"] * 2 + ["a1"] * 2
+
+
+def test_slices_each_inside_one_nvlink_domain() -> None:
+    sched = core(mixed(), (BLOCK, RACK, NVL))
+    request = topo(required=RACK, slice_size=2, slice_required=NVL)
+    actions = submit(sched, job("x", gpus=4, replicas=4, topology=request))
+    # r5's nvlink domains hold one slice of 2 tasks of 4 GPUs each; r6's lone nodes none
+    assert nodes_of(actions, "x") == ["g0", "g1", "g2", "g3"]
+
+
+def test_slices_wait_when_no_domain_holds_a_whole_slice() -> None:
+    sched = core(mixed(), (BLOCK, RACK, NVL))
+    # 5 tasks of 1 GPU in one nvlink domain: nv1 (8) best fits: g0 full, g1 3 free
+    actions = submit(sched, job("bg", gpus=1, replicas=5, topology=topo(required=NVL)))
+    assert nodes_of(actions, "bg") == ["g0"] * 4 + ["g1"]
+    request = topo(required=RACK, slice_size=2, slice_required=NVL)
+    actions = submit(sched, job("x", gpus=4, replicas=4, topology=request), now=1)
+    # only nv2 still holds a slice (8 GPUs): r5 holds 2 tasks in slices, r6 none
+    assert pending(actions, "x")[:2] == [
+        "topology (required rack, slices of 2 per nvlink-domain): no rack has room for "
+        "4 tasks in slices of 2, each inside one nvlink-domain (most: rack r5 with 2)",
+    ]
+
+
+def test_mixed_depth_nodes_without_a_label_are_domains_by_themselves() -> None:
+    state = ClusterState([*mixed(), _node("x", "b3", None)])
+    state.set_topology((BLOCK, RACK, NVL))
+    net = state.network()
+    assert net is not None
+    assert net.names == [["b3"], ["r5", "r6", "x"], ["nv1", "nv2", "h0", "h1", "x"]]
+    assert net.parent[2].tolist() == [0, 0, 1, 1, 2]
+    assert net.of[2].tolist() == [0, 0, 1, 1, 2, 3, 4]
+    sched = Scheduler(state, parse_profile({"score": ["bestfit"]}))
+    # 2 tasks of 4 GPUs in one nvlink domain: nv1 and nv2 hold 2, lone nodes 1: nv1
+    actions = submit(sched, job("x2", gpus=4, replicas=2, topology=topo(required=NVL)))
+    assert nodes_of(actions, "x2") == ["g0", "g1"]
+    actions = submit(sched, job("y", gpus=4, replicas=2, topology=topo(required=NVL)), now=1)
+    assert nodes_of(actions, "y") == ["g2", "g3"]
+    actions = submit(sched, job("z", gpus=4, replicas=2, topology=topo(required=NVL)), now=2)
+    assert pending(actions, "z")[0] == (
+        "topology (required nvlink-domain): no nvlink-domain has room for 2 tasks "
+        "(most: nvlink-domain h0 with 1)"
+    )
+
+
+def test_unknown_level_is_unresolvable() -> None:
+    sched = core(two_blocks())
+    actions = submit(sched, job("x", gpus=1, topology=topo(required="net/zone")))
+    assert pending(actions, "x")[0] == (
+        "topology: the cluster has no level 'net/zone' (its levels: net/block, net/rack)"
+    )
