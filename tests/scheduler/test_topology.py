@@ -11,7 +11,7 @@ from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
 from hetsched.model.device import Node
 from hetsched.model.topology import TopologyRequest
-from hetsched.scheduler import Bind, JobSubmitted, Pending, Scheduler
+from hetsched.scheduler import Bind, JobSubmitted, Pending, Preempt, Scheduler
 
 BLOCK, RACK, NVL = "net/block", "net/rack", "net/nvlink-domain"
 
@@ -166,3 +166,22 @@ def test_unknown_level_is_unresolvable() -> None:
     assert pending(actions, "x")[0] == (
         "topology: the cluster has no level 'net/zone' (its levels: net/block, net/rack)"
     )
+
+
+def test_preemption_for_a_required_rack_stays_inside_the_rack_that_needs_fewest() -> None:
+    state = ClusterState(two_blocks())
+    state.set_topology((BLOCK, RACK))
+    profile = {"queue_sort": "priority", "score": ["bestfit"], "post_filter": ["preemption"]}
+    sched = Scheduler(state, parse_profile(profile))
+    rack = topo(required=RACK)
+    keep = job("keep", gpus=4, replicas=4, preemptible=False, topology=rack)
+    assert nodes_of(submit(sched, keep), "keep") == ["c0", "c1", "c2", "c3"]
+    assert nodes_of(submit(sched, job("lo1", gpus=4, topology=rack), now=1), "lo1") == ["a0"]
+    assert nodes_of(submit(sched, job("lo2", gpus=4, topology=rack), now=2), "lo2") == ["a1"]
+    lo3 = job("lo3", gpus=4, replicas=2, priority=5, topology=rack)
+    assert nodes_of(submit(sched, lo3, now=3), "lo3") == ["a2", "a3"]
+    hi = job("hi", gpus=4, replicas=2, priority=10, topology=rack)
+    actions = submit(sched, hi, now=10)
+    # r1 would take 2 victims (lo1, lo2), r2 one (lo3), r3 none may go: lo3 alone, though
+    # the lower-priority pair would have made room across the cluster's racks as well
+    assert sorted(a.job_id for a in actions if isinstance(a, Preempt)) == ["lo3"]
