@@ -69,7 +69,9 @@ def _sums(state: ClusterState, net: Network) -> list[np.ndarray]:
         max_size=30,
     )
 )
-def test_incremental_capacity_equals_summing_afresh(steps: list[tuple[int, int, int, bool]]) -> None:
+def test_incremental_capacity_equals_summing_afresh(
+    steps: list[tuple[int, int, int, bool]],
+) -> None:
     state = _cluster()
     net = state.network()
     assert net is not None
