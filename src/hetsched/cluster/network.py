@@ -152,10 +152,25 @@ class Network:
 
     def touch(self, state: ClusterState, row: int) -> None:
         """One row's free capacity changed (an allocation or release): add the change to
-        its domains."""
+        its domains (the values :func:`_row_values` gives, as plain integers)."""
         if self.version != state.version:
             return  # summed afresh at the next read
-        new = _row_values(state, np.array([row], np.int64))[0]
+        if state.active.item(row):
+            whole = state.dev_whole_free.item(row)
+            new = np.array(
+                (
+                    state.cpu_free.item(row),
+                    state.mem_free.item(row),
+                    state.dev_free_total.item(row),
+                    whole,
+                    whole >> 1,
+                    whole >> 2,
+                    whole >> 3,
+                ),
+                np.int64,
+            )
+        else:
+            new = np.zeros(len(COLUMNS), np.int64)
         delta = new - self.rows[row]
         self.rows[row] = new
         for depth, row_of in enumerate(self.of):
