@@ -26,7 +26,7 @@ from hetsched.controlplane import Fencing
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
-from hetsched.model.specs import load_cluster
+from hetsched.model.specs import load_cluster_levels
 
 if TYPE_CHECKING:
     from hetsched.service.options import Options
@@ -55,6 +55,8 @@ class Engine:
     fencing: Fencing | None = None
     #: where to say which nodes joined (the submission check), when nodes may join later
     on_joined: Callable[[Callable[[list[Node]], None]], None] | None = None
+    #: network levels (node labels, broadest first) of the first cluster file declaring them
+    levels: tuple[str, ...] = ()
 
 
 def check_executor(options: Options) -> None:
@@ -89,8 +91,11 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
     watcher = _watcher(options)
     local = watcher.initial()
     simulated: list[Node] = []
+    levels: tuple[str, ...] = ()
     for path in options.cluster:
-        simulated += load_cluster(path)
+        nodes, declared = load_cluster_levels(path)
+        simulated += nodes
+        levels = levels or declared
     # a fenced task's own watchdog waits for the service's SIGTERM and grace first
     backstop = math.ceil(options.kill_grace_s) + 2
     executor = Executor(
@@ -105,6 +110,7 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
         watcher.start,
         _guard(profile, watcher, local.name),
         Fencing(home, backstop),
+        levels=levels,
     )
 
 

@@ -91,7 +91,10 @@ def build(options: Options) -> Built:
     speeds = SpeedLearner(load_speed_table(profile.speeds), store.speed_estimates())
 
     def make_core() -> Scheduler:
-        core = Scheduler(ClusterState(), profile, seed=options.seed)
+        state = ClusterState()
+        if engine.levels:  # network levels from the cluster files
+            state.set_topology(engine.levels)
+        core = Scheduler(state, profile, seed=options.seed)
         core.speed_table = speeds.table()  # the profile's table plus learned job types
         core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
         return core

@@ -1,0 +1,59 @@
+"""``hetsched up`` with a cluster file that declares network levels: a job submitted with
+``topology: {required: ...}`` through the API runs inside one domain, real processes and
+real HTTP (the job spec JSON the store keeps carries the request)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from service_fixtures import Api, service_options
+
+from hetsched.service.testing import running
+
+RACK = "network.hetsched.io/rack"
+#: r1: n0, n1; r2: n2, n3, n4 (2 GPUs each); best fit alone would start on n0
+CLUSTER = f"""
+topology:
+  levels: [{RACK}]
+nodes:
+  - name: n{{i}}
+    replicas: 2
+    cpu: "8"
+    memory: 16Gi
+    labels: {{{RACK}: r1}}
+    devices: [{{class: gpu, vendor: nvidia, model: A100, count: 2}}]
+  - name: m{{i}}
+    replicas: 3
+    cpu: "8"
+    memory: 16Gi
+    labels: {{{RACK}: r2}}
+    devices: [{{class: gpu, vendor: nvidia, model: A100, count: 2}}]
+"""
+
+
+def test_a_job_that_requires_a_rack_runs_inside_one(tmp_path: Path) -> None:
+    cluster = tmp_path / "racks.yaml"
+    cluster.write_text(CLUSTER)
+    with running(service_options(tmp_path, cluster=[cluster])) as svc:
+        api = Api(svc)
+        try:
+            body = {
+                "name": "ring",
+                "replicas": 3,
+                "resources": {
+                    "cpu": "1",
+                    "memory": "256Mi",
+                    "devices": [{"class": "gpu", "count": 2}],
+                },
+                "topology": {"required": RACK},
+                "command": [sys.executable, "-c", "pass"],
+            }
+            answer = api.alice.post("/v1/jobs", json=body)
+            assert answer.status_code in (200, 201), answer.text
+            job_id = answer.json()["id"]
+            job = api.wait(api.alice, job_id, {"succeeded", "failed"}, 60)
+            assert job["state"] == "succeeded", job
+            assert sorted(t["node"] for t in job["tasks"]) == ["m0", "m1", "m2"]
+        finally:
+            api.close()
