@@ -62,6 +62,18 @@ def _sums(state: ClusterState, net: Network) -> list[np.ndarray]:
     return fresh.free
 
 
+def test_capacity_when_empty_counts_healthy_devices_only() -> None:
+    state = _cluster()
+    net = state.network()
+    assert net is not None
+    state.allocate("k", Placement("n0", 1000, 1024, (DeviceShare("n0/gpu0", 1000),)))
+    state.set_device_health("n1/gpu0", Health.UNHEALTHY)
+    four = TaskRequest(1000, 1024, (DeviceRequest.of("gpu", 4),))
+    # now: r0 has n0 (3 free) and n1 (3 healthy): none; empty: n0 holds one, n1 none
+    assert net.capacity(state, 1, four).tolist() == [0, 1, 1, 1]
+    assert net.capacity_empty(state, 1, four).tolist() == [1, 1, 1, 1]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

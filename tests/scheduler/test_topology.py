@@ -185,3 +185,19 @@ def test_preemption_for_a_required_rack_stays_inside_the_rack_that_needs_fewest(
     # r1 would take 2 victims (lo1, lo2), r2 one (lo3), r3 none may go: lo3 alone, though
     # the lower-priority pair would have made room across the cluster's racks as well
     assert sorted(a.job_id for a in actions if isinstance(a, Preempt)) == ["lo3"]
+
+
+def test_a_job_no_domain_could_ever_hold_is_unresolvable() -> None:
+    sched = core(two_blocks())
+    # racks hold at most 16 GPUs (r3): 5 tasks of 4 GPUs never fit one, even empty
+    actions = submit(sched, job("x", gpus=4, replicas=5, topology=topo(required=RACK)))
+    (found,) = [a for a in actions if isinstance(a, Pending)]
+    assert found.explanation.code.value == "unresolvable"
+    assert found.explanation.summary == (
+        "topology (required rack): no rack could hold its 5 tasks even when empty "
+        "(largest: rack r3 with 4)"
+    )
+    # preferring a rack, it runs: no block holds 5 either (b1 and b2 hold 4 each), so it
+    # spans the fewest blocks, the largest first (b1 on the tie), each rack filled in turn
+    actions = submit(sched, job("y", gpus=4, replicas=5, topology=topo(preferred=RACK)), now=1)
+    assert nodes_of(actions, "y") == ["a0", "a1", "a2", "a3", "c0"]

@@ -12,13 +12,14 @@ from hetsched.cli.job_text import plural
 from hetsched.cli.output import OutputFormat, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.cli.tables import Col, Grid, print_table
+from hetsched.cluster.network import domains_of
 from hetsched.cluster.state import ClusterState
 from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.framework.profile import ProfileError, load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.selector import set_parser_source
-from hetsched.model.specs import SpecError, load_cluster, load_jobs
+from hetsched.model.specs import SpecError, load_cluster_levels, load_jobs
 from hetsched.model.yamlio import gc_paused
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Action, Bind, JobSubmitted, Pending, Reject, Scheduler
@@ -33,24 +34,29 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
     # only walk them again and again (a third of the run for 5,000 jobs on 5,000 nodes),
     # and so would building the result, with everything before still alive
     with gc_paused():
-        nodes = load_cluster(cluster)
+        nodes, levels = load_cluster_levels(cluster)
         job_list = load_jobs(jobs)
         spec = load_profile(profile)
         state = ClusterState(nodes)
+        if levels:
+            state.set_topology(levels)
         scheduler = Scheduler(state, spec)
         scheduler.speed_table = load_speed_table(spec.speeds)
         actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
         stranded = stranded_accelerators(state, profile_typicals(spec))
-        return _result(actions, stranded.to_dict())
+        return _result(actions, stranded.to_dict(), state)
 
 
-def _result(actions: list[Action], stranded: dict[str, Any]) -> dict[str, Any]:
+def _result(actions: list[Action], stranded: dict[str, Any], state: ClusterState) -> dict[str, Any]:
     placements: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
     for action in actions:
         if isinstance(action, Bind):
             for task, p in action.placements:
-                placements.append({"job": action.job_id, "task": task, **p.to_dict()})
+                placement = {"job": action.job_id, "task": task, **p.to_dict()}
+                if state.levels:
+                    placement["domains"] = domains_of(state, p.node)
+                placements.append(placement)
         elif isinstance(action, Pending):
             pending.append(
                 {

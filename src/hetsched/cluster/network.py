@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from hetsched.model.device import Node
+from hetsched.model.device import SHARE_UNITS, Node
 from hetsched.model.job import TaskRequest
 from hetsched.model.topology import HOST
 
 if TYPE_CHECKING:
     from hetsched.cluster.state import ClusterState
 
-__all__ = ["COLUMNS", "Network"]
+__all__ = ["COLUMNS", "Network", "domains_of", "fit_count"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -81,6 +81,9 @@ class Network:
         width = len(COLUMNS)
         self.free: list[IntArray] = [np.zeros((len(n), width), np.int64) for n in self.names]
         self.rows = np.zeros((len(nodes), len(COLUMNS)), np.int64)
+        #: the same with every allocation gone (summed at each sync: health and nodes only)
+        self.empty = [f.copy() for f in self.free]
+        self.empty_rows = self.rows.copy()
         #: the state's ``version`` the capacity was summed at; a newer one sums afresh
         self.version = -1
 
@@ -143,11 +146,12 @@ class Network:
         """Sum every domain's free capacity afresh when the state's nodes or health moved."""
         if self.version == state.version:
             return
-        self.rows = _row_values(state, np.arange(len(state.nodes), dtype=np.int64))
-        for depth, row_of in enumerate(self.of):
-            free = np.zeros_like(self.free[depth])
-            np.add.at(free, row_of, self.rows)
-            self.free[depth] = free
+        every = np.arange(len(state.nodes), dtype=np.int64)
+        self.rows = _row_values(state, every)
+        self.empty_rows = _row_values(state, every, empty=True)
+        sizes = [len(names) for names in self.names]
+        self.free = [_summed(of, self.rows, n) for of, n in zip(self.of, sizes, strict=True)]
+        self.empty = [_summed(of, self.empty_rows, n) for of, n in zip(self.of, sizes, strict=True)]
         self.version = state.version
 
     def touch(self, state: ClusterState, row: int) -> None:
@@ -183,12 +187,27 @@ class Network:
         self.sync(state)
         return fit_count(self.rows if depth == self.host else self.free[depth], request)
 
+    def capacity_empty(self, state: ClusterState, depth: int, request: TaskRequest) -> IntArray:
+        """:meth:`capacity` with every task gone (healthy devices and active nodes only): a
+        domain below what a job needs can never hold it while the cluster stays as it is."""
+        self.sync(state)
+        return fit_count(self.empty_rows if depth == self.host else self.empty[depth], request)
+
     def copy(self) -> Network:
         other = object.__new__(Network)
         other.__dict__.update(self.__dict__)
         other.free = [f.copy() for f in self.free]
         other.rows = self.rows.copy()
         return other
+
+
+def domains_of(state: ClusterState, node: str) -> dict[str, str]:
+    """A node's domain at each level, by level label (what drivers show of a placement)."""
+    net = state.network()
+    if net is None:
+        return {}
+    row = state.row(node)
+    return {label: net.names[d][int(net.of[d][row])] for d, label in enumerate(net.levels)}
 
 
 def fit_count(free: IntArray, request: TaskRequest) -> IntArray:
@@ -213,9 +232,21 @@ def fit_count(free: IntArray, request: TaskRequest) -> IntArray:
     return out
 
 
-def _row_values(state: ClusterState, rows: IntArray) -> IntArray:
-    whole = state.dev_whole_free[rows]
-    columns = [state.cpu_free[rows], state.mem_free[rows], state.dev_free_total[rows]]
+def _summed(row_of: IntArray, values: IntArray, domains: int) -> IntArray:
+    out = np.zeros((domains, values.shape[1]), np.int64)
+    np.add.at(out, row_of, values)
+    return out
+
+
+def _row_values(state: ClusterState, rows: IntArray, empty: bool = False) -> IntArray:
+    """Each row's :data:`COLUMNS` now, or with nothing allocated (``empty``)."""
+    if empty:
+        healthy = (state.dev_healthy[rows] & (state.dev_kind[rows] >= 0)).sum(axis=1)
+        whole = healthy.astype(np.int64)
+        columns = [state.cpu_cap[rows], state.mem_cap[rows], whole * SHARE_UNITS]
+    else:
+        whole = state.dev_whole_free[rows]
+        columns = [state.cpu_free[rows], state.mem_free[rows], state.dev_free_total[rows]]
     columns += [whole // k for k in _WHOLE]
     values = np.stack(columns, axis=1)
     values[~state.active[rows]] = 0

@@ -32,7 +32,14 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework
 from hetsched.model.topology import TopologyRequest, short_level
 
-__all__ = ["TRIES", "Taker", "TopologyPlan", "place_in_domains", "unresolvable"]
+__all__ = [
+    "TRIES",
+    "Taker",
+    "TopologyPlan",
+    "domain_room",
+    "place_in_domains",
+    "unresolvable",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -149,14 +156,10 @@ class TopologyPlan:
         label = self.topology.slice_required
         return None if label is None else self.net.depth(label)
 
-    def room(self, depth: int) -> IntArray:
-        """Per domain at ``depth``: how many tasks it may hold, slices counted whole."""
-        inner, size = self.slice_depth(), self.topology.slice_size
-        if size is None or inner is None or inner <= depth:
-            return self.capacity(depth)
-        tasks = self.capacity(inner) // size * size  # whole slices only
-        up = self.net.ancestors(inner, depth)
-        return np.bincount(up, weights=tasks, minlength=self.net.size(depth)).astype(np.int64)
+    def room(self, depth: int, empty: bool = False) -> IntArray:
+        """Per domain at ``depth``: how many tasks it may hold, slices counted whole (with
+        ``empty``: were every task gone)."""
+        return domain_room(self.net, self.ctx, depth, empty, self._capacity)
 
     def within_one(self, depth: int, count: int, need: int) -> bool:
         """Place ``count`` tasks (at least ``need``) inside one domain at ``depth``, chosen
@@ -172,6 +175,38 @@ class TopologyPlan:
             self.taker.undo_to(mark)
             self.done = before
         return False
+
+
+def domain_room(
+    net: Network,
+    ctx: CycleContext,
+    depth: int,
+    empty: bool = False,
+    cache: dict[int, IntArray] | None = None,
+) -> IntArray:
+    """Per domain at ``depth``: how many tasks of ``ctx.job`` it may hold now (or with
+    every task gone: ``empty``), slices counted whole. ``cache`` keeps the capacity read per
+    depth (not with ``empty``)."""
+    topology = ctx.job.topology
+    assert topology is not None
+
+    def capacity(level: int) -> IntArray:
+        if empty:
+            return net.capacity_empty(ctx.state, level, ctx.request)
+        found = None if cache is None else cache.get(level)
+        if found is None:
+            found = net.capacity(ctx.state, level, ctx.request)
+            if cache is not None:
+                cache[level] = found
+        return found
+
+    label, size = topology.slice_required, topology.slice_size
+    inner = None if label is None else net.depth(label)
+    if size is None or inner is None or inner <= depth:
+        return capacity(depth)
+    tasks = capacity(inner) // size * size  # whole slices only
+    up = net.ancestors(inner, depth)
+    return np.bincount(up, weights=tasks, minlength=net.size(depth)).astype(np.int64)
 
 
 def best_fit(room: IntArray, need: int) -> int:
@@ -207,7 +242,8 @@ def place_in_domains(plan: TopologyPlan, count: int, need: int) -> None:
     depth = plan.net.depth(plan.topology.level)
     assert depth is not None
     if plan.topology.required is not None:
-        plan.within_one(depth, count, need)
+        if plan.room(depth, empty=True).max(initial=0) >= need:  # else it can never fit
+            plan.within_one(depth, count, need)
         return
     for level in range(depth, -1, -1):
         if plan.within_one(level, count, need):

@@ -18,7 +18,7 @@ from hetsched.framework.status import Code, Status
 from hetsched.model.device import Node
 from hetsched.model.topology import TopologyRequest, short_level
 from hetsched.scheduler.explain import Explanation, explain_placement
-from hetsched.scheduler.topology import unresolvable
+from hetsched.scheduler.topology import domain_room, unresolvable
 
 __all__ = ["explain_topology", "topology_lines"]
 
@@ -40,11 +40,35 @@ def explain_topology(
     base = explain_placement(framework, ctx, 0, need, status)
     if base.code is Code.UNRESOLVABLE:
         return base.code, base
+    never = _never(net, ctx, topology, need)
+    if never is not None:
+        return Code.UNRESOLVABLE, Explanation(Code.UNRESOLVABLE, never)
     net.sync(ctx.state)
     fits = np.where(framework.feasible(ctx), fit_count(net.rows, ctx.request), 0)
     lines = topology_lines(net, ctx.state.nodes, topology, fits, max(count, need))
     return Code.UNSCHEDULABLE, Explanation(
         Code.UNSCHEDULABLE, lines[0], tuple(lines[1:]), base.rejections, base.suggestions
+    )
+
+
+def _never(net: Network, ctx: CycleContext, topology: TopologyRequest, need: int) -> str | None:
+    """Why no domain of a required level could ever hold ``need`` tasks, or None."""
+    depth = net.depth(topology.level)
+    if topology.required is None or depth is None:
+        return None
+    room = domain_room(net, ctx, depth, empty=True)
+    if room.size and room.max() >= need:
+        return None
+    level = short_level(topology.level)
+    largest = (
+        f" (largest: {level} {net.name(depth, int(room.argmax()), ctx.state.nodes)} with "
+        f"{int(room.max())})"
+        if room.size
+        else ""
+    )
+    return (
+        f"topology ({topology.describe()}): no {level} could hold its {need} tasks even "
+        f"when empty{largest}"
     )
 
 
