@@ -103,7 +103,8 @@ def test_required_group_that_no_rack_holds_waits_unbound(
         explanation = sched.core.view.job(job_id).explanation
         assert explanation is not None
         assert explanation.summary == (
-            "topology (required rack): no rack has room for 4 tasks (most: rack r2 with 3)"
+            "topology (required rack): no rack could hold its 4 tasks even when empty "
+            "(largest: rack r2 with 3)"
         )
         assert [_node(server, f"big-{i}") for i in range(4)] == [""] * 4
     finally:
