@@ -11,7 +11,8 @@ from hetsched.model.device import Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.model.topology import TopologyRequest
 from hetsched.sim.engine import EngineConfig, Simulator
-from hetsched.sim.experiments.topology import study
+from hetsched.sim.experiments.topology import LEVELS as LEVELS_STUDY
+from hetsched.sim.experiments.topology import NVLinkSampled, study, study_cluster
 from hetsched.sim.network import NetworkCost, Slowdown
 from hetsched.sim.workload import Workload, WorkloadJob
 
@@ -88,3 +89,16 @@ def test_study_required_never_spans_beyond_its_level() -> None:
     # no gang of the study is larger than a block (32 nodes): required never spans blocks
     assert "across" not in outcomes["required"].spans
     assert outcomes["required"].jct_mean_h < outcomes["unaware"].jct_mean_h
+
+
+def test_fragmentation_counts_free_gpus_outside_wholly_free_nvlink_domains() -> None:
+    nodes = study_cluster(1, 1, 8)  # one rack of 8 nodes: NVLink domains n0-n3, n4-n7
+    one = Job("one", TaskRequest(1000, 1024, (DeviceRequest.of("gpu", 8),)))
+    sim = NVLinkSampled(
+        nodes,
+        Workload((WorkloadJob(one, 10.0),)),
+        config=EngineConfig(network=NetworkCost(LEVELS_STUDY)),
+    )
+    sim.run()
+    # as it starts on n0: 56 GPUs free, the 32 of the second domain in a whole free one
+    assert sim.fragments == [pytest.approx(1 - 32 / 56)]

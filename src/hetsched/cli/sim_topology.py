@@ -54,13 +54,14 @@ def topology(
     """Run one synthetic LLM-training workload three ways (topology-unaware, required,
     preferred) on a cluster of blocks, racks and NVLink domains, where a gang runs slower
     the broader the narrowest domain that holds all its tasks, and compare job completion
-    time, wait, GPU utilization, stranded GPUs and where the gangs ran."""
+    time, wait, GPU utilization, fragmentation (free GPUs outside wholly free NVLink
+    domains, as gangs start) and where the gangs ran."""
     outcomes = study(jobs, load, seed, (blocks, racks, rack_nodes), _factors(factors))
     if output is OutputFormat.json:
         print_json({"ways": [o.to_dict() for o in outcomes]})
         return
     table = Table("way", "finished", "JCT mean h", "JCT p99 h", "wait mean h", "GPU util")
-    table.add_column("stranded")
+    table.add_column("fragmentation")
     table.add_column("multi-node gangs by level")
     for o in outcomes:
         spans = ", ".join(f"{k} {v}" for k, v in o.spans.items()) or "-"
@@ -71,7 +72,7 @@ def topology(
             f"{o.jct_p99_h:.2f}",
             f"{o.wait_mean_h:.2f}",
             f"{o.utilization:.1%}",
-            f"{o.stranded:.1%}",
+            f"{o.fragmentation:.1%}",
             spans,
         )
     console.print(table)

@@ -14,21 +14,24 @@ serve; gangs of 1 to 32 tasks of 8 GPUs (one node each; tensor-parallel groups) 
 8 tasks of 1, 2 or 4 GPUs, lognormal durations around 2 hours, measured alone on one NVLink
 domain (so a gang spread over racks or blocks runs longer).
 
-Reported per way: mean and 95th percentile job completion time and wait, GPU utilization,
-mean stranded GPUs (free GPUs on nodes whose CPU or memory is gone, the fragmentation
-measure) and how many gangs of more than one node ran inside each level.
+Reported per way: mean and 99th percentile job completion time, mean wait, GPU utilization
+(busy GPUs over all; a gang slowed by the network keeps its GPUs longer), **fragmentation**
+(the share of free GPUs outside wholly free NVLink domains, averaged over the moments a gang
+starts: free capacity scattered over partly used domains, where the next large gang cannot
+sit together) and how many gangs of more than one node ran inside each level.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from hetsched.drivers import Start
 from hetsched.framework.profile import parse_profile
 from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
@@ -38,7 +41,15 @@ from hetsched.sim.metrics import summarize
 from hetsched.sim.network import DEFAULT_FACTORS, NetworkCost
 from hetsched.sim.workload import Workload, WorkloadJob
 
-__all__ = ["LEVELS", "WAYS", "TopologyOutcome", "study", "study_cluster", "study_workload"]
+__all__ = [
+    "LEVELS",
+    "WAYS",
+    "NVLinkSampled",
+    "TopologyOutcome",
+    "study",
+    "study_cluster",
+    "study_workload",
+]
 
 BLOCK = "network.hetsched.io/block"
 RACK = "network.hetsched.io/rack"
@@ -107,6 +118,28 @@ def study_workload(
     return out
 
 
+class NVLinkSampled(Simulator):
+    """The simulator, sampling the fragmentation of NVLink domains as each gang starts."""
+
+    fragments: list[float]
+
+    def start_tasks(self, tasks: Sequence[Start], now: float) -> None:
+        super().start_tasks(tasks, now)
+        if not hasattr(self, "fragments"):
+            self.fragments = []
+        assert self.slowdown is not None
+        state, net = self.scheduler.view.cluster, self.slowdown.net
+        depth = net.depth(NVLINK)
+        assert depth is not None
+        free = state.dev_whole_free
+        size = net.size(depth)
+        per = np.bincount(net.of[depth], weights=free, minlength=size)
+        whole = np.bincount(net.of[depth], weights=np.full(len(free), 8), minlength=size)
+        total = float(per.sum())
+        if total > 0:
+            self.fragments.append(1.0 - float(per[per == whole].sum()) / total)
+
+
 @dataclass(frozen=True, slots=True)
 class TopologyOutcome:
     way: str
@@ -116,8 +149,8 @@ class TopologyOutcome:
     jct_p99_h: float
     wait_mean_h: float
     utilization: float
-    #: time-mean fraction of GPUs stranded (free, on nodes without the CPU or memory left)
-    stranded: float
+    #: free GPUs outside wholly free NVLink domains over all free GPUs, mean over gang starts
+    fragmentation: float
     #: gangs of more than one node by the narrowest level that held them
     spans: dict[str, int]
 
@@ -154,7 +187,7 @@ def study(
             tuple(WorkloadJob(_with_topology(j, level, way), d) for j, d, level in drawn),
             f"topology study ({way})",
         )
-        sim = Simulator(nodes, workload, profile, seed, EngineConfig(network=cost))
+        sim = NVLinkSampled(nodes, workload, profile, seed, EngineConfig(network=cost))
         result = sim.run()
         summary = summarize(result)
         assert sim.slowdown is not None
@@ -167,7 +200,7 @@ def study(
                 summary.jct.get("p99", 0.0) / 3600,
                 summary.wait.get("mean", 0.0) / 3600,
                 summary.utilization.get("H100", 0.0),
-                summary.stranded,
+                float(np.mean(sim.fragments)) if sim.fragments else 0.0,
                 dict(sorted(Counter(sim.slowdown.spans).items())),
             )
         )
