@@ -118,7 +118,30 @@ class TopologyPlan:
 
     def fill_slices(self, depth: int, domain: int, count: int, size: int, inner: int) -> int:
         """``count`` next tasks in slices of ``size``, each inside one domain at depth
-        ``inner``, all inside ``domain``; a slice that does not fit whole is given back."""
+        ``inner``, all inside ``domain``; the levels between are filled one domain at a
+        time as :meth:`fill` does (best fit, else the largest first), so slices stay
+        rank-contiguous at every level."""
+        if depth + 1 == inner:
+            return self.fill_slice_domains(depth, domain, count, size, inner)
+        kids = self.net.kids(depth, domain)
+        slices = self.capacity(inner) // size
+        up = self.net.ancestors(inner, depth + 1)
+        per_kid = np.bincount(up, weights=slices, minlength=self.net.size(depth + 1))
+        room = per_kid[kids].astype(np.int64)
+        placed = 0
+        while placed < count:
+            pick = best_fit(room, (count - placed) // size)
+            if pick < 0:
+                break
+            want = min(count - placed, int(room[pick]) * size)
+            placed += self.fill_slices(depth + 1, int(kids[pick]), want, size, inner)
+            room[pick] = 0
+        return placed
+
+    def fill_slice_domains(self, depth: int, domain: int, count: int, size: int, inner: int) -> int:
+        """:meth:`fill_slices` one level above the slice level: a slice domain takes as
+        many slices as it holds before the next is chosen; a slice that does not fit
+        whole is given back."""
         inside = np.flatnonzero(self.net.ancestors(inner, depth) == domain)
         room = self.capacity(inner)[inside] // size
         placed = 0
@@ -126,15 +149,16 @@ class TopologyPlan:
             pick = best_fit(room, (count - placed) // size)
             if pick < 0:
                 break
-            mark, before = self.taker.mark(), self.done
-            got = self.fill(inner, int(inside[pick]), size)
-            if got < size:
-                self.taker.undo_to(mark)
-                self.done = before
-                room[pick] = 0
-                continue
-            placed += got
-            room[pick] -= 1
+            while room[pick] > 0 and placed < count:
+                mark, before = self.taker.mark(), self.done
+                got = self.fill(inner, int(inside[pick]), size)
+                if got < size:
+                    self.taker.undo_to(mark)
+                    self.done = before
+                    break
+                placed += got
+                room[pick] -= 1
+            room[pick] = 0
         return placed
 
     def fill_domain(self, depth: int, domain: int, count: int) -> int:
