@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from builders import gpu_node, job
+from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
 from hetsched.model.device import Node
@@ -201,3 +202,35 @@ def test_a_job_no_domain_could_ever_hold_is_unresolvable() -> None:
     # spans the fewest blocks, the largest first (b1 on the tie), each rack filled in turn
     actions = submit(sched, job("y", gpus=4, replicas=5, topology=topo(preferred=RACK)), now=1)
     assert nodes_of(actions, "y") == ["a0", "a1", "a2", "a3", "c0"]
+
+
+def test_backfill_reserves_the_rack_the_head_requires() -> None:
+    # r1 = a0, a1 and r2 = b0, b1, 4 GPUs each
+    nodes = [_node("a0", "b", "r1"), _node("a1", "b", "r1")]
+    nodes += [_node("b0", "b", "r2"), _node("b1", "b", "r2")]
+    state = ClusterState(nodes)
+    state.set_topology((BLOCK, RACK))
+    profile = {"queue_sort": {"name": "fifo", "args": {"mode": "strict"}}}
+    sched = Scheduler(state, parse_profile({**profile, "score": ["bestfit"], "backfill": {"enabled": True}}))
+    rack = topo(required=RACK)
+    h = Harness(sched)
+    h.submit(
+        [
+            job("j1", gpus=4, estimated_runtime_s=10.0, topology=rack),  # a0 (r1 best fits)
+            job("j2", gpus=4, estimated_runtime_s=30.0, topology=rack),  # a1 (r1 holds 1)
+            job("j3", gpus=4, estimated_runtime_s=30.0, topology=rack),  # b0
+            # no rack has 2 free nodes before t=30 (a0 + b1 at t=10 span two racks)
+            job("head", gpus=4, replicas=2, estimated_runtime_s=10.0, topology=rack),
+            # b1 until t=25 cannot delay a start at t=30: backfilled at once
+            job("long", gpus=4, estimated_runtime_s=25.0),
+        ]
+    )
+    h.run(100.0)
+    assert {a.job_id: t for t, a in h.actions(Bind)} == {
+        "j1": 0,
+        "j2": 0,
+        "j3": 0,
+        "long": 0,
+        "head": 30,
+    }
+    assert sched.record("head").reserved_starts == [30.0]
