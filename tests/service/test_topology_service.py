@@ -55,5 +55,8 @@ def test_a_job_that_requires_a_rack_runs_inside_one(tmp_path: Path) -> None:
             job = api.wait(api.alice, job_id, {"succeeded", "failed"}, 60)
             assert job["state"] == "succeeded", job
             assert sorted(t["node"] for t in job["tasks"]) == ["m0", "m1", "m2"]
+            domains = {n["name"]: n.get("domains") for n in api.alice.get("/v1/nodes").json()}
+            assert domains["m0"] == {RACK: "r2"} and domains["n1"] == {RACK: "r1"}
+            assert domains["local"] == {RACK: "local"}  # no label: a rack by itself
         finally:
             api.close()
