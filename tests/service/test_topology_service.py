@@ -4,10 +4,13 @@ real HTTP (the job spec JSON the store keeps carries the request)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
-from service_fixtures import Api, service_options
+import pytest
+from service_fixtures import Api, service_options, serving
 
 from hetsched.service.testing import running
 
@@ -60,3 +63,31 @@ def test_a_job_that_requires_a_rack_runs_inside_one(tmp_path: Path) -> None:
             assert domains["local"] == {RACK: "local"}  # no label: a rack by itself
         finally:
             api.close()
+
+
+def test_dashboard_groups_nodes_by_domain(tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    chromium = (
+        os.environ.get("HETSCHED_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    )
+    if not Path(chromium).exists():
+        pytest.skip(f"no chromium at {chromium}")
+    cluster = tmp_path / "racks.yaml"
+    cluster.write_text(CLUSTER)
+    options = service_options(tmp_path, cluster=[cluster])
+    with serving(options) as api, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        try:
+            page = browser.new_page()
+            sync_api.expect.set_options(timeout=30_000)
+            page.goto(f"{api.url}/ui?refresh=0.5")
+            page.fill("#token", api.svc.admin_token)
+            page.click("#connect")
+            cards = page.locator("#nodes [data-node]")
+            sync_api.expect(cards).to_have_count(6)
+            # by domain first: the local node (a rack of its own), then r1, then r2
+            names = [cards.nth(i).get_attribute("data-node") for i in range(6)]
+            assert names == ["local", "n0", "n1", "m0", "m1", "m2"]
+            sync_api.expect(page.locator("[data-node='m0'] header .badge")).to_have_text("r2")
+        finally:
+            browser.close()
