@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 from service_fixtures import Api, service_options, serving
+from typer.testing import CliRunner
 
+from hetsched.cli.main import app
 from hetsched.service.testing import running
 
 RACK = "network.hetsched.io/rack"
@@ -58,6 +60,12 @@ def test_a_job_that_requires_a_rack_runs_inside_one(tmp_path: Path) -> None:
             job = api.wait(api.alice, job_id, {"succeeded", "failed"}, 60)
             assert job["state"] == "succeeded", job
             assert sorted(t["node"] for t in job["tasks"]) == ["m0", "m1", "m2"]
+            detail = api.alice.get(f"/v1/jobs/{job_id}").json()
+            assert [t["domains"] for t in detail["tasks"]] == [{RACK: "r2"}] * 3
+            env = {"HETSCHED_URL": api.url, "HETSCHED_TOKEN": api.tokens["alice"]}
+            shown = CliRunner().invoke(app, ["job", job_id], env=env)
+            assert shown.exit_code == 0, shown.output
+            assert f"{'domains':>10}  r2: 3 tasks\n" in shown.stdout, shown.stdout
             domains = {n["name"]: n.get("domains") for n in api.alice.get("/v1/nodes").json()}
             assert domains["m0"] == {RACK: "r2"} and domains["n1"] == {RACK: "r1"}
             assert domains["local"] == {RACK: "local"}  # no label: a rack by itself

@@ -73,7 +73,7 @@ def add_job_routes(
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     def get_job(job_id: str, who: Caller) -> dict[str, Any]:
         row = visible_job(job_id, who)
-        return _job_view(row, service.store.job_tasks(job_id))
+        return _with_domains(_job_view(row, service.store.job_tasks(job_id)), service)
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
@@ -178,6 +178,15 @@ def _why_view(row: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, A
             for t in history
         ],
     }
+
+
+def _with_domains(view: dict[str, Any], service: Service) -> dict[str, Any]:
+    """Each task's network domains (by level label), when the service has levels."""
+    domains = {n["name"]: n["domains"] for n in service.loop.nodes_view if "domains" in n}
+    for task in view.get("tasks", []) if domains else []:
+        if task["node"] in domains:
+            task["domains"] = domains[task["node"]]
+    return view
 
 
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
