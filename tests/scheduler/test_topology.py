@@ -211,7 +211,9 @@ def test_backfill_reserves_the_rack_the_head_requires() -> None:
     state = ClusterState(nodes)
     state.set_topology((BLOCK, RACK))
     profile = {"queue_sort": {"name": "fifo", "args": {"mode": "strict"}}}
-    sched = Scheduler(state, parse_profile({**profile, "score": ["bestfit"], "backfill": {"enabled": True}}))
+    sched = Scheduler(
+        state, parse_profile({**profile, "score": ["bestfit"], "backfill": {"enabled": True}})
+    )
     rack = topo(required=RACK)
     h = Harness(sched)
     h.submit(
@@ -234,3 +236,20 @@ def test_backfill_reserves_the_rack_the_head_requires() -> None:
         "head": 30,
     }
     assert sched.record("head").reserved_starts == [30.0]
+
+
+def test_later_tasks_of_a_running_gang_join_its_domain() -> None:
+    sched = core(two_blocks())
+    _r3_mostly_full(sched)  # racks hold r1 2, r2 2, r3 1 task of 4 GPUs
+    # 4 tasks, 2 at once, required rack: no rack holds 4; r1 (the first of the largest)
+    # takes 2 and the job starts; its other 2 never leave r1, though r2 has room
+    x = job("x", gpus=4, replicas=4, gang=2, topology=topo(required=RACK))
+    assert nodes_of(submit(sched, x, now=1), "x") == ["a0", "a1"]
+    sched.handle([], 2.0)
+    assert sorted(p.node for p in sched.view.job("x").placements.values()) == ["a0", "a1"]
+    sched = core(two_blocks())
+    _r3_mostly_full(sched)
+    y = job("y", gpus=4, replicas=4, gang=2, topology=topo(preferred=RACK))
+    actions = submit(sched, y, now=1)
+    # preferring a rack: all 4 at once inside block b1 (r1, then r2) beats 2 in one rack
+    assert nodes_of(actions, "y") == ["a0", "a1", "a2", "a3"]

@@ -261,19 +261,23 @@ def candidates_by_fit(room: IntArray, count: int, need: int) -> IntArray:
 def place_in_domains(plan: TopologyPlan, count: int, need: int) -> None:
     """Place up to ``count`` tasks as ``plan``'s job asks (see the module docstring): a
     ``required`` job inside one domain of its level or not at all; a ``preferred`` one
-    inside one domain of its level, else of the broadest level that holds it, else across
-    the cluster, the fewest domains first. Leaves what it placed taken."""
+    inside one domain of its level, else of the narrowest broader level that holds it, else
+    across the cluster, the fewest domains first. The later tasks of a running job go to the
+    domains of its first one (a preferred job's, while they hold them). Leaves what it
+    placed taken."""
     depth = plan.net.depth(plan.topology.level)
     assert depth is not None
     if plan.topology.required is not None:
         if plan.room(depth, empty=True).max(initial=0) >= need:  # else it can never fit
             plan.within_one(depth, count, need)
         return
-    for level in range(depth, -1, -1):
-        if plan.within_one(level, count, need):
-            return
-    if plan.anchor is None:
-        plan.fill_domain(-1, 0, count)
+    # all of its tasks inside one domain, the narrowest level first; then (a gang minimum
+    # below its tasks) as many as one domain takes; then across the cluster
+    for want in (count, need) if need < count else (count,):
+        for level in range(depth, -1, -1):
+            if plan.within_one(level, count, want):
+                return
+    plan.fill_domain(-1, 0, count)
 
 
 def unresolvable(net: Network | None, topology: TopologyRequest) -> str | None:
