@@ -68,7 +68,7 @@ class TopologyPlan:
     net: Network
     taker: Taker
     tasks: list[int]
-    #: the depth of a running job's tasks' domain (their row), to keep its new ones with them
+    #: the row of a running job's first task: its new tasks go to that node's domains
     anchor: int | None = None
     done: int = 0
     _capacity: dict[int, IntArray] = field(default_factory=dict)
