@@ -1,7 +1,8 @@
 """Properties of placement inside network domains, over random labelled clusters (mixed
 depths, partly used) and random gang jobs: a required job's tasks share one domain of its
-level, each slice shares one domain of its slice level, and tasks are rank-contiguous at
-every level (in task order, a domain once left is never entered again)."""
+level, each slice shares one domain of its slice level, tasks are rank-contiguous at every
+level (in task order, a domain once left is never entered again), and an attempt that
+fails holds nothing."""
 
 from __future__ import annotations
 
@@ -82,8 +83,11 @@ def test_placements_stay_inside_domains_and_rank_contiguous(
         [JobSubmitted(job("x", gpus=gpus, replicas=tasks, topology=request))], 9.0
     )
     binds = [a for a in actions if isinstance(a, Bind) and a.job_id == "x"]
+    held = [key for key in state.allocations if str(key).startswith("x/")]
     if not binds:
+        assert held == []  # a failed attempt gives back every domain it tried
         return
+    assert len(held) == tasks
     rows = [state.row(p.node) for _, p in sorted(binds[0].placements)]
     net = state.network()
     assert net is not None
