@@ -39,6 +39,8 @@ def test_tree_nests_racks_of_one_name_in_their_blocks() -> None:
     assert net.kids(0, 1).tolist() == [2, 3]
     assert net.kids(-1, 0).tolist() == [0, 1]
     assert net.ancestors(2, 0).tolist() == [0, 0, 0, 1, 1]  # hosts up to blocks
+    assert net.ancestors(2, 2).tolist() == [0, 1, 2, 3, 4]
+    assert net.ancestors(1, -1).tolist() == [0, 0, 0, 0]
 
 
 def test_capacity_counts_whole_device_tasks_per_node() -> None:

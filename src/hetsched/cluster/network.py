@@ -128,9 +128,11 @@ class Network:
 
     def ancestors(self, depth: int, up: int) -> IntArray:
         """For every domain at ``depth``, its domain at the broader level ``up`` (-1: the
-        whole cluster, domain 0)."""
+        whole cluster, domain 0; ``depth`` itself: each its own)."""
         if up < 0:
             return np.zeros(self.size(depth), np.int64)
+        if up >= depth:
+            return np.arange(self.size(depth), dtype=np.int64)
         if depth == self.host:
             out, level = self.of[depth - 1].copy(), depth - 1
         else:
