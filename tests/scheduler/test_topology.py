@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
@@ -35,10 +37,12 @@ def mixed() -> list[Node]:
     return gb + [_node(f"h{i}", "b3", "r6") for i in range(2)]
 
 
-def core(nodes: list[Node], levels: tuple[str, ...] = (BLOCK, RACK)) -> Scheduler:
+def core(
+    nodes: list[Node], levels: tuple[str, ...] = (BLOCK, RACK), score: str = "bestfit"
+) -> Scheduler:
     state = ClusterState(nodes)
     state.set_topology(levels)
-    return Scheduler(state, parse_profile({"score": ["bestfit"]}))
+    return Scheduler(state, parse_profile({"score": [score]}))
 
 
 def submit(sched: Scheduler, *jobs: Any, now: float = 0.0) -> list[Any]:
@@ -61,17 +65,29 @@ def topo(**kwargs: Any) -> TopologyRequest:
     return TopologyRequest(**kwargs)
 
 
-def test_required_rack_takes_the_best_fitting_rack() -> None:
-    sched = core(two_blocks())
+@pytest.mark.parametrize(
+    ("score", "inside"),
+    [
+        # best fit inside the rack: the fuller node first
+        ("bestfit", (["a0"], ["a0", "a1", "a1"], ["a2", "a2", "a3", "a3"])),
+        # dot product (not row-local: the domain's rows filtered afresh) prefers the emptier
+        # a1; task 1 follows task 0 there while it fits
+        ("dotprod", (["a0"], ["a1", "a1", "a0"], ["a2", "a2", "a3", "a3"])),
+    ],
+)
+def test_required_rack_takes_the_best_fitting_rack(
+    score: str, inside: tuple[list[str], ...]
+) -> None:
+    sched = core(two_blocks(), score=score)
     # racks hold r1 4, r2 4, r3 8 tasks of 2 GPUs: the smallest that holds it, r1
     actions = submit(sched, job("bg", gpus=2, topology=topo(required=RACK)))
-    assert nodes_of(actions, "bg") == ["a0"]
+    assert nodes_of(actions, "bg") == inside[0]
     # r1 now holds 3 (a0 1, a1 2), r2 4, r3 8: a job of 3 tasks fits r1 best
     actions = submit(sched, job("x", gpus=2, replicas=3, topology=topo(required=RACK)), now=1)
-    assert nodes_of(actions, "x") == ["a0", "a1", "a1"]
+    assert nodes_of(actions, "x") == inside[1]
     # r1 is full; r2 (4) is the smallest that holds 4
     actions = submit(sched, job("y", gpus=2, replicas=4, topology=topo(required=RACK)), now=2)
-    assert nodes_of(actions, "y") == ["a2", "a2", "a3", "a3"]
+    assert nodes_of(actions, "y") == inside[2]
 
 
 def _r3_mostly_full(sched: Scheduler) -> None:
