@@ -3,9 +3,13 @@ tasks, applied to its run time; and the topology study, run small."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from typer.testing import CliRunner
 
 from builders import gpu_node
+from hetsched.cli.main import app
 from hetsched.cluster.placement import Placement
 from hetsched.model.device import Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
@@ -102,3 +106,16 @@ def test_fragmentation_counts_free_gpus_outside_wholly_free_nvlink_domains() -> 
     sim.run()
     # as it starts on n0: 56 GPUs free, the 32 of the second domain in a whole free one
     assert sim.fragments == [pytest.approx(1 - 32 / 56)]
+
+
+def test_cli_runs_the_study_and_refuses_a_bad_factor() -> None:
+    runner = CliRunner()
+    args = ["sim", "topology", "--jobs", "20", "--blocks", "1", "--racks", "2", "-o", "json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    ways = json.loads(result.stdout)["ways"]
+    assert [w["way"] for w in ways] == ["unaware", "required", "preferred"]
+    assert all(w["finished"] == 20 for w in ways)
+    bad = runner.invoke(app, ["sim", "topology", "--factors", "rack=1.5"])
+    assert bad.exit_code == 2
+    assert "--factors: 'rack=1.5': expected LEVEL=F with 0 < F <= 1" in bad.output
