@@ -12,9 +12,18 @@ from builders import gpu_node, job
 from harness import Harness
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
+from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import Node
 from hetsched.model.topology import TopologyRequest
-from hetsched.scheduler import Bind, JobSubmitted, Pending, Preempt, Scheduler
+from hetsched.scheduler import (
+    Bind,
+    JobSubmitted,
+    Migrate,
+    Pending,
+    Preempt,
+    Scheduler,
+    TaskFinished,
+)
 
 BLOCK, RACK, NVL = "net/block", "net/rack", "net/nvlink-domain"
 
@@ -269,3 +278,30 @@ def test_later_tasks_of_a_running_gang_join_its_domain() -> None:
     actions = submit(sched, y, now=1)
     # preferring a rack: all 4 at once inside block b1 (r1, then r2) beats 2 in one rack
     assert nodes_of(actions, "y") == ["a0", "a1", "a2", "a3"]
+
+
+def test_a_spread_preferred_gang_consolidates_into_one_rack_once_one_holds_it() -> None:
+    # r1 = a0, a1, a2 and r2 = b0, b1, b2 (4 GPUs each)
+    nodes = [_node(f"a{i}", "b", "r1") for i in range(3)]
+    nodes += [_node(f"b{i}", "b", "r2") for i in range(3)]
+    state = ClusterState(nodes)
+    state.set_topology((BLOCK, RACK))
+    migration = {"min_runtime_s": 0, "consolidate": {"enabled": True}}
+    sched = Scheduler(state, parse_profile({"score": ["bestfit"], "migration": migration}))
+    rack = topo(required=RACK)
+    assert nodes_of(submit(sched, job("o1", gpus=4, replicas=2, topology=rack)), "o1") == [
+        "a0",
+        "a1",
+    ]
+    assert nodes_of(submit(sched, job("o2", gpus=4, replicas=2, topology=rack)), "o2") == [
+        "b0",
+        "b1",
+    ]
+    # no rack holds 2 now: spread over the block, r1 first (a2), then r2 (b2)
+    spread = job("p", gpus=4, replicas=2, checkpoint=Checkpointing(), topology=topo(preferred=RACK))
+    assert nodes_of(submit(sched, spread), "p") == ["a2", "b2"]
+    # o1 ends: r1 has a0 and a1 free; p moves there (its old places held until it stops)
+    actions = sched.handle([TaskFinished("o1", t, 1) for t in range(2)], 10.0)
+    (move,) = [a for a in actions if isinstance(a, Migrate)]
+    assert move.job_id == "p" and str(move.kind) == "consolidation"
+    assert sorted(p.node for _, p in move.placements) == ["a0", "a1"]

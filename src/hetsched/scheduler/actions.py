@@ -78,12 +78,14 @@ class Change(enum.StrEnum):
 
 class MigrationKind(enum.StrEnum):
     """Why a job is moved: to make room for a job that fits nowhere as the cluster is
-    packed (defragmentation), to a faster device model (upgrade), or to the device model
-    the round policy gives it for the next round (round)."""
+    packed (defragmentation), to a faster device model (upgrade), to the device model the
+    round policy gives it for the next round (round), or into one network domain of the
+    level it prefers (consolidation)."""
 
     DEFRAG = "defragmentation"
     UPGRADE = "upgrade"
     ROUND = "round"
+    CONSOLIDATE = "consolidation"
 
 
 @dataclass(frozen=True, slots=True)

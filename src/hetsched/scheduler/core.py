@@ -45,6 +45,7 @@ from hetsched.scheduler.actions import (
     Reject,
 )
 from hetsched.scheduler.checkpoints import keep_all, note_checkpoint
+from hetsched.scheduler.consolidate import run_consolidation
 from hetsched.scheduler.cycle import placed_in_line, run_cycle
 from hetsched.scheduler.events import (
     DeviceAdded,
@@ -128,6 +129,7 @@ class Scheduler(JobBook):
             run_rounds(self, self.rounds, now)
         run_cycle(self, now)
         run_upgrades(self, now)
+        run_consolidation(self, now)
         placed_in_line(self, out, start)
         self._out = []
         return out
