@@ -83,3 +83,14 @@ def test_cluster_levels_listed_twice_are_refused() -> None:
     with pytest.raises(SpecError) as caught:
         validate_cluster(doc)
     assert "topology: levels[2]: level 'a' is listed twice" in str(caught.value)
+
+
+def test_place_table_shows_each_task_domain(examples: Path) -> None:
+    folder = examples / "topology"
+    cluster, jobs = str(folder / "cluster.yaml"), str(folder / "jobs.yaml")
+    result = runner.invoke(app, ["place", "--cluster", cluster, "--jobs", jobs])
+    assert result.exit_code == 0, result.output
+    rows = {tuple(line.split()[:4]) for line in result.output.splitlines()}
+    assert ("tp-group", "0", "gb200-a-0", "b2/r3/nvl-a") in rows
+    # an H100 node has no NVLink label: its own domain at that level
+    assert ("finetune", "4", "h100-r2-0", "b1/r2/h100-r2-0") in rows

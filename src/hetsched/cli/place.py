@@ -132,13 +132,18 @@ _COLUMNS = (
 def _print_table(result: dict[str, Any]) -> None:
     console = out.console
     tasks = len(result["placements"])
-    grid = Grid(f"Placements ({plural(tasks, 'task')})", _COLUMNS)
+    # with network levels, each task's domains (broadest first) after its node
+    domains = any("domains" in p for p in result["placements"])
+    columns = (*_COLUMNS[:3], Col("domain", drop=3), *_COLUMNS[3:]) if domains else _COLUMNS
+    grid = Grid(f"Placements ({plural(tasks, 'task')})", columns)
     for p in result["placements"]:
         devices = _devices_cell(p["node"], p["devices"])
+        where = ["/".join(p["domains"].values())] if domains else []
         grid.add(
             p["job"],
             str(p["task"]),
             p["node"],
+            *where,
             format_cpu(p["cpu_milli"]),
             format_memory(p["memory_mib"]),
             devices or "-",
