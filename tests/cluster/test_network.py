@@ -110,3 +110,16 @@ def test_incremental_capacity_equals_summing_afresh(
             assert np.array_equal(kept, fresh)
             assert np.array_equal(copied, fresh)
     assert fit_count(net.free[0], TaskRequest()).min() > 1 << 30
+
+
+def test_relabelled_or_added_nodes_rebuild_the_tree_and_keep_capacity() -> None:
+    state = _cluster()
+    state.allocate("k", Placement("n4", 0, 0, (DeviceShare("n4/gpu0", 1000),)))
+    state.update_node("n4", labels={"block": "b1", "rack": "r0"})  # joins n3's rack
+    state.add_node(gpu_node("n5", gpus=4, labels={"block": "b2", "rack": "r9"}))
+    net = state.network()
+    assert net is not None
+    assert net.names == [["b0", "b1", "b2"], ["r0", "r1", "r0", "r9"]]
+    one = TaskRequest(0, 0, (DeviceRequest.of("gpu", 1),))
+    # racks: b0/r0 8, b0/r1 4, b1/r0 (n3 4 + n4 3) 7, b2/r9 4
+    assert net.capacity(state, 1, one).tolist() == [8, 4, 7, 4]
