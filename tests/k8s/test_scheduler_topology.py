@@ -18,9 +18,10 @@ from hetsched.k8s.names import (
     TOPOLOGY_REQUIRED,
     TOPOLOGY_SLICE_SIZE,
 )
+from hetsched.k8s.podgroups import PodGroups
 from hetsched.k8s.podrequest import TranslateError
 from hetsched.k8s.scheduler import PodScheduler
-from hetsched.k8s.topology import pod_topology
+from hetsched.k8s.topology import COMPLETION_INDEX, pod_topology
 from hetsched.model.topology import TopologyRequest
 from k8s.apiserver import ApiServer, gpus, node_json, pod_json
 from k8s.stepping import wait
@@ -131,3 +132,18 @@ def test_annotations_translate_and_conflicts_name_the_annotation() -> None:
     for given, error in cases:
         with pytest.raises(TranslateError, match=error):
             pod_topology(given, "pod p")
+
+
+def test_a_group_orders_its_pods_by_completion_index_then_name() -> None:
+    groups = PodGroups()
+    pods: dict[str, Obj] = {}
+    for name, index in (("w-a", "10"), ("w-b", "2"), ("w-c", None), ("w-d", "0")):
+        annotations = {POD_GROUP_MIN: "4"}
+        if index is not None:
+            annotations[COMPLETION_INDEX] = index
+        pods[f"default/{name}"] = pod_json(name, annotations=annotations, labels={POD_GROUP: "g"})
+        groups.add("default/g", f"default/{name}")
+    ((group, keys, minimum),) = list(groups.ready(pods, lambda obj, text: None))
+    # ranks 0, 2, 10 (numerically), then the pod without an index
+    assert keys == ["default/w-d", "default/w-b", "default/w-a", "default/w-c"]
+    assert (group, minimum) == ("default/g", 4)

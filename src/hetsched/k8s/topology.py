@@ -27,7 +27,10 @@ from hetsched.k8s.names import (
 from hetsched.k8s.podrequest import TranslateError
 from hetsched.model.topology import TopologyRequest
 
-__all__ = ["pod_topology"]
+__all__ = ["COMPLETION_INDEX", "pod_topology", "rank_key"]
+
+#: an Indexed Job's pod annotation: its completion index, the rank of a training worker
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 #: each field: the hetsched annotation, then Kueue's
 _FIELDS = {
@@ -50,6 +53,16 @@ def _value(annotations: Mapping[str, str], where: str, names: tuple[str, str]) -
             raise TranslateError(f"{where}: annotation {name} is empty (expected a node label)")
         return value
     return None
+
+
+def rank_key(annotations: Mapping[str, str], key: str) -> tuple[int, int, str]:
+    """Where a pod goes in its group's task order (task ``i`` is the ``i``-th): by its
+    Indexed Job completion index where it has one, then by its key, so consecutive ranks
+    are consecutive tasks and placement keeps them together."""
+    raw = annotations.get(COMPLETION_INDEX, "")
+    if raw.isdigit():
+        return (0, int(raw), key)
+    return (1, 0, key)
 
 
 def pod_topology(annotations: Mapping[str, str], where: str) -> TopologyRequest | None:
