@@ -12,6 +12,12 @@ partly used nodes.
     .venv/bin/python bench/placement.py --score bestfit,stranding   # the default profile's scores
     .venv/bin/python bench/placement.py --distinct 20    # 20 distinct requests, repeated
     .venv/bin/python bench/placement.py --nodes 5000 --compare-src /path/to/older/checkout/src
+    .venv/bin/python bench/placement.py --topology --nodes 5000 --tasks 1500 --racks 20
+    .venv/bin/python bench/placement.py --topology --nodes 5000 --tasks 1000 --racks 100 20 5
+
+``--topology`` measures gang placement inside network domains instead (see
+``bench/placement_topology.py``): ``--tasks`` is then the number of gang jobs, ``--racks``
+the nodes per rack (one row per size, with and without topology).
 
 Reported per size (medians over repeats): placements/s through the framework (filter,
 score, device choice, allocate, and the steady-state release) per second of wall time and
@@ -51,6 +57,7 @@ from hetsched.framework import CycleContext, Framework, parse_profile
 from hetsched.model.device import Device, Node
 from hetsched.model.job import DeviceRequest, Job, TaskRequest
 from hetsched.scheduler import Bind, JobSubmitted, Scheduler, TaskFinished
+from placement_topology import bench_topology, print_table
 
 GPU_TYPES = [  # (model, gpus per node, memory GiB, cpu cores, memory GiB, share of nodes)
     ("A100", 8, 80, 96, 1024, 0.30),
@@ -257,7 +264,20 @@ def main() -> None:
         type=Path,
         help="also run the src/ directory of another checkout, alternating repeat by repeat",
     )
+    parser.add_argument(
+        "--topology", action="store_true", help="gang placement inside network domains"
+    )
+    parser.add_argument(
+        "--racks", type=int, nargs="+", default=[20], help="with --topology: nodes per rack"
+    )
     args = parser.parse_args()
+    if args.topology:
+        results = bench_topology(args.nodes, args.racks, args.tasks, args.repeats)
+        if args.output == "json":
+            print(json.dumps({"results": [r.__dict__ for r in results]}, indent=2))
+        else:
+            print_table(results)
+        return
     if args.compare_src is not None:
         compare(args)
         return

@@ -14,6 +14,7 @@ from hetsched.federation.server import default_profile
 from hetsched.framework.profile import parse_profile
 from hetsched.framework.registry import installed
 from hetsched.model.speed import JobSpeed
+from hetsched.model.topology import TopologyRequest
 from hetsched.scheduler import Bind, JobSubmitted, NodeChanged, Pending, Scheduler
 
 MODELS = {"a": "A100", "b": "V100", "c": "T4"}
@@ -128,3 +129,16 @@ def test_one_task_holds_every_replica() -> None:
         (1, 300),
         (1, 300),
     ]
+
+
+def test_a_job_asking_for_network_domains_goes_to_a_member_whole() -> None:
+    # the member places it inside its domains (its spec carries the request there); the
+    # federation, whose nodes are members, has no levels and places it as one task
+    book = Book()
+    core = _core(book)
+    rack = TopologyRequest(required="net/rack", slice_size=2, slice_required="net/nvl")
+    sliced = job("s", gpus=1, replicas=2, topology=rack)
+    assert as_one_task(sliced).topology is None
+    assert _place(core, book, sliced) is not None
+    alone = job("t", gpus=1, topology=TopologyRequest(preferred="net/rack"))
+    assert _place(core, book, alone) is not None

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from hetsched.cli import output
-from hetsched.cli.job_text import age, checkpoint_lines, resources_text, workflow_lines
+from hetsched.cli.job_text import age, checkpoint_lines, plural, resources_text, workflow_lines
 from hetsched.cli.tables import Col, Grid, print_table
 
 __all__ = ["current_reason", "print_job", "print_jobs"]
@@ -80,6 +80,9 @@ def print_job(data: dict[str, Any]) -> None:
     for group in data.get("groups", ()):
         each = resources_text(group["resources"])
         _field("group", f"{group['name']}: {group['replicas']} x {each}")
+    domains = _domains_text(data.get("tasks", []))
+    if domains:
+        _field("domains", domains)
     grid = Grid("Tasks", _TASK_COLUMNS)
     for t in data.get("tasks", []):
         devices = ", ".join(
@@ -109,6 +112,17 @@ _TASK_COLUMNS = (
     Col("exit", drop=3, right=True),
     Col("reason", wrap=True, drop=4),
 )
+
+
+def _domains_text(tasks: list[dict[str, Any]]) -> str:
+    """``b1/r2: 3 tasks, b1/r3: 1 task``: the network domains the tasks got (broadest level
+    first), in task order; empty without levels."""
+    counts: dict[str, int] = {}
+    for task in tasks:
+        if task.get("domains"):
+            path = "/".join(task["domains"].values())
+            counts[path] = counts.get(path, 0) + 1
+    return ", ".join(f"{path}: {plural(n, 'task')}" for path, n in counts.items())
 
 
 def _field(key: str, value: str) -> None:

@@ -239,6 +239,16 @@ _Burst = Annotated[
     ),
 ]
 
+_TopologyLevels = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--topology-level",
+        help="A network level: a node label, broadest first (repeatable; e.g. "
+        "network.hetsched.io/block, then network.hetsched.io/rack). Pods ask for one with "
+        "hetsched.io/topology-required or Kueue's podset-required-topology annotation.",
+    ),
+]
+
 
 @k8s_app.command("scheduler")
 def scheduler(
@@ -254,6 +264,7 @@ def scheduler(
     bind_workers: _BindWorkers = 16,
     kube_api_qps: _Qps = 0.0,
     kube_api_burst: _Burst = 100,
+    topology_level: _TopologyLevels = None,
 ) -> None:
     """Schedule pods naming hetsched: watch pods and nodes, bind, explain what waits."""
     from hetsched.k8s.leader import LeaseLock
@@ -271,6 +282,7 @@ def scheduler(
         identity=me,
         bind_workers=bind_workers,
         event_queue=EVENT_QUEUE if bind_workers else 0,
+        topology_levels=topology_level or (),
     )
     if federation_namespace is not None:
         from hetsched.k8s.fencing import LeaseFencing

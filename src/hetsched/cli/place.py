@@ -13,13 +13,14 @@ from hetsched.cli.jobfile import load_job_file
 from hetsched.cli.output import OutputFormat, err_console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.cli.tables import Col, Grid, print_table
+from hetsched.cluster.network import domains_of
 from hetsched.cluster.state import ClusterState
 from hetsched.cluster.stranding import stranded_accelerators
 from hetsched.framework.profile import ProfileError, load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.selector import set_parser_source
-from hetsched.model.specs import SpecError, load_cluster
+from hetsched.model.specs import SpecError, load_cluster_levels
 from hetsched.model.yamlio import gc_paused
 from hetsched.plugins.stranding import profile_typicals
 from hetsched.scheduler import Action, Bind, JobSubmitted, Pending, Reject, Scheduler
@@ -34,19 +35,21 @@ def place_jobs(cluster: Path, jobs: Path, profile: Path | None) -> dict[str, Any
     # only walk them again and again (a third of the run for 5,000 jobs on 5,000 nodes),
     # and so would building the result, with everything before still alive
     with gc_paused():
-        nodes = load_cluster(cluster)
+        nodes, levels = load_cluster_levels(cluster)
         job_file = load_job_file(jobs)
         job_list = job_file.build()
         spec = load_profile(profile)
         state = ClusterState(nodes)
+        if levels:
+            state.set_topology(levels)
         scheduler = Scheduler(state, spec)
         scheduler.speed_table = load_speed_table(spec.speeds)
         actions = scheduler.handle([JobSubmitted(j) for j in job_list], now=0.0)
         stranded = stranded_accelerators(state, profile_typicals(spec))
-        return {**_result(actions, stranded.to_dict()), "ignored": job_file.notes()}
+        return {**_result(actions, stranded.to_dict(), state), "ignored": job_file.notes()}
 
 
-def _result(actions: list[Action], stranded: dict[str, Any]) -> dict[str, Any]:
+def _result(actions: list[Action], stranded: dict[str, Any], state: ClusterState) -> dict[str, Any]:
     placements: list[dict[str, Any]] = []
     # a job's last reason, in the order jobs first waited (one that waits for another job
     # is told again when that one starts)
@@ -54,7 +57,10 @@ def _result(actions: list[Action], stranded: dict[str, Any]) -> dict[str, Any]:
     for action in actions:
         if isinstance(action, Bind):
             for task, p in action.placements:
-                placements.append({"job": action.job_id, "task": task, **p.to_dict()})
+                placement = {"job": action.job_id, "task": task, **p.to_dict()}
+                if state.levels:
+                    placement["domains"] = domains_of(state, p.node)
+                placements.append(placement)
         elif isinstance(action, Pending):
             pending[action.job_id] = {
                 "job": action.job_id,
@@ -132,13 +138,18 @@ _COLUMNS = (
 def _print_table(result: dict[str, Any]) -> None:
     console = out.console
     tasks = len(result["placements"])
-    grid = Grid(f"Placements ({plural(tasks, 'task')})", _COLUMNS)
+    # with network levels, each task's domains (broadest first) after its node
+    domains = any("domains" in p for p in result["placements"])
+    columns = (*_COLUMNS[:3], Col("domain", drop=3), *_COLUMNS[3:]) if domains else _COLUMNS
+    grid = Grid(f"Placements ({plural(tasks, 'task')})", columns)
     for p in result["placements"]:
         devices = _devices_cell(p["node"], p["devices"])
+        where = ["/".join(p["domains"].values())] if domains else []
         grid.add(
             p["job"],
             str(p["task"]),
             p["node"],
+            *where,
             format_cpu(p["cpu_milli"]),
             format_memory(p["memory_mib"]),
             devices or "-",

@@ -17,6 +17,7 @@ class _SimCommands(LazyGroup):
         "synth": ("hetsched.cli.sim_synth", "synth", {}),
         "openb": ("hetsched.cli.sim_openb", "openb", {}),
         "gavel": ("hetsched.cli.sim_gavel", "gavel", {}),
+        "topology": ("hetsched.cli.sim_topology", "topology", {}),
     }
 
 

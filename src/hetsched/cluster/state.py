@@ -28,6 +28,7 @@ import numpy.typing as npt
 from hetsched.cluster.batch import first_duplicate, slot_writes
 from hetsched.cluster.changes import ChangeLog
 from hetsched.cluster.kinds import DeviceKind, kind_of
+from hetsched.cluster.network import Network
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.views import TopologyViews
 from hetsched.keys import TaskKey
@@ -103,6 +104,9 @@ class ClusterState(TopologyViews, ChangeLog):
         self._memo_version = 0
         self._all_active = True
         self._all_active_version = -1
+        #: the network levels (node labels, broadest first) and their domains, built on use
+        self.levels: tuple[str, ...] = ()
+        self._network: Network | None = None
         self.add_nodes(nodes)
 
     # -- shape ---------------------------------------------------------------------------
@@ -157,6 +161,7 @@ class ClusterState(TopologyViews, ChangeLog):
         self.dev_free_total[added] = np.where(usable, free, 0).sum(axis=1)
         self.dev_whole_free[added] = ((free >= SHARE_UNITS) & usable).sum(axis=1)
         self._grown.extend(rows)
+        self._network = None
         self.version += 1
         return list(rows)
 
@@ -222,6 +227,7 @@ class ClusterState(TopologyViews, ChangeLog):
             old.taints if taints is None else tuple(taints),
         )
         self._grown.append(row)
+        self._network = None
         self.version += 1
         return row
 
@@ -260,6 +266,20 @@ class ClusterState(TopologyViews, ChangeLog):
         self.cpu_slack = _slack(self.cpu_cap, cpu)
         self.mem_slack = _slack(self.mem_cap, memory)
         self.version += 1
+
+    def set_topology(self, levels: Sequence[str]) -> None:
+        """The network levels: node labels, broadest first (:mod:`hetsched.model.topology`)."""
+        self.levels = tuple(levels)
+        self._network = None
+        self.version += 1
+
+    def network(self) -> Network | None:
+        """The network domains and their free capacity; None without levels."""
+        if not self.levels:
+            return None
+        if self._network is None:
+            self._network = Network(self.levels, self.nodes)
+        return self._network
 
     def best_effort(self, key: AllocKey) -> bool:
         if not self.best_effort_jobs:
@@ -340,6 +360,8 @@ class ClusterState(TopologyViews, ChangeLog):
             self._shares(row, placement, -1)
         self.allocations[key] = placement
         self._touched(row)
+        if self._network is not None:
+            self._network.touch(self, row)
 
     def release(self, key: AllocKey) -> Placement:
         """Give back exactly what ``key`` holds; raises AllocationError if it holds nothing."""
@@ -356,6 +378,8 @@ class ClusterState(TopologyViews, ChangeLog):
             self._shares(row, placement, 1)
         self._grown.append(row)
         self._touched(row)
+        if self._network is not None:
+            self._network.touch(self, row)
         return placement
 
     def _shares(self, row: int, placement: Placement, sign: int) -> None:
@@ -408,6 +432,7 @@ class ClusterState(TopologyViews, ChangeLog):
         other._start_log(self.tick, self.growth_mark())
         other.allocations = dict(self.allocations)
         other._memo = dict(self._memo)
+        other._network = None if self._network is None else self._network.copy()
         for hook in _FORK_HOOKS:
             hook(self, other)
         return other

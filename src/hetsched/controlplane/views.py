@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hetsched.cluster.network import domains_of
 from hetsched.cluster.state import ClusterState
 from hetsched.scheduler.view import SchedulerView
 
@@ -17,11 +18,14 @@ __all__ = ["node_view", "quota_view"]
 
 def node_view(state: ClusterState, reasons: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every node with its capacity, what is free, and its devices; ``reasons`` says why the
-    watcher last saw a device change (``removed``, ``unhealthy: XID 79``)."""
+    watcher last saw a device change (``removed``, ``unhealthy: XID 79``). With network
+    levels, ``domains``: its domain at each level, by level label."""
     out: list[dict[str, Any]] = []
     for row, node in enumerate(state.nodes):
+        extra = {"domains": domains_of(state, node.name)} if state.levels else {}
         out.append(
             {
+                **extra,
                 "name": node.name,
                 "active": bool(state.active[row]),
                 "cpu_milli": int(state.cpu_cap[row]),

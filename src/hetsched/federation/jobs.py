@@ -34,9 +34,10 @@ MEMBER_LABEL = "hetsched.io/member"
 
 def as_one_task(job: Job) -> Job:
     """``job`` as one task holding every replica's request: whole devices multiply their
-    count, a share of one device becomes one request per replica."""
+    count, a share of one device becomes one request per replica. Its network topology is
+    left to the member (its spec carries it there): a member is one node here."""
     if job.replicas == 1:
-        return dataclasses.replace(job, gang=None)
+        return dataclasses.replace(job, gang=None, topology=None)
     request = job.resources
     devices: list[DeviceRequest] = []
     for device in request.devices:
@@ -56,7 +57,7 @@ def as_one_task(job: Job) -> Job:
         request.node_selector,
         request.tolerations,
     )
-    return dataclasses.replace(job, resources=whole, replicas=1, gang=None)
+    return dataclasses.replace(job, resources=whole, replicas=1, gang=None, topology=None)
 
 
 def member_body(submission: Mapping[str, Any], federation: str, queue: str) -> dict[str, Any]:

@@ -180,6 +180,17 @@ class UpgradeSpec(BaseModel):
     max_moves: int = Field(default=1, ge=1)
 
 
+class ConsolidateSpec(BaseModel):
+    """Consolidation: when capacity frees and nothing waits, a checkpointable running job
+    that asked for a ``preferred`` network level but spans several of its domains moves
+    into one domain of that level that holds it now, at most ``max_moves`` per cycle."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    max_moves: int = Field(default=1, ge=1)
+
+
 class MigrationSpec(BaseModel):
     """Moving running jobs (docs/checkpointing.md). Only checkpointable, preemptible jobs
     move; a job younger than ``min_runtime_s`` in its current run never does (a move
@@ -192,6 +203,7 @@ class MigrationSpec(BaseModel):
     grace_s: float = Field(default=30.0, ge=0)
     defrag: DefragSpec = DefragSpec()
     upgrade: UpgradeSpec = UpgradeSpec()
+    consolidate: ConsolidateSpec = ConsolidateSpec()
 
 
 class RoundsSpec(BaseModel):

@@ -50,37 +50,9 @@ from hetsched.framework.interfaces import (
 )
 from hetsched.framework.profile import PluginRef, ProfileSpec
 from hetsched.framework.registry import Registry, installed
-from hetsched.framework.status import PluginError, Status
+from hetsched.framework.status import PluginError, SortFailure, Status
 
 __all__ = ["Framework", "NodeRejections", "SortFailure"]
-
-
-class SortFailure:
-    """The sort key of a job whose queue sort raised: after every other key (and equal to
-    any other SortFailure), carrying the error for the job's explanation."""
-
-    __slots__ = ("status",)
-
-    def __init__(self, status: Status) -> None:
-        self.status = status
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SortFailure)
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __lt__(self, other: object) -> bool:
-        return False
-
-    def __le__(self, other: object) -> bool:
-        return isinstance(other, SortFailure)
-
-    def __gt__(self, other: object) -> bool:
-        return not isinstance(other, SortFailure)
-
-    def __ge__(self, other: object) -> bool:
-        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +224,27 @@ class Framework:
             # the per-request counts fit but the exact joint choice did not: next node
             rows = np.delete(rows, pick)
             total = np.delete(total, pick)
+        return None
+
+    def select_within(self, ctx: CycleContext, rows: IntArray) -> Placement | None:
+        """:meth:`select` among ``rows`` only (ascending; one network domain): the same
+        choice as over a mask of them, from the request class's scores where cached."""
+        if not self.classes_cached:
+            candidates = np.zeros(len(ctx.state), np.bool_)
+            candidates[rows] = True
+            return self.select(ctx, candidates & ctx.state.active)
+        total = self._classed(ctx)[rows]
+        rank = self._ranks(len(ctx.state.nodes))
+        while total.size:
+            top = total.item(total.argmax())
+            if top == -np.inf:
+                break
+            best = (total >= top - 1e-9).nonzero()[0]
+            pick = int(best[np.argmin(rank[rows[best]])]) if rank.size else int(best[0])
+            placement = self._placement(ctx, int(rows[pick]))
+            if placement is not None:
+                return placement
+            total[pick] = -np.inf
         return None
 
     def _select_classed(self, ctx: CycleContext) -> Placement | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Code", "PluginError", "Status"]
+__all__ = ["Code", "PluginError", "SortFailure", "Status"]
 
 
 class Code(enum.StrEnum):
@@ -71,3 +71,31 @@ def failure_text(exc: BaseException) -> str:
     """How a plugin's exception reads in a status: its type and message."""
     text = str(exc)
     return f"failed: {type(exc).__name__}" + (f": {text}" if text else "")
+
+
+class SortFailure:
+    """The sort key of a job whose queue sort raised: after every other key (and equal to
+    any other SortFailure), carrying the error for the job's explanation."""
+
+    __slots__ = ("status",)
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SortFailure)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return isinstance(other, SortFailure)
+
+    def __gt__(self, other: object) -> bool:
+        return not isinstance(other, SortFailure)
+
+    def __ge__(self, other: object) -> bool:
+        return True

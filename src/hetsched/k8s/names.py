@@ -85,6 +85,18 @@ POD_GROUP_MIN = f"{DOMAIN}/min-available"
 #: many of its pods as fit (at least ``min-available``), binds more on idle capacity, and
 #: is shrunk (its last pods deleted) before anyone is preempted
 POD_GROUP_ELASTIC = f"{DOMAIN}/elastic"
+
+#: Pod annotations: where the job's pods go in the network (docs/kubernetes.md): all inside
+#: one domain of a level (a node label), or one if any fits; slices of N pods, each inside
+#: one domain of another level. Kueue's PodSet annotations are read the same way
+TOPOLOGY_REQUIRED = f"{DOMAIN}/topology-required"
+TOPOLOGY_PREFERRED = f"{DOMAIN}/topology-preferred"
+TOPOLOGY_SLICE_SIZE = f"{DOMAIN}/topology-slice-size"
+TOPOLOGY_SLICE_REQUIRED = f"{DOMAIN}/topology-slice-required"
+KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+KUEUE_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 #: Pod label: the hetsched queue the pod is charged to (default: its namespace)
 QUEUE = f"{DOMAIN}/queue"
 #: Pod annotations: the job's speed model (docs/heterogeneity.md): rates per device model

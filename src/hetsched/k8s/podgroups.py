@@ -1,17 +1,27 @@
 """Pod groups waiting to become jobs: the pods of one group (``hetsched.io/pod-group``) are
 one job, submitted once ``hetsched.io/min-available`` of them exist; pods of a group that
-arrive after it started are submitted one by one."""
+arrive after it started are submitted one by one. Task ``i`` of the job is its ``i``-th pod
+by Indexed Job completion index, then by name (the order placement keeps ranks together
+in)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from hetsched.k8s.podrequest import str_map
+from hetsched.k8s.topology import rank_key
 from hetsched.k8s.translate import pod_info
 
 __all__ = ["PodGroups"]
 
 Obj = dict[str, Any]
+
+
+def _rank(obj: Obj, key: str) -> tuple[int, int, str]:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return rank_key(str_map(annotations, "metadata.annotations"), key)
 
 
 class PodGroups:
@@ -59,7 +69,7 @@ class PodGroups:
                     )
                     report(pods[key], text)
                 continue
-            yield group, sorted(waiting), minimum
+            yield group, sorted(waiting, key=lambda k: _rank(pods[k], k)), minimum
 
     def take(self, group: str) -> None:
         """The group's waiting pods became a job."""

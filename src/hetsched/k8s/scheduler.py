@@ -41,7 +41,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hetsched.cluster.placement import Placement
@@ -126,12 +126,16 @@ class PodScheduler(Membership, Observer):
         recreate_timeout_s: float = 300.0,
         bind_workers: int = 0,
         event_queue: int = 0,
+        topology_levels: Sequence[str] = (),
     ) -> None:
         self.api = api
         self.name = scheduler_name
         self.identity = identity
         self.clock = clock
-        self.core = Scheduler(ClusterState(), profile, seed)
+        state = ClusterState()
+        if topology_levels:  # network levels: node labels, broadest first
+            state.set_topology(topology_levels)
+        self.core = Scheduler(state, profile, seed)
         # job types resolve in the profile's throughput table (the speed score, upgrades)
         self.core.speed_table = load_speed_table(profile.speeds) if profile else None
         self.events = PodEvents(api, scheduler_name, identity, event_queue)

@@ -40,6 +40,7 @@ from hetsched.k8s.names import (
     SPEED,
     SPEED_JOB_TYPE,
     SPEED_WORK,
+    TOPOLOGY_SLICE_SIZE,
 )
 from hetsched.k8s.podrequest import (
     TranslateError,
@@ -50,12 +51,14 @@ from hetsched.k8s.podrequest import (
     pod_request,
     str_map,
 )
+from hetsched.k8s.topology import pod_topology
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import Device, Health, Node, Taint, TaintEffect
 from hetsched.model.job import Job, ResizeMode
 from hetsched.model.quantity import QuantityError, parse_cpu, parse_memory
 from hetsched.model.specs import build_speed, parse_speed_map, parse_work
 from hetsched.model.speed import JobSpeed
+from hetsched.model.topology import TopologyRequest
 
 __all__ = [
     "PodInfo",
@@ -312,7 +315,13 @@ def pod_job(obj: JSON, job_id: str | None = None, submit_time: float = 0.0) -> J
         speed=pod_speed(obj),
         checkpoint=_checkpointing(obj),
         movable=controller_uid(obj) is not None or info.group is not None,
+        topology=_topology(obj),
     )
+
+
+def _topology(obj: JSON) -> TopologyRequest | None:
+    annotations = str_map(_meta(obj).get("annotations"), "metadata.annotations")
+    return pod_topology(annotations, f"pod {pod_key(obj)}")
 
 
 def _checkpointing(obj: JSON) -> Checkpointing | None:
@@ -341,6 +350,13 @@ def group_job(
     least = min(min_available, len(pods))
     annotations = str_map(_meta(pods[0]).get("annotations"), "metadata.annotations")
     elastic = annotations.get(POD_GROUP_ELASTIC) == "true" and least < len(pods)
+    topology = _topology(pods[0])
+    size = None if topology is None else topology.slice_size
+    if size is not None and len(pods) % size:
+        raise TranslateError(
+            f"group {job_id}: {len(pods)} pods do not divide into slices of {size} "
+            f"(annotation {TOPOLOGY_SLICE_SIZE} of {first.key})"
+        )
     return Job(
         id=job_id,
         resources=request,
@@ -356,6 +372,7 @@ def group_job(
         submit_time=submit_time,
         speed=pod_speed(pods[0]),
         checkpoint=_checkpointing(pods[0]),
+        topology=topology,
     )
 
 

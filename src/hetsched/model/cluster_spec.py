@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 from hetsched.model.device import AttrValue, Device, Health, Node, Taint, TaintEffect
 from hetsched.model.spec_common import SpecError, Strict, format_errors
 from hetsched.model.spec_values import Cpu, Memory
+from hetsched.model.topology_spec import TopologyTreeSpec
 
 __all__ = [
     "ClusterSpec",
@@ -114,6 +115,11 @@ class NodeSpec(Strict):
 
 class ClusterSpec(Strict):
     nodes: list[NodeSpec] = Field(min_length=1)
+    #: network levels, node labels broadest first (:mod:`hetsched.model.topology`)
+    topology: TopologyTreeSpec | None = None
+
+    def levels(self) -> tuple[str, ...]:
+        return () if self.topology is None else tuple(self.topology.levels)
 
     @model_validator(mode="after")
     def _replicas_need_pattern(self) -> ClusterSpec:

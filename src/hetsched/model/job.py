@@ -11,6 +11,7 @@ from types import MappingProxyType
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.topology import TopologyRequest
 from hetsched.model.workflow import ArraySpec, Dependency, OnUnmet, element_id
 
 __all__ = [
@@ -226,6 +227,8 @@ class Job:
     resize: ResizeMode = ResizeMode.CHECKPOINT
     #: heterogeneous: its task groups, in task order (empty: ``replicas`` alike tasks)
     groups: tuple[TaskGroup, ...] = ()
+    #: where its tasks go in the network (see :mod:`hetsched.model.topology`); None: anywhere
+    topology: TopologyRequest | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -246,6 +249,9 @@ class Job:
                     f"job {self.id}: a job with groups has replicas {total} (their sum) and "
                     "no smaller gang"
                 )
+        size = None if self.topology is None else self.topology.slice_size
+        if size is not None and self.replicas % size:
+            raise ValueError(f"job {self.id}: replicas must be a multiple of slice_size {size}")
 
     def element(self, index: int) -> Job:
         """Element ``index`` of this array: the same job with its own id and name."""

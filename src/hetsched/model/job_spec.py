@@ -47,6 +47,7 @@ from hetsched.model.spec_values import (
     parse_work,
 )
 from hetsched.model.speed import NO_SPEED, JobSpeed
+from hetsched.model.topology_spec import TopologySpec
 from hetsched.model.workflow import Dependency, Needs, OnUnmet, find_cycle, parse_array
 
 __all__ = [
@@ -269,6 +270,8 @@ class JobSpec(Strict):
     resize: ResizeMode = ResizeMode.CHECKPOINT
     #: heterogeneous: task groups with their own resources, placed all or nothing
     groups: list[GroupSpec] | None = Field(default=None, min_length=1, max_length=64)
+    #: where its tasks go in the network: ``{required|preferred: LABEL}``, slices
+    topology: TopologySpec | None = None
 
     _speed = field_validator("speed", mode="before")(
         lambda cls, v: None if v is None else parse_speed_map(v)
@@ -319,6 +322,11 @@ class JobSpec(Strict):
         if self.groups is not None:
             self._check_groups(self.groups)
         self.job_speed()  # speed, work and job type fit together
+        size = None if self.topology is None else self.topology.slice_size
+        if size is not None and self.replicas % size:
+            raise ValueError(
+                f"topology.slice_size: replicas ({self.replicas}) must be a multiple of {size}"
+            )
         return self
 
     def _check_groups(self, groups: list[GroupSpec]) -> None:
@@ -372,6 +380,7 @@ class JobSpec(Strict):
             min_replicas=self.min_replicas,
             resize=self.resize,
             groups=groups,
+            topology=None if self.topology is None else self.topology.build(),
         )
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "build_speed",
     "format_errors",
     "load_cluster",
+    "load_cluster_levels",
     "load_jobs",
     "load_yaml",
     "number_devices",
@@ -73,6 +74,12 @@ __all__ = [
 
 def load_cluster(path: str | Path) -> list[Node]:
     return parse_cluster(load_yaml(path), str(path))
+
+
+def load_cluster_levels(path: str | Path) -> tuple[list[Node], tuple[str, ...]]:
+    """The nodes of a cluster file and its network levels (empty without ``topology``)."""
+    spec = validate_cluster(load_yaml(path), str(path))
+    return spec.build(), spec.levels()
 
 
 def load_jobs(path: str | Path) -> list[Job]:

@@ -64,8 +64,10 @@ def needed(record: JobRecord) -> int:
 
 def shape_of(record: JobRecord) -> Shape:
     """Jobs of one shape place alike: filters and scores read the request and whether the
-    job is best effort, nothing else of the job."""
-    return (record.job.resources, record.job.best_effort, needed(record))
+    job is best effort, nothing else of the job (but where in the network it goes)."""
+    job = record.job
+    request = job.resources if job.topology is None else (job.resources, job.topology)
+    return (request, job.best_effort, needed(record))
 
 
 def moves_may_help(sched: QueueOwner) -> bool:

@@ -85,8 +85,9 @@ class Change(enum.StrEnum):
 
 class MigrationKind(enum.StrEnum):
     """Why a job is moved: to make room for a job that fits nowhere as the cluster is
-    packed (defragmentation), to a faster device model (upgrade), or to the device model
-    the round policy gives it for the next round (round)."""
+    packed (defragmentation), to a faster device model (upgrade), to the device model the
+    round policy gives it for the next round (round), or into one network domain of the
+    level it prefers (consolidation)."""
 
     DEFRAG = "defragmentation"
     UPGRADE = "upgrade"
@@ -94,6 +95,7 @@ class MigrationKind(enum.StrEnum):
     #: an elastic job starts again at a new count (grown on idle capacity, or shrunk to
     #: make room); its kept tasks' placements carry over to the next run
     RESIZE = "resize"
+    CONSOLIDATE = "consolidation"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ from hetsched.scheduler.groups import explain_groups
 from hetsched.scheduler.preemption import promises_kept
 from hetsched.scheduler.quota import QuotaBlock
 from hetsched.scheduler.records import BlockedBy, JobRecord
+from hetsched.scheduler.topology import TopologyPlan, place_in_domains, unresolvable
+from hetsched.scheduler.topology_explain import explain_topology
 
 __all__ = ["Outcome", "Pass", "Trial", "attempt"]
 
@@ -76,11 +78,15 @@ class Trial:
     ctx: CycleContext
     run: int
     placed: list[tuple[int, Placement]]
+    #: tasks it must place at once (its gang minimum)
+    need: int = 1
     new: list[tuple[int, Placement]] = field(default_factory=list)
     #: a job with groups: a context per group request, and the requests whose next task
     #: found no node (-> that task)
     contexts: dict[TaskRequest, CycleContext] = field(default_factory=dict)
     failed: dict[TaskRequest, int] = field(default_factory=dict)
+    #: the tasks it tries to place, in order
+    tasks: list[int] = field(default_factory=list)
 
     def context(self, task: int) -> CycleContext:
         request = self.record.job.request_of(task)
@@ -96,41 +102,61 @@ class Trial:
     def place(self) -> None:
         """Place the job's unplaced tasks one by one until one does not fit (a job with
         groups: each with its group's request, and on to the next group, so that the
-        explanation can say which groups fit)."""
-        framework = self.sched.framework
+        explanation can say which groups fit; inside network domains when the job asks:
+        :mod:`hetsched.scheduler.topology`)."""
+        tasks = [task for task in self.record.unplaced if task not in self.record.held]
+        self.tasks = tasks
         job = self.record.job
-        for task in self.record.unplaced:
-            if task in self.record.held:
+        if job.topology is not None:
+            self.place_topology(tasks)
+            return
+        framework = self.sched.framework
+        for task in tasks:
+            ctx = self.context(task) if job.groups else self.ctx
+            if ctx.request in self.failed:
                 continue
-            ctx = self.ctx
-            if job.groups:
-                ctx = self.context(task)
-                if ctx.request in self.failed:
-                    continue
             placement = framework.select(ctx)
-            if placement is None:
-                if job.groups:
-                    self.failed[ctx.request] = task
-                    continue
-                break
-            key = TaskKey(job.id, task, self.run)
-            self.sched.allocate(key, placement, job)
-            if not framework.reservers:  # nothing to reserve: the point passes
-                self.new.append((task, placement))
-                self.placed.append((task, placement))
+            if placement is None and job.groups:
+                self.failed[ctx.request] = task
                 continue
+            if placement is None or not self.take(task, placement):
+                break
+
+    def place_topology(self, tasks: list[int]) -> None:
+        topology = self.record.job.topology
+        assert topology is not None
+        net = self.ctx.state.network()
+        if unresolvable(net, topology) is not None or net is None:
+            return
+        running = [*self.record.placements.values(), *self.record.held.values()]
+        anchor = self.ctx.state.node_index[running[0].node] if running else None
+        plan = TopologyPlan(self.sched.framework, self.ctx, net, self, tasks, anchor)
+        place_in_domains(plan, len(tasks), max(0, self.need - len(self.record.held)))
+
+    def take(self, task: int, placement: Placement) -> bool:
+        """Allocate and reserve ``placement`` for ``task``; False (nothing kept) when a
+        Reserve plugin refuses it."""
+        framework = self.sched.framework
+        key = TaskKey(self.record.job.id, task, self.run)
+        self.sched.allocate(key, placement, self.record.job)
+        if framework.reservers:  # nothing to reserve: the point passes
             reserved = framework.reserve(self.ctx, placement)
             if not reserved.ok:
                 self.sched.unallocate(key)
                 _raise_error(reserved)
-                break
-            self.new.append((task, placement))
-            self.placed.append((task, placement))
+                return False
+        self.new.append((task, placement))
+        self.placed.append((task, placement))
+        return True
 
-    def rollback(self) -> None:
-        """Give back what this attempt took (once: a second call does nothing)."""
-        while self.new:
+    def mark(self) -> int:
+        return len(self.new)
+
+    def undo_to(self, mark: int) -> None:
+        """Give back what was taken after ``mark`` (a value of :meth:`mark`)."""
+        while len(self.new) > mark:
             task, placement = self.new.pop()
+            self.placed.pop()
             try:
                 self.sched.framework.unreserve(self.ctx, placement)
             finally:
@@ -138,12 +164,11 @@ class Trial:
 
     def drop_last(self) -> None:
         """Give back the last task this attempt placed (an elastic job starts smaller)."""
-        task, placement = self.new.pop()
-        self.placed.pop()
-        try:
-            self.sched.framework.unreserve(self.ctx, placement)
-        finally:
-            self.sched.unallocate(TaskKey(self.record.id, task, self.run))
+        self.undo_to(len(self.new) - 1)
+
+    def rollback(self) -> None:
+        """Give back what this attempt took (once: a second call does nothing)."""
+        self.undo_to(0)
 
     @property
     def placements(self) -> list[Placement]:
@@ -164,7 +189,7 @@ def attempt(sched: Books, cycle: Pass, record: JobRecord, need: int, now: float)
             return _quota_blocked(block)
     running = record.state is JobState.RUNNING
     run = record.run if running else record.run + 1
-    trial = Trial(sched, record, ctx, run, sorted(record.held.items()))
+    trial = Trial(sched, record, ctx, run, sorted(record.held.items()), need)
     for check in [ctx, *(trial.context(t) for t in _group_starts(record))]:
         status = framework.prefilter(check)
         if not status.ok:
@@ -208,6 +233,11 @@ def _place(
         if outcome.placements is None:
             trial.rollback()
         return outcome
+    if record.job.topology is not None and permit.ok:
+        trial.rollback()  # a job placed inside domains never holds part of its gang
+        code, explanation = explain_topology(framework, ctx, len(trial.tasks), need, status)
+        kind = BlockedBy.UNRESOLVABLE if code is Code.UNRESOLVABLE else BlockedBy.CAPACITY
+        return Outcome(None, kind, explanation)
     if record.job.groups:  # which groups fit, with the others' placements still held
         placed = {t for t, _ in trial.placed}
         contexts = {ctx.request: ctx, **trial.contexts}

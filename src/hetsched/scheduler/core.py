@@ -45,6 +45,7 @@ from hetsched.scheduler.actions import (
     Reject,
 )
 from hetsched.scheduler.checkpoints import keep_all, note_checkpoint
+from hetsched.scheduler.consolidate import run_consolidation
 from hetsched.scheduler.cycle import placed_in_line, run_cycle
 from hetsched.scheduler.elastic import grow_elastic
 from hetsched.scheduler.events import (
@@ -140,6 +141,7 @@ class Scheduler(JobBook):
         if self.elastic and self.rounds is None:  # in round mode the rounds size jobs
             self._grow(now)
         run_upgrades(self, now)
+        run_consolidation(self, now)
         placed_in_line(self, out, start)
         self._out = []
         return out

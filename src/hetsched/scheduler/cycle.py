@@ -141,9 +141,11 @@ def _visit(sched: Books, cycle: Pass, record: JobRecord) -> None:
         _block(sched, cycle, record, now)
         return
     need = needed(record)
-    same = (record.job.resources, record.job.best_effort, need)  # shape_of(record)
+    job = record.job
+    request = job.resources if job.topology is None else (job.resources, job.topology)
+    same = (request, job.best_effort, need)  # shape_of(record)
     # a job with groups has no one shape: it is always tried
-    alike = not record.held and not sched.quotas.enabled and not record.job.groups
+    alike = not record.held and not sched.quotas.enabled and not job.groups
     if alike and same in cycle.no_room:
         outcome = Outcome(None, BlockedBy.CAPACITY, cycle.no_room[same])
     else:

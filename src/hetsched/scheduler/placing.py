@@ -8,11 +8,14 @@ Permit and Bind plugins do not run: a trial commits to nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocKey, ClusterState
 from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework
 from hetsched.model.job import Job
+from hetsched.scheduler.topology import TopologyPlan, place_in_domains, unresolvable
 
 __all__ = ["trial", "trial_key"]
 
@@ -40,6 +43,8 @@ def trial(
         return []
     if not framework.prefilter(ctx).ok:
         return None
+    if job.topology is not None:
+        return _in_domains(framework, ctx, count, keep)
     # a job with groups: each task with its group's request (tasks in order, all of them)
     contexts = {job.resources: ctx}
     for group in job.groups:
@@ -67,3 +72,46 @@ def trial(
     finally:
         for key in reversed(keys):
             state.release(key)
+
+
+@dataclass(slots=True)
+class _Taken:
+    """What a topology trial took on its state (a :class:`~hetsched.scheduler.topology.Taker`)."""
+
+    state: ClusterState
+    job: Job
+    keys: list[AllocKey] = field(default_factory=list)
+    placed: list[Placement] = field(default_factory=list)
+
+    def take(self, task: int, placement: Placement) -> bool:
+        key: AllocKey = trial_key(self.job, len(self.keys))
+        self.state.allocate(key, placement)
+        self.keys.append(key)
+        self.placed.append(placement)
+        return True
+
+    def mark(self) -> int:
+        return len(self.keys)
+
+    def undo_to(self, mark: int) -> None:
+        while len(self.keys) > mark:
+            self.state.release(self.keys.pop())
+            self.placed.pop()
+
+
+def _in_domains(
+    framework: Framework, ctx: CycleContext, count: int, keep: bool
+) -> list[Placement] | None:
+    """:func:`trial` for a job that asks for network domains."""
+    assert ctx.job.topology is not None
+    net = ctx.state.network()
+    if net is None or unresolvable(net, ctx.job.topology) is not None:
+        return None
+    taken = _Taken(ctx.state, ctx.job)
+    plan = TopologyPlan(framework, ctx, net, taken, list(range(count)))
+    try:
+        place_in_domains(plan, count, count)
+        return list(taken.placed) if len(taken.placed) >= count else None
+    finally:
+        if not keep or len(taken.placed) < count:
+            taken.undo_to(0)

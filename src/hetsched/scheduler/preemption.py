@@ -56,6 +56,7 @@ from hetsched.framework.registry import register
 from hetsched.framework.status import Status
 from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
+from hetsched.model.topology import short_level
 from hetsched.scheduler.actions import PreemptionKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.checkpoints import work_lost
@@ -192,13 +193,57 @@ def candidates(
 
 
 def plan(sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float) -> Plan | str:
-    """The victims that let ``preemptor`` start, or why there are none."""
+    """The victims that let ``preemptor`` start, or why there are none. A job that requires
+    one network domain preempts inside one: of the domains whose running jobs alone make
+    room for it, the one that needs the fewest victims (the first on ties)."""
     if preemptor.nominated:
         return "already waiting for its victims to stop"
     kinds = candidates(sched, args, preemptor, now)
     if not kinds:
         return "no job may be preempted for it (priority, queue, minimum runtime, history)"
     pool = [sched.jobs[i] for i in kinds]
+    pools = _by_domain(sched, preemptor, pool)
+    if pools is None:
+        return _choose(sched, args, preemptor, pool, kinds, now)
+    best: Plan | str = f"no single {pools[0]} has jobs enough to preempt for it"
+    for victims in pools[1]:
+        found = _choose(sched, args, preemptor, victims, kinds, now)
+        if isinstance(found, Plan) and (
+            not isinstance(best, Plan) or len(found.victims) < len(best.victims)
+        ):
+            best = found
+    return best
+
+
+def _by_domain(
+    sched: Books, preemptor: JobRecord, pool: list[JobRecord]
+) -> tuple[str, list[list[JobRecord]]] | None:
+    """For a job that requires one network domain: the level's short name and, per domain
+    (in domain order), the candidates with a task inside it; None for other jobs."""
+    topology = preemptor.job.topology
+    net = sched.state.network()
+    if topology is None or topology.required is None or net is None:
+        return None
+    depth = net.depth(topology.required)
+    if depth is None:
+        return None
+    domains: dict[int, list[JobRecord]] = {}
+    for victim in pool:
+        rows = {sched.state.node_index[p.node] for p in victim.placements.values()}
+        for domain in sorted({net.domain_of(depth, row) for row in rows}):
+            domains.setdefault(domain, []).append(victim)
+    return short_level(topology.required), [domains[d] for d in sorted(domains)]
+
+
+def _choose(
+    sched: Books,
+    args: PreemptionArgs,
+    preemptor: JobRecord,
+    pool: list[JobRecord],
+    kinds: dict[str, PreemptionKind],
+    now: float,
+) -> Plan | str:
+    """The victims among ``pool`` that let ``preemptor`` start (see the module doc)."""
     needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
     promises = _promised(sched, now, skip=preemptor)
     fork = promises.fork

@@ -173,8 +173,9 @@ class MoveBook:
     #: the time of the cycle the count below is for, and jobs moved in it
     cycle_at: float | None = None
     moved: int = 0
-    #: capacity epoch of the last upgrade pass
+    #: capacity epoch of the last upgrade pass, and of the last consolidation pass
     upgrade_epoch: int = -1
+    consolidate_epoch: int = -1
 
     def fail(self, job_id: str, now: float, interval: float) -> None:
         """A plan for ``job_id`` failed at ``now``; entries past the interval are dropped

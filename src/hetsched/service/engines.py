@@ -28,7 +28,7 @@ from hetsched.controlplane import SIMULATED_LABEL, Fencing
 from hetsched.drivers.executor import ProcessExecutor
 from hetsched.framework.profile import ProfileSpec
 from hetsched.model.device import Node
-from hetsched.model.specs import load_cluster
+from hetsched.model.specs import load_cluster_levels
 
 if TYPE_CHECKING:
     from hetsched.service.options import Options
@@ -64,6 +64,8 @@ class Engine:
     fencing: Fencing | None = None
     #: where to say which nodes joined (the submission check), when nodes may join later
     on_joined: Callable[[Callable[[list[Node]], None]], None] | None = None
+    #: network levels (node labels, broadest first) of the first cluster file declaring them
+    levels: tuple[str, ...] = ()
 
 
 def check_executor(options: Options) -> None:
@@ -98,11 +100,12 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
     watcher = _watcher(options)
     local = watcher.initial()
     simulated: list[Node] = []
+    levels: tuple[str, ...] = ()
     for path in options.cluster:
+        nodes, declared = load_cluster_levels(path)
         # marked, so that their devices are said to be unmeasured (controlplane/utilization.py)
-        simulated += [
-            replace(n, labels={**n.labels, SIMULATED_LABEL: "true"}) for n in load_cluster(path)
-        ]
+        simulated += [replace(n, labels={**n.labels, SIMULATED_LABEL: "true"}) for n in nodes]
+        levels = levels or declared
     # a fenced task's own watchdog waits for the service's SIGTERM and grace first
     backstop = math.ceil(options.kill_grace_s) + 2
     executor = Executor(
@@ -121,6 +124,7 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
         watcher.start,
         _guard(profile, watcher, local.name),
         Fencing(home, backstop),
+        levels=levels,
     )
 
 

@@ -39,7 +39,7 @@ from hetsched.controlplane import (
     write_durably,
 )
 from hetsched.drivers import KeepsExits
-from hetsched.framework.profile import load_profile
+from hetsched.framework.profile import ProfileSpec, load_profile
 from hetsched.framework.speeds import load_speed_table
 from hetsched.model.selector import warm as warm_selectors
 from hetsched.plugins.stranding import profile_typicals
@@ -163,12 +163,7 @@ def build(options: Options, fence: Callable[[Connection], None] | None = None) -
     nodes = engine.nodes
     speeds = SpeedLearner(load_speed_table(profile.speeds), store.speed_estimates())
 
-    def make_core() -> Scheduler:
-        core = Scheduler(ClusterState(), profile, seed=options.seed)
-        core.speed_table = speeds.table()  # the profile's table plus learned job types
-        core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
-        return core
-
+    make_core = _core_maker(engine, profile, options.seed, speeds)
     run_as = _run_as_map(options.run_as)
     runner = _runner(options, engine, run_as, speeds, advertised)
     loop = ControlLoop(store, make_core(), runner, make_core=make_core)
@@ -203,6 +198,24 @@ def build(options: Options, fence: Callable[[Connection], None] | None = None) -
     loop.start()
     _start_engine(engine, service)
     return Built(service, create_app(service), admin_token, token_file, tls, runner)
+
+
+def _core_maker(
+    engine: Engine, profile: ProfileSpec, seed: int, speeds: SpeedLearner
+) -> Callable[[], Scheduler]:
+    """What builds the core afresh (at the start, and to rebuild it): the engine's nodes as
+    they are now, its network levels, the profile's speeds plus those learned."""
+
+    def make_core() -> Scheduler:
+        state = ClusterState()
+        if engine.levels:  # network levels from the cluster files
+            state.set_topology(engine.levels)
+        core = Scheduler(state, profile, seed=seed)
+        core.speed_table = speeds.table()  # the profile's table plus learned job types
+        core.handle([NodeAdded(node) for node in engine.current()], now=0.0)
+        return core
+
+    return make_core
 
 
 def _runner(

@@ -77,7 +77,8 @@ def add_job_routes(
         """A job and its tasks. ``job_id`` may also be a unique name or id prefix among
         your jobs (409 lists the candidates when several match); so may every job route's."""
         row = visible_job(job_id, who)
-        return _with_elements(service, row, _job_view(row, service.store.job_tasks(row["id"])))
+        view = _job_view(row, service.store.job_tasks(row["id"]))
+        return _with_domains(_with_elements(service, row, view), service)
 
     @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
     def why(job_id: str, who: Caller) -> dict[str, Any]:
@@ -257,6 +258,15 @@ def _count(row: dict[str, Any], task_rows: list[dict[str, Any]]) -> int | None:
         return len(resizing)
     live = ("starting", "running", "exited")
     return sum(1 for t in task_rows if t["run"] == run and t["state"] in live)
+
+
+def _with_domains(view: dict[str, Any], service: Service) -> dict[str, Any]:
+    """Each task's network domains (by level label), when the service has levels."""
+    domains = {n["name"]: n["domains"] for n in service.loop.nodes_view if "domains" in n}
+    for task in view.get("tasks", []) if domains else []:
+        if task["node"] in domains:
+            task["domains"] = domains[task["node"]]
+    return view
 
 
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -72,6 +72,7 @@ from hetsched.sim.accounting import Accounts, TimeSeries, device_label
 from hetsched.sim.engine.loop import EventLoop
 from hetsched.sim.engine.processes import Clock, Running, Stopped, VirtualProcesses
 from hetsched.sim.engine.run import ClusterChange, CoreFactory, EngineConfig, Progress, SimResult
+from hetsched.sim.network import Slowdown
 from hetsched.sim.outcomes import STATE_CODE, JobOutcome, OutcomeTable
 from hetsched.sim.work import Due, Work
 from hetsched.sim.workload import Workload
@@ -112,7 +113,13 @@ class Simulator(VirtualProcesses, Observer):
         core: CoreFactory = Scheduler,
     ) -> None:
         self.config = config or EngineConfig()
-        self.scheduler = core(ClusterState(nodes), profile, seed)
+        state = ClusterState(nodes)
+        network = self.config.network
+        if network is not None:
+            state.set_topology(network.levels)
+        #: how much slower a gang runs for the network between its tasks (None: no cost)
+        self.slowdown = None if network is None else Slowdown(network, nodes)
+        self.scheduler = core(state, profile, seed)
         table = load_speed_table(profile.speeds) if profile is not None else None
         if hasattr(self.scheduler, "speed_table"):
             self.scheduler.speed_table = table

@@ -23,6 +23,7 @@ from hetsched.cluster.placement import Placement
 from hetsched.drivers import EventOrder, Exit, Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.sim.accounting import Accounts
+from hetsched.sim.network import Slowdown
 from hetsched.sim.outcomes import OutcomeTable
 from hetsched.sim.work import Due, Work
 
@@ -53,6 +54,7 @@ class VirtualProcesses:
     outcomes: OutcomeTable
     lost_work_s: float
     checkpoint_s: float
+    slowdown: Slowdown | None
     _tracked: set[str]
     _rows: dict[str, int]
     #: simulated processes: started and not yet exited, and stopped within their grace
@@ -73,7 +75,8 @@ class VirtualProcesses:
             placements = [t.placement for t in tasks]
             end = self.work.start(first.key, placements, first.resume, now)
         else:
-            end = now + self.outcomes.duration_s[row]
+            speed = 1.0 if self.slowdown is None else self.slowdown.factor(placements_of(tasks))
+            end = now + self.outcomes.duration_s[row] / speed
         for start in tasks:
             running = Running(now, start.placement, user)
             self._live[start.key] = running
@@ -122,6 +125,10 @@ class VirtualProcesses:
         if first and saving.on_notice and notice > 0:
             self._push(saving.time, EventOrder.REPORT, Due(stop.key, saving.work, saving.time))
         return now + notice
+
+
+def placements_of(tasks: Sequence[Start]) -> list[Placement]:
+    return [t.placement for t in tasks]
 
 
 @dataclass(frozen=True, slots=True)

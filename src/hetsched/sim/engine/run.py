@@ -11,6 +11,7 @@ from hetsched.cluster.state import ClusterState
 from hetsched.framework.profile import ProfileSpec
 from hetsched.scheduler import DeviceHealthChanged, NodeAdded, NodeRemoved, Scheduler
 from hetsched.sim.accounting import TimeSeries
+from hetsched.sim.network import NetworkCost
 from hetsched.sim.outcomes import JobOutcome
 
 __all__ = ["ClusterChange", "CoreFactory", "EngineConfig", "Progress", "SimResult"]
@@ -45,6 +46,9 @@ class EngineConfig:
     #: then answer for them after the run); off, it drops them, and a replay holds only
     #: the jobs in the system besides its own outcome columns
     keep_ended_jobs: bool = False
+    #: the network's levels and the speed of a gang by the narrowest domain holding it
+    #: (:mod:`hetsched.sim.network`); the core gets the levels too. None: no network cost
+    network: NetworkCost | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -399,8 +399,13 @@ function renderCharts(history) {
 
 // -- nodes ----------------------------------------------------------------------------------
 
+// a node's network domains, broadest first ("b1 / r3"); nodes are grouped by them
+const domainOf = (node) => Object.values(node.domains || {}).join(" / ");
+
 function renderNodes(nodes) {
-  const sorted = [...nodes].sort((a, b) => b.devices.length - a.devices.length || a.name.localeCompare(b.name));
+  const sorted = [...nodes].sort(
+    (a, b) => domainOf(a).localeCompare(domainOf(b)) || b.devices.length - a.devices.length || a.name.localeCompare(b.name),
+  );
   const models = new Set(nodes.flatMap((n) => n.devices.map((d) => `${d.class} ${d.model}`)));
   $("nodes-hint").textContent = `${nodes.length} nodes · ${models.size} device models`;
   $("nodes").replaceChildren(
@@ -419,6 +424,7 @@ function renderNodes(nodes) {
           "header",
           {},
           h("h3", {}, node.name),
+          node.domains ? h("span", { class: "badge", title: "network domains, broadest first" }, domainOf(node)) : null,
           node.active ? null : h("span", { class: "badge bad" }, "removed"),
           node.stranded
             ? h("span", { class: "badge stranded", title: "free accelerators without the CPU or memory their typical job needs" }, `${node.stranded} stranded`)
