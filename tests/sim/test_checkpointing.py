@@ -55,6 +55,32 @@ def test_run_end(run: RunProgress, end: float) -> None:
     assert run.end() == end
 
 
+def test_the_next_save_after_a_save_is_the_one_after_it() -> None:
+    # 38 + 60.1 = 98.1, but (98.1 - 38) / 60.1 rounds down below 1: the save at 98.1 once
+    # answered itself as the next one, and the simulator's loop never advanced
+    run = RunProgress(38.0, 0.0, 1e9, 1.0, 60.0, 0.1)
+    assert run.next_save(38.0) == pytest.approx(98.1)
+    assert run.next_save(98.1) == pytest.approx(158.2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.floats(0, 5000, allow_nan=False),
+    st.floats(0.1, 500, allow_nan=False),
+    st.sampled_from([0.0, 0.1, 1.0, 5.0, 0.3]),
+)
+def test_saves_come_one_cycle_apart_and_always_later(
+    start: float, interval: float, cost: float
+) -> None:
+    run = RunProgress(start, 0.0, 1e12, 1.0, interval, cost)
+    after = start
+    for _ in range(50):
+        at = run.next_save(after)
+        assert at is not None and at > after
+        assert at - after == pytest.approx(interval + cost, rel=1e-6, abs=1e-6) or after == start
+        after = at
+
+
 @pytest.mark.parametrize(
     ("now", "notice", "saving"),
     [

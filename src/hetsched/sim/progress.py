@@ -107,6 +107,10 @@ class RunProgress:
             return None
         written, _ = self._split(after)
         at = self.start + (written + 1) * self.cycle
+        if at - after <= self.cycle * 1e-9:
+            # ``after`` is itself a save time whose elapsed / cycle rounded down below its
+            # count (38 + 60.1 = 98.1, but (98.1 - 38) / 60.1 is 0.999...): the next one
+            at += self.cycle
         return at if at < self.end() else None
 
     def writing_s(self, until: float) -> float:
