@@ -29,7 +29,14 @@ from hetsched.controlplane.home import default_home
 from hetsched.controlplane.leadership import Fenced, Held, Keeper, LeaseBook
 from hetsched.controlplane.loop import ControlLoop
 from hetsched.controlplane.loopmetrics import LoopMetrics
-from hetsched.controlplane.pairing import LOST, Leader, holder_id, run_pair
+from hetsched.controlplane.pairing import (
+    LOST,
+    Leader,
+    holder_id,
+    require_shared_store,
+    run_pair,
+    serve_as_pair,
+)
 from hetsched.controlplane.planner import TurnPlan, TurnPlanner
 from hetsched.controlplane.processes import ProcessRunner
 from hetsched.controlplane.queues import load_queues
@@ -82,8 +89,10 @@ __all__ = [
     "node_view",
     "open_checked",
     "quota_view",
+    "require_shared_store",
     "run_pair",
     "serve",
+    "serve_as_pair",
     "standby_app",
     "write_durably",
 ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import socket
 import sys
 import threading
@@ -24,8 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.controlplane.leadership import Keeper, LeaseBook
+from hetsched.controlplane.storage.store import Store
 
-__all__ = ["LOST", "POLL_S", "Leader", "Switch", "holder_id", "run_pair"]
+__all__ = [
+    "LOST",
+    "POLL_S",
+    "Leader",
+    "Switch",
+    "holder_id",
+    "require_shared_store",
+    "run_pair",
+    "serve_as_pair",
+]
 
 log = logging.getLogger("hetsched.pair")
 
@@ -143,3 +154,31 @@ def _close(pair: _Pair) -> None:
             pair.book.release()
         except Exception as exc:  # the store is gone: the lease expires by itself
             log.warning("lease %s: not released: %s", pair.book.name, exc)
+
+
+def require_shared_store(db: str | None) -> None:
+    """SystemExit unless ``db`` is a PostgreSQL URL: both processes of a pair reach it."""
+    if db is None or not db.startswith("postgresql"):
+        raise SystemExit(
+            "--lease needs --db postgresql+psycopg://...: a store both processes of the pair reach"
+        )
+
+
+def serve_as_pair(
+    store: Store,
+    book: LeaseBook,
+    lead: Callable[[Keeper], Leader],
+    server: Callable[[Any], Any],
+    what: str,
+) -> None:
+    """One process of a standby pair on ``store`` under ``book``'s lease, until SIGINT or
+    SIGTERM (which only stop the server: the lease is handed on, the store closed)."""
+    from hetsched.controlplane.api.auth import Authenticator
+    from hetsched.controlplane.api.standby import standby_app
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda _sig, _frame: None)
+    try:
+        run_pair(book, standby_app(store, Authenticator(store), book.current), lead, server, what)
+    finally:
+        store.close()

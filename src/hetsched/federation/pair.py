@@ -10,17 +10,15 @@ and none is sent twice (docs/federation.md).
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 
 from hetsched.controlplane import (
-    Authenticator,
     Keeper,
     Leader,
     LeaseBook,
     holder_id,
-    run_pair,
-    standby_app,
+    require_shared_store,
+    serve_as_pair,
 )
 from hetsched.federation.server import (
     FederationOptions,
@@ -41,10 +39,7 @@ def serve_pair(options: FederationOptions) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     assert options.lease is not None
-    if options.db is None or not options.db.startswith("postgresql"):
-        raise SystemExit(
-            "--lease needs --db postgresql+psycopg://...: a store both processes of the pair reach"
-        )
+    require_shared_store(options.db)
     tls = check_tls(options)
     store = open_store(options)
     scheme = "https" if tls is not None else "http"
@@ -55,17 +50,9 @@ def serve_pair(options: FederationOptions) -> None:
         built = build(options, fence=book.fence)
         return Leader(built.app, lambda: close(built), lambda: announce(options, built))
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: None)
-    try:
-        run_pair(
-            book,
-            standby_app(store, Authenticator(store), book.current),
-            lead,
-            lambda app: uvicorn.Server(uvicorn_config(app, options, tls)),
-            "hetsched federation",
-        )
-    finally:
-        store.close()
+    def server(app: object) -> uvicorn.Server:
+        return uvicorn.Server(uvicorn_config(app, options, tls))
+
+    serve_as_pair(store, book, lead, server, "hetsched federation")
     print("hetsched federation: stopped; the other process of the pair takes over")
     sys.stdout.flush()

@@ -15,13 +15,12 @@ import sys
 import time
 
 from hetsched.controlplane import (
-    Authenticator,
     Keeper,
     Leader,
     LeaseBook,
     holder_id,
-    run_pair,
-    standby_app,
+    require_shared_store,
+    serve_as_pair,
 )
 from hetsched.service.server import (
     Options,
@@ -30,7 +29,6 @@ from hetsched.service.server import (
     check_tls,
     close,
     open_home,
-    quiet_signals,
     uvicorn_config,
 )
 
@@ -43,10 +41,7 @@ def serve_pair(options: Options) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     assert options.lease is not None
-    if options.db is None or not options.db.startswith("postgresql"):
-        raise SystemExit(
-            "--lease needs --db postgresql+psycopg://...: a store both processes of the pair reach"
-        )
+    require_shared_store(options.db)
     tls, advertised = check_tls(options)
     store, _instance = open_home(options)
     book = LeaseBook(store, options.lease, holder_id(), advertised.url, options.lease_s)
@@ -58,16 +53,9 @@ def serve_pair(options: Options) -> None:
         built.runner.leading = lambda: time.time() < keeper.valid_until - margin
         return Leader(built.app, lambda: close(built), lambda: announce(options, built))
 
-    quiet_signals()
-    try:
-        run_pair(
-            book,
-            standby_app(store, Authenticator(store), book.current),
-            lead,
-            lambda app: uvicorn.Server(uvicorn_config(app, options, tls)),
-            "hetsched up",
-        )
-    finally:
-        store.close()
+    def server(app: object) -> uvicorn.Server:
+        return uvicorn.Server(uvicorn_config(app, options, tls))
+
+    serve_as_pair(store, book, lead, server, "hetsched up")
     print("hetsched up: stopped; running tasks keep running and are adopted by the leader")
     sys.stdout.flush()
