@@ -43,6 +43,7 @@ from hetsched.controlplane.queues import load_queues
 from hetsched.controlplane.recovery import RecoveryError
 from hetsched.controlplane.runner import Before, LoopHandle, Runner
 from hetsched.controlplane.schemas import Feasibility, SubmitSpec, Unsatisfiable, from_stored
+from hetsched.controlplane.serving import api_server, quiet_signals
 from hetsched.controlplane.speedlearn import SpeedLearner
 from hetsched.controlplane.storage.integrity import StoreRefused, open_checked, write_durably
 from hetsched.controlplane.storage.store import Store
@@ -80,6 +81,7 @@ __all__ = [
     "TurnPlan",
     "TurnPlanner",
     "Unsatisfiable",
+    "api_server",
     "create_app",
     "default_home",
     "free_port",
@@ -88,6 +90,7 @@ __all__ = [
     "load_queues",
     "node_view",
     "open_checked",
+    "quiet_signals",
     "quota_view",
     "require_shared_store",
     "run_pair",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import socket
 import sys
 import threading
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.controlplane.leadership import Keeper, LeaseBook
+from hetsched.controlplane.serving import quiet_signals
 from hetsched.controlplane.storage.store import Store
 
 __all__ = [
@@ -176,8 +176,7 @@ def serve_as_pair(
     from hetsched.controlplane.api.auth import Authenticator
     from hetsched.controlplane.api.standby import standby_app
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: None)
+    quiet_signals()
     try:
         run_pair(book, standby_app(store, Authenticator(store), book.current), lead, server, what)
     finally:

@@ -16,6 +16,7 @@ from hetsched.controlplane import (
     Keeper,
     Leader,
     LeaseBook,
+    api_server,
     holder_id,
     require_shared_store,
     serve_as_pair,
@@ -27,7 +28,6 @@ from hetsched.federation.server import (
     check_tls,
     close,
     open_store,
-    uvicorn_config,
 )
 
 __all__ = ["serve_pair"]
@@ -35,8 +35,6 @@ __all__ = ["serve_pair"]
 
 def serve_pair(options: FederationOptions) -> None:
     """Run as one process of a standby pair until SIGINT or SIGTERM."""
-    import uvicorn
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     assert options.lease is not None
     require_shared_store(options.db)
@@ -50,9 +48,12 @@ def serve_pair(options: FederationOptions) -> None:
         built = build(options, fence=book.fence)
         return Leader(built.app, lambda: close(built), lambda: announce(options, built))
 
-    def server(app: object) -> uvicorn.Server:
-        return uvicorn.Server(uvicorn_config(app, options, tls))
-
-    serve_as_pair(store, book, lead, server, "hetsched federation")
+    serve_as_pair(
+        store,
+        book,
+        lead,
+        lambda app: api_server(app, options.host, options.port, tls),
+        "hetsched federation",
+    )
     print("hetsched federation: stopped; the other process of the pair takes over")
     sys.stdout.flush()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -33,9 +32,11 @@ from hetsched.controlplane import (
     Service,
     Store,
     Unsatisfiable,
+    api_server,
     create_app,
     default_home,
     load_queues,
+    quiet_signals,
     write_durably,
 )
 from hetsched.federation.hetsched_member import HetschedMember
@@ -69,7 +70,6 @@ __all__ = [
     "default_profile",
     "open_store",
     "serve",
-    "uvicorn_config",
 ]
 
 log = logging.getLogger("hetsched.federation")
@@ -331,36 +331,19 @@ def close(built: Built) -> None:
 def serve(options: FederationOptions) -> None:
     """Run until SIGINT or SIGTERM. Jobs keep running on the members while the federation is
     down, for as long as its lease there; a restart within it takes them back."""
-    import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations speak only to fail
     built = build(options)
     announce(options, built)
-    server = uvicorn.Server(uvicorn_config(built.app, options, built.tls))
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: None)
+    server = api_server(built.app, options.host, options.port, built.tls)
+    quiet_signals()
     try:
         server.run()
     finally:
         close(built)
     print("hetsched federation: stopped; jobs keep running on the members for the lease")
     sys.stdout.flush()
-
-
-def uvicorn_config(app: Any, options: FederationOptions, tls: ServerTls | None) -> Any:
-    """uvicorn's configuration of the federation's API (an ``uvicorn.Config``)."""
-    import uvicorn
-
-    return uvicorn.Config(
-        app,
-        host=options.host,
-        port=options.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        **(tls.uvicorn() if tls is not None else {}),
-    )
 
 
 def announce(options: FederationOptions, built: Built) -> None:

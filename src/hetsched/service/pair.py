@@ -18,6 +18,7 @@ from hetsched.controlplane import (
     Keeper,
     Leader,
     LeaseBook,
+    api_server,
     holder_id,
     require_shared_store,
     serve_as_pair,
@@ -29,7 +30,6 @@ from hetsched.service.server import (
     check_tls,
     close,
     open_home,
-    uvicorn_config,
 )
 
 __all__ = ["serve_pair"]
@@ -37,8 +37,6 @@ __all__ = ["serve_pair"]
 
 def serve_pair(options: Options) -> None:
     """Run as one process of a standby pair until SIGINT or SIGTERM."""
-    import uvicorn
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     assert options.lease is not None
     require_shared_store(options.db)
@@ -53,9 +51,12 @@ def serve_pair(options: Options) -> None:
         built.runner.leading = lambda: time.time() < keeper.valid_until - margin
         return Leader(built.app, lambda: close(built), lambda: announce(options, built))
 
-    def server(app: object) -> uvicorn.Server:
-        return uvicorn.Server(uvicorn_config(app, options, tls))
-
-    serve_as_pair(store, book, lead, server, "hetsched up")
+    serve_as_pair(
+        store,
+        book,
+        lead,
+        lambda app: api_server(app, options.host, options.port, tls),
+        "hetsched up",
+    )
     print("hetsched up: stopped; running tasks keep running and are adopted by the leader")
     sys.stdout.flush()

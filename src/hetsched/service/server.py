@@ -11,7 +11,6 @@ import logging
 import os
 import pwd
 import secrets
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,9 +32,11 @@ from hetsched.controlplane import (
     SpeedLearner,
     Store,
     StoreRefused,
+    api_server,
     create_app,
     load_queues,
     open_checked,
+    quiet_signals,
     write_durably,
 )
 from hetsched.drivers import KeepsExits
@@ -60,9 +61,7 @@ __all__ = [
     "default_home",
     "examples_dir",
     "open_home",
-    "quiet_signals",
     "serve",
-    "uvicorn_config",
 ]
 
 log = logging.getLogger("hetsched.service")
@@ -309,14 +308,13 @@ def _freeze_heap() -> None:
 def serve(options: Options) -> None:
     """Run until SIGINT or SIGTERM. Tasks keep running when the service stops; the next
     start adopts them (see docs/service.md)."""
-    import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     # the store's migrations say nothing at a first start unless one fails
     logging.getLogger("alembic").setLevel(logging.WARNING)
     built = build(options)
     announce(options, built)
-    server = uvicorn.Server(uvicorn_config(built.app, options, built.tls))
+    server = api_server(built.app, options.host, options.port, built.tls)
     quiet_signals()
     _freeze_heap()
     try:
@@ -325,31 +323,6 @@ def serve(options: Options) -> None:
         close(built)
     print("hetsched up: stopped; running tasks keep running and are adopted on restart")
     sys.stdout.flush()
-
-
-def uvicorn_config(app: Any, options: Options, tls: ServerTls | None) -> Any:
-    """uvicorn's configuration of the API server (an ``uvicorn.Config``)."""
-    import uvicorn
-
-    return uvicorn.Config(
-        app,
-        host=options.host,
-        port=options.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        **(tls.uvicorn() if tls is not None else {}),
-        # the fastest of what is installed (httptools and uvloop when present)
-        http="auto",
-        loop="auto",
-    )
-
-
-def quiet_signals() -> None:
-    """uvicorn re-raises the signal it stopped for once it is done; these handlers make
-    that a no-op so the loop and the store close cleanly and the exit status is 0."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda _sig, _frame: None)
 
 
 def announce(options: Options, built: Built) -> None:
