@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,8 @@ import psutil
 from service_fixtures import Api, over_capacity, service_options
 
 from hetsched.service.testing import running
+from waiting import eventually as _until
+from waiting import log_lines as _lines
 
 NOTICE_S = 6.0
 GPU = {"cpu": "1", "memory": "512Mi", "devices": [{"class": "gpu", "count": 1}]}
@@ -49,18 +50,6 @@ if os.environ["HETSCHED_RUN"] != "1":
 while True:
     time.sleep(0.05)
 """
-
-
-def _lines(path: Path) -> list[list[str]]:
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _until(check: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-    return found
 
 
 def test_a_restart_inside_a_notice_keeps_its_deadline(tmp_path: Path) -> None:

@@ -11,12 +11,13 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 from service_fixtures import over_capacity
 
 from hetsched.service.testing import ServerProcess
+from waiting import eventually as _until
+from waiting import log_lines as _lines
 
 NOTICE_S = 5.0
 CLUSTER = """
@@ -45,18 +46,6 @@ if env["HETSCHED_RUN"] == "1":
     while True:
         time.sleep(0.05)
 """
-
-
-def _lines(path: Path) -> list[list[str]]:
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _until(check: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-    return found
 
 
 def test_a_resize_in_its_notice_survives_a_sigkill_of_the_service(tmp_path: Path) -> None:

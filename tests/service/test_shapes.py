@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ from service_fixtures import Api, service_options, serving
 from typer.testing import CliRunner
 
 from hetsched.cli.main import app
+from waiting import eventually as _until
+from waiting import log_lines as _lines
 
 CLUSTER = """
 nodes:
@@ -124,18 +125,6 @@ if env["HETSCHED_RUN"] == "1":
     while True:
         time.sleep(0.05)
 """
-
-
-def _lines(path: Path) -> list[list[str]]:
-    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _until(check: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-    return found
 
 
 def test_an_elastic_job_starts_partially_then_grows_through_a_restart(tmp_path: Path) -> None:
