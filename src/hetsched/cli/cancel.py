@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Annotated, Any
 
@@ -11,14 +10,12 @@ import typer
 from hetsched.cli.client import call
 from hetsched.cli.job_text import plural
 from hetsched.cli.output import OutputFormat, console, err_console, fail, print_json
+from hetsched.model.workflow import split_element
 
 __all__ = ["CONFIRM_ABOVE", "cancel", "confirm_needed"]
 
 #: on a terminal, cancelling more jobs than this asks first (``--yes`` does not)
 CONFIRM_ABOVE = 10
-
-#: ``ID[7]``: one element of an array, cancelled on its own (created or not)
-_ELEMENT = re.compile(r".+\[\d+\]")
 
 
 def confirm_needed(count: int, yes: bool, interactive: bool) -> bool:
@@ -62,7 +59,8 @@ def cancel(
     more than 10 jobs are listed and confirmed first (``--yes`` skips it); ``--dry-run``
     only lists them.
     """
-    elements = [j for j in jobs or () if _ELEMENT.fullmatch(j)]
+    # ``ID[7]``: one element of an array, cancelled on its own (created or not)
+    elements = [j for j in jobs or () if split_element(j) is not None]
     if elements:
         _cancel_elements(elements, [j for j in jobs or () if j not in elements], dry_run)
         return
