@@ -165,6 +165,32 @@ def test_adopt_needs_the_same_pid_and_start_time(executor: Executor, tmp_path: P
     handle.popen.wait()
 
 
+def test_an_adopted_task_survives_the_clock_moving_boot_time(
+    executor: Executor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux gives the boot time in whole seconds, recomputed from the current clock, so a
+    slewed or stepped clock moves every process's wall-clock start time. The adopted task
+    is the same process still: it is adopted with a start a whole second off, and it is
+    not reported ended when the boot time moves under it (it once was: "exit status
+    unknown" for a task that ran on)."""
+    pid = _start(executor, ["sleep", "30"])
+    handle = executor.handles.pop("job1/0#1")
+    other = Executor(tmp_path, executor.instance)
+    assert other.adopt("job1", 0, 1, pid, handle.pid_started + 0.5, None) is None
+    assert other.adopt("job1", 0, 1, pid, handle.pid_started - 1.0, None) is not None
+    platform = psutil._psplatform  # type: ignore[attr-defined]
+    booted = platform.boot_time()
+    monkeypatch.setattr(platform, "boot_time", lambda: booted + 3600.0)
+    assert other.poll() == []
+    assert "job1/0#1" in other.handles
+    monkeypatch.undo()
+    os.killpg(pid, 9)
+    assert handle.popen is not None
+    handle.popen.wait(timeout=5)
+    done = _wait_exit(other)
+    assert done.key == TaskKey("job1", 0, 1)
+
+
 def test_sweep_kills_processes_no_task_accounts_for(executor: Executor) -> None:
     keep = _start(executor, ["sleep", "30"])
     keep_popen = executor.handles.pop("job1/0#1").popen

@@ -52,7 +52,6 @@ from hetsched.agent.taskenv import (
 )
 from hetsched.agent.wrapper import (
     FENCED_EXIT,
-    alive,
     disk_fault,
     forget_exit,
     forget_journal,
@@ -61,6 +60,7 @@ from hetsched.agent.wrapper import (
     journaled_exit,
     not_started,
     read_exit,
+    same_start,
     signal_group,
     sync_files,
     wrapper_argv,
@@ -97,6 +97,9 @@ class TaskHandle:
     pid_started: float
     exit_file: Path
     popen: subprocess.Popen[bytes] | None = None
+    #: an adopted process (no popen), by its identity since boot: unlike the wall-clock
+    #: start time, that does not move when the clock does
+    process: psutil.Process | None = None
     #: when the task must end (its maximum runtime), or None
     deadline: float | None = None
     #: when SIGKILL follows the SIGTERM already sent, or None
@@ -287,10 +290,17 @@ class Executor:
         deadline: float | None,
     ) -> TaskHandle | None:
         """Watch a process started by an earlier incarnation, if it is that process still."""
-        if not alive(pid, pid_started):
+        try:
+            process = psutil.Process(pid)
+            if not same_start(process.create_time(), pid_started):
+                return None
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+        except psutil.Error:
             return None
         handle = TaskHandle(job_id, task, run, pid, pid_started, self.exit_file(job_id, task, run))
         handle.deadline = deadline
+        handle.process = process
         self.handles[handle.key] = handle
         self._watch(pid)
         return handle
@@ -463,8 +473,12 @@ class Executor:
         if handle.popen is not None:
             code = handle.popen.poll()
             return None if code is None else (code,)
-        if alive(handle.pid, handle.pid_started):
-            return None
+        process = handle.process
+        try:
+            if process is not None and process.is_running():
+                return None if process.status() != psutil.STATUS_ZOMBIE else (None,)
+        except psutil.Error:
+            pass
         return (None,)
 
     def forget_journal(self) -> None:

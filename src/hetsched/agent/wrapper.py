@@ -111,11 +111,25 @@ def alive(pid: int, started: float) -> bool:
     """Whether ``pid`` is the process that started at ``started``, and not a zombie."""
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - started) > _START_TOLERANCE_S:
+        if not same_start(proc.create_time(), started):
             return False
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def same_start(seen: float, recorded: float) -> bool:
+    """Whether a process start time read now is the one recorded earlier.
+
+    The kernel keeps a process's start in clock ticks since boot; the wall-clock time is
+    that plus the boot time, which Linux gives in whole seconds and recomputes from the
+    current clock, so the same process reads a whole second apart when the clock is slewed
+    (NTP) across a rounding edge. A whole-second difference is that jitter, not another
+    process: only the fraction must match.
+    """
+    offset = seen - recorded
+    whole = round(offset)
+    return abs(whole) <= 1 and abs(offset - whole) <= _START_TOLERANCE_S
 
 
 def signal_group(pid: int, sig: signal.Signals) -> None:
