@@ -22,7 +22,8 @@ run, side by side: 0 binds on the scheduling loop, one pod after the other; N bi
 threads off the loop (kube-scheduler's asynchronous binding cycle). ``--qps`` and
 ``--burst`` are the scheduler's ``--kube-api-qps`` / ``--kube-api-burst`` (0: no limit).
 ``--profile-double`` profiles the double's request threads (the top functions by their own
-time), to check that it is not the bottleneck.
+time), to check that it is not the bottleneck; ``--profile-scheduler PATH`` runs the
+scheduler under cProfile and writes its statistics to PATH (read them with ``pstats``).
 
     .venv/bin/python bench/k8s_scheduler.py --repeats 3           # 5,000 nodes, 10,000 pods
     .venv/bin/python bench/k8s_scheduler.py --latency-ms 0,1,2,5,10 --workers 0,16
@@ -158,8 +159,12 @@ def run_once(
     process: subprocess.Popen[bytes] | None = None
     try:
         build_cluster(server, args.nodes, args.init_pods)
+        hetsched = str(Path(sys.executable).parent / "hetsched")
+        runner = [hetsched]
+        if args.profile_scheduler:
+            runner = [sys.executable, "-m", "cProfile", "-o", args.profile_scheduler, hetsched]
         command = [
-            str(Path(sys.executable).parent / "hetsched"),
+            *runner,
             "k8s",
             "scheduler",
             "--kubeconfig",
@@ -254,6 +259,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="runs of each, interleaved")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per phase")
     parser.add_argument("--profile-double", action="store_true")
+    parser.add_argument(
+        "--profile-scheduler",
+        metavar="PATH",
+        help="run the scheduler under cProfile, its statistics written to PATH (pstats)",
+    )
     parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
     args = parser.parse_args()
     console = Console(stderr=True)
