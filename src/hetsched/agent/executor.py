@@ -52,7 +52,9 @@ from hetsched.agent.taskenv import (
 )
 from hetsched.agent.wrapper import (
     FENCED_EXIT,
+    adoptable,
     disk_fault,
+    find_leaders,
     forget_exit,
     forget_journal,
     home_of,
@@ -60,8 +62,9 @@ from hetsched.agent.wrapper import (
     journaled_exit,
     not_started,
     read_exit,
-    same_start,
+    running,
     signal_group,
+    sweep,
     sync_files,
     wrapper_argv,
 )
@@ -290,13 +293,8 @@ class Executor:
         deadline: float | None,
     ) -> TaskHandle | None:
         """Watch a process started by an earlier incarnation, if it is that process still."""
-        try:
-            process = psutil.Process(pid)
-            if not same_start(process.create_time(), pid_started):
-                return None
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return None
-        except psutil.Error:
+        process = adoptable(pid, pid_started)
+        if process is None:
             return None
         handle = TaskHandle(job_id, task, run, pid, pid_started, self.exit_file(job_id, task, run))
         handle.deadline = deadline
@@ -316,35 +314,11 @@ class Executor:
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each live task wrapper of this instance: the
         session leader carrying the key. Finds tasks whose pid was never recorded."""
-        found: dict[str, tuple[int, float]] = {}
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                environ = proc.environ()
-                if environ.get("HETSCHED_INSTANCE") != self.instance:
-                    continue
-                if os.getsid(proc.pid) != proc.pid or proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                found[environ["HETSCHED_TASK_KEY"]] = (proc.pid, proc.create_time())
-            except (psutil.Error, OSError, KeyError):
-                continue
-        return found
+        return find_leaders(self.instance)
 
     def sweep(self, live_keys: Iterable[str]) -> list[int]:
         """Kill process groups of this instance that no live task accounts for."""
-        keep = set(live_keys)
-        killed: list[int] = []
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                environ = proc.environ()
-            except (psutil.Error, OSError):
-                continue
-            if environ.get("HETSCHED_INSTANCE") != self.instance:
-                continue
-            if environ.get("HETSCHED_TASK_KEY") in keep:
-                continue
-            signal_group(proc.pid, signal.SIGKILL)
-            killed.append(proc.pid)
-        return killed
+        return sweep(self.instance, live_keys)
 
     # -- stop ----------------------------------------------------------------------------
 
@@ -473,13 +447,7 @@ class Executor:
         if handle.popen is not None:
             code = handle.popen.poll()
             return None if code is None else (code,)
-        process = handle.process
-        try:
-            if process is not None and process.is_running():
-                return None if process.status() != psutil.STATUS_ZOMBIE else (None,)
-        except psutil.Error:
-            pass
-        return (None,)
+        return None if handle.process is not None and running(handle.process) else (None,)
 
     def forget_journal(self) -> None:
         forget_journal(self.instance)

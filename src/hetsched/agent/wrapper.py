@@ -15,14 +15,16 @@ import os
 import pwd
 import shutil
 import signal
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
 
 __all__ = [
     "FENCED_EXIT",
-    "alive",
+    "adoptable",
     "disk_fault",
+    "find_leaders",
     "forget_exit",
     "forget_journal",
     "home_of",
@@ -30,7 +32,10 @@ __all__ = [
     "journaled_exit",
     "not_started",
     "read_exit",
+    "running",
+    "same_start",
     "signal_group",
+    "sweep",
     "sync_files",
     "wrapper_argv",
 ]
@@ -107,13 +112,23 @@ def home_of(uid: int) -> str:
     return home if os.path.isdir(home) else "/"
 
 
-def alive(pid: int, started: float) -> bool:
-    """Whether ``pid`` is the process that started at ``started``, and not a zombie."""
+def adoptable(pid: int, started: float) -> psutil.Process | None:
+    """The process ``pid`` if it is the one that started at ``started`` and runs still
+    (not a zombie); None otherwise."""
     try:
-        proc = psutil.Process(pid)
-        if not same_start(proc.create_time(), started):
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
+        process = psutil.Process(pid)
+        if same_start(process.create_time(), started) and running(process):
+            return process
+    except psutil.Error:
+        pass
+    return None
+
+
+def running(process: psutil.Process) -> bool:
+    """Whether ``process`` runs still: the same process (psutil's identity since boot,
+    which does not move with the clock), not a zombie."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
@@ -202,3 +217,39 @@ def forget_journal(instance: str) -> None:
 def journaled_exit(instance: str, key: str) -> int | None:
     """The exit status :func:`keep_exit` journaled for task ``key``, if any."""
     return read_exit(_journal_entry(instance, key))
+
+
+def find_leaders(instance: str) -> dict[str, tuple[int, float]]:
+    """Task key -> (pid, start time) of each live task wrapper of ``instance``: the session
+    leader carrying the key (its environment says so)."""
+    found: dict[str, tuple[int, float]] = {}
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            environ = proc.environ()
+            if environ.get("HETSCHED_INSTANCE") != instance:
+                continue
+            if os.getsid(proc.pid) != proc.pid or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found[environ["HETSCHED_TASK_KEY"]] = (proc.pid, proc.create_time())
+        except (psutil.Error, OSError, KeyError):
+            continue
+    return found
+
+
+def sweep(instance: str, live_keys: Iterable[str]) -> list[int]:
+    """Kill the process groups of ``instance`` that no key of ``live_keys`` accounts for;
+    the pids signalled."""
+    keep = set(live_keys)
+    killed: list[int] = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            environ = proc.environ()
+        except (psutil.Error, OSError):
+            continue
+        if environ.get("HETSCHED_INSTANCE") != instance:
+            continue
+        if environ.get("HETSCHED_TASK_KEY") in keep:
+            continue
+        signal_group(proc.pid, signal.SIGKILL)
+        killed.append(proc.pid)
+    return killed
