@@ -29,6 +29,7 @@ __all__ = [
     "jobs",
     "leases",
     "metadata",
+    "nodes",
     "speed_estimates",
     "store_marks",
     "tasks",
@@ -198,4 +199,18 @@ store_marks = Table(
     Column("name", String(64), primary_key=True),
     Column("value", Text, nullable=False),
     Column("at", Float, nullable=False),
+)
+
+#: the cluster's nodes as the service saw them (migration 0010): the node's cluster-file
+#: entry (``model.cluster_spec.node_entry``), when it first joined and when it last left
+#: (NULL while it is there): what ``hetsched history export`` writes as the cluster
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(253), primary_key=True),
+    Column("entry", JSON, nullable=False),
+    #: the ids of its devices, in the entry's order (a rebuilt node numbers them afresh)
+    Column("device_ids", JSON, nullable=False),
+    Column("joined_at", Float, nullable=False),
+    Column("left_at", Float, nullable=True),
 )
