@@ -1,0 +1,163 @@
+"""The history format: what a control plane did, as ``hetsched history export`` writes it
+and ``hetsched sim replay --history`` reads it.
+
+One JSON document: the format's name and version, where it came from, the profile and
+seed the scheduler ran under, the cluster's nodes (cluster-file entries, with when each
+joined and left), and every job: its submission (the job spec as accepted, without the
+command, environment and working directory), its submit time, and what happened to it
+(its runs: which task ran on which node and devices, from when to when, how each ended;
+its final state, reason and exit code; preemptions and restarts; when a cancel was asked).
+
+Times are seconds since ``origin`` (the wall-clock time of the first submission), so a
+replay starts at 0. A document of another format or version is refused naming what it is
+and what was expected (:func:`parse_history`); the pydantic models below are the one
+statement of the fields.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hetsched.model.lifecycle import JobState
+from hetsched.model.spec_common import SpecError, format_errors
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "HistoryDocument",
+    "HistoryJob",
+    "HistoryNode",
+    "HistoryRun",
+    "load_history",
+    "parse_history",
+]
+
+#: the format's name, the first field of every document
+FORMAT = "hetsched-history"
+#: the version this hetsched writes and reads; a change of meaning raises it
+VERSION = 1
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HistoryNode(_Closed):
+    """A node: its cluster-file entry, its devices' ids in the entry's order (what the
+    runs name), and when it joined and left (None: still there)."""
+
+    entry: dict[str, Any]
+    device_ids: tuple[str, ...] = ()
+    joined_s: float = Field(allow_inf_nan=False)
+    left_s: float | None = Field(default=None, allow_inf_nan=False)
+
+
+class HistoryRun(_Closed):
+    """One task of one run of a job: where and when it ran and how it ended.
+
+    ``state`` is the task's: ``exited`` (ended on its own), ``stopped`` (stopped by the
+    scheduler or a cancel), ``lost`` (gone without a trace), or ``starting``/``running``/
+    ``stopping`` when the history was taken while it ran."""
+
+    run: int = Field(ge=0)
+    task: int = Field(ge=0)
+    node: str
+    cpu_milli: int = Field(default=0, ge=0)
+    devices: tuple[str, ...] = ()
+    #: milli-units held of each of ``devices`` (1000: the whole device)
+    shares: tuple[int, ...] = ()
+    #: when the scheduler placed it (one time for every task placed in one turn)
+    bound_s: float = Field(ge=0, allow_inf_nan=False)
+    started_s: float | None = None
+    ended_s: float | None = None
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class HistoryJob(_Closed):
+    """A job: its spec (the job-spec fields of the submission), when it came, what it did."""
+
+    id: str = Field(min_length=1)
+    user: str
+    spec: dict[str, Any]
+    submit_s: float = Field(ge=0, allow_inf_nan=False)
+    #: the element index of an array's element (its spec is the array's)
+    element: int | None = Field(default=None, ge=0)
+    state: JobState
+    reason: str = ""
+    exit_code: int | None = None
+    first_started_s: float | None = None
+    ended_s: float | None = None
+    preemptions: int = Field(default=0, ge=0)
+    restarts: int = Field(default=0, ge=0)
+    #: when a cancel was asked (the first transition to cancelled), None: never
+    cancelled_s: float | None = None
+    runs: tuple[HistoryRun, ...] = ()
+
+
+class HistoryDocument(_Closed):
+    """The whole document (see the module docstring)."""
+
+    format: Literal["hetsched-history"] = "hetsched-history"
+    version: Literal[1] = 1
+    #: what wrote it: ``hetsched up`` (store URL without credentials), or a k8s scheduler
+    source: str
+    #: wall-clock seconds of time 0
+    origin: float
+    #: when the history was taken, in seconds since ``origin``
+    taken_s: float
+    #: the profile the scheduler ran under (a profile document; None: not recorded)
+    profile: dict[str, Any] | None = None
+    seed: int = 0
+    nodes: tuple[HistoryNode, ...] = ()
+    jobs: tuple[HistoryJob, ...] = ()
+
+
+def _check_header(data: Any, source: str) -> None:
+    """The format and version first, so a file of another kind is named as such rather
+    than listed field by field."""
+    if not isinstance(data, dict):
+        raise SpecError([f"expected a {FORMAT} document (a JSON object)"], source)
+    name = data.get("format")
+    if name != FORMAT:
+        raise SpecError([f"format: expected {FORMAT!r}, got {name!r}"], source)
+    version = data.get("version")
+    if version != VERSION:
+        raise SpecError(
+            [
+                f"version: this hetsched reads {FORMAT} version {VERSION}, the file is "
+                f"version {version!r} (export it again with this hetsched)"
+            ],
+            source,
+        )
+
+
+def parse_history(data: Any, source: str = "") -> HistoryDocument:
+    """The validated document; SpecError naming every problem (another format or version
+    first, alone)."""
+    _check_header(data, source)
+    try:
+        return HistoryDocument.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_errors(exc), source) from None
+
+
+def load_history(path: str | Path) -> HistoryDocument:
+    """Read a history file; SpecError when it cannot be read or does not validate."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError([f"cannot read: {exc.strerror}"], source) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"not UTF-8 text: {exc.reason}"], source) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError([f"not JSON: {exc.msg} (line {exc.lineno})"], source) from None
+    return parse_history(data, source)
