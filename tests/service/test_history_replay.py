@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from service_fixtures import job_body, serving, service_options
+from service_fixtures import job_body, service_options, serving
 from typer.testing import CliRunner
-from waiting import eventually
 
 from hetsched.cli.main import app
+from waiting import eventually
 
 runner = CliRunner()
 

@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from hetsched.model.cluster_spec import parse_cluster
 from hetsched.model.device import Node
 from hetsched.model.history import HistoryDocument, HistoryJob
 from hetsched.model.job import Job
 from hetsched.model.lifecycle import JobState
-from hetsched.model.specs import JobSpec, SpecError
+from hetsched.model.specs import JobSpec, SpecError, format_errors
 from hetsched.model.workflow import split_element
 from hetsched.scheduler.events import NodeAdded, NodeRemoved
 from hetsched.sim.engine import ClusterChange
@@ -77,8 +79,8 @@ def _job(item: HistoryJob) -> Job:
     spec = {**item.spec, "id": own, "user": item.user, "submit_time": item.submit_s}
     try:
         job = JobSpec.model_validate(spec).build()
-    except (ValueError, SpecError) as exc:
-        raise SpecError([f"jobs[{item.id}].spec: {exc}"]) from None
+    except ValidationError as exc:
+        raise SpecError([f"job {item.id}: spec.{line}" for line in format_errors(exc)]) from None
     return job if element is None else job.element(element[1])
 
 
