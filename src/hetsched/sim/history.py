@@ -98,6 +98,13 @@ def run_time(item: HistoryJob, taken_s: float) -> float | None:
 
 
 def _nodes(document: HistoryDocument) -> tuple[list[Node], list[ClusterChange], dict[str, str]]:
+    if not document.nodes:
+        raise SpecError(
+            [
+                "nodes: the history records no nodes (the store's service has not started "
+                "since it was upgraded to keep them, or it is not hetsched up's)"
+            ]
+        )
     built = parse_cluster({"nodes": [n.entry for n in document.nodes]}, "nodes")
     first = min((j.submit_s for j in document.jobs), default=0.0)
     start: list[Node] = []

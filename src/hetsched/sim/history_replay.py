@@ -118,7 +118,8 @@ def reproduction(
         if status != "same":
             row |= {"recorded": _cells(recorded), "replayed": _cells(replayed)}
         jobs.append(row)
-    both = set(watched.order) & {j.id for j in document.jobs if j.runs}
+    # the order of the jobs that ran in both, those with a recorded reason aside
+    both = set(watched.order) & {j.id for j in document.jobs if j.runs and not explain(j)}
     recorded_order = [j for j in start_order(document.jobs) if j in both]
     replay_order = [j for j in watched.order if j in both]
     first_apart = next(
