@@ -3,12 +3,14 @@ short ``sleep`` jobs on a cluster of simulated nodes, its history is exported fr
 store after it stopped, and ``hetsched sim replay --history`` replays it.
 
 The workload (one GPU each; the cluster has three GPUs, all on ``gpu-node``): j0..j5 in one
-batch, so they arrive together. j1 and j2 sleep long; j0, j3, j4, j5 sleep short. Under
-the recorded profile (fifo) j0, j1 and j2 start at once and j3, j4, j5 follow one after
-another on the GPU j0 had; the replay must place every job on the same node and device and
-start them in that order. Under priority queueing j5 (priority 10) would have started
-first, with j0 and j1; j2 then takes the GPU the first of j0 and j5 to end gives back, and
-j3 the other, before j4.
+batch, so they arrive together. j1 and j2 would sleep for minutes: their user cancels them
+once the others have ended (so however slow this machine, they hold their GPUs throughout).
+Under the recorded profile (fifo) j0, j1 and j2 start at once and j3, j4, j5 follow one
+after another on the GPU j0 had; the replay must place every job on the same node and
+device, cancel j1 and j2 at the recorded times (the reason their runs ended), and start the
+others in the recorded order. Under priority queueing j5 (priority 10) would have started
+first, with j0 and j1; j2 then takes the GPU the first of j0 and j5 to end gives back, j3
+the other, and j4 follows j3.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from waiting import eventually
 
 runner = CliRunner()
 
-SLEEPS = {"j0": 0.3, "j1": 4.0, "j2": 5.0, "j3": 0.3, "j4": 0.3, "j5": 0.3}
+SLEEPS = {"j0": 0.3, "j1": 300, "j2": 300, "j3": 0.3, "j4": 0.3, "j5": 0.3}
+CANCELLED = ("j1", "j2")
 PRIORITY = {"j5": 10}
 
 
@@ -43,13 +46,17 @@ def _run_workload(tmp_path: Path) -> Path:
     with serving(options) as api:
         answer = api.alice.post("/v1/jobs/batch", json={"jobs": bodies})
         assert answer.status_code == 201, answer.text
-        ids = [j["id"] for j in answer.json()["jobs"]]
+        ids = {j["name"]: j["id"] for j in answer.json()["jobs"]}
 
-        def all_ended() -> bool:
-            states = [api.alice.get(f"/v1/jobs/{i}").json()["state"] for i in ids]
-            return all(s == "succeeded" for s in states)
+        def ended(names: list[str], state: str) -> bool:
+            states = [api.alice.get(f"/v1/jobs/{ids[n]}").json()["state"] for n in names]
+            return all(s == state for s in states)
 
-        eventually(all_ended, timeout=90)
+        short = [n for n in SLEEPS if n not in CANCELLED]
+        eventually(lambda: ended(short, "succeeded"), timeout=90)
+        for name in CANCELLED:
+            assert api.alice.post(f"/v1/jobs/{ids[name]}/cancel").status_code == 202
+        eventually(lambda: ended(list(CANCELLED), "cancelled"), timeout=60)
     return options.home
 
 
@@ -84,16 +91,20 @@ def test_a_recorded_history_replays_as_it_happened_and_under_another_profile(
     same, other = report["reproduction"]
     assert same["reproduced"], same
     assert same["placements"] == {"same": 6, "explained": 0, "unexplained": 0, "left_out": 0}
+    why = {names[j["id"]]: j["why"] for j in same["jobs"] if j["why"]}
+    assert why == {n: ["cancelled by its user at the same time in the replay"] for n in CANCELLED}
+    # the start order of the jobs without a recorded reason (j1 and j2 were cancelled)
     order = [names[j] for j in same["start_order"]["replayed"]]
-    assert order == ["j0", "j1", "j2", "j3", "j4", "j5"]
+    assert order == ["j0", "j3", "j4", "j5"]
     assert [names[j] for j in same["start_order"]["recorded"]] == order
     # under priority queueing j5 goes first, and the reproduction says the order differs
-    assert [names[j] for j in other["start_order"]["replayed"]] == [
-        "j5", "j0", "j1", "j2", "j3", "j4",
-    ]  # fmt: skip
+    assert [names[j] for j in other["start_order"]["replayed"]] == ["j5", "j0", "j3", "j4"]
     assert not other["reproduced"] and other["start_order"]["first_difference"] == 0
     # side by side: what happened, and each replay's summary
-    assert report["recorded"]["jobs"] == 6 and report["recorded"]["states"] == {"succeeded": 6}
+    assert report["recorded"]["jobs"] == 6
+    assert report["recorded"]["states"] == {"succeeded": 4, "cancelled": 2}
+    replayed_states = [r["summary"]["states"] for r in report["replays"]]
+    assert replayed_states == [{"succeeded": 4, "cancelled": 2}] * 2
     assert [r["policy"] for r in report["replays"]] == report["policies"]
     waits = [r["summary"]["wait_s"]["mean"] for r in report["replays"]]
     assert waits[0] > 0 and waits[1] > 0

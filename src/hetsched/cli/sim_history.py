@@ -195,7 +195,8 @@ def _render_reproduction(result: dict[str, Any], recorded: bool, names: dict[str
     shown = [j for j in result["jobs"] if j["status"] in ("explained", "unexplained")]
     for job in shown[:_SHOWN]:
         label = f"{job['id']} ({names[job['id']]})" if names.get(job["id"]) else job["id"]
-        why = f": {'; '.join(job['why'])}" if job["why"] else ""
+        # under another profile a recorded reason is not why a job moved
+        why = f": {'; '.join(job['why'])}" if job["why"] and recorded else ""
         console.print(
             f"  {label}: ran on {_where(job['recorded'])}, replayed on "
             f"{_where(job['replayed'])}{why}",
