@@ -32,7 +32,8 @@ PRIORITY = {"j5": 10}
 
 
 def _run_workload(tmp_path: Path) -> Path:
-    """Run the workload on the real service; returns its home."""
+    """Run the workload on the real service (exporting its history to ``live.json`` while it
+    runs); returns its home."""
     options = service_options(tmp_path, rate_limit=0)
     bodies = [
         job_body(
@@ -57,6 +58,7 @@ def _run_workload(tmp_path: Path) -> Path:
         for name in CANCELLED:
             assert api.alice.post(f"/v1/jobs/{ids[name]}/cancel").status_code == 202
         eventually(lambda: ended(list(CANCELLED), "cancelled"), timeout=60)
+        _invoke("history", "export", str(tmp_path / "live.json"), "--home", str(options.home))
     return options.home
 
 
@@ -78,6 +80,9 @@ def test_a_recorded_history_replays_as_it_happened_and_under_another_profile(
     document = json.loads(history.read_text())
     names = {j["id"]: j["spec"]["name"] for j in document["jobs"]}
     assert all("command" not in j["spec"] for j in document["jobs"])
+    # read while the service ran, the same history (only the time it was taken differs)
+    live = json.loads((tmp_path / "live.json").read_text())
+    assert live["jobs"] == document["jobs"] and live["nodes"] == document["nodes"]
     profile = tmp_path / "priority.yaml"
     profile.write_text("name: by-priority\nqueue_sort: priority\n")
 
