@@ -59,3 +59,13 @@ def test_an_export_without_jobs_holds_the_nodes(store: Store) -> None:
     # no submissions: time 0 is the first join
     assert document.origin == 100.0 and (node.joined_s, node.left_s) == (0.0, 30.0)
     assert document.jobs == () and document.profile is None
+
+
+def test_nodes_keep_the_schedulers_order(store: Store) -> None:
+    # the scheduler adds the nodes of a start in their order, and later ones after them
+    record_start(store, [_node("z"), _node("a")], 100.0)
+    record_joined(store, [_node("m")], 110.0)
+    assert [r["name"] for r in node_history(store)] == ["z", "a", "m"]
+    record_start(store, [_node("m"), _node("z")], 200.0)  # restarted in another order
+    assert [r["name"] for r in node_history(store)] == ["m", "z", "a"]
+    assert [n.entry["name"] for n in export_history(store).nodes] == ["m", "z", "a"]
