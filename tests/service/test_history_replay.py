@@ -50,8 +50,12 @@ def _run_workload(tmp_path: Path) -> Path:
         ids = {j["name"]: j["id"] for j in answer.json()["jobs"]}
 
         def ended(names: list[str], state: str) -> bool:
-            states = [api.alice.get(f"/v1/jobs/{ids[n]}").json()["state"] for n in names]
-            return all(s == state for s in states)
+            """The jobs are in ``state`` and their tasks have ended (a cancelled job's
+            tasks stop after it is cancelled)."""
+            found = [api.alice.get(f"/v1/jobs/{ids[n]}").json() for n in names]
+            tasks = [t["state"] for job in found for t in job["tasks"]]
+            over = all(t in ("exited", "stopped") for t in tasks)
+            return over and all(job["state"] == state for job in found)
 
         short = [n for n in SLEEPS if n not in CANCELLED]
         eventually(lambda: ended(short, "succeeded"), timeout=90)
