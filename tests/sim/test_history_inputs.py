@@ -112,3 +112,25 @@ def test_same_placements_reproduce_and_others_are_explained_or_not() -> None:
     why = {j["id"]: j["why"] for j in result["jobs"]}
     assert why["a"] == ["failed (exit 3): a replay runs it for the same time and succeeds"]
     assert why["b"] == []
+
+
+def test_a_node_that_left_takes_its_job_away_in_the_replay_too() -> None:
+    # a ran on n1 until n1 left at 5 (its task lost), then again on n2 for 10 s
+    runs = [
+        _run("n1", 0.0, 5.0, state="lost", reason="node n1 left"),
+        _run("n2", 5.0, 15.0, run=1),
+    ]
+    document = _document(
+        [_node("n1", left=5.0), _node("n2")],
+        [_job("a", 0.0, "succeeded", runs, restarts=1)],
+    )
+    inputs = history_inputs(document)
+    watched = replay_history(inputs, policy_from_name("fifo"))
+    [outcome] = watched.replay.result.jobs
+    assert (outcome.restarts, outcome.first_start, outcome.end) == (1, 0.0, 15.0)
+    result = reproduction(document, inputs, watched)
+    assert result["reproduced"] and result["placements"]["same"] == 1
+    assert result["jobs"][0]["why"] == [
+        "lost 1 task(s) with their node: node n1 left",
+        "restarted 1 time(s) after a failure or a lost node",
+    ]
