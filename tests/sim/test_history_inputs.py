@@ -134,3 +134,18 @@ def test_a_node_that_left_takes_its_job_away_in_the_replay_too() -> None:
         "lost 1 task(s) with their node: node n1 left",
         "restarted 1 time(s) after a failure or a lost node",
     ]
+
+
+def test_a_dependency_on_a_job_left_out_is_dropped() -> None:
+    after = {**GPU, "after": [{"job": "etl", "state": "succeeded"}, {"job": "waiting"}]}
+    document = _document(
+        [_node("n1")],
+        [
+            _job("etl", 0.0, "succeeded", [_run("n1", 0.0, 2.0)]),
+            _job("waiting", 0.0, "pending", []),
+            _job("train", 0.0, "succeeded", [_run("n1", 2.0, 3.0)], spec=after),
+        ],
+    )
+    inputs = history_inputs(document)
+    train = next(j.job for j in inputs.workload.jobs if j.job.id == "train")
+    assert [d.job for d in train.after] == ["etl"] and list(inputs.left_out) == ["waiting"]

@@ -84,23 +84,25 @@ def _runs(rows: Sequence[Any], since: Callable[[float | None], float | None]) ->
     return out
 
 
-def _read(store: Store) -> tuple[list[Any], dict[str, list[Any]], dict[str, float]]:
+def _read(
+    store: Store,
+) -> tuple[list[Any], dict[str, list[Any]], dict[str, tuple[float, str]]]:
     """Jobs in arrival order, their tasks by job (in the order they were placed), and when
-    each cancelled job was cancelled."""
+    and why each cancelled job was cancelled."""
     with store.read() as conn:
         job_rows = conn.execute(select(jobs).order_by(jobs.c.seq)).all()
         task_rows = conn.execute(select(tasks).order_by(tasks.c.id)).all()
         cancels = conn.execute(
-            select(transitions.c.job_id, transitions.c.time)
+            select(transitions.c.job_id, transitions.c.time, transitions.c.cause)
             .where(transitions.c.target == "cancelled")
             .order_by(transitions.c.id)
         ).all()
     by_job: dict[str, list[Any]] = defaultdict(list)
     for row in task_rows:
         by_job[row.job_id].append(row)
-    cancelled: dict[str, float] = {}
-    for job_id, at in cancels:
-        cancelled.setdefault(job_id, at)
+    cancelled: dict[str, tuple[float, str]] = {}
+    for job_id, at, cause in cancels:
+        cancelled.setdefault(job_id, (at, cause))
     return list(job_rows), by_job, cancelled
 
 
@@ -128,7 +130,8 @@ def export_history(store: Store, source: str | None = None) -> HistoryDocument:
             ended_s=since(row.ended_at),
             preemptions=row.preemptions,
             restarts=row.restarts,
-            cancelled_s=since(cancelled.get(row.id)),
+            cancelled_s=since(cancelled[row.id][0]) if row.id in cancelled else None,
+            cancel_cause=cancelled[row.id][1] if row.id in cancelled else "",
             runs=tuple(_runs(by_job.get(row.id, ()), since)),
         )
         for row in job_rows

@@ -95,8 +95,10 @@ class HistoryJob(_Closed):
     ended_s: float | None = None
     preemptions: int = Field(default=0, ge=0)
     restarts: int = Field(default=0, ge=0)
-    #: when a cancel was asked (the first transition to cancelled), None: never
+    #: when it was cancelled (the first transition to cancelled), None: never; and why (a
+    #: user's cancel, a dependency that can no longer be met, ...)
     cancelled_s: float | None = None
+    cancel_cause: str = ""
     runs: tuple[HistoryRun, ...] = ()
 
 

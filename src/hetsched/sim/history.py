@@ -15,12 +15,13 @@ What the simulator is told, job by job:
 What the simulator cannot be told, and so is a difference to explain rather than to
 reproduce: a task that failed (it succeeds in a replay), a job requeued after a failure,
 and jobs that never ran (pending or rejected when the history was taken: left out, since
-their run time is unknown). :func:`explain` says which applies to a job.
+their run time is unknown; a dependency on one is dropped). :func:`explain` says which
+applies to a job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
@@ -73,10 +74,15 @@ class HistoryInputs:
     device_ids: dict[str, str] = field(default_factory=dict)
 
 
-def _job(item: HistoryJob) -> Job:
+def _job(item: HistoryJob, left_out: Collection[str]) -> Job:
+    """The job as submitted; its dependencies on jobs left out of the replay dropped."""
     element = split_element(item.id) if item.element is not None else None
     own = item.id if element is None else element[0]
     spec = {**item.spec, "id": own, "user": item.user, "submit_time": item.submit_s}
+    if isinstance(spec.get("after"), list):
+        spec["after"] = [
+            a for a in spec["after"] if not (isinstance(a, dict) and a.get("job") in left_out)
+        ]
     try:
         job = JobSpec.model_validate(spec).build()
     except ValidationError as exc:
@@ -128,17 +134,19 @@ def history_inputs(document: HistoryDocument) -> HistoryInputs:
     jobs: list[WorkloadJob] = []
     cancels: list[tuple[float, str]] = []
     left_out: dict[str, str] = {}
-    for index, item in enumerate(document.jobs):
-        length = run_time(item, document.taken_s)
-        cancelled = item.cancelled_s
-        if length is None and cancelled is None:
+    lengths = {item.id: run_time(item, document.taken_s) for item in document.jobs}
+    for item in document.jobs:
+        if lengths[item.id] is None and item.cancelled_s is None:
             left_out[item.id] = f"never ran ({item.state.value}): its run time is unknown"
+    for index, item in enumerate(document.jobs):
+        if item.id in left_out:
             continue
+        length, cancelled = lengths[item.id], item.cancelled_s
         if length is None:
             length = 0.0
         elif cancelled is not None:
             length += CANCEL_MARGIN_S
-        jobs.append(WorkloadJob(_job(item), length, index + 1))
+        jobs.append(WorkloadJob(_job(item, left_out), length, index + 1))
         if cancelled is not None:
             cancels.append((cancelled, item.id))
     jobs.sort(key=lambda j: j.job.submit_time)
@@ -174,7 +182,7 @@ def explain(item: HistoryJob) -> list[str]:
     if item.preemptions:
         out.append(f"preempted {item.preemptions} time(s)")
     if item.cancelled_s is not None:
-        out.append("cancelled by its user at the same time in the replay")
+        out.append(f"{item.cancel_cause or 'cancelled'}: cancelled at the same time in the replay")
     if item.state in (JobState.PENDING, JobState.RUNNING):
         out.append(f"still {item.state.value} when the history was taken")
     return out
