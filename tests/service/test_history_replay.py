@@ -120,6 +120,9 @@ def test_a_recorded_history_replays_as_it_happened_and_under_another_profile(
     assert waits[0] > 0 and waits[1] > 0
     for name in ("report.md", "reproduction.json", "waits_recorded_vs_replay.png"):
         assert (tmp_path / "report" / name).is_file()
+    markdown = (tmp_path / "report" / "history.md").read_text()
+    assert "| recorded (default) | yes | 6 | 0 | same |" in markdown
+    assert "| by-priority | no | 3 | 3 | differs at #1 |" in markdown
 
     table = _invoke("sim", "replay", "--history", str(history))
     assert "recorded (default): reproduced" in table and "recorded" in table

@@ -116,9 +116,50 @@ class HistoryReport:
             (out / "reproduction.json").write_text(
                 json.dumps(self.document_json(jobs=False), indent=1) + "\n", encoding="utf-8"
             )
-            written += ["reproduction.json", _plot_waits(out, self.document, self.watched)]
+            plot = _plot_waits(out, self.document, self.watched)
+            (out / "history.md").write_text(self.markdown(plot), encoding="utf-8")
+            written += ["reproduction.json", plot, "history.md"]
             if output is OutputFormat.table:
                 console.print(f"report written to {out}: {', '.join(written)}", highlight=False)
+
+    def rows(self) -> list[tuple[str, list[str]]]:
+        """The side-by-side rows: metric, what was recorded, then each replay's figure."""
+        recorded = _recorded_cells(recorded_summary(self.document, self.inputs))
+        return [
+            (label, [recorded.get(label.strip(), "-"), *cells])
+            for label, cells in comparison_rows([w.replay for w in self.watched])
+        ]
+
+    def markdown(self, plot: str) -> str:
+        """``history.md`` of the ``--out`` folder: the rows, each replay's reproduction
+        counts, and the plot of waits."""
+        names = ["recorded", *(w.replay.policy for w in self.watched)]
+        lines = [
+            "# Replay of a recorded history",
+            "",
+            f"- history: `{self.path}` from {self.document.source}",
+            f"- jobs replayed: {len(self.inputs.workload)}; left out: {len(self.inputs.left_out)}",
+            "",
+            "| metric | " + " | ".join(names) + " |",
+            "|---|" + "---:|" * len(names),
+        ]
+        lines += [
+            f"| {label.strip()} | " + " | ".join(cells) + " |" for label, cells in self.rows()
+        ]
+        lines += ["", "| replay | reproduced | as recorded | elsewhere | start order |"]
+        lines.append("|---|---|---:|---:|---|")
+        for w in self.watched:
+            result = reproduction(self.document, self.inputs, w)
+            counts, order = result["placements"], result["start_order"]
+            moved = counts["explained"] + counts["unexplained"]
+            same = "same" if order["same"] else f"differs at #{order['first_difference'] + 1}"
+            lines.append(
+                f"| {w.replay.policy} | {'yes' if result['reproduced'] else 'no'} | "
+                f"{counts['same']} | {moved} | {same} |"
+            )
+        lines += ["", f"![waits, recorded against replayed]({plot})", ""]
+        lines.append("Every job's placement and reasons: `reproduction.json`.")
+        return "\n".join(lines) + "\n"
 
     def render(self) -> None:
         from rich.table import Table
@@ -137,9 +178,8 @@ class HistoryReport:
         table.add_column("recorded", justify="right")
         for w in self.watched:
             table.add_column(w.replay.policy, justify="right")
-        recorded = _recorded_cells(recorded_summary(self.document, self.inputs))
-        for label, cells in comparison_rows([w.replay for w in self.watched]):
-            table.add_row(label, recorded.get(label.strip(), "-"), *cells)
+        for label, cells in self.rows():
+            table.add_row(label, *cells)
         console.print(table)
         names = {j.id: str(j.spec.get("name", "")) for j in self.document.jobs}
         # the first profile is the one the service ran under (recorded, or --profile)
