@@ -1,12 +1,14 @@
 """The nodes table: nodes recorded at a start and as they join and leave, and exported as
-the history's cluster."""
+the history's cluster; on a SQLite file and on a PostgreSQL server."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from hetsched.controlplane.history import export_history
 from hetsched.controlplane.storage.nodestore import (
@@ -20,9 +22,19 @@ from hetsched.model.cluster_spec import parse_cluster
 from hetsched.model.device import Device, Node
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store(f"sqlite:///{tmp_path / 'test.db'}")
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'test.db'}"
+    else:
+        base = request.getfixturevalue("postgres_url")
+        database = f"t{uuid.uuid4().hex[:10]}"
+        admin = Store(base)
+        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f"CREATE DATABASE {database}"))
+        admin.close()
+        url = base.rsplit("/", 1)[0] + "/" + database
+    store = Store(url)
     store.migrate()
     try:
         yield store
