@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from hetsched.model.cluster_spec import node_entry, parse_cluster
 from hetsched.model.device import Device, Health, Node, Taint, TaintEffect
-from hetsched.model.history import VERSION, load_history, parse_history
-from hetsched.model.specs import SpecError
+from hetsched.model.history import VERSION, job_spec_document, load_history, parse_history
+from hetsched.model.specs import JobSpec, SpecError
 
 
 def _document(**overrides: Any) -> dict[str, Any]:
@@ -112,3 +112,40 @@ def _nodes(draw: st.DrawFn) -> Node:
 @given(_nodes())
 def test_a_node_entry_builds_the_same_node(node: Node) -> None:
     assert parse_cluster({"nodes": [node_entry(node)]}) == [node]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "cpu-only", "resources": {"cpu": "500m", "memory": "2Gi"}},
+        {
+            "name": "train",
+            "queue": "team-a",
+            "priority": 5,
+            "replicas": 4,
+            "gang": 4,
+            "preemptible": False,
+            "estimated_runtime": 3600,
+            "resources": {
+                "cpu": "8",
+                "memory": "64Gi",
+                "devices": [
+                    {
+                        "class": "gpu",
+                        "count": 2,
+                        "model": "A100",
+                        "alternatives": [{"class": "gpu", "count": 4, "model": ["V100"]}],
+                    },
+                    {"class": "fpga", "share": 250},
+                ],
+                "node_selector": {"zone": "a"},
+                "tolerations": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}],
+            },
+        },
+    ],
+)
+def test_a_job_written_as_a_spec_builds_the_same_job(spec: dict[str, Any]) -> None:
+    common = {"id": "j", "user": "u", "submit_time": 7.0}
+    job = JobSpec.model_validate(spec | common).build()
+    again = JobSpec.model_validate(job_spec_document(job) | common).build()
+    assert again == job

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,7 @@ from hetsched.cli.output import OutputFormat, console, fail, print_json
 
 if TYPE_CHECKING:
     from hetsched.controlplane.storage.store import Store
+    from hetsched.model.history import HistoryDocument
 
 __all__ = ["history_app"]
 
@@ -35,6 +36,19 @@ _Db = Annotated[
     typer.Option(help="The store's URL, when hetsched up runs with --db (PostgreSQL)."),
 ]
 _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
+_Pods = Annotated[
+    Path | None,
+    typer.Option(
+        help="Instead of the store: the Kubernetes scheduler's pods, as `kubectl get pods -A "
+        "-o json` wrote them (with --kubectl-nodes)."
+    ),
+]
+_Nodes = Annotated[
+    Path | None, typer.Option(help="With --kubectl-pods: `kubectl get nodes -o json`'s output.")
+]
+_SchedulerName = Annotated[
+    str, typer.Option(help="With --kubectl-pods: the scheduler whose pods to take.")
+]
 
 
 def _open(home: Path | None, db: str | None) -> Store:
@@ -68,6 +82,39 @@ def _open(home: Path | None, db: str | None) -> Store:
     return store
 
 
+def _from_store(home: Path | None, db: str | None) -> HistoryDocument:
+    from hetsched.controlplane.history import export_history
+
+    store = _open(home, db)
+    try:
+        return export_history(store)
+    finally:
+        store.close()
+
+
+def _from_kubectl(pods: Path | None, nodes: Path | None, scheduler: str) -> HistoryDocument:
+    """The Kubernetes scheduler's history from kubectl's JSON; exits naming a bad file."""
+    import time
+
+    from hetsched.k8s.history import history_from_kubectl, items_of
+    from hetsched.k8s.podrequest import TranslateError
+
+    if pods is None or nodes is None:
+        fail("--kubectl-pods and --kubectl-nodes go together", 2)
+    read: list[list[Any]] = []
+    for flag, path in (("--kubectl-pods", pods), ("--kubectl-nodes", nodes)):
+        try:
+            read.append(items_of(json.loads(path.read_text(encoding="utf-8")), str(path)))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TranslateError) as exc:
+            fail(f"{flag}: {path}: {exc}", 2)
+    try:
+        return history_from_kubectl(
+            read[0], read[1], scheduler, time.time(), f"kubernetes ({pods})"
+        )
+    except (TranslateError, KeyError, TypeError, ValueError) as exc:
+        fail(f"--kubectl-pods: {exc}", 2)
+
+
 @history_app.command("export")
 def export(
     target: Annotated[
@@ -75,6 +122,9 @@ def export(
     ],
     home: _Home = None,
     db: _Db = None,
+    kubectl_pods: _Pods = None,
+    kubectl_nodes: _Nodes = None,
+    scheduler_name: _SchedulerName = "hetsched",
     output: _Output = OutputFormat.table,
 ) -> None:
     """Write the history of hetsched up: every job (its submission without the command,
@@ -85,14 +135,14 @@ def export(
     Replay it with `hetsched sim replay --history FILE`: under the recorded profile the
     replay places the jobs as the service did; under another profile it shows what
     would have changed.
-    """
-    from hetsched.controlplane.history import export_history
 
-    store = _open(home, db)
-    try:
-        document = export_history(store)
-    finally:
-        store.close()
+    With --kubectl-pods and --kubectl-nodes, the history of the Kubernetes scheduler instead,
+    from what kubectl shows of its pods and the nodes (it keeps no store of its own).
+    """
+    if kubectl_pods is not None or kubectl_nodes is not None:
+        document = _from_kubectl(kubectl_pods, kubectl_nodes, scheduler_name)
+    else:
+        document = _from_store(home, db)
     text = json.dumps(document.model_dump(mode="json"), indent=1) + "\n"
     if str(target) == "-":
         typer.echo(text, nl=False)

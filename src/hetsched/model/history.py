@@ -1,5 +1,5 @@
-"""The history format: what a control plane did, as ``hetsched history export`` writes it
-and ``hetsched sim replay --history`` reads it.
+"""The history format: what a scheduler did (``hetsched up``, or the Kubernetes scheduler),
+as ``hetsched history export`` writes it and ``hetsched sim replay --history`` reads it.
 
 One JSON document: the format's name and version, where it came from, the profile and
 seed the scheduler ran under, the cluster's nodes (cluster-file entries, with when each
@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hetsched.model.job import DeviceChoice, Job, TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.model.spec_common import SpecError, format_errors
 
@@ -32,6 +33,7 @@ __all__ = [
     "HistoryJob",
     "HistoryNode",
     "HistoryRun",
+    "job_spec_document",
     "load_history",
     "parse_history",
 ]
@@ -107,7 +109,7 @@ class HistoryDocument(_Closed):
 
     format: Literal["hetsched-history"] = "hetsched-history"
     version: Literal[1] = 1
-    #: what wrote it: ``hetsched up`` (store URL without credentials), or a k8s scheduler
+    #: where it came from: ``hetsched up`` (its store, without credentials), or kubernetes
     source: str
     #: wall-clock seconds of time 0
     origin: float
@@ -163,3 +165,46 @@ def load_history(path: str | Path) -> HistoryDocument:
     except json.JSONDecodeError as exc:
         raise SpecError([f"not JSON: {exc.msg} (line {exc.lineno})"], source) from None
     return parse_history(data, source)
+
+
+def _choice(choice: DeviceChoice) -> dict[str, Any]:
+    out: dict[str, Any] = {"class": choice.device_class, "count": choice.count}
+    out["share"] = choice.share
+    return out | ({"selector": choice.selector} if choice.selector else {})
+
+
+def _resources(request: TaskRequest) -> dict[str, Any]:
+    devices = [
+        _choice(d.choices[0]) | ({"alternatives": [_choice(c) for c in d.choices[1:]]})
+        for d in request.devices
+    ]
+    out: dict[str, Any] = {"cpu": f"{request.cpu_milli}m", "memory": f"{request.memory_mib}Mi"}
+    out["devices"] = devices
+    if request.node_selector:
+        out["node_selector"] = dict(request.node_selector)
+    if request.tolerations:
+        out["tolerations"] = [
+            {"key": t.key, "value": t.value, "effect": None if t.effect is None else t.effect.value}
+            for t in request.tolerations
+        ]
+    return out
+
+
+def job_spec_document(job: Job) -> dict[str, Any]:
+    """A job known only as a :class:`Job` (a Kubernetes pod, say) as the ``spec`` of a
+    history job: its name, queue, priority, tasks, what each asks for, whether it may be
+    preempted, its estimate. What a job spec says beyond these (speeds, checkpoints,
+    network topology, dependencies) is not carried."""
+    out: dict[str, Any] = {
+        "name": job.name or job.id,
+        "queue": job.queue,
+        "priority": job.priority,
+        "replicas": job.replicas,
+        "preemptible": job.preemptible,
+        "resources": _resources(job.resources),
+    }
+    if job.gang is not None:
+        out["gang"] = job.gang
+    if job.estimated_runtime_s is not None:
+        out["estimated_runtime"] = job.estimated_runtime_s
+    return out
