@@ -48,6 +48,7 @@ _COMMANDS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "version": ("hetsched.cli.main", "version", {}),
     "token": ("hetsched.cli.tokens", "token_app", {}),
     "store": ("hetsched.cli.store", "store_app", {}),
+    "history": ("hetsched.cli.history", "history_app", {}),
     "k8s": ("hetsched.cli.k8s", "k8s_app", {}),
     "ray": ("hetsched.cli.ray", "ray_app", {}),
     "federation": ("hetsched.cli.federation", "federation_app", {}),

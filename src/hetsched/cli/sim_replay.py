@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hetsched.cli.json_stream import write_json
 from hetsched.cli.output import OutputFormat, console, fail
+from hetsched.cli.sim_history import HistoryReport, load_inputs, replay_recorded
 from hetsched.cli.sim_rounds import replay_rounds
 from hetsched.framework.profile import ProfileError
 from hetsched.framework.speeds import load_speed_table
@@ -137,11 +138,20 @@ def _progress_bar(
 
 
 #: the options of ``replay``
-_ReplayCluster = Annotated[Path, typer.Option(help="Cluster YAML: nodes and their devices.")]
+_ReplayCluster = Annotated[Path | None, typer.Option(help="Cluster YAML: nodes and their devices.")]
 _ReplayWorkload = Annotated[
-    Path,
+    Path | None,
     typer.Option(
         help="Workload: a neutral-format CSV, or Gavel .trace files or folders (comma-separated)."
+    ),
+]
+_ReplayHistory = Annotated[
+    Path | None,
+    typer.Option(
+        help="A history of hetsched up (hetsched history export) instead of --cluster and "
+        "--workload: replayed under the profile it recorded (or --profile) and those of "
+        "--policies and --compare-profiles, beside what happened, with the reproduction "
+        "(same placements and start order, differences explained)."
     ),
 ]
 _ReplayProfile = Annotated[
@@ -202,8 +212,9 @@ _ReplayRoundS = Annotated[float, typer.Option("--round", help="With --rounds: ro
 
 
 def replay(
-    cluster: _ReplayCluster,
-    workload: _ReplayWorkload,
+    cluster: _ReplayCluster = None,
+    workload: _ReplayWorkload = None,
+    history: _ReplayHistory = None,
     profile: _ReplayProfile = None,
     policies: _ReplayPolicies = None,
     compare_profiles: _ReplayCompareProfiles = None,
@@ -228,14 +239,22 @@ def replay(
     preemptions and per-job records. With several policies the same workload is replayed
     under each and the results are shown side by side. With --rounds, the workload runs
     in rounds (Gavel's method) under round-based allocation policies instead.
+
+    With --history, what hetsched up did (hetsched history export) is replayed instead.
     """
     tick_s, until_s = _times(fmt, tick, until)
     compared, gavel = (policies, compare_profiles), (gavel_throughputs, gavel_reference)
+    config = EngineConfig(tick_s=tick_s, until=until_s)
+    if history is not None:
+        given = {"--cluster": cluster, "--workload": workload, "--rounds": rounds}
+        _history_report(history, given, profile, compared, config, output).emit(output, jobs, out)
+        return
+    if cluster is None or workload is None:
+        fail("--cluster and --workload are required (or --history FILE)", 2)
     nodes, chosen, loaded = _inputs(cluster, workload, profile, compared, fmt, limit, gavel)
     if rounds is not None:
         _in_rounds(nodes, loaded, chosen, profile, (rounds, alphas, round_s), seed, output, out)
         return
-    config = EngineConfig(tick_s=tick_s, until=until_s)
     meta: dict[str, Any] = {
         "workload": str(workload),
         "jobs": len(loaded),
@@ -252,6 +271,28 @@ def replay(
                 run_replay(nodes, loaded, policy, seed, config, progress=start(policy.name))
             )
     _emit(results, meta, output, jobs, out)
+
+
+def _history_report(
+    history: Path,
+    given: Mapping[str, object],
+    profile: Path | None,
+    compared: tuple[str | None, str | None],
+    config: EngineConfig,
+    output: OutputFormat,
+) -> HistoryReport:
+    """``--history``: the recorded profile (or ``--profile``) first, then those compared."""
+    clash = [flag for flag, value in given.items() if value is not None]
+    if clash:
+        fail(f"--history: not with {', '.join(clash)} (the history holds both)", 2)
+    try:
+        chosen = [policy_from_profile(profile)] if profile is not None else []
+        chosen += _policies(compared[0], compared[1], None) if any(compared) else []
+    except (ProfileError, ValueError, OSError) as exc:
+        fail(str(exc), 2)
+    document, inputs = load_inputs(history)
+    with _progress_bar(output is OutputFormat.table, len(inputs.workload)) as start:
+        return replay_recorded((history, document, inputs), chosen, profile is None, config, start)
 
 
 def _in_rounds(

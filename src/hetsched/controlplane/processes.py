@@ -11,10 +11,13 @@ lease lapsed is cancelled, saying so).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from hetsched.agent.checkpoints import Report
 from hetsched.agent.guard import Guard
@@ -31,6 +34,7 @@ from hetsched.controlplane.recovery import recover
 from hetsched.controlplane.runner import Before, LoopHandle
 from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.speedlearn import Estimate, SpeedLearner
+from hetsched.controlplane.storage.nodestore import record_joined, record_left
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import node_view
 from hetsched.drivers import Exit, KeepsExits, KillsByPid, Stop
@@ -42,6 +46,8 @@ from hetsched.model.speed import job_devices
 from hetsched.scheduler import Event, JobCancelled, JobSubmitted, NodeAdded, NodeRemoved
 
 __all__ = ["ProcessRunner"]
+
+log = logging.getLogger(__name__)
 
 #: how often exits are polled while tasks run where the executor cannot report them
 _EXIT_POLL_S = 0.1
@@ -160,8 +166,21 @@ class ProcessRunner:
         elif kind == "progress":
             self._progress.append(payload)
         elif kind == "devices":
-            return [self.launcher.device_event(e) for e in payload if self._news(e)], []
+            events = [self.launcher.device_event(e) for e in payload if self._news(e)]
+            self._record_nodes(events, now)
+            return events, []
         return [], []
+
+    def _record_nodes(self, events: list[Event], now: float) -> None:
+        """Keep the nodes that joined and left for the history (an outage of the store
+        loses these records, not the turn)."""
+        joined = [e.node for e in events if isinstance(e, NodeAdded)]
+        left = [e.name for e in events if isinstance(e, NodeRemoved)]
+        try:
+            record_joined(self.loop.store, joined, now)
+            record_left(self.loop.store, left, now)
+        except SQLAlchemyError as exc:
+            log.warning("node changes not kept for the history: %s", exc)
 
     def _news(self, event: Event) -> bool:
         """False for a node change the core has already: a node that joined while the core

@@ -25,6 +25,7 @@ __all__ = [
     "DeviceGroupSpec",
     "NodeSpec",
     "TaintSpec",
+    "node_entry",
     "number_devices",
     "parse_cluster",
     "validate_cluster",
@@ -149,3 +150,35 @@ def validate_cluster(data: Any, source: str = "") -> ClusterSpec:
 def parse_cluster(data: Any, source: str = "") -> list[Node]:
     """The nodes of a cluster document; SpecError naming every problem."""
     return validate_cluster(data, source).build()
+
+
+def node_entry(node: Node) -> dict[str, Any]:
+    """``node`` as a cluster-file entry that builds it again: one device group per device,
+    in the order of its devices (ids ``NAME/CLASS<i>`` come back as they were when the
+    node's devices were numbered so; see :func:`number_devices`)."""
+    entry: dict[str, Any] = {
+        "name": node.name,
+        "cpu": f"{node.cpu_milli}m",
+        "memory": f"{node.memory_mib}Mi",
+    }
+    if node.labels:
+        entry["labels"] = dict(node.labels)
+    if node.taints:
+        entry["taints"] = [
+            {"key": t.key, "value": t.value, "effect": t.effect.value} for t in node.taints
+        ]
+    devices = []
+    for device in node.devices:
+        group: dict[str, Any] = {"class": device.device_class}
+        if device.vendor:
+            group["vendor"] = device.vendor
+        if device.model:
+            group["model"] = device.model
+        if device.attributes:
+            group["attributes"] = dict(device.attributes)
+        if device.health is not Health.HEALTHY:
+            group["health"] = device.health.value
+        devices.append(group)
+    if devices:
+        entry["devices"] = devices
+    return entry

@@ -39,6 +39,7 @@ from hetsched.controlplane import (
     quiet_signals,
     write_durably,
 )
+from hetsched.controlplane.history import record_start
 from hetsched.drivers import KeepsExits
 from hetsched.framework.profile import ProfileSpec, load_profile
 from hetsched.framework.speeds import load_speed_table
@@ -171,6 +172,7 @@ def build(options: Options, fence: Callable[[Connection], None] | None = None) -
     warm_selectors()
     try:
         loop.recover()
+        record_start(store, engine.current(), profile, options.seed)
     except Exception:
         store.close()
         raise

@@ -29,6 +29,7 @@ __all__ = [
     "jobs",
     "leases",
     "metadata",
+    "nodes",
     "speed_estimates",
     "store_marks",
     "tasks",
@@ -198,4 +199,21 @@ store_marks = Table(
     Column("name", String(64), primary_key=True),
     Column("value", Text, nullable=False),
     Column("at", Float, nullable=False),
+)
+
+#: the cluster's nodes as the service saw them (migration 0010): the node's cluster-file
+#: entry (``model.cluster_spec.node_entry``), its place, when it first joined and last left
+#: (NULL while it is there): what ``hetsched history export`` writes as the cluster
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(253), primary_key=True),
+    Column("entry", JSON, nullable=False),
+    #: the ids of its devices, in the entry's order (a rebuilt node numbers them afresh)
+    Column("device_ids", JSON, nullable=False),
+    #: its place in the scheduler's order of nodes (ties between equal nodes go to the
+    #: first): the order at the last start, nodes that joined later after them
+    Column("position", Integer, nullable=False),
+    Column("joined_at", Float, nullable=False),
+    Column("left_at", Float, nullable=True),
 )
