@@ -25,6 +25,9 @@ Contracts:
   lost, each once.
 - Tasks see the node's environment (the raylet's), less every ``HETSCHED_*`` variable,
   plus what the local executor adds (the job's variables, devices, identity).
+- The node's devices are watched by the agent itself with the discovery ``hetsched up``
+  runs (:mod:`hetsched.ray.nodedevices`) when it is given ``discovery``; a changed answer
+  ends the long poll at once, as an exit does.
 - Many agents may share one machine (``hetsched ray local``): each has its own home, and
   finds, adopts and sweeps only the tasks recorded there.
 """
@@ -46,6 +49,7 @@ from hetsched.agent.taskenv import device_env, exit_reason, identity_env
 from hetsched.drivers.executor import Exit, Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
+from hetsched.ray.nodedevices import NodeDevices
 
 __all__ = ["NodeAgent", "NodeExecutor", "node_environment"]
 
@@ -127,8 +131,21 @@ class NodeAgent:
     """The agent of one Ray node (see the module docstring). ``home``: its folder on the node;
     ``instance``: the control plane's instance (``HETSCHED_INSTANCE`` of its tasks)."""
 
-    def __init__(self, instance: str, node_id: str, home: str, kill_grace_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        instance: str,
+        node_id: str,
+        home: str,
+        kill_grace_s: float = 5.0,
+        discovery: Sequence[str] | None = None,
+        watch_interval_s: float = 2.0,
+    ) -> None:
         self.node_id = node_id
+        #: the node's devices (:mod:`hetsched.ray.nodedevices`); None: Ray's resources are
+        #: the node's devices (``hetsched.io/discovery=ray``), nothing is watched here
+        self.devices = (
+            None if discovery is None else NodeDevices.create(discovery, watch_interval_s)
+        )
         self.executor = NodeExecutor(
             Path(home), instance, kill_grace_s=kill_grace_s, node_env=node_environment()
         )
@@ -231,11 +248,14 @@ class NodeAgent:
         acks: Sequence[str],
         wait_s: float,
         limit: int,
+        devices_seen: int = -1,
     ) -> dict[str, Any]:
         """The long poll (see the module docstring). ``watched``: key -> (stdout bytes held,
-        stderr bytes held, pid known) of each task the control plane watches here. Answers
-        ``out`` (key -> (stdout, stderr) past the offsets), ``pids`` (key -> (pid, start))
-        and ``exits``."""
+        stderr bytes held, pid known) of each task the control plane watches here;
+        ``devices_seen``: the version of the node's device answer the control plane holds.
+        Answers ``out`` (key -> (stdout, stderr) past the offsets), ``pids`` (key -> (pid,
+        start)), ``exits`` and ``devices`` ((version, devices) when the node's devices
+        changed since that version, else None)."""
         self._ensure_loop()
         self.acknowledge(acks)
         assert self._news is not None
@@ -243,8 +263,9 @@ class NodeAgent:
         while True:
             self._news.clear()
             reply = self._collect(watched, limit)
+            reply["devices"] = None if self.devices is None else self.devices.since(devices_seen)
             left = deadline - time.monotonic()
-            if reply["exits"] or reply["out"] or reply["pids"] or left <= 0:
+            if reply["exits"] or reply["out"] or reply["pids"] or reply["devices"] or left <= 0:
                 return reply
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._news.wait(), min(left, _OUTPUT_CHECK_S))
@@ -301,6 +322,13 @@ class NodeAgent:
 
         self.executor.on_exit = on_exit
         self._loop_task = loop.create_task(self._run())
+        if self.devices is not None:
+            news = self._news
+
+            def on_change() -> None:  # from the device watch thread
+                loop.call_soon_threadsafe(news.set)
+
+            self.devices.start(on_change)
 
     def _poke(self) -> None:
         if self._wake is not None:

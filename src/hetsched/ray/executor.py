@@ -1,10 +1,8 @@
 """The Ray task executor: runs bound tasks on the Ray nodes hetsched chose, with the surface
 and the meaning of the local process executor (:mod:`hetsched.agent.executor`).
 
-Each Ray node has one node agent (:mod:`hetsched.ray.agent`), a named, detached actor pinned
-to it that runs the local executor there; this executor is the control plane's side of them
-(:mod:`hetsched.ray.link`). A task start is one local spawn on its node: no actor or worker
-process per task.
+Each Ray node has one node agent (:mod:`hetsched.ray.agent`), a detached actor pinned to it
+running the local executor there; this is their control plane's side (:mod:`hetsched.ray.link`).
 
 Contracts (those of the local executor, and where they differ):
 - It implements the executor protocol (:mod:`hetsched.drivers.executor`) with the
@@ -19,8 +17,8 @@ Contracts (those of the local executor, and where they differ):
   its Stops, one for its kills); ``next_due`` says so at once. A task's handle exists from
   ``start`` on; its pid is 0 until its agent has said.
 - Exits, pids and output come through one long poll per agent, in flight at all times
-  while the agent has tasks; its answer calls ``on_exit`` (the driver polls then), so
-  ``exits_reported`` is True once the driver set ``on_exit``.
+  while the agent has tasks (or watches its node's devices, ``discovery_of``: a changed
+  answer goes to ``on_devices``); its answer calls ``on_exit`` (the driver polls then).
 - The task's environment, process group, exit codes, SIGTERM then SIGKILL after the grace,
   maximum runtime: the local executor's, run by the agent on the node.
 - Logs: the output streams back into ``<home>/jobs/<id>/task-<n>.out|.err`` (0600, each run
@@ -110,6 +108,14 @@ class RayExecutor:
     _checked_at: float = 0.0
     #: nodes that joined, whose agents the next poll creates
     _joined: deque[str] = field(default_factory=deque)
+    #: the discovery backends of a Ray node's device watch (None: no watch there); None:
+    #: no agent watches its node's devices
+    discovery_of: Callable[[str], list[str] | None] | None = None
+    #: seconds between two device scans by an agent
+    watch_interval_s: float = 2.0
+    #: told (from the driver's thread, in :meth:`poll`) of a node's changed device answer:
+    #: (Ray node id, devices as plain data)
+    on_devices: Callable[[str, list[dict[str, Any]]], None] | None = None
 
     @property
     def namespace(self) -> str:
@@ -131,7 +137,11 @@ class RayExecutor:
         link = self.links.get(node_id)
         if link is None or link.dead:
             home = self.agent_home(node_id)
-            actor = create_agent(node_id, self.namespace, self.instance, home, self.kill_grace_s)
+            discovery = None if self.discovery_of is None else self.discovery_of(node_id)
+            watch = (discovery, self.watch_interval_s)
+            actor = create_agent(
+                node_id, self.namespace, self.instance, home, self.kill_grace_s, *watch
+            )
             link = self.links[node_id] = AgentLink(node_id, actor)
         return link
 
@@ -331,7 +341,7 @@ class RayExecutor:
         for link in self.links.values():
             if link.pending:
                 times.append(now)
-            elif link.call is None and (link.keys or link.acks) and not link.dead:
+            elif link.call is None and self._wanted(link):
                 times.append(max(now, link.next_call))
             if self._suspect(link, now):
                 times.append(max(now, self._checked_at + _CHECK_S))
@@ -376,13 +386,22 @@ class RayExecutor:
                 owner.keys.discard(handle.key)
                 owner.reported.append(handle.key)
         for link in self.links.values():
-            idle = link.call is None and not link.dead and now >= link.next_call
-            if idle and (link.keys or link.acks):
+            if link.call is None and now >= link.next_call and self._wanted(link):
                 self._ask(link, now)
         known, self._known = self._known, []
         return known + exits
 
+    def _wanted(self, link: AgentLink) -> bool:
+        """Whether its long poll should be in flight: tasks, acks, or a device watch."""
+        watching = self.discovery_of is not None
+        return not link.dead and bool(link.keys or link.acks or watching)
+
     def _answer(self, link: AgentLink, reply: Mapping[str, Any]) -> list[Exit]:
+        devices = reply.get("devices")
+        if devices is not None:
+            link.devices_seen = int(devices[0])
+            if self.on_devices is not None:
+                self.on_devices(link.node_id, list(devices[1]))
         for key, (pid, started) in reply["pids"].items():
             handle = self.handles.get(key)
             if handle is not None:
@@ -435,14 +454,11 @@ class RayExecutor:
                 log.warning("task %s: %s", key, reason)
                 handle.lost_at, handle.lost_exit = now, handle.exit(None, reason)
 
-    def _lost_handles(self) -> list[RayTaskHandle]:
-        return [h for h in self.handles.values() if h.lost_at is not None]
-
     def _node_losses(self, now: float) -> list[Exit]:
         """The exits of tasks lost with their node that the driver has since asked to stop,
         or that have waited ``node_loss_wait_s``."""
         exits = []
-        for handle in self._lost_handles():
+        for handle in [h for h in self.handles.values() if h.lost_at is not None]:
             assert handle.lost_at is not None and handle.lost_exit is not None
             if handle.stopping or now - handle.lost_at >= self.node_loss_wait_s:
                 exits.append(handle.lost_exit._replace(stopped=handle.stopping))
@@ -455,7 +471,9 @@ class RayExecutor:
             for key in link.keys
             if (h := self.handles.get(key)) is not None
         }
-        link.call = link.actor.sync.remote(watched, link.acks, self.sync_wait_s, self.chunk_bytes)
+        link.call = link.actor.sync.remote(
+            watched, link.acks, self.sync_wait_s, self.chunk_bytes, link.devices_seen
+        )
         link.acks, link.called_at = [], now
         wake = self.on_exit
         if wake is not None:

@@ -144,6 +144,7 @@ def ray_engine(options: Options, home: Path, instance: str, profile: ProfileSpec
             instance,
             options.kill_grace_s,
             discovery_timeout_s=options.ray_timeout_s,
+            watch_interval_s=options.watch_interval_s,
         )
     except (ValueError, RayConnectError) as exc:
         raise SystemExit(str(exc)) from None
