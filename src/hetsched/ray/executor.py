@@ -46,26 +46,27 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetsched.agent.guard import Alert, Watched
 from hetsched.agent.taskenv import job_folder, task_log
 from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Exit, Start, Stop
+from hetsched.framework.profile import GuardSpec
 from hetsched.keys import TaskKey
 from hetsched.ray import _api
+from hetsched.ray.adoption import Adoption
 from hetsched.ray.handle import (
     RayStartError,
     RayTaskHandle,
     append_output,
     lost_reason,
-    read_bases,
     short,
-    size_of,
     write_bases,
 )
-from hetsched.ray.link import AgentLink, create_agent, find_agent, gather
+from hetsched.ray.link import AgentLink, create_agent
 
 __all__ = ["RayExecutor", "RayStartError", "RayTaskHandle"]
 
@@ -80,7 +81,7 @@ _CHECK_S = 1.0
 
 
 @dataclass
-class RayExecutor:
+class RayExecutor(Adoption):
     home: Path
     #: marks this control plane's tasks (the Ray namespace is ``hetsched-<instance>``)
     instance: str
@@ -108,6 +109,8 @@ class RayExecutor:
     _checked_at: float = 0.0
     #: nodes that joined, whose agents the next poll creates
     _joined: deque[str] = field(default_factory=deque)
+    #: the overcommit guard's alerts from the agents, not yet handed out
+    _alerts: list[Alert] = field(default_factory=list)
     #: the discovery backends of a Ray node's device watch (None: no watch there); None:
     #: no agent watches its node's devices
     discovery_of: Callable[[str], list[str] | None] | None = None
@@ -197,86 +200,6 @@ class RayExecutor:
         link.starts.append(start)
         return handle
 
-    # -- adopt after a restart ----------------------------------------------------------------
-
-    def find_leaders(self) -> dict[str, tuple[int, float]]:
-        """Task key -> (pid, start time) of each task the agents of the live nodes run or hold
-        an unreported exit of (pid 0 for one that never ran)."""
-        calls: dict[Any, str] = {}
-        for node in _api.nodes():
-            node_id = str(node["NodeID"])
-            if node["Alive"] and (actor := find_agent(node_id, self.namespace)) is not None:
-                self.links.setdefault(node_id, AgentLink(node_id, actor))
-                calls[actor.tasks.remote()] = node_id
-        found: dict[str, tuple[int, float]] = {}
-        self._found = {}
-        for node_id, tasks in gather(calls).items():
-            for key, (pid, started) in tasks.items():
-                found[key] = (int(pid), float(started))
-                self._found[key] = node_id
-        return found
-
-    def _node_of(self, key: TaskKey) -> str | None:
-        found = self._found.get(str(key))
-        if found is not None:
-            return found
-        recorded = read_bases(self.home, key).get("node_id")
-        return str(recorded) if recorded else None
-
-    def adopt(
-        self,
-        job_id: str,
-        task: int,
-        run: int,
-        pid: int,
-        pid_started: float,
-        deadline: float | None,
-    ) -> RayTaskHandle | None:
-        """Watch a task started by an earlier control plane, if its agent still has it
-        (found by its key; ``pid`` is not checked: the agent adopted it by pid and start
-        time; ``deadline`` is the agent's own). Its output resumes where the log files
-        stop."""
-        key = TaskKey(job_id, task, run)
-        node_id = self._node_of(key)
-        if node_id is None:
-            return None
-        if str(key) not in self._found:
-            actor = find_agent(node_id, self.namespace)
-            if actor is None or str(key) not in gather({actor.tasks.remote(): "t"}).get("t", {}):
-                return None
-            self.links.setdefault(node_id, AgentLink(node_id, actor))
-        link = self.links[node_id]
-        bases = read_bases(self.home, key)
-        handle = RayTaskHandle(
-            job_id, task, run, str(bases.get("node", "")), node_id, pid, pid_started
-        )
-        for index, stream in enumerate(("stdout", "stderr")):
-            size = size_of(self.log_path(job_id, task, stream))
-            handle.received[index] = max(0, size - int(bases.get(stream, size)))
-        self.handles[str(key)] = handle
-        link.keys.add(str(key))
-        return handle
-
-    def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
-        """The exit status of a task that ended while nobody watched, if its agent holds it
-        (an exit not yet acknowledged)."""
-        key = TaskKey(job_id, task, run)
-        node_id = self._node_of(key)
-        actor = find_agent(node_id, self.namespace) if node_id else None
-        if actor is None:
-            return None
-        code = gather({actor.recorded_exit.remote(str(key)): "c"}).get("c")
-        return None if code is None else int(code)
-
-    def sweep(self, live_keys: Iterable[str]) -> list[str]:
-        """Kill the tasks of this instance that no live task accounts for and drop the exits
-        held for them; returns their keys."""
-        keep = sorted(set(live_keys) | set(self.handles))
-        calls = {
-            link.actor.sweep.remote(keep): n for n, link in self.links.items() if not link.dead
-        }
-        return sorted(key for keys in gather(calls).values() for key in keys)
-
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self, tasks: Sequence[Stop], now: float) -> None:
@@ -325,6 +248,20 @@ class RayExecutor:
             return False
         link.kills.append(key)
         return True
+
+    def guard_nodes(self, spec: GuardSpec, tasks: Sequence[Watched]) -> list[Alert]:
+        """A round of the overcommit guard, run by each node's agent over its tasks (sent
+        by the next poll): it measures them there and kills what the guard names. Returns
+        the alerts the agents raised since the last call."""
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for task in tasks:
+            if (handle := self.handles.get(task.key)) is not None:
+                by_node.setdefault(handle.node_id, []).append(asdict(task))
+        for node_id, rows in by_node.items():
+            if (link := self.links.get(node_id)) is not None and not link.dead:
+                link.guard = (spec.model_dump(), rows)
+        alerts, self._alerts = self._alerts, []
+        return alerts
 
     # -- watch ----------------------------------------------------------------------------
 
@@ -397,6 +334,7 @@ class RayExecutor:
         return not link.dead and bool(link.keys or link.acks or watching)
 
     def _answer(self, link: AgentLink, reply: Mapping[str, Any]) -> list[Exit]:
+        self._alerts += [Alert(**alert) for alert in reply.get("alerts", ())]
         devices = reply.get("devices")
         if devices is not None:
             link.devices_seen = int(devices[0])
