@@ -1,11 +1,14 @@
 """The notice and a checkpoint resume on Ray, through `hetsched up --executor ray` with
-``--advertise-url``: a checkpointable job on a Ray node is preempted; its agent sends the
-notice signal; the task reports its progress and a checkpoint with `hetsched progress` and
+``--advertise-url``, and the overcommit guard on Ray.
+
+The resume: a checkpointable job on a Ray node is preempted; its agent sends the notice
+signal; the task reports its progress and a checkpoint with `hetsched progress` and
 `hetsched checkpoint` through the advertised API (its task token), which ends the notice at
 once; its next run is told where to resume from."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -71,4 +74,41 @@ def notice_and_resume(up: Up, scratch: Path) -> dict[str, Any]:
         "low": jobs[low],
         "high": jobs[high],
         "log": up.cli("logs", low),
+    }
+
+
+#: allocates and touches 300 MiB, then waits
+HOG = "import time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(120)"
+
+
+def overcommit(up: Up, scratch: Path) -> dict[str, Any]:
+    """A best-effort task that uses far more memory than it asked for, next to a guaranteed
+    one, both on a Ray node: the node's agent measures them and kills the best-effort one;
+    the alert reaches the control plane's guard (`/v1/alerts`) and the job's history."""
+    calm = up.submit(job("calm", scratch, {"cpu": "1", "memory": "256Mi"}))
+    hog = up.submit(
+        {
+            "name": "hog",
+            "command": [sys.executable, "-c", HOG],
+            "best_effort": True,
+            "resources": {"cpu": "1", "memory": "128Mi"},
+        }
+    )
+    jobs = up.wait([hog], {"succeeded", "failed"})
+    _started(up, scratch, calm, 1)
+    calm_then = up.job(calm)
+    (scratch / "release").mkdir(exist_ok=True)
+    (scratch / "release" / f"{calm}.0").touch()
+    jobs.update(up.wait([calm], {"succeeded", "failed"}))
+    # the agent's alert comes with its next answer, taken at the next guard round
+    deadline = time.monotonic() + 20
+    while not any(a["job_id"] == hog for a in up.api().get("/v1/alerts").json()["guard"]):
+        assert time.monotonic() < deadline, "the guard's alert did not come"
+        time.sleep(0.1)
+    return {
+        "hog": jobs[hog],
+        "calm_then": calm_then["state"],
+        "calm": jobs[calm],
+        "causes": [h["cause"] for h in up.api().get(f"/v1/jobs/{hog}/why").json()["history"]],
+        "alerts": up.api().get("/v1/alerts").json()["guard"],
     }

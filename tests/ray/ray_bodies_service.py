@@ -16,14 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ray_bodies_resume import notice_and_resume
+from ray_bodies_resume import notice_and_resume, overcommit
 from ray_service import HETSCHED, Up, job, read_starts
 
 from hetsched.ray import _api
 from hetsched.ray.local import LocalCluster, LocalNodeSpec
 from hetsched.ray.testing import ClusterInfo, kill_raylet
 
-#: priority order, preemption with a grace of 3 s
+#: priority order, preemption with a grace of 3 s, the overcommit guard killing best-effort
+#: tasks over their memory request
 PROFILE = """
 name: ray-tests
 queue_sort: {name: priority, args: {mode: best_effort}}
@@ -31,6 +32,7 @@ prefilter: [fit]
 filter: [fit, node-selector, taints]
 score: [{name: bestfit, weight: 1}]
 post_filter: [{name: preemption, args: {grace_s: 3, priority: true}}]
+guard: {interval_s: 0.5, node_memory_threshold: 1.0, kill_best_effort: true}
 """
 
 #: the local executor's equivalent of the session cluster's a100-0 and t4-0 (cpu-0 is this
@@ -393,6 +395,7 @@ def service_on_ray(cluster: ClusterInfo, only: list[str] | None = None) -> dict[
         _scenario(out, "preemption", lambda: preemption(up, scratch / "preempt"))
         _scenario(out, "crash", lambda: control_plane_crash(up, scratch / "crash"))
         _scenario(out, "resume", lambda: notice_and_resume(up, scratch / "resume"))
+        _scenario(out, "guard", lambda: overcommit(up, scratch / "guard"))
         _scenario(out, "hotplug", lambda: hotplug(up, scratch / "hotplug", cluster))
         _scenario(out, "raylet", lambda: raylet_dies(up, scratch / "raylet", cluster))
     except Exception:

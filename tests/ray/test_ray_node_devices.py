@@ -77,8 +77,7 @@ def test_a_device_change_on_the_node_ends_the_long_poll_at_once(
         waited = time.monotonic() - began
         _write(devices_file, ONE_A100)
         unplugged = await agent.sync({}, [], 20.0, 1024, changed["devices"][0])
-        assert agent.devices is not None
-        agent.devices.stop()
+        await agent.close()
         return {
             "first": first,
             "quiet": quiet,
@@ -104,7 +103,9 @@ def test_a_device_change_on_the_node_ends_the_long_poll_at_once(
 def test_an_agent_without_discovery_watches_nothing(tmp_path: Path) -> None:
     async def body() -> dict[str, Any]:
         agent = NodeAgent("t", "node-id", str(tmp_path / "node"), 0.5)
-        return await agent.sync({}, [], 0.1, 1024)
+        reply = await agent.sync({}, [], 0.1, 1024)
+        await agent.close()
+        return reply
 
     assert asyncio.run(body())["devices"] is None
 

@@ -188,6 +188,20 @@ def test_notice_checkpoint_and_resume_on_ray(on_ray: dict[str, Any]) -> None:
     assert low["preemptions"] == 1
 
 
+def test_the_overcommit_guard_runs_in_the_node_agent(on_ray: dict[str, Any]) -> None:
+    g = _scenario(on_ray, "guard")
+    hog = g["hog"]
+    assert hog["state"] == "failed"
+    assert "killed by the overcommit guard" in hog["reason"], hog
+    (alert,) = [a for a in g["alerts"] if a["job_id"] == hog["id"]]
+    assert alert["kind"] == "task_memory" and alert["killed"] == f"{hog['id']}/0#1"
+    assert alert["node"] == hog["tasks"][0]["node"] and alert["limit"] == 128
+    assert f"overcommit guard: {alert['message']}" in g["causes"]
+    # the guaranteed task next to it ran on and ended by itself
+    assert g["calm_then"] == "running"
+    assert (g["calm"]["state"], g["calm"]["run"]) == ("succeeded", 1)
+
+
 def test_a_gpu_unplugged_on_a_ray_node_requeues_its_job_within_3_s(
     on_ray: dict[str, Any],
 ) -> None:

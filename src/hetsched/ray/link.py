@@ -108,6 +108,8 @@ class AgentLink:
     starts: list[Start] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     kills: list[str] = field(default_factory=list)
+    #: the next guard round for its node: (the guard's spec, its tasks), as plain data
+    guard: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
     #: exits the last poll reported: acknowledged from the next poll on (the driver has
     #: recorded them by then)
     reported: list[str] = field(default_factory=list)
@@ -127,11 +129,11 @@ class AgentLink:
 
     @property
     def pending(self) -> bool:
-        return bool(self.starts or self.stops or self.kills)
+        return bool(self.starts or self.stops or self.kills or self.guard)
 
     def flush(self) -> None:
-        """Send the turn's starts, stops and kills, one call each (their results come back
-        through the long poll)."""
+        """Send the turn's starts, stops, kills and guard round, one call each (their
+        results come back through the long poll)."""
         if self.starts:
             self.actor.start.remote(self.starts)
             self.starts = []
@@ -141,3 +143,6 @@ class AgentLink:
         if self.kills:
             self.actor.kill.remote(self.kills)
             self.kills = []
+        if self.guard:
+            self.actor.guard.remote(*self.guard)
+            self.guard = None
