@@ -176,7 +176,9 @@ def test_notice_checkpoint_and_resume_on_ray(on_ray: dict[str, Any]) -> None:
     # the notice came from the node's agent; the task reported through the API
     assert "notice" in log.split("run 1 ", 1)[1]
     assert "progress reported: 7 steps" in log
-    assert "checkpoint reported: step 7, /ckpt/7" in log
+    # (`hetsched checkpoint` may not get to say so: the report ends the notice, and the
+    # SIGTERM that follows reaches the task's whole group, the command included; the job's
+    # checkpoint below is the report)
     assert "got TERM" in log
     # the report ended the 30 s notice: the high-priority job started well before it
     assert r["high_started_s"] < 20, r
