@@ -104,8 +104,10 @@ class _Tracked:
 
 @dataclass
 class RayInventory:
-    #: seconds between looks at Ray's node table (the thread started by :meth:`start`)
-    interval_s: float = 1.0
+    #: seconds between looks at Ray's node table (the thread started by :meth:`start`): half
+    #: a second keeps a crashed raylet's jobs within 3 s of its death with `hetsched ray
+    #: local`'s health checks (bench/ray_node_death.py)
+    interval_s: float = 0.5
     #: seconds between two discoveries of a node
     refresh_s: float = 60.0
     #: a probe that has not answered by then is cancelled and tried again later
