@@ -168,3 +168,47 @@ def test_the_agents_answers_become_the_events_of_a_local_watcher(
     }
     # a node that is not (or no longer) in the cluster: its answer is dropped
     assert inventory.report("0" * 56, both) == []
+
+
+def test_a_ray_head_that_stops_answering_is_said_once_and_the_nodes_are_kept(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    inventory, node_id = _inventory(monkeypatch)
+    head = {"up": False}
+    entry = {
+        "NodeID": node_id,
+        "Alive": True,
+        "Labels": {"hetsched.io/node": "a100-0", "hetsched.io/discovery": "ray"},
+        "Resources": {"CPU": 4.0, "GPU": 2.0, "accelerator_type:A100": 1},
+    }
+    rounds = {"n": 0}
+
+    def nodes() -> list[dict[str, Any]]:
+        rounds["n"] += 1
+        if not head["up"]:
+            raise ConnectionError("GCS at 127.0.0.1:6379 unreachable")
+        return [entry]
+
+    monkeypatch.setattr(_api, "nodes", nodes)
+    inventory.interval_s = 0.01
+    events: list[Any] = []
+    caplog.set_level("WARNING", logger="hetsched.ray.inventory")
+    inventory.start(events.extend)
+    try:
+        deadline = time.monotonic() + 20
+        while rounds["n"] < 10:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert inventory.failing_since is not None
+        assert [n.name for n in inventory.nodes()] == ["a100-0"]  # kept, not removed
+        head["up"] = True
+        while inventory.failing_since is not None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        inventory.stop()
+    said = [r.getMessage() for r in caplog.records if r.name == "hetsched.ray.inventory"]
+    assert len([m for m in said if "does not answer" in m]) == 1, said
+    assert "GCS at 127.0.0.1:6379 unreachable" in said[0]
+    assert len([m for m in said if "answers again" in m]) == 1, said
+    assert events == []  # no node removed or added for the outage

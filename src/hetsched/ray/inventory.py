@@ -123,6 +123,8 @@ class RayInventory:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _remote_probe: Any = None
+    #: when the rounds began to fail (monotonic), None while they succeed
+    failing_since: float | None = None
 
     # -- lookups (any thread) --------------------------------------------------------------
 
@@ -371,11 +373,30 @@ class RayInventory:
         while not self._stop.wait(self.interval_s):
             try:
                 events = self.poll()
-            except Exception:
-                log.exception("Ray node inventory round failed")
+            except Exception as exc:
+                self._failed(exc)
                 continue
+            if self.failing_since is not None:
+                log.warning(
+                    "Ray's node table answers again after %.1f s",
+                    time.monotonic() - self.failing_since,
+                )
+                self.failing_since = None
             if events:
                 sink(events)
+
+    def _failed(self, exc: Exception) -> None:
+        """A round that failed (the Ray head gone, most often): said once per outage, not at
+        every round; the nodes are kept as they were until Ray answers again."""
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            log.warning(
+                "Ray's node table does not answer (%s): the nodes are kept as they were "
+                "until it does",
+                _short(exc),
+            )
+        else:
+            log.debug("Ray node inventory round failed: %s", _short(exc))
 
 
 def _backends_of(node_labels: Mapping[str, str]) -> list[str] | None:
