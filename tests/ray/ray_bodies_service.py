@@ -16,13 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ray_bodies_resume import notice_and_resume, overcommit
 from ray_service import HETSCHED, Up, job, read_starts
 
 from hetsched.ray import _api
 from hetsched.ray.local import LocalCluster, LocalNodeSpec
 from hetsched.ray.testing import ClusterInfo, kill_raylet
 
-#: priority order, preemption with a grace of 3 s
+#: priority order, preemption with a grace of 3 s, the overcommit guard killing best-effort
+#: tasks over their memory request
 PROFILE = """
 name: ray-tests
 queue_sort: {name: priority, args: {mode: best_effort}}
@@ -30,6 +32,7 @@ prefilter: [fit]
 filter: [fit, node-selector, taints]
 score: [{name: bestfit, weight: 1}]
 post_filter: [{name: preemption, args: {grace_s: 3, priority: true}}]
+guard: {interval_s: 0.5, node_memory_threshold: 1.0, kill_best_effort: true}
 """
 
 #: the local executor's equivalent of the session cluster's a100-0 and t4-0 (cpu-0 is this
@@ -298,6 +301,70 @@ def raylet_dies(up: Up, scratch: Path, cluster: ClusterInfo) -> dict[str, Any]:
         extra.stop()
 
 
+def _joined(up: Up, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while name not in {n["name"] for n in up.api().get("/v1/nodes").json()}:
+        assert time.monotonic() < deadline, f"{name} never joined the service's nodes"
+        time.sleep(0.2)
+
+
+def _device(up: Up, device_id: str) -> dict[str, Any]:
+    devices = [d for n in up.api().get("/v1/nodes").json() for d in n["devices"]]
+    (device,) = [d for d in devices if d["id"] == device_id]
+    return device
+
+
+def hotplug(up: Up, scratch: Path, cluster: ClusterInfo) -> dict[str, Any]:
+    """A node joins with a fake device file; a job runs on its GPU; the GPU is unplugged on
+    that node (its file loses it): the node's agent sees it, and the job is requeued as on
+    the local node; plugged back, the job runs there again."""
+    extra = LocalCluster(
+        [LocalNodeSpec("h100-plug", "H100", 1)], join=cluster.address, fake_devices=True
+    )
+    extra.start()
+    try:
+        assert extra.workdir is not None
+        devices = extra.workdir / "devices-h100-plug.yaml"
+        plugged = devices.read_text()
+        _joined(up, "h100-plug")
+        job_id = up.submit(
+            job("plug", scratch, {"cpu": "1", "memory": "1Gi", "devices": [_gpu("H100")]})
+        )
+        first = _wait_started(up, scratch, job_id)[0]
+        partial = devices.with_suffix(".tmp")
+        partial.write_text('{"devices": []}\n')
+        partial.replace(devices)
+        unplugged = time.monotonic()
+        deadline = unplugged + 30
+        while True:
+            state = up.job(job_id)
+            if state["state"] == "pending" and all(t["state"] == "stopped" for t in state["tasks"]):
+                requeued_s = time.monotonic() - unplugged
+                break
+            assert time.monotonic() < deadline, f"not requeued: {state}"
+            time.sleep(0.02)
+        device = _device(up, "h100-plug/gpu0")
+        why = up.api().get(f"/v1/jobs/{job_id}/why").json()
+        partial.write_text(plugged)
+        partial.replace(devices)
+        second = _wait_started(up, scratch, job_id, run=2)[0]
+        _release(scratch, job_id)
+        done = up.wait([job_id], {"succeeded", "failed"})[job_id]
+        return {
+            "first": first,
+            "second": second,
+            "requeued_s": round(requeued_s, 3),
+            "device_unplugged": [device["healthy"], device["health_reason"]],
+            "device_after": [
+                _device(up, "h100-plug/gpu0")[k] for k in ("healthy", "health_reason")
+            ],
+            "causes": [h["cause"] for h in why["history"]],
+            "job": done,
+        }
+    finally:
+        extra.stop()
+
+
 def _scenario(out: dict[str, Any], name: str, run: Callable[[], Any]) -> None:
     if out["only"] is not None and name not in out["only"]:
         return
@@ -317,7 +384,9 @@ def service_on_ray(cluster: ClusterInfo, only: list[str] | None = None) -> dict[
     profile.write_text(PROFILE)
     _api.connect(cluster.address)  # to ask Ray where the tasks' agents run
     ray_args = ["--executor", "ray", "--ray-address", cluster.address, "--kill-grace", "2"]
+    ray_args += ["--watch-interval", "0.2"]
     up = Up(scratch / "home-ray", [*ray_args, "--profile", str(profile)], scratch / "up.log")
+    up.args += ["--advertise-url", up.url]  # tasks report checkpoints through it
     out: dict[str, Any] = {"node_ids": cluster.node_ids, "only": only}
     try:
         up.start()
@@ -325,6 +394,9 @@ def service_on_ray(cluster: ClusterInfo, only: list[str] | None = None) -> dict[
         _scenario(out, "cancel", lambda: cancel(up, scratch / "cancel"))
         _scenario(out, "preemption", lambda: preemption(up, scratch / "preempt"))
         _scenario(out, "crash", lambda: control_plane_crash(up, scratch / "crash"))
+        _scenario(out, "resume", lambda: notice_and_resume(up, scratch / "resume"))
+        _scenario(out, "guard", lambda: overcommit(up, scratch / "guard"))
+        _scenario(out, "hotplug", lambda: hotplug(up, scratch / "hotplug", cluster))
         _scenario(out, "raylet", lambda: raylet_dies(up, scratch / "raylet", cluster))
     except Exception:
         out["error"] = traceback.format_exc() + "\n" + up.tail()

@@ -167,6 +167,58 @@ def test_a_control_plane_killed_and_restarted_loses_and_repeats_nothing(
     }
 
 
+def test_notice_checkpoint_and_resume_on_ray(on_ray: dict[str, Any]) -> None:
+    r = _scenario(on_ray, "resume")
+    log = r["log"]
+    # run 1 was told how to report (the advertised API, its token) and the notice signal
+    assert "run 1 resume=none step=none" in log
+    assert "signal=SIGUSR1 api=yes token=yes" in log
+    # the notice came from the node's agent; the task reported through the API
+    assert "notice" in log.split("run 1 ", 1)[1]
+    assert "progress reported: 7 steps" in log
+    # (`hetsched checkpoint` may not get to say so: the report ends the notice, and the
+    # SIGTERM that follows reaches the task's whole group, the command included; the job's
+    # checkpoint below is the report)
+    assert "got TERM" in log
+    # the report ended the 30 s notice: the high-priority job started well before it
+    assert r["high_started_s"] < 20, r
+    # run 2 resumed from the checkpoint run 1 reported
+    assert "run 2 resume=/ckpt/7 step=7" in log
+    low, high = r["low"], r["high"]
+    assert (low["state"], low["run"], high["state"]) == ("succeeded", 2, "succeeded")
+    assert low["checkpoint"]["step"] == 7 and low["checkpoint"]["path"] == "/ckpt/7"
+    assert low["preemptions"] == 1
+
+
+def test_the_overcommit_guard_runs_in_the_node_agent(on_ray: dict[str, Any]) -> None:
+    g = _scenario(on_ray, "guard")
+    hog = g["hog"]
+    assert hog["state"] == "failed"
+    assert "killed by the overcommit guard" in hog["reason"], hog
+    (alert,) = [a for a in g["alerts"] if a["job_id"] == hog["id"]]
+    assert alert["kind"] == "task_memory" and alert["killed"] == f"{hog['id']}/0#1"
+    assert alert["node"] == hog["tasks"][0]["node"] and alert["limit"] == 128
+    assert f"overcommit guard: {alert['message']}" in g["causes"]
+    # the guaranteed task next to it ran on and ended by itself
+    assert g["calm_then"] == "running"
+    assert (g["calm"]["state"], g["calm"]["run"]) == ("succeeded", 1)
+
+
+def test_a_gpu_unplugged_on_a_ray_node_requeues_its_job_within_3_s(
+    on_ray: dict[str, Any],
+) -> None:
+    h = _scenario(on_ray, "hotplug")
+    # seen by the node's own agent (its fake device file), not by Ray's resources
+    assert (h["first"]["node"], h["first"]["cuda"]) == ("h100-plug", "0")
+    assert h["requeued_s"] < 3.0, h
+    assert h["device_unplugged"] == [False, "removed"]
+    assert "device h100-plug/gpu0 removed" in h["causes"][-1], h["causes"]
+    # plugged back: the job runs there again and ends
+    assert (h["second"]["node"], h["second"]["run"]) == ("h100-plug", 2)
+    assert h["device_after"] == [True, ""]
+    assert (h["job"]["state"], h["job"]["run"]) == ("succeeded", 2)
+
+
 def test_a_raylet_killed_requeues_its_jobs_or_fails_them_by_policy(
     on_ray: dict[str, Any],
 ) -> None:

@@ -237,6 +237,10 @@ class Guard:
             for key in [k for k in self._cpu_seen if k not in live]:
                 del self._cpu_seen[key]
             self._active = {a for a in self._active if a[0] != "task_memory" or a[1] in live}
+        self._publish(new)
+
+    def _publish(self, new: list[Alert]) -> None:
+        with self._lock:
             for alert in new:
                 self.alerts.append(alert)
                 self.counts[alert.kind] += 1
@@ -282,6 +286,11 @@ class Guard:
                 killed=kill,
             )
         ]
+
+    def take(self, alerts: Iterable[Alert]) -> None:
+        """Publish alerts raised by the same guard run elsewhere (on a Ray node, by its
+        agent) as this guard's own: in :attr:`alerts`, :attr:`counts` and :attr:`kills`."""
+        self._publish(list(alerts))
 
     def recent(self, limit: int = 100) -> list[Alert]:
         """The most recent alerts, oldest first (safe from any thread)."""

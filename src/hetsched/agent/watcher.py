@@ -139,7 +139,9 @@ class DeviceWatcher:
 
     # -- discovery ---------------------------------------------------------------------
 
-    def _scan(self) -> list[FoundDevice]:
+    def scan(self) -> list[FoundDevice]:
+        """What the backends find now, merged; a backend that raises answers what it
+        answered last (safe from one thread at a time)."""
         answers = []
         for backend in self.backends:
             try:
@@ -162,7 +164,7 @@ class DeviceWatcher:
 
     def initial(self, cpu_milli: int | None = None, memory_mib: int | None = None) -> Node:
         """The first discovery: this machine as a node. Later polls report changes to it."""
-        found = self._scan()
+        found = self.scan()
         node = node_from(self.node, found, cpu_milli, memory_mib)
         by_key = assign_ids(self.node, found)
         with self._lock:
@@ -175,7 +177,7 @@ class DeviceWatcher:
 
     def poll(self) -> list[Event]:
         """One discovery round: the events for what changed since the last one."""
-        found = self._scan()
+        found = self.scan()
         by_key = assign_ids(self.node, found, self.ids)
         reasons = {d.key: _why_unhealthy(d) for d in found}
         events: list[Event] = []

@@ -7,8 +7,9 @@ the scheduling core.
 
 It drives any :class:`~hetsched.drivers.executor.ProcessExecutor`: the local process executor,
 or the Ray executor (``hetsched up --executor ray``). It kills by task key, never by pid, so
-that it means the same on both; the guard, which measures local processes by pid, runs only
-with an executor that :class:`~hetsched.drivers.executor.KillsByPid` (the local one).
+that it means the same on both; the guard, which measures processes by pid, runs here with
+an executor that :class:`~hetsched.drivers.executor.KillsByPid` (the local one), and on the
+nodes with one that :class:`GuardsOnNodes` (the Ray executor's agents).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Protocol, runtime_checkable
 
 from hetsched.agent.executor import local_indices, task_key
 from hetsched.agent.guard import Alert, Guard, Watched
@@ -28,15 +30,28 @@ from hetsched.controlplane.schemas import SubmitSpec
 from hetsched.controlplane.taskshape import ADDRESS_LABEL, peers, shape_env
 from hetsched.drivers import Exit, GivesNotice, KillsByPid, Launch, RunAs, Start, Stop
 from hetsched.drivers.executor import ProcessExecutor
+from hetsched.framework.profile import GuardSpec
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device, Node
 from hetsched.model.job import Job
 from hetsched.model.workflow import split_element
 from hetsched.scheduler import DeviceAdded, Event, NodeAdded
 
-__all__ = ["LaunchSpec", "Launched", "Launcher"]
+__all__ = ["GuardsOnNodes", "LaunchSpec", "Launched", "Launcher"]
 
 _NO_ENV: Mapping[str, str] = MappingProxyType({})
+
+
+@runtime_checkable
+class GuardsOnNodes(Protocol):
+    """An executor whose tasks run on other machines that runs the overcommit guard there
+    (the Ray executor: each node's agent measures its tasks and kills what the guard
+    names)."""
+
+    def guard_nodes(self, spec: GuardSpec, tasks: Sequence[Watched]) -> list[Alert]:
+        """Send a guard round over ``tasks`` to their nodes; the alerts raised there since
+        the last call."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +313,8 @@ class Launcher:
         guard = self.guard
         if guard is None or now - self._guard_at < guard.spec.interval_s:
             return []
-        if not isinstance(self.executor, KillsByPid):
+        on_nodes = not isinstance(self.executor, KillsByPid)
+        if on_nodes and not isinstance(self.executor, GuardsOnNodes):
             return []  # its pids are not this machine's: nothing to measure
         self._guard_at = now
         watched: list[Watched] = []
@@ -320,6 +336,11 @@ class Launcher:
                     known[0].best_effort,
                 )
             )
+        if isinstance(self.executor, GuardsOnNodes) and on_nodes:
+            # measured and killed on the nodes; the kills' exits say why by themselves
+            alerts = self.executor.guard_nodes(guard.spec, watched)
+            guard.take(alerts)
+            return alerts
         alerts = guard.check(watched, now)
         for alert in alerts:
             if alert.killed and self.executor.kill(alert.killed):

@@ -25,6 +25,9 @@ Contracts:
   lost, each once.
 - Tasks see the node's environment (the raylet's), less every ``HETSCHED_*`` variable,
   plus what the local executor adds (the job's variables, devices, identity).
+- The node's devices are watched by the agent itself with the discovery ``hetsched up``
+  runs (:mod:`hetsched.ray.nodedevices`) when it is given ``discovery``; a changed answer
+  ends the long poll at once, as an exit does.
 - Many agents may share one machine (``hetsched ray local``): each has its own home, and
   finds, adopts and sweeps only the tasks recorded there.
 """
@@ -37,15 +40,18 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hetsched.agent.executor import Executor
+from hetsched.agent.guard import Alert, Guard, Watched
 from hetsched.agent.taskenv import device_env, exit_reason, identity_env
 from hetsched.drivers.executor import Exit, Start, Stop
+from hetsched.framework.profile import GuardSpec
 from hetsched.keys import TaskKey
 from hetsched.model.device import Device
+from hetsched.ray.nodedevices import NodeDevices
 
 __all__ = ["NodeAgent", "NodeExecutor", "node_environment"]
 
@@ -127,8 +133,21 @@ class NodeAgent:
     """The agent of one Ray node (see the module docstring). ``home``: its folder on the node;
     ``instance``: the control plane's instance (``HETSCHED_INSTANCE`` of its tasks)."""
 
-    def __init__(self, instance: str, node_id: str, home: str, kill_grace_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        instance: str,
+        node_id: str,
+        home: str,
+        kill_grace_s: float = 5.0,
+        discovery: Sequence[str] | None = None,
+        watch_interval_s: float = 2.0,
+    ) -> None:
         self.node_id = node_id
+        #: the node's devices (:mod:`hetsched.ray.nodedevices`); None: Ray's resources are
+        #: the node's devices (``hetsched.io/discovery=ray``), nothing is watched here
+        self.devices = (
+            None if discovery is None else NodeDevices.create(discovery, watch_interval_s)
+        )
         self.executor = NodeExecutor(
             Path(home), instance, kill_grace_s=kill_grace_s, node_env=node_environment()
         )
@@ -143,6 +162,11 @@ class NodeAgent:
         self._news: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._swept: set[str] = set()
+        #: the overcommit guard of this node's tasks (made at the first guard round), the
+        #: alerts not yet handed out, and why each task it killed was killed
+        self._guard: Guard | None = None
+        self._alerts: list[Alert] = []
+        self._guard_kills: dict[str, str] = {}
         self._recover()
 
     # -- the control plane's calls ----------------------------------------------------------
@@ -183,6 +207,33 @@ class NodeAgent:
         """SIGKILL the tasks' groups now."""
         for key in keys:
             self.executor.kill(key)
+        self._poke()
+
+    def guard(self, spec: Mapping[str, Any], tasks: Sequence[Mapping[str, Any]]) -> None:
+        """One round of the overcommit guard (the local executor's own,
+        :class:`hetsched.agent.guard.Guard`) over this node's tasks: ``spec`` is the profile's
+        guard, ``tasks`` each task as the control plane knows it (a
+        :class:`~hetsched.agent.guard.Watched` as plain data: its request, whether it is
+        best-effort; the pid is this node's). What the guard names is killed here; its
+        alerts go out with the next sync, and the killed task's exit says why."""
+        self._ensure_loop()
+        guard_spec = GuardSpec.model_validate(dict(spec))
+        handles = self.executor.handles
+        rows = [Watched(**row) for row in tasks if row["key"] in handles]
+        local = [replace(t, pid=handles[t.key].pid) for t in rows if not handles[t.key].stopping]
+        if self._guard is None or self._guard.spec != guard_spec:
+            backends = self.devices.watcher.backends if self.devices is not None else []
+            nvidia = [b for b in backends if b.name == "nvidia"]
+            memory = getattr(nvidia[0], "process_memory", None) if nvidia else None
+            node = local[0].node if local else self.node_id
+            self._guard = Guard(guard_spec, node, memory)
+        alerts = self._guard.check(local)
+        for alert in alerts:
+            if alert.killed and self.executor.kill(alert.killed):
+                self._guard_kills[alert.killed] = alert.message
+        self._alerts += alerts
+        if alerts and self._news is not None:
+            self._news.set()
         self._poke()
 
     def tasks(self) -> dict[str, tuple[int, float]]:
@@ -231,11 +282,14 @@ class NodeAgent:
         acks: Sequence[str],
         wait_s: float,
         limit: int,
+        devices_seen: int = -1,
     ) -> dict[str, Any]:
         """The long poll (see the module docstring). ``watched``: key -> (stdout bytes held,
-        stderr bytes held, pid known) of each task the control plane watches here. Answers
-        ``out`` (key -> (stdout, stderr) past the offsets), ``pids`` (key -> (pid, start))
-        and ``exits``."""
+        stderr bytes held, pid known) of each task the control plane watches here;
+        ``devices_seen``: the version of the node's device answer the control plane holds.
+        Answers ``out`` (key -> (stdout, stderr) past the offsets), ``pids`` (key -> (pid,
+        start)), ``exits`` and ``devices`` ((version, devices) when the node's devices
+        changed since that version, else None)."""
         self._ensure_loop()
         self.acknowledge(acks)
         assert self._news is not None
@@ -243,11 +297,24 @@ class NodeAgent:
         while True:
             self._news.clear()
             reply = self._collect(watched, limit)
+            reply["devices"] = None if self.devices is None else self.devices.since(devices_seen)
+            reply["alerts"], self._alerts = [a.to_dict() for a in self._alerts], []
             left = deadline - time.monotonic()
-            if reply["exits"] or reply["out"] or reply["pids"] or left <= 0:
+            if any(reply.values()) or left <= 0:
                 return reply
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._news.wait(), min(left, _OUTPUT_CHECK_S))
+
+    async def close(self) -> None:
+        """End the agent's loop and its device watch; its tasks run on (an agent in a Ray
+        actor ends with its process; this is for an agent run in a plain event loop). A
+        cancel that Python 3.11's ``wait_for`` swallows is repeated."""
+        if self.devices is not None:
+            self.devices.stop()
+        task = self._loop_task
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.sleep(0.01)
 
     def ray_view(self) -> dict[str, Any]:
         """Where Ray says this agent runs and what it gave it (nothing: hetsched asked Ray
@@ -301,6 +368,13 @@ class NodeAgent:
 
         self.executor.on_exit = on_exit
         self._loop_task = loop.create_task(self._run())
+        if self.devices is not None:
+            news = self._news
+
+            def on_change() -> None:  # from the device watch thread
+                loop.call_soon_threadsafe(news.set)
+
+            self.devices.start(on_change)
 
     def _poke(self) -> None:
         if self._wake is not None:
@@ -314,6 +388,9 @@ class NodeAgent:
             self._wake.clear()
             exits = self.executor.poll(time.time())
             for exit_ in exits:
+                why = self._guard_kills.pop(str(exit_.key), None)
+                if why is not None and not exit_.stopped:
+                    exit_ = exit_._replace(reason=f"killed by the overcommit guard: {why}")
                 # the first exit counts: a stop of a task that had ended adds a second
                 self.ended.setdefault(str(exit_.key), exit_)
             swept = [str(e.key) for e in exits if str(e.key) in self._swept]

@@ -1,10 +1,8 @@
 """The Ray task executor: runs bound tasks on the Ray nodes hetsched chose, with the surface
 and the meaning of the local process executor (:mod:`hetsched.agent.executor`).
 
-Each Ray node has one node agent (:mod:`hetsched.ray.agent`), a named, detached actor pinned
-to it that runs the local executor there; this executor is the control plane's side of them
-(:mod:`hetsched.ray.link`). A task start is one local spawn on its node: no actor or worker
-process per task.
+Each Ray node has one node agent (:mod:`hetsched.ray.agent`), a detached actor pinned to it
+running the local executor there; this is their control plane's side (:mod:`hetsched.ray.link`).
 
 Contracts (those of the local executor, and where they differ):
 - It implements the executor protocol (:mod:`hetsched.drivers.executor`) with the
@@ -19,8 +17,8 @@ Contracts (those of the local executor, and where they differ):
   its Stops, one for its kills); ``next_due`` says so at once. A task's handle exists from
   ``start`` on; its pid is 0 until its agent has said.
 - Exits, pids and output come through one long poll per agent, in flight at all times
-  while the agent has tasks; its answer calls ``on_exit`` (the driver polls then), so
-  ``exits_reported`` is True once the driver set ``on_exit``.
+  while the agent has tasks (or watches its node's devices, ``discovery_of``: a changed
+  answer goes to ``on_devices``); its answer calls ``on_exit`` (the driver polls then).
 - The task's environment, process group, exit codes, SIGTERM then SIGKILL after the grace,
   maximum runtime: the local executor's, run by the agent on the node.
 - Logs: the output streams back into ``<home>/jobs/<id>/task-<n>.out|.err`` (0600, each run
@@ -48,26 +46,27 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetsched.agent.guard import Alert, Watched
 from hetsched.agent.taskenv import job_folder, task_log
 from hetsched.cluster.placement import Placement
 from hetsched.drivers.executor import Exit, Start, Stop
+from hetsched.framework.profile import GuardSpec
 from hetsched.keys import TaskKey
 from hetsched.ray import _api
+from hetsched.ray.adoption import Adoption
 from hetsched.ray.handle import (
     RayStartError,
     RayTaskHandle,
     append_output,
     lost_reason,
-    read_bases,
     short,
-    size_of,
     write_bases,
 )
-from hetsched.ray.link import AgentLink, create_agent, find_agent, gather
+from hetsched.ray.link import AgentLink, create_agent
 
 __all__ = ["RayExecutor", "RayStartError", "RayTaskHandle"]
 
@@ -82,7 +81,7 @@ _CHECK_S = 1.0
 
 
 @dataclass
-class RayExecutor:
+class RayExecutor(Adoption):
     home: Path
     #: marks this control plane's tasks (the Ray namespace is ``hetsched-<instance>``)
     instance: str
@@ -110,6 +109,16 @@ class RayExecutor:
     _checked_at: float = 0.0
     #: nodes that joined, whose agents the next poll creates
     _joined: deque[str] = field(default_factory=deque)
+    #: the overcommit guard's alerts from the agents, not yet handed out
+    _alerts: list[Alert] = field(default_factory=list)
+    #: the discovery backends of a Ray node's device watch (None: no watch there); None:
+    #: no agent watches its node's devices
+    discovery_of: Callable[[str], list[str] | None] | None = None
+    #: seconds between two device scans by an agent
+    watch_interval_s: float = 2.0
+    #: told (from the driver's thread, in :meth:`poll`) of a node's changed device answer:
+    #: (Ray node id, devices as plain data)
+    on_devices: Callable[[str, list[dict[str, Any]]], None] | None = None
 
     @property
     def namespace(self) -> str:
@@ -131,7 +140,11 @@ class RayExecutor:
         link = self.links.get(node_id)
         if link is None or link.dead:
             home = self.agent_home(node_id)
-            actor = create_agent(node_id, self.namespace, self.instance, home, self.kill_grace_s)
+            discovery = None if self.discovery_of is None else self.discovery_of(node_id)
+            watch = (discovery, self.watch_interval_s)
+            actor = create_agent(
+                node_id, self.namespace, self.instance, home, self.kill_grace_s, *watch
+            )
             link = self.links[node_id] = AgentLink(node_id, actor)
         return link
 
@@ -187,86 +200,6 @@ class RayExecutor:
         link.starts.append(start)
         return handle
 
-    # -- adopt after a restart ----------------------------------------------------------------
-
-    def find_leaders(self) -> dict[str, tuple[int, float]]:
-        """Task key -> (pid, start time) of each task the agents of the live nodes run or hold
-        an unreported exit of (pid 0 for one that never ran)."""
-        calls: dict[Any, str] = {}
-        for node in _api.nodes():
-            node_id = str(node["NodeID"])
-            if node["Alive"] and (actor := find_agent(node_id, self.namespace)) is not None:
-                self.links.setdefault(node_id, AgentLink(node_id, actor))
-                calls[actor.tasks.remote()] = node_id
-        found: dict[str, tuple[int, float]] = {}
-        self._found = {}
-        for node_id, tasks in gather(calls).items():
-            for key, (pid, started) in tasks.items():
-                found[key] = (int(pid), float(started))
-                self._found[key] = node_id
-        return found
-
-    def _node_of(self, key: TaskKey) -> str | None:
-        found = self._found.get(str(key))
-        if found is not None:
-            return found
-        recorded = read_bases(self.home, key).get("node_id")
-        return str(recorded) if recorded else None
-
-    def adopt(
-        self,
-        job_id: str,
-        task: int,
-        run: int,
-        pid: int,
-        pid_started: float,
-        deadline: float | None,
-    ) -> RayTaskHandle | None:
-        """Watch a task started by an earlier control plane, if its agent still has it
-        (found by its key; ``pid`` is not checked: the agent adopted it by pid and start
-        time; ``deadline`` is the agent's own). Its output resumes where the log files
-        stop."""
-        key = TaskKey(job_id, task, run)
-        node_id = self._node_of(key)
-        if node_id is None:
-            return None
-        if str(key) not in self._found:
-            actor = find_agent(node_id, self.namespace)
-            if actor is None or str(key) not in gather({actor.tasks.remote(): "t"}).get("t", {}):
-                return None
-            self.links.setdefault(node_id, AgentLink(node_id, actor))
-        link = self.links[node_id]
-        bases = read_bases(self.home, key)
-        handle = RayTaskHandle(
-            job_id, task, run, str(bases.get("node", "")), node_id, pid, pid_started
-        )
-        for index, stream in enumerate(("stdout", "stderr")):
-            size = size_of(self.log_path(job_id, task, stream))
-            handle.received[index] = max(0, size - int(bases.get(stream, size)))
-        self.handles[str(key)] = handle
-        link.keys.add(str(key))
-        return handle
-
-    def recorded_exit(self, job_id: str, task: int, run: int) -> int | None:
-        """The exit status of a task that ended while nobody watched, if its agent holds it
-        (an exit not yet acknowledged)."""
-        key = TaskKey(job_id, task, run)
-        node_id = self._node_of(key)
-        actor = find_agent(node_id, self.namespace) if node_id else None
-        if actor is None:
-            return None
-        code = gather({actor.recorded_exit.remote(str(key)): "c"}).get("c")
-        return None if code is None else int(code)
-
-    def sweep(self, live_keys: Iterable[str]) -> list[str]:
-        """Kill the tasks of this instance that no live task accounts for and drop the exits
-        held for them; returns their keys."""
-        keep = sorted(set(live_keys) | set(self.handles))
-        calls = {
-            link.actor.sweep.remote(keep): n for n, link in self.links.items() if not link.dead
-        }
-        return sorted(key for keys in gather(calls).values() for key in keys)
-
     # -- stop -----------------------------------------------------------------------------
 
     def stop(self, tasks: Sequence[Stop], now: float) -> None:
@@ -316,6 +249,20 @@ class RayExecutor:
         link.kills.append(key)
         return True
 
+    def guard_nodes(self, spec: GuardSpec, tasks: Sequence[Watched]) -> list[Alert]:
+        """A round of the overcommit guard, run by each node's agent over its tasks (sent
+        by the next poll): it measures them there and kills what the guard names. Returns
+        the alerts the agents raised since the last call."""
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for task in tasks:
+            if (handle := self.handles.get(task.key)) is not None:
+                by_node.setdefault(handle.node_id, []).append(asdict(task))
+        for node_id, rows in by_node.items():
+            if (link := self.links.get(node_id)) is not None and not link.dead:
+                link.guard = (spec.model_dump(), rows)
+        alerts, self._alerts = self._alerts, []
+        return alerts
+
     # -- watch ----------------------------------------------------------------------------
 
     @property
@@ -331,7 +278,7 @@ class RayExecutor:
         for link in self.links.values():
             if link.pending:
                 times.append(now)
-            elif link.call is None and (link.keys or link.acks) and not link.dead:
+            elif link.call is None and self._wanted(link):
                 times.append(max(now, link.next_call))
             if self._suspect(link, now):
                 times.append(max(now, self._checked_at + _CHECK_S))
@@ -376,13 +323,23 @@ class RayExecutor:
                 owner.keys.discard(handle.key)
                 owner.reported.append(handle.key)
         for link in self.links.values():
-            idle = link.call is None and not link.dead and now >= link.next_call
-            if idle and (link.keys or link.acks):
+            if link.call is None and now >= link.next_call and self._wanted(link):
                 self._ask(link, now)
         known, self._known = self._known, []
         return known + exits
 
+    def _wanted(self, link: AgentLink) -> bool:
+        """Whether its long poll should be in flight: tasks, acks, or a device watch."""
+        watching = self.discovery_of is not None
+        return not link.dead and bool(link.keys or link.acks or watching)
+
     def _answer(self, link: AgentLink, reply: Mapping[str, Any]) -> list[Exit]:
+        self._alerts += [Alert(**alert) for alert in reply.get("alerts", ())]
+        devices = reply.get("devices")
+        if devices is not None:
+            link.devices_seen = int(devices[0])
+            if self.on_devices is not None:
+                self.on_devices(link.node_id, list(devices[1]))
         for key, (pid, started) in reply["pids"].items():
             handle = self.handles.get(key)
             if handle is not None:
@@ -435,14 +392,11 @@ class RayExecutor:
                 log.warning("task %s: %s", key, reason)
                 handle.lost_at, handle.lost_exit = now, handle.exit(None, reason)
 
-    def _lost_handles(self) -> list[RayTaskHandle]:
-        return [h for h in self.handles.values() if h.lost_at is not None]
-
     def _node_losses(self, now: float) -> list[Exit]:
         """The exits of tasks lost with their node that the driver has since asked to stop,
         or that have waited ``node_loss_wait_s``."""
         exits = []
-        for handle in self._lost_handles():
+        for handle in [h for h in self.handles.values() if h.lost_at is not None]:
             assert handle.lost_at is not None and handle.lost_exit is not None
             if handle.stopping or now - handle.lost_at >= self.node_loss_wait_s:
                 exits.append(handle.lost_exit._replace(stopped=handle.stopping))
@@ -455,7 +409,9 @@ class RayExecutor:
             for key in link.keys
             if (h := self.handles.get(key)) is not None
         }
-        link.call = link.actor.sync.remote(watched, link.acks, self.sync_wait_s, self.chunk_bytes)
+        link.call = link.actor.sync.remote(
+            watched, link.acks, self.sync_wait_s, self.chunk_bytes, link.devices_seen
+        )
         link.acks, link.called_at = [], now
         wake = self.on_exit
         if wake is not None:

@@ -8,9 +8,12 @@ public subscription to node changes) every ``interval_s``:
   (hard node affinity, no CPU or GPU requested); when the answer comes back the node becomes
   ``NodeAdded``. With ``hetsched.io/discovery=ray`` no probe runs: the devices are Ray's
   logical GPUs (``GPU``, the model from ``accelerator_type:*`` or ``hetsched.io/gpu-model``);
-- every ``refresh_s`` each node is probed again; what changed becomes ``DeviceAdded`` and
+- from then on the node's agent watches its devices (:mod:`hetsched.ray.nodedevices`, the
+  discovery of ``hetsched up`` run on the node every ``--watch-interval``) and reports each
+  changed answer (:meth:`RayInventory.report`); what changed becomes ``DeviceAdded`` and
   ``DeviceHealthChanged`` events, as the local device watcher reports them (a device keeps
-  its id across rounds, one that disappears is ``removed``);
+  its id across rounds, one that disappears is ``removed``). Until its agent has answered,
+  a node is probed again every ``refresh_s``;
 - a node that Ray reports dead (or forgets) becomes ``NodeRemoved(name, "Ray node died
   (<Ray's reason>)")``.
 
@@ -95,12 +98,16 @@ class _Tracked:
     probe: Any = None
     probe_started: float = 0.0
     next_probe: float = 0.0
+    #: its agent reports its devices: no more probes
+    from_agent: bool = False
 
 
 @dataclass
 class RayInventory:
-    #: seconds between looks at Ray's node table (the thread started by :meth:`start`)
-    interval_s: float = 1.0
+    #: seconds between looks at Ray's node table (the thread started by :meth:`start`): half
+    #: a second keeps a crashed raylet's jobs within 3 s of its death with `hetsched ray
+    #: local`'s health checks (bench/ray_node_death.py)
+    interval_s: float = 0.5
     #: seconds between two discoveries of a node
     refresh_s: float = 60.0
     #: a probe that has not answered by then is cancelled and tried again later
@@ -111,9 +118,13 @@ class RayInventory:
     #: hetsched name -> Ray node id, every name ever given (names are never reused)
     _names: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: held while a node's watcher takes an answer (the probes' thread, the agents' reports)
+    _watching: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _remote_probe: Any = None
+    #: when the rounds began to fail (monotonic), None while they succeed
+    failing_since: float | None = None
 
     # -- lookups (any thread) --------------------------------------------------------------
 
@@ -145,6 +156,28 @@ class RayInventory:
         with self._lock:
             watchers = [t.watcher for t in self._tracked.values() if t.watcher is not None]
         return [state for watcher in watchers for state in watcher.view()]
+
+    def discovery(self, node_id: str) -> list[str] | None:
+        """The discovery backends of a Ray node's device watch ([]: the node's environment
+        decides); None for a node whose devices are Ray's resources, or one not known."""
+        with self._lock:
+            tracked = self._tracked.get(node_id)
+            return None if tracked is None or tracked.backends is None else list(tracked.backends)
+
+    def report(self, node_id: str, found: list[dict[str, Any]]) -> list[Event]:
+        """A node agent's device answer (:mod:`hetsched.ray.nodedevices`): the events for what
+        changed, as a local device watcher reports them. From then on the agent's answers
+        replace the periodic probe of that node. Any thread."""
+        with self._lock:
+            tracked = self._tracked.get(node_id)
+        if tracked is None or tracked.watcher is None:
+            return []
+        with self._watching:
+            tracked.from_agent = True
+            _cancel(tracked.probe)
+            tracked.probe = None
+            tracked.answer.found = [found_from_dict(d) for d in found]
+            return tracked.watcher.poll()
 
     # -- one round -------------------------------------------------------------------------
 
@@ -255,12 +288,15 @@ class RayInventory:
                 log.warning("node %s: discovery failed: %s", tracked.name, _short(exc))
                 tracked.next_probe = now + self.retry_s
                 continue
-            tracked.answer.found = [found_from_dict(d) for d in answer["found"]]
             tracked.next_probe = now + self.refresh_s
-            if tracked.base is None:
-                events += self._first_answer(tracked, answer)
-            elif tracked.watcher is not None:
-                events += tracked.watcher.poll()
+            with self._watching:
+                if tracked.from_agent:
+                    continue  # the agent's answers are newer
+                tracked.answer.found = [found_from_dict(d) for d in answer["found"]]
+                if tracked.base is None:
+                    events += self._first_answer(tracked, answer)
+                elif tracked.watcher is not None:
+                    events += tracked.watcher.poll()
         for tracked in pending.values():
             if now - tracked.probe_started > self.probe_timeout_s:
                 log.warning(
@@ -297,7 +333,8 @@ class RayInventory:
 
     def _probe_due(self, now: float) -> None:
         for tracked in self._tracked.values():
-            if tracked.backends is not None and tracked.probe is None and now >= tracked.next_probe:
+            probed = tracked.backends is not None and not tracked.from_agent
+            if probed and tracked.probe is None and now >= tracked.next_probe:
                 self._start_probe(tracked, now)
 
     def _start_probe(self, tracked: _Tracked, now: float) -> None:
@@ -336,11 +373,30 @@ class RayInventory:
         while not self._stop.wait(self.interval_s):
             try:
                 events = self.poll()
-            except Exception:
-                log.exception("Ray node inventory round failed")
+            except Exception as exc:
+                self._failed(exc)
                 continue
+            if self.failing_since is not None:
+                log.warning(
+                    "Ray's node table answers again after %.1f s",
+                    time.monotonic() - self.failing_since,
+                )
+                self.failing_since = None
             if events:
                 sink(events)
+
+    def _failed(self, exc: Exception) -> None:
+        """A round that failed (the Ray head gone, most often): said once per outage, not at
+        every round; the nodes are kept as they were until Ray answers again."""
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            log.warning(
+                "Ray's node table does not answer (%s): the nodes are kept as they were "
+                "until it does",
+                _short(exc),
+            )
+        else:
+            log.debug("Ray node inventory round failed: %s", _short(exc))
 
 
 def _backends_of(node_labels: Mapping[str, str]) -> list[str] | None:

@@ -12,7 +12,7 @@ the tasks of the old one (see the agent's module docstring).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +34,17 @@ def agent_name(node_id: str) -> str:
 
 
 def create_agent(
-    node_id: str, namespace: str, instance: str, home: str, kill_grace_s: float
+    node_id: str,
+    namespace: str,
+    instance: str,
+    home: str,
+    kill_grace_s: float,
+    discovery: Sequence[str] | None = None,
+    watch_interval_s: float = 2.0,
 ) -> Any:
     """The agent of Ray node ``node_id``: the running one, or a new one (hard affinity; no
-    CPU, GPU or memory asked of Ray)."""
+    CPU, GPU or memory asked of Ray) watching the node's devices with the ``discovery``
+    backends every ``watch_interval_s`` (None: no watch)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     import ray
@@ -59,7 +66,7 @@ def create_agent(
             max_concurrency=64,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
         )
-        .remote(instance, node_id, home, kill_grace_s)
+        .remote(instance, node_id, home, kill_grace_s, discovery, watch_interval_s)
     )
 
 
@@ -101,6 +108,8 @@ class AgentLink:
     starts: list[Start] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     kills: list[str] = field(default_factory=list)
+    #: the next guard round for its node: (the guard's spec, its tasks), as plain data
+    guard: tuple[dict[str, Any], list[dict[str, Any]]] | None = None
     #: exits the last poll reported: acknowledged from the next poll on (the driver has
     #: recorded them by then)
     reported: list[str] = field(default_factory=list)
@@ -115,14 +124,16 @@ class AgentLink:
     failing_since: float | None = None
     #: its node died: nothing more is sent
     dead: bool = False
+    #: the version of the node's device answer last taken from the agent (0: none yet)
+    devices_seen: int = 0
 
     @property
     def pending(self) -> bool:
-        return bool(self.starts or self.stops or self.kills)
+        return bool(self.starts or self.stops or self.kills or self.guard)
 
     def flush(self) -> None:
-        """Send the turn's starts, stops and kills, one call each (their results come back
-        through the long poll)."""
+        """Send the turn's starts, stops, kills and guard round, one call each (their
+        results come back through the long poll)."""
         if self.starts:
             self.actor.start.remote(self.starts)
             self.starts = []
@@ -132,3 +143,6 @@ class AgentLink:
         if self.kills:
             self.actor.kill.remote(self.kills)
             self.kills = []
+        if self.guard:
+            self.actor.guard.remote(*self.guard)
+            self.guard = None

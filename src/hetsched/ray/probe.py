@@ -21,7 +21,14 @@ from hetsched.agent.backends import FoundDevice, backend_names, discover
 from hetsched.model.device import Health
 from hetsched.ray import labels
 
-__all__ = ["DEFAULT_BACKENDS", "found_from_dict", "parse_backends", "probe"]
+__all__ = [
+    "DEFAULT_BACKENDS",
+    "backend_list",
+    "fake_file",
+    "found_from_dict",
+    "parse_backends",
+    "probe",
+]
 
 DEFAULT_BACKENDS = ("cpu", "nvidia", "pci")
 
@@ -39,15 +46,25 @@ def parse_backends(text: str) -> list[str]:
     return names
 
 
+def backend_list(backends: Sequence[str] | None = None) -> list[str]:
+    """The backends to run on this node: ``backends`` when given, else those
+    ``HETSCHED_DISCOVERY`` names in the node's environment, else the defaults."""
+    if backends:
+        return list(backends)
+    if os.environ.get(labels.DISCOVERY_ENV):
+        return parse_backends(os.environ[labels.DISCOVERY_ENV])
+    return list(DEFAULT_BACKENDS)
+
+
+def fake_file() -> str | None:
+    """The ``fake`` backend's device file named in the node's environment."""
+    return os.environ.get(labels.FAKE_DEVICES_ENV) or None
+
+
 def probe(backends: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the discovery backends on this machine once; the answer as plain data."""
-    if backends:
-        names = list(backends)
-    elif os.environ.get(labels.DISCOVERY_ENV):
-        names = parse_backends(os.environ[labels.DISCOVERY_ENV])
-    else:
-        names = list(DEFAULT_BACKENDS)
-    found = discover(names, fake_file=os.environ.get(labels.FAKE_DEVICES_ENV) or None)
+    names = backend_list(backends)
+    found = discover(names, fake_file=fake_file())
     return {
         "backends": names,
         "hostname": socket.gethostname(),

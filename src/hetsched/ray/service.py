@@ -25,6 +25,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hetsched.agent.watcher import DeviceState
 from hetsched.model.device import Node
@@ -80,6 +81,12 @@ class RayNodes:
         """The nodes in the cluster now, their devices as last discovered."""
         return self.inventory.nodes()
 
+    def report(self, node_id: str, found: list[dict[str, Any]]) -> None:
+        """A node agent's changed device answer (the executor's ``on_devices``)."""
+        events = self.inventory.report(node_id, found)
+        if events:
+            self._emit(events)
+
     def _emit(self, events: list[Event]) -> None:
         joined = [e.node for e in events if isinstance(e, NodeAdded)]
         if joined and self.agents_for is not None:
@@ -108,6 +115,7 @@ def open_cluster(
     kill_grace_s: float,
     discovery_timeout_s: float = 60.0,
     connect_timeout_s: float = 10.0,
+    watch_interval_s: float = 2.0,
 ) -> RayBackend:
     """Connect to the Ray cluster at ``address`` and discover its nodes (waiting up to
     ``discovery_timeout_s`` for each schedulable node's first answer; later ones join as
@@ -139,8 +147,18 @@ def open_cluster(
             "as unsatisfiable until nodes join",
             address,
         )
-    executor = RayExecutor(home, instance, inventory.node_id, kill_grace_s=kill_grace_s)
+    executor = RayExecutor(
+        home,
+        instance,
+        inventory.node_id,
+        kill_grace_s=kill_grace_s,
+        discovery_of=inventory.discovery,
+        watch_interval_s=watch_interval_s,
+    )
+    watcher = RayNodes(inventory, agents_for=executor.joined)
+    # each node's agent watches its devices and reports what changes
+    executor.on_devices = watcher.report
     # each node's agent is created now (or found, after a restart), not at its first task
     executor.joined(n.name for n in nodes)
     executor.poll()
-    return RayBackend(address, RayNodes(inventory, agents_for=executor.joined), executor, nodes)
+    return RayBackend(address, watcher, executor, nodes)

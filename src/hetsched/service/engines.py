@@ -144,11 +144,10 @@ def ray_engine(options: Options, home: Path, instance: str, profile: ProfileSpec
             instance,
             options.kill_grace_s,
             discovery_timeout_s=options.ray_timeout_s,
+            watch_interval_s=options.watch_interval_s,
         )
     except (ValueError, RayConnectError) as exc:
         raise SystemExit(str(exc)) from None
-    if profile.guard.enabled:
-        log.warning("the overcommit guard measures local processes: off with --executor ray")
     nodes = backend.nodes
 
     def on_joined(hook: Callable[[list[Node]], None]) -> None:
@@ -160,6 +159,8 @@ def ray_engine(options: Options, home: Path, instance: str, profile: ProfileSpec
         nodes,
         nodes.current,
         nodes.start,
+        # its rounds run on the nodes, by their agents; this one publishes their alerts
+        Guard(profile.guard, "ray") if profile.guard.enabled else None,
         on_joined=on_joined,
     )
 
