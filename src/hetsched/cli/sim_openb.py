@@ -23,6 +23,7 @@ from hetsched.sim.experiments.openb import (
     ALL_POLICIES,
     POLICIES,
     REPORT_POINTS,
+    TUNE_RATIO,
     OpenbResult,
     load_trace,
     run_openb,
@@ -169,17 +170,17 @@ def _single(
     except TraceError as exc:
         fail(str(exc), 2)
     quiet = output is OutputFormat.json
-    with steps(f"replaying openb {trace} with {policy}", None, quiet):
-        result = run_openb(loaded, policy, seed, limit=limit)
+    points = round(TUNE_RATIO * 100) + 1  # a step per percent of arrived workload
+    with steps(f"replaying openb {trace} with {policy}", points, quiet) as step:
+        result = run_openb(loaded, policy, seed, limit=limit, progress=step)
     summary = result.summary()
     if not quiet:
         _print_run(result)  # before the bound, which takes a minute
     moved = None
     if defrag is not None:
-        with steps("the run with defragmentation", None, quiet):
-            moved = run_openb(
-                loaded, policy, seed, limit=limit, defrag=DefragOption(max_moved_fraction=defrag)
-            )
+        option = DefragOption(max_moved_fraction=defrag)
+        with steps("the run with defragmentation", points, quiet) as step:
+            moved = run_openb(loaded, policy, seed, limit=limit, defrag=option, progress=step)
         summary["defrag"] = {**moved.summary(), **moved.extra, "max_moved_fraction": defrag}
     limits = None
     if bound:
@@ -241,7 +242,9 @@ def _print_defrag(result: OpenbResult, moved: OpenbResult) -> None:
     console.print(
         f"defragmentation moved {moved.extra['moved']} pods for {moved.extra['rescued']} "
         f"arrivals; {moved.pods_failed} pods failed (without: {result.pods_failed}); "
-        f"{moved.wall_s:.2f} s (without: {result.wall_s:.2f} s)",
+        f"{moved.wall_s:.2f} s (without: {result.wall_s:.2f} s); planning spent "
+        f"{moved.extra['work_spent']} work units, at most {moved.extra['most_work_per_arrival']} "
+        f"for one arrival, and left {moved.extra['arrivals_not_planned']} arrivals unplanned",
         highlight=False,
     )
 
