@@ -28,7 +28,7 @@ from hetsched.sim.experiments.openb import (
     load_trace,
     run_openb,
 )
-from hetsched.sim.experiments.openb_defrag import DefragOption
+from hetsched.sim.experiments.openb_defrag import MAX_WORK, WORK_PER_ARRIVAL, DefragOption
 from hetsched.sim.experiments.openb_limit import LimitResult, limit_steps, run_limit
 
 __all__ = ["openb", "parse_seeds"]
@@ -97,7 +97,9 @@ _OpenbDefrag = Annotated[
         "--defrag",
         help="Also a run with defragmentation: a pod that fits nowhere may move placed pods "
         "(at most this fraction of them per arrival, e.g. 0.01: 1 %) to fit; reports "
-        "unallocated GPU %, pods moved and run time with and without (one run only).",
+        "unallocated GPU %, pods moved and run time with and without (one run only). "
+        f"Planning is bounded: {WORK_PER_ARRIVAL:g} policy calls per arrival on average, "
+        f"{MAX_WORK} for one arrival.",
         min=0.0001,
         max=1.0,
     ),
