@@ -98,8 +98,8 @@ _OpenbDefrag = Annotated[
         help="Also a run with defragmentation: a pod that fits nowhere may move placed pods "
         "(at most this fraction of them per arrival, e.g. 0.01: 1 %) to fit; reports "
         "unallocated GPU %, pods moved and run time with and without (one run only). "
-        f"Planning is bounded: {WORK_PER_ARRIVAL:g} policy calls per arrival on average, "
-        f"{MAX_WORK} for one arrival.",
+        f"Planning is bounded: {WORK_PER_ARRIVAL:g} work units (a node ranking or a policy "
+        f"call) per arrival on average, {MAX_WORK} for one arrival.",
         min=0.0001,
         max=1.0,
     ),

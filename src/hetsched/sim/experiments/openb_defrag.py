@@ -31,13 +31,13 @@ pod lists, where CPU runs out) that is almost all of a run's time. So the planne
 ``work_per_arrival`` units of work per arrival (placed or not) and spends one per node
 ranking and one per policy call (placing the pod on a node, or a moved pod anywhere); one
 arrival spends at most ``max_work``, and none is planned when less than one unit is left.
-A run's planning is then at most ``work_per_arrival`` policy calls per arrival on top of
-the plain run's one. The units an arrival that fits does not spend are saved, so the first
-failures, where most pods can still move and most rescues happen, may spend up to
-``max_work`` each. And a request a plan found no room for is not planned again, nor one
-that asks for at least as much on the same devices, until a move has been made: without
-departures, placements only take capacity, so only a move can make room that was not
-there (the planner is greedy, so this is its own rule, not a proof).
+A run's planning is then at most ``work_per_arrival`` units (rankings or policy calls) per
+arrival on top of the plain run's one policy call. The units an arrival that fits does not
+spend are saved, so the first failures, where most pods can still move and most rescues
+happen, may spend up to ``max_work`` each. And a request a plan found no room for is not
+planned again, nor one that asks for at least as much on the same devices, until a move
+has been made: without departures, placements only take capacity, so only a move can make
+room that was not there (the planner is greedy, so this is its own rule, not a proof).
 """
 
 from __future__ import annotations
