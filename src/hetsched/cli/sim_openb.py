@@ -23,11 +23,12 @@ from hetsched.sim.experiments.openb import (
     ALL_POLICIES,
     POLICIES,
     REPORT_POINTS,
+    TUNE_RATIO,
     OpenbResult,
     load_trace,
     run_openb,
 )
-from hetsched.sim.experiments.openb_defrag import DefragOption
+from hetsched.sim.experiments.openb_defrag import MAX_WORK, WORK_PER_ARRIVAL, DefragOption
 from hetsched.sim.experiments.openb_limit import LimitResult, limit_steps, run_limit
 
 __all__ = ["openb", "parse_seeds"]
@@ -96,7 +97,9 @@ _OpenbDefrag = Annotated[
         "--defrag",
         help="Also a run with defragmentation: a pod that fits nowhere may move placed pods "
         "(at most this fraction of them per arrival, e.g. 0.01: 1 %) to fit; reports "
-        "unallocated GPU %, pods moved and run time with and without (one run only).",
+        "unallocated GPU %, pods moved and run time with and without (one run only). "
+        f"Planning is bounded: {WORK_PER_ARRIVAL:g} work units (a node ranking or a policy "
+        f"call) per arrival on average, {MAX_WORK} for one arrival.",
         min=0.0001,
         max=1.0,
     ),
@@ -169,17 +172,17 @@ def _single(
     except TraceError as exc:
         fail(str(exc), 2)
     quiet = output is OutputFormat.json
-    with steps(f"replaying openb {trace} with {policy}", None, quiet):
-        result = run_openb(loaded, policy, seed, limit=limit)
+    points = round(TUNE_RATIO * 100) + 1  # a step per percent of arrived workload
+    with steps(f"replaying openb {trace} with {policy}", points, quiet) as step:
+        result = run_openb(loaded, policy, seed, limit=limit, progress=step)
     summary = result.summary()
     if not quiet:
         _print_run(result)  # before the bound, which takes a minute
     moved = None
     if defrag is not None:
-        with steps("the run with defragmentation", None, quiet):
-            moved = run_openb(
-                loaded, policy, seed, limit=limit, defrag=DefragOption(max_moved_fraction=defrag)
-            )
+        option = DefragOption(max_moved_fraction=defrag)
+        with steps("the run with defragmentation", points, quiet) as step:
+            moved = run_openb(loaded, policy, seed, limit=limit, defrag=option, progress=step)
         summary["defrag"] = {**moved.summary(), **moved.extra, "max_moved_fraction": defrag}
     limits = None
     if bound:
@@ -241,7 +244,9 @@ def _print_defrag(result: OpenbResult, moved: OpenbResult) -> None:
     console.print(
         f"defragmentation moved {moved.extra['moved']} pods for {moved.extra['rescued']} "
         f"arrivals; {moved.pods_failed} pods failed (without: {result.pods_failed}); "
-        f"{moved.wall_s:.2f} s (without: {result.wall_s:.2f} s)",
+        f"{moved.wall_s:.2f} s (without: {result.wall_s:.2f} s); planning spent "
+        f"{moved.extra['work_spent']} work units, at most {moved.extra['most_work_per_arrival']} "
+        f"for one arrival, and left {moved.extra['arrivals_not_planned']} arrivals unplanned",
         highlight=False,
     )
 

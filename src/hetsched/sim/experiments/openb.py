@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -235,6 +235,9 @@ def _moves(mover: OpenbDefrag) -> dict[str, Any]:
         "rescued": mover.rescued,
         "most_moved_per_arrival": most,
         "budget_then": budget,
+        "work_spent": mover.work,
+        "arrivals_not_planned": mover.skipped,
+        "most_work_per_arrival": mover.most_work,
     }
 
 
@@ -247,6 +250,9 @@ class _Curves:
     target: TargetWorkload
     capacity: int
     top: int
+    #: told, as each percent is recorded, how far the run is (with the moves made so far)
+    progress: Callable[[str], None] | None = None
+    mover: OpenbDefrag | None = None
     values: tuple[list[float], list[float], list[float]] = field(
         default_factory=lambda: ([], [], [])
     )
@@ -260,6 +266,14 @@ class _Curves:
             unallocated.append(100.0 - 100.0 * allocated / self.capacity)
             amount.append(frag.amount_pct)
             ratio.append(frag.ratio_pct)
+            if self.progress is not None:
+                self.progress(self._done(len(unallocated) - 1))
+
+    def _done(self, percent: int) -> str:
+        text = f"{percent} % arrived"
+        if self.mover is not None:
+            text += f", {self.mover.moved} pods moved for {self.mover.rescued} arrivals"
+        return text
 
 
 def run_openb(
@@ -269,10 +283,13 @@ def run_openb(
     limit: int | None = None,
     ratio: float = TUNE_RATIO,
     defrag: DefragOption | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> OpenbResult:
     """One run of the experiment; ``limit`` replays only the first pods (for quick checks).
     With ``defrag``, a pod that fits nowhere may move placed pods to make room
-    (:mod:`hetsched.sim.experiments.openb_defrag`); ``extra`` then counts the moves."""
+    (:mod:`hetsched.sim.experiments.openb_defrag`); ``extra`` then counts the moves.
+    ``progress`` is called at each of the ``ratio * 100 + 1`` percents of arrived workload
+    with how far the run is."""
     started = time.perf_counter()
     target_list = target_classes(trace.pods)
     capacity = trace.gpu_capacity_milli
@@ -282,7 +299,8 @@ def run_openb(
     state = ClusterState(trace.nodes)
     framework = Framework(policy_profile(policy, seed, target_list), seed=seed)
     mover = OpenbDefrag(state, framework, defrag) if defrag is not None else None
-    curves = _Curves(state, TargetWorkload.of(target_list), capacity, round(ratio * 100))
+    top = round(ratio * 100)
+    curves = _Curves(state, TargetWorkload.of(target_list), capacity, top, progress, mover)
     failed = _place_all(workload, state, framework, mover, curves)
     curves.record_until(curves.top)
     return OpenbResult(

@@ -24,6 +24,20 @@ The planner, per arrival that fits nowhere:
    the policy would (the hardest first; the same node on another device counts); a released
    pod that fits nowhere may in turn move others the same way, ``depth`` levels down, within
    the budget. The first set whose pods all land is kept; otherwise every change is undone.
+
+**The work budget.** Without one, an arrival that fits nowhere and that no set lets in
+tries every set on every ranked node, levels down, and where most arrivals fail (CPU-heavy
+pod lists, where CPU runs out) that is almost all of a run's time. So the planner earns
+``work_per_arrival`` units of work per arrival (placed or not) and spends one per node
+ranking and one per policy call (placing the pod on a node, or a moved pod anywhere); one
+arrival spends at most ``max_work``, and none is planned when less than one unit is left.
+A run's planning is then at most ``work_per_arrival`` units (rankings or policy calls) per
+arrival on top of the plain run's one policy call. The units an arrival that fits does not
+spend are saved, so the first failures, where most pods can still move and most rescues
+happen, may spend up to ``max_work`` each. And a request a plan found no room for is not
+planned again, nor one that asks for at least as much on the same devices, until a move
+has been made: without departures, placements only take capacity, so only a move can make
+room that was not there (the planner is greedy, so this is its own rule, not a proof).
 """
 
 from __future__ import annotations
@@ -40,26 +54,36 @@ from hetsched.framework.cycle import CycleContext
 from hetsched.framework.runtime import Framework
 from hetsched.model.device import SHARE_UNITS
 from hetsched.model.job import Job, TaskRequest
+from hetsched.sim.experiments.openb_shapes import ShapeIndex
 
-__all__ = ["DefragOption", "OpenbDefrag"]
+__all__ = ["MAX_WORK", "WORK_PER_ARRIVAL", "DefragOption", "OpenbDefrag"]
 
 #: a device that cannot be freed (not eligible, or it holds a pod that could go nowhere)
 _NEVER = 1 << 20
 #: nodes tried for a moved pod that fits nowhere (a chain of moves)
 _NESTED_NODES = 4
-#: nodes tried for a moved pod that fits nowhere (a chain of moves)
+#: the work budget's defaults: units earned per arrival, and spent by one arrival at most
+WORK_PER_ARRIVAL = 4.0
+MAX_WORK = 64
 
 
 @dataclass(frozen=True, slots=True)
 class DefragOption:
     """How much an arrival may move: at most ``max_moved_fraction`` of the placed pods and,
     if set, at most ``max_moves`` pods; ``max_nodes`` candidate nodes are tried per pod, and
-    a moved pod that fits nowhere may move others in turn, ``depth`` levels down."""
+    a moved pod that fits nowhere may move others in turn, ``depth`` levels down.
+
+    How much the planner may work (see the module docstring): it earns
+    ``work_per_arrival`` units per arrival and one arrival's plan spends at most
+    ``max_work``; None plans every arrival that fits nowhere in full (the unbudgeted
+    planner, whose cost has no bound)."""
 
     max_moved_fraction: float = 0.01
     max_moves: int | None = None
     max_nodes: int = 8
     depth: int = 2
+    work_per_arrival: float | None = WORK_PER_ARRIVAL
+    max_work: int = MAX_WORK
 
     def __post_init__(self) -> None:
         if not 0 < self.max_moved_fraction <= 1:
@@ -70,6 +94,10 @@ class DefragOption:
             raise ValueError(f"max_nodes must be at least 1, got {self.max_nodes}")
         if self.depth < 0:
             raise ValueError(f"depth must be at least 0, got {self.depth}")
+        if self.work_per_arrival is not None and not self.work_per_arrival > 0:
+            raise ValueError(f"work_per_arrival must be above 0, got {self.work_per_arrival}")
+        if self.max_work < 1:
+            raise ValueError(f"max_work must be at least 1, got {self.max_work}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,24 +124,25 @@ class OpenbDefrag:
         self.moved = 0
         self.rescued = 0
         self.most_moved = (0, 0)
+        #: arrivals seen (placed or refused), work units spent, arrivals not planned (a
+        #: refused request since the last move, or no work left), and the most work one
+        #: arrival spent
+        self.arrivals = 0
+        self.work = 0
+        self.skipped = 0
+        self.most_work = 0
+        #: requests refused since the ``_refused_at``-th rescue
+        self._refused: list[TaskRequest] = []
+        self._refused_at = 0
         self._pods: dict[str, _Pod] = {}
         self._on_row: dict[int, set[str]] = {}
         self._on_slot: dict[tuple[int, int], dict[str, int]] = {}
         #: per device slot: pods on it, in all and per request (the index of fragments)
         self._count = np.zeros(state.dev_free.shape, np.int64)
-        self._shapes: dict[TaskRequest, int] = {}
-        self._requests: list[TaskRequest] = []
-        self._per_shape = np.zeros((0, *state.dev_free.shape), np.int32)
-        self._placed_per_shape = np.zeros(0, np.int64)
-        self._groups: dict[_GroupKey, _Group] | None = None
+        self._shapes = ShapeIndex(state)
         #: request -> rows where it fits an empty node (every placed pod may move)
         self._fits_empty: dict[TaskRequest, np.ndarray] = {}
         self._empty = ClusterState(state.nodes)
-        #: per request seen: whether it fits somewhere, valid while the state's tick is
-        #: ``_fits_tick``; and the slots it makes stuck
-        self._fits = np.zeros(0, np.bool_)
-        self._fits_tick = -1
-        self._stuck_now: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -121,94 +150,35 @@ class OpenbDefrag:
     # -- the index -----------------------------------------------------------------------
 
     def placed(self, name: str, job: Job, placement: Placement) -> None:
-        """A pod was placed (allocated under ``name``)."""
+        """An arriving pod was placed (allocated under ``name``)."""
+        self.arrivals += 1
+        self._index(name, job, placement)
+
+    def _index(self, name: str, job: Job, placement: Placement) -> None:
         pod = _Pod(name, job, placement)
         self._pods[name] = pod
-        on_shape = self._shape(job.resources)
-        self._placed_per_shape[self._shapes[job.resources]] += 1
         row = self.state.node_index[placement.node]
         self._on_row.setdefault(row, set()).add(name)
-        for device in placement.devices:
-            at = self.state.device_index[device.device_id]
+        slots = [self.state.device_index[d.device_id] for d in placement.devices]
+        for at, device in zip(slots, placement.devices, strict=True):
             self._on_slot.setdefault(at, {})[name] = device.share
             self._count[at] += 1
-            on_shape[at] += 1
+        self._shapes.add(job.resources, slots)
 
     def _forget(self, name: str) -> _Pod:
         pod = self._pods.pop(name)
-        on_shape = self._per_shape[self._shapes[pod.job.resources]]
-        self._placed_per_shape[self._shapes[pod.job.resources]] -= 1
         self._on_row[self.state.node_index[pod.placement.node]].discard(name)
-        for device in pod.placement.devices:
-            at = self.state.device_index[device.device_id]
-            held = self._on_slot[at]
-            del held[name]
+        slots = [self.state.device_index[d.device_id] for d in pod.placement.devices]
+        for at in slots:
+            del self._on_slot[at][name]
             self._count[at] -= 1
-            on_shape[at] -= 1
+        self._shapes.add(pod.job.resources, slots, -1)
         return pod
-
-    def _shape(self, request: TaskRequest) -> np.ndarray:
-        """Pods of ``request`` per device slot (a view into the per-request counts)."""
-        index = self._shapes.get(request)
-        if index is None:
-            index = self._shapes[request] = len(self._requests)
-            self._requests.append(request)
-            if index == len(self._per_shape):
-                grown = np.zeros((2 * index + 8, *self.state.dev_free.shape), np.int32)
-                grown[:index] = self._per_shape
-                self._per_shape = grown
-                self._placed_per_shape = np.concatenate(
-                    [self._placed_per_shape, np.zeros(len(grown) - index, np.int64)]
-                )
-            self._groups = None
-        counts: np.ndarray = self._per_shape[index]
-        return counts
 
     def fits_somewhere(self, request: TaskRequest) -> bool:
         """Whether a task of ``request`` fits some node as the cluster is now, by free
         capacity alone (an estimate for ranking: the policy's own filter decides)."""
-        self._shape(request)
-        return bool(self._fit_now()[self._shapes[request]])
-
-    def _fit_now(self) -> np.ndarray:
-        """:meth:`fits_somewhere` for every request seen, computed once per state change:
-        one pass over the nodes per group of requests for the same devices."""
-        state = self.state
-        if self._fits_tick == state.tick and self._groups is not None:
-            return self._fits
-        if self._groups is None:
-            self._groups = _group(self._requests)
-        fits = np.zeros(len(self._requests), np.bool_)
-        for (device_class, selector, count), (indexes, cpu, mem, need) in self._groups.items():
-            rows = state.active
-            if device_class is not None:
-                free = np.where(state.device_mask(device_class, selector), state.dev_free, -1)
-                if count > 1:
-                    # the count-th largest eligible free share per node
-                    width = free.shape[1]
-                    room = np.partition(free, width - count, axis=1)[:, width - count]
-                else:
-                    room = free.max(axis=1)
-            else:
-                room = np.zeros(len(state), np.int64)
-            ok = (state.cpu_free >= cpu[:, None]) & (state.mem_free >= mem[:, None])
-            ok &= (room >= need[:, None]) & rows
-            fits[indexes] = ok.any(axis=1)
-        self._fits = fits
-        self._fits_tick = state.tick
-        self._stuck_now = None
-        return fits
-
-    def _stuck(self) -> np.ndarray:
-        """Device slots holding a pod that fits nowhere else now (so it cannot move)."""
-        fits = self._fit_now()
-        if self._stuck_now is None:
-            # only the shapes that have placed pods and fit nowhere now
-            placed = self._placed_per_shape[: len(fits)] > 0
-            unfit = np.flatnonzero(placed & ~fits)
-            stuck = np.asarray((self._per_shape[unfit] > 0).any(axis=0), np.bool_)
-            self._stuck_now = stuck
-        return self._stuck_now
+        return self._shapes.fits_somewhere(request)
 
     def budget(self) -> int:
         """Pods the next arrival may move."""
@@ -219,26 +189,51 @@ class OpenbDefrag:
 
     # -- making room ---------------------------------------------------------------------
 
+    def work_left(self) -> int | None:
+        """Work units the next arrival may spend (None: no bound)."""
+        per_arrival = self.option.work_per_arrival
+        if per_arrival is None:
+            return None
+        earned = math.floor(per_arrival * self.arrivals) - self.work
+        return max(0, min(self.option.max_work, earned))
+
     def place(self, name: str, job: Job) -> Placement | None:
         """Make room for a pod that fits nowhere, moving placed pods; its placement (not
         allocated), or None when no allowed set of moves makes room. On success the moves
-        are made (allocated) and counted."""
-        budget = self.budget()
-        if budget <= 0:
+        are made (allocated) and counted; the caller then reports the pod ``placed``."""
+        budget, limit = self.budget(), self.work_left()
+        if budget <= 0 or limit == 0 or self._was_refused(job.resources):
+            self.skipped += budget > 0
+            self.arrivals += 1
             return None
-        trial = _Trial(self, budget)
+        trial = _Trial(self, budget, limit)
         placement = trial.make_room(name, job, self.option.depth)
+        self.work += trial.spent
+        self.most_work = max(self.most_work, trial.spent)
         if placement is None:
+            self.arrivals += 1
+            if limit is not None:
+                self._refused.append(job.resources)
             return None
         self.state.release(name)
         count = 0
         for moved, (pod_job, new) in trial.landed.items():
             count += self._forget(moved).placement != new
-            self.placed(moved, pod_job, new)
+            self._index(moved, pod_job, new)
         self.moved += count
         self.most_moved = max(self.most_moved, (count, budget))
         self.rescued += 1
         return placement
+
+    def _was_refused(self, request: TaskRequest) -> bool:
+        """Whether a budgeted plan found no room, since the last move, for a request that
+        ``request`` needs at least as much as (allocations alone never make room)."""
+        if self.option.work_per_arrival is None:
+            return False
+        if self._refused_at != self.rescued:
+            self._refused.clear()
+            self._refused_at = self.rescued
+        return any(_at_least(request, refused) for refused in self._refused)
 
     def fits_empty(self, request: TaskRequest) -> np.ndarray:
         """Rows where a task of ``request`` fits an empty node."""
@@ -260,7 +255,7 @@ class OpenbDefrag:
             eligible = state.device_mask(choice.device_class, choice.selector)
             free = state.dev_free
             cost = np.where(free >= need, 0, self._count)
-            cost = np.where(eligible & ~self._stuck(), cost, _NEVER)
+            cost = np.where(eligible & ~self._shapes.stuck(), cost, _NEVER)
             if choice.count > 1:
                 cost = np.sort(cost, axis=1)[:, : choice.count].sum(axis=1)
             else:
@@ -279,9 +274,12 @@ class OpenbDefrag:
 class _Trial:
     """The changes of one attempt to make room, each logged so that all can be undone."""
 
-    def __init__(self, owner: OpenbDefrag, budget: int) -> None:
+    def __init__(self, owner: OpenbDefrag, budget: int, limit: int | None) -> None:
         self.owner = owner
         self.budget = budget
+        #: work units this trial may spend (None: no bound), and spent
+        self.limit = limit
+        self.spent = 0
         self.state = owner.state
         #: pods released by this trial (each at most once), and where each landed
         self.moved: list[str] = []
@@ -295,6 +293,13 @@ class _Trial:
 
     def _free(self, key: str) -> None:
         self._log.append((False, key, self.state.release(key)))
+
+    def _spend(self) -> bool:
+        """Spend a unit of work (a node ranking or a policy call); False when none is left."""
+        if self.limit is not None and self.spent >= self.limit:
+            return False
+        self.spent += 1
+        return True
 
     def _undo(self, mark: int, moved: int) -> None:
         while len(self._log) > mark:
@@ -316,10 +321,14 @@ class _Trial:
         nothing changed."""
         owner = self.owner
         limit = owner.option.max_nodes if nodes is None else nodes
+        if not self._spend():
+            return None
         for row in owner.ranked_rows(job.resources, limit):
             group = self._evictees(job.resources, row)
             if group is None or len(self.moved) + len(group) > self.budget:
                 continue
+            if not self._spend():
+                return None
             placement = self._try(name, job, row, group, depth)
             if placement is not None:
                 return placement
@@ -406,6 +415,8 @@ class _Trial:
         that fits nowhere makes room for itself, ``depth`` levels down."""
         framework = self.owner.framework
         for pod in group:
+            if not self._spend():
+                return False
             ctx = CycleContext(self.state, pod.job, pod.job.resources, what_if=True)
             placement = framework.select(ctx)
             if placement is not None:
@@ -418,27 +429,26 @@ class _Trial:
         return True
 
 
-#: requests for the same devices: (device class or None, selector, count)
-_GroupKey = tuple[str | None, str | None, int]
-#: their indexes, CPU, memory and per-device share needed, as arrays
-_Group = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-
-
-def _group(requests: Sequence[TaskRequest]) -> dict[_GroupKey, _Group]:
-    lists: dict[_GroupKey, list[tuple[int, int, int, int]]] = {}
-    for index, request in enumerate(requests):
-        key: _GroupKey = (None, None, 0)
-        need: int = 0
-        if request.devices:
-            choice = request.devices[0].primary
-            key = (choice.device_class, choice.selector, choice.count)
-            need = SHARE_UNITS if choice.whole else choice.share
-        lists.setdefault(key, []).append((index, request.cpu_milli, request.memory_mib, need))
-    groups: dict[_GroupKey, _Group] = {}
-    for key, rows in lists.items():
-        table = np.array(rows, np.int64)
-        groups[key] = (table[:, 0], table[:, 1], table[:, 2], table[:, 3])
-    return groups
+def _at_least(request: TaskRequest, other: TaskRequest) -> bool:
+    """``request`` asks for at least what ``other`` does, on the same devices: where no
+    room can be made for ``other``, none can for ``request``."""
+    if request.cpu_milli < other.cpu_milli or request.memory_mib < other.memory_mib:
+        return False
+    if request.node_selector != other.node_selector or request.tolerations != other.tolerations:
+        return False
+    if len(request.devices) != len(other.devices):
+        return False
+    for mine, theirs in zip(request.devices, other.devices, strict=True):
+        if mine == theirs:
+            continue
+        if len(mine.choices) != 1 or len(theirs.choices) != 1:
+            return False
+        x, y = mine.primary, theirs.primary
+        if (x.device_class, x.selector, x.count) != (y.device_class, y.selector, y.count):
+            return False
+        if x.share < y.share:
+            return False
+    return True
 
 
 def _held(pod: _Pod, dimension: int) -> int:
