@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetsched.framework.profile import ProfileError, RoundsSpec, parse_profile
 from hetsched.rounds import Allocation, PolicyOptions, RoundInput, catchup_need, solve
+from hetsched.scheduler.round_mode import RoundBook
 
 
 def _needy_and_neutral() -> RoundInput:
@@ -102,3 +104,19 @@ def test_a_lower_floor_never_serves_need_less_and_keeps_its_fraction(
     # the low floor's feasible set holds the high floor's: its objective is no worse
     scale = max(1.0, _need_weighted(p, a_high))
     assert _need_weighted(p, a_low) >= _need_weighted(p, a_high) - 1e-5 * scale
+
+
+# -- the profile's rounds section carries it to the core ----------------------------------
+
+
+def test_the_profile_sets_the_floor_of_the_core_rounds() -> None:
+    spec = parse_profile({"rounds": {"policy": "fair-catchup", "catchup_floor": 0.25}}).rounds
+    assert spec is not None
+    assert RoundBook(spec, seed=0).options.catchup_floor == 0.25
+    assert RoundsSpec().catchup_floor == 1.0
+
+
+def test_a_bad_floor_in_the_profile_names_the_field() -> None:
+    with pytest.raises(ProfileError) as caught:
+        parse_profile({"rounds": {"catchup_floor": 1.5}})
+    assert "rounds.catchup_floor: Input should be less than or equal to 1" in str(caught.value)
