@@ -105,13 +105,22 @@ def table(points: list[dict[str, Any]]) -> str:
 
 
 def knob_points(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The fair-catchup points of the (trace, rate, rule, policy) groups measured at more
-    than one floor: the knob's curves."""
-    floors: dict[tuple[Any, ...], set[float]] = {}
+    """The knob's curves: the points of each (trace, rate, rule, policy) measured at more
+    than one floor, on the seeds that have every floor of it, and ``las`` on those seeds
+    under the same rule (the baseline each curve is compared with)."""
+    floors: dict[tuple[Any, ...], dict[int, set[float]]] = {}
     for doc in points:
         if doc.get("catchup_floor") is not None:
-            floors.setdefault(_key(doc)[:4], set()).add(float(doc["catchup_floor"]))
-    return [d for d in points if len(floors.get(_key(d)[:4], ())) > 1]
+            seeds = floors.setdefault(_key(doc)[:4], {})
+            seeds.setdefault(doc["seed"], set()).add(float(doc["catchup_floor"]))
+    keep: set[tuple[Any, ...]] = set()
+    for group, seeds in floors.items():
+        every = set().union(*seeds.values())
+        if len(every) > 1:
+            full = {seed for seed, mine in seeds.items() if mine == every}
+            keep |= {(*group, seed) for seed in full}
+            keep |= {(*group[:3], "las", seed) for seed in full}
+    return [d for d in points if (*_key(d)[:4], d["seed"]) in keep]
 
 
 def frontier(points: list[dict[str, Any]], path: Path) -> None:
@@ -124,20 +133,22 @@ def frontier(points: list[dict[str, Any]], path: Path) -> None:
 
     curves: dict[str, dict[float, list[dict[str, Any]]]] = {}
     for doc in points:
-        if doc.get("catchup_floor") is None:
-            continue
         trace, rate, rule, policy, floor = _key(doc)
         label = f"{policy} {rate:g}/h {trace} ({rule})"
-        curves.setdefault(label, {}).setdefault(float(floor), []).append(doc)
+        # las is drawn as one point, at floor 1 of its own curve
+        curves.setdefault(label, {}).setdefault(1.0 if floor is None else float(floor), [])
+        curves[label][1.0 if floor is None else float(floor)].append(doc)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for index, (label, by_floor) in enumerate(sorted(curves.items())):
         floors = sorted(by_floor, reverse=True)
         jct = [statistics.fmean(d["mean_jct_h"] for d in by_floor[f]) for f in floors]
         for ax, key in zip(axes, ("mean_ftf", "jain"), strict=True):
             x = [statistics.fmean(d[key] for d in by_floor[f]) for f in floors]
-            ax.plot(x, jct, "o-", color=f"C{index % 10}", label=label)
+            style = "o-" if len(floors) > 1 else "s"
+            ax.plot(x, jct, style, color=f"C{index % 10}", label=label)
             for f, xi, yi in zip(floors, x, jct, strict=True):
-                ax.annotate(f"{f:g}", (xi, yi), fontsize=7)
+                if len(floors) > 1:
+                    ax.annotate(f"{f:g}", (xi, yi), fontsize=7)
     axes[0].set_xlabel("mean finish-time fairness rho (lower is fairer)")
     axes[1].set_xlabel("Jain's index over users (higher is fairer)")
     for ax in axes:

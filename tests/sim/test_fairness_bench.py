@@ -93,7 +93,11 @@ def test_fair_catchup_knob_keeps_only_curves_of_several_floors() -> None:
     assert [(p["policy"], p["catchup_floor"]) for p in kept] == [
         ("fair-catchup", 1.0),
         ("fair-catchup", 0.0),
+        ("las", None),  # the baseline, on the same seed and rule
     ]
+    # a seed without every floor is left out of the curve, and its las with it
+    more = [*points, _point("fair-catchup", 101, 17.0, 0.9, 0.97), _point("las", 101, 20, 1, 1)]
+    assert {p["seed"] for p in fair_catchup.knob_points(more)} == {100}
 
 
 def test_fair_units_table_and_family() -> None:
