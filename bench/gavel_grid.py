@@ -29,6 +29,7 @@ from hetsched.sim.experiments.gavel import (
     parse_window,
     point_document,
     uses_alpha,
+    uses_floor,
 )
 from hetsched.sim.frontier import draw_frontier
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
@@ -113,7 +114,9 @@ def _run_point(point: GavelPoint) -> dict[str, Any]:
     return point_document(point, result, time.perf_counter() - started)
 
 
-def _key(doc: dict[str, Any]) -> tuple[bool, str, float, int, float | None, bool, bool]:
+def _key(
+    doc: dict[str, Any],
+) -> tuple[bool, str, float, int, float | None, bool, bool, float | None]:
     return (
         doc["multi_gpu"],
         doc["policy"],
@@ -122,6 +125,7 @@ def _key(doc: dict[str, Any]) -> tuple[bool, str, float, int, float | None, bool
         doc.get("alpha"),
         bool(doc.get("solve_on_change")),
         bool(doc.get("central", False)),
+        doc.get("catchup_floor", 1.0 if uses_floor(doc["policy"]) else None),
     )
 
 
@@ -147,6 +151,8 @@ def _table(docs: list[dict[str, Any]]) -> str:
         ratio = f"{jct / ref:.2f}" if jct is not None and ref else "-"
         trace = "multi" if doc["multi_gpu"] else "single"
         name = doc["policy"] + (f" a={doc['alpha']}" if doc.get("alpha") is not None else "")
+        floor = doc.get("catchup_floor")
+        name += f" floor={floor:g}" if floor is not None and floor != 1.0 else ""
         name += " (solve on change)" if doc.get("solve_on_change") else ""
         name += "" if doc.get("central", False) else " (vertex + throughput)"
         shown = "-" if jct is None else f"{jct:.2f}" + ("" if doc["complete"] else " (cut)")
@@ -224,6 +230,11 @@ def main() -> None:
         default="0.5",
         help="knob values for fair-throughput/fair-srtf (comma-separated)",
     )
+    parser.add_argument(
+        "--floors",
+        default="1.0",
+        help="knob values for fair-catchup: the fraction of its las share every job keeps",
+    )
     parser.add_argument("--until-h", type=float, default=None, help="give up on a point here")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
@@ -265,11 +276,13 @@ def main() -> None:
             until_s=None if args.until_h is None else args.until_h * 3600,
             solve_on_change=args.solve_on_change,
             central=not args.efficient,
+            catchup_floor=float(floor),
         )
         for policy in args.policies.split(",")
         for rate in args.rates.split(",")
         for seed in args.seeds.split(",")
         for alpha in (args.alphas.split(",") if uses_alpha(policy) else ["0.5"])
+        for floor in (args.floors.split(",") if uses_floor(policy) else ["1.0"])
     ]
     todo = [
         p
@@ -282,6 +295,7 @@ def main() -> None:
             p.alpha if uses_alpha(p.policy) else None,
             p.on_change(),
             p.central,
+            p.catchup_floor if uses_floor(p.policy) else None,
         )
         not in seen
     ]

@@ -56,6 +56,14 @@ _Alpha = Annotated[
         "throughput (fair-srtf: shortest remaining time)."
     ),
 ]
+_Floor = Annotated[
+    float,
+    typer.Option(
+        help="fair-catchup's knob: the fraction of its las share every job keeps (1: all "
+        "of it, the fairest; lower: more of the devices go by need and speed, faster and "
+        "less fair; docs/heterogeneity.md has the frontier)."
+    ),
+]
 _Until = Annotated[
     float | None,
     typer.Option("--until", help="Stop after this many virtual hours (saturated rates)."),
@@ -90,7 +98,7 @@ _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or 
 
 
 def _problems(
-    policy: str, rate: float, round_s: float, alpha: float, until_h: float | None
+    policy: str, rate: float, round_s: float, knobs: tuple[float, float], until_h: float | None
 ) -> list[str]:
     """What is wrong with the scalar options, one line each, naming the flag."""
     problems = []
@@ -99,8 +107,11 @@ def _problems(
         problems.append(f"--policy: unknown {policy!r} (known: {known})")
     if not round_s > 0:
         problems.append(f"--round: expected seconds > 0, got {round_s}")
+    alpha, floor = knobs
     if not 0.0 <= alpha <= 1.0:
         problems.append(f"--alpha: expected 0..1, got {alpha}")
+    if not 0.0 <= floor <= 1.0:
+        problems.append(f"--catchup-floor: expected 0..1, got {floor}")
     if not rate > 0:
         problems.append(f"--rate: expected jobs/hour > 0, got {rate}")
     if until_h is not None and not until_h > 0:
@@ -140,6 +151,7 @@ def gavel(
     cluster: _Cluster = "36:36:36",
     round_s: _Round = 360.0,
     alpha: _Alpha = 0.5,
+    catchup_floor: _Floor = 1.0,
     until_h: _Until = None,
     throughputs: _Throughputs = None,
     solve_on_change: _OnChange = None,
@@ -154,8 +166,7 @@ def gavel(
     fairness. The run ends when every measured job finished (or at --until: the point is
     then marked incomplete).
     """
-    span = _checked(policy, rate, round_s, alpha, until_h, window, cluster)
-    until_s = None if until_h is None else until_h * 3600.0
+    span = _checked(policy, rate, round_s, (alpha, catchup_floor), until_h, window, cluster)
     try:
         point = GavelPoint(
             policy,
@@ -166,10 +177,11 @@ def gavel(
             span[1],
             round_s,
             alpha,
-            until_s,
+            None if until_h is None else until_h * 3600.0,
             solve_on_change,
             None if throughputs is None else str(throughputs),
             central,
+            catchup_floor,
         )
         table = load_throughputs(throughputs or BUNDLED_THROUGHPUTS)
     except (ValueError, OSError) as exc:
@@ -212,14 +224,14 @@ def _checked(
     policy: str,
     rate: float,
     round_s: float,
-    alpha: float,
+    knobs: tuple[float, float],
     until_h: float | None,
     window: str,
     cluster: str,
 ) -> tuple[tuple[int, int], tuple[int, ...]]:
     """The window and the cluster's counts; exits with every problem of the options (one
     line each, naming the flag) when there is any."""
-    problems = _problems(policy, rate, round_s, alpha, until_h)
+    problems = _problems(policy, rate, round_s, knobs, until_h)
     try:
         span = parse_window(window)
     except ValueError as exc:

@@ -210,7 +210,8 @@ class RoundsSpec(BaseModel):
     """Round-based allocation (docs/heterogeneity.md, "Round policies in the core"): every
     ``round_s`` the core solves ``policy`` (``hetsched.rounds``) over the active jobs that
     ask for whole devices of ``device_class`` and realises the round's share with Bind,
-    Preempt and Migrate. ``alpha``: the knob of ``fair-throughput`` and ``fair-srtf``.
+    Preempt and Migrate. ``alpha``: the knob of ``fair-throughput`` and ``fair-srtf``;
+    ``catchup_floor``: ``fair-catchup``'s, the fraction of its ``las`` share every job keeps.
     A new allocation is solved whenever the set of jobs changed (``solve_on_change``, the
     default; off: only once ``reset_s`` passed since the shares were last reset, Gavel's
     simulator's rule, where new jobs meanwhile get only what the others leave); the
@@ -225,6 +226,7 @@ class RoundsSpec(BaseModel):
     policy: str = "las"
     round_s: float = Field(default=360.0, gt=0, allow_inf_nan=False)
     alpha: float = Field(default=0.5, ge=0, le=1)
+    catchup_floor: float = Field(default=1.0, ge=0, le=1)
     reset_s: float = Field(default=1920.0, ge=0, allow_inf_nan=False)
     solve_on_change: bool = True
     min_runtime_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)

@@ -39,7 +39,8 @@ as Gavel's baselines do. Each is a function ``(problem, options) -> Allocation``
     still needs on its fastest model (shortest remaining time first, heterogeneity-aware).
     It needs ``remaining`` (the jobs' declared work, as ``ftf`` and ``min-makespan`` do).
 ``fair-catchup``
-    Beyond Gavel: every job keeps its whole LAS share (the max-min level is a floor), and
+    Beyond Gavel: every job keeps its whole LAS share (the max-min level is a floor; the
+    knob ``catchup_floor`` < 1 keeps only that fraction of it), and
     the second LP spends what LAS leaves on effective throughput weighted by each job's
     **need**: its finish-time fairness so far, ``rho = (elapsed + s) / (isolated_time +
     s)`` (``s`` = 360 s), clipped to 1/4..4 and squared. A job behind the pace of its
@@ -83,16 +84,21 @@ class PolicyOptions:
     ``max-throughput`` and ``fair-throughput`` as Gavel does, one program for the policy's
     own objective solved to an interior point of its optimal set (no second stage, see the
     module); the default finds an optimal vertex and then spends what is left on
-    effective throughput."""
+    effective throughput. ``catchup_floor``: ``fair-catchup``'s knob, the fraction of the
+    max-min level every job keeps (1: its whole ``las`` share; 0: the need-weighted
+    throughput stage alone)."""
 
     alpha: float = 0.5
     rtol: float = 0.01
     seed: int = 0
     central: bool = False
+    catchup_floor: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in 0..1, got {self.alpha}")
+        if not 0.0 <= self.catchup_floor <= 1.0:
+            raise ValueError(f"catchup_floor must be in 0..1, got {self.catchup_floor}")
         if not 0.0 < self.rtol < 1.0:
             raise ValueError(f"rtol must be in (0, 1), got {self.rtol}")
 
@@ -255,7 +261,7 @@ def fair_catchup(problem: RoundInput, options: PolicyOptions) -> Allocation:
     fill = LinearProgram(problem)
     gain = _efficiency(problem) * catchup_need(problem)[:, None]
     fill.objective[: fill.size] = gain.reshape(-1)
-    floor = np.full(problem.n, max(level * (1.0 - _SLACK), 0.0))
+    floor = np.full(problem.n, max(level * options.catchup_floor * (1.0 - _SLACK), 0.0))
     fill.at_least(jobs, _las_coef(problem), floor)
     x = fill.solve().x
     return Allocation("fair-catchup", problem.job_ids, problem.models, x, level, 2)

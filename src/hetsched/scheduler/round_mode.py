@@ -77,7 +77,7 @@ class RoundBook:
     def __init__(self, spec: RoundsSpec, seed: int) -> None:
         self.spec = spec
         self.seed = seed
-        self.options = PolicyOptions(alpha=spec.alpha, seed=seed)
+        self.options = PolicyOptions(alpha=spec.alpha, seed=seed, catchup_floor=spec.catchup_floor)
         #: the next boundary (None: no round job, the next one starts a round at once)
         self.next_at: float | None = None
         self.last_at: float | None = None

@@ -98,7 +98,10 @@ class RoundSimulator:
         self._stream: Iterator[RoundJob] = iter(jobs)
         self._progress = progress
         self._options = PolicyOptions(
-            alpha=self.config.alpha, seed=self.config.seed, central=self.config.central
+            alpha=self.config.alpha,
+            seed=self.config.seed,
+            central=self.config.central,
+            catchup_floor=self.config.catchup_floor,
         )
         self._on_change = self.config.on_change()
         pairs = self.config.pairs

@@ -45,7 +45,8 @@ class RoundConfig:
     pack waiting jobs onto running ones with these co-located rates
     (:mod:`hetsched.sim.engine.packing`); None runs one job per device. ``central``: the
     policies' allocations as Gavel's interior-point solver finds them
-    (``PolicyOptions.central``)."""
+    (``PolicyOptions.central``). ``catchup_floor``: ``fair-catchup``'s knob, the fraction
+    of the max-min level every job keeps (``PolicyOptions.catchup_floor``)."""
 
     policy: str = "las"
     round_s: float = 360.0
@@ -57,6 +58,7 @@ class RoundConfig:
     solve_on_change: bool | None = None
     pairs: PairRates | None = None
     central: bool = False
+    catchup_floor: float = 1.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -68,6 +70,8 @@ class RoundConfig:
             problems.append(f"reset_s: must be >= 0, got {self.reset_s}")
         if not 0.0 <= self.alpha <= 1.0:
             problems.append(f"alpha: must be in 0..1, got {self.alpha}")
+        if not 0.0 <= self.catchup_floor <= 1.0:
+            problems.append(f"catchup_floor: must be in 0..1, got {self.catchup_floor}")
         if self.window is not None and not 0 <= self.window[0] < self.window[1]:
             problems.append(f"window: expected 0 <= start < end, got {self.window}")
         if problems:
@@ -168,5 +172,20 @@ class RoundResult:
         return float(values.sum() ** 2 / (values.size * (values**2).sum()))
 
     def worst_ftf(self) -> float | None:
+        """The largest finish-time fairness rho over the measured jobs (Themis' max rho)."""
         ratios = [o.ftf for o in self.finished() if o.ftf is not None]
         return None if not ratios else float(max(ratios))
+
+    def mean_ftf(self) -> float | None:
+        """The mean finish-time fairness rho over the measured jobs that finished: each
+        job's JCT over its JCT on an equal 1/n share of every model (Themis, Gavel)."""
+        ratios = [o.ftf for o in self.finished() if o.ftf is not None]
+        return None if not ratios else float(np.mean(ratios))
+
+    def makespan_h(self) -> float | None:
+        """Hours from the first measured arrival to the last measured completion (the
+        span utilization is measured over); None until a measured job finished."""
+        ends = [o.end for o in self.finished() if o.end is not None]
+        if not ends or not self.measured:
+            return None
+        return (max(ends) - min(o.arrival for o in self.measured)) / 3600.0

@@ -33,6 +33,7 @@ __all__ = [
     "parse_window",
     "point_document",
     "uses_alpha",
+    "uses_floor",
 ]
 
 #: Gavel's worker types, in the order of its ``-c V:P:K`` cluster spec
@@ -70,6 +71,8 @@ class GavelPoint:
     #: allocations as Gavel's interior-point solver finds them (``PolicyOptions.central``);
     #: False: hetsched's optimal vertex, then the rest spent on effective throughput
     central: bool = True
+    #: ``fair-catchup``'s knob: the fraction of the max-min level every job keeps
+    catchup_floor: float = 1.0
 
     def on_change(self) -> bool:
         """Whether the point solves at every arrival and completion (``solve_on_change``,
@@ -107,6 +110,7 @@ class GavelPoint:
             solve_on_change=self.on_change(),
             pairs=pairs,
             central=self.central,
+            catchup_floor=self.catchup_floor,
         )
         jobs = gavel_round_jobs(spec, throughputs, GAVEL_MODELS)
         return RoundSimulator(GAVEL_MODELS, self.cluster, jobs, config, progress).run()
@@ -130,6 +134,11 @@ def gavel_round_jobs(
             job.user,
             (job.name, gpus),
         )
+
+
+def uses_floor(policy: str) -> bool:
+    """Whether a round policy reads ``fair-catchup``'s knob ``catchup_floor``."""
+    return policy.removeprefix(PACKED).removeprefix("agnostic-") == "fair-catchup"
 
 
 def uses_alpha(policy: str) -> bool:
@@ -182,12 +191,15 @@ def point_document(point: GavelPoint, result: RoundResult, wall_s: float) -> dic
         "solve_on_change": point.on_change(),
         "central": point.central,
         "alpha": point.alpha if uses_alpha(point.policy) else None,
+        "catchup_floor": point.catchup_floor if uses_floor(point.policy) else None,
         "mean_jct_h": _round(result.mean_jct_h()),
         "utilization": _round(result.utilization()),
         "utilization_by_model": {k: round(v, 4) for k, v in result.utilization_by_model().items()},
         "effective_throughput": _round(result.effective_throughput()),
         "jain": _round(result.jain()),
         "worst_ftf": _round(result.worst_ftf()),
+        "mean_ftf": _round(result.mean_ftf()),
+        "makespan_h": _round(result.makespan_h()),
         "finished": len(finished),
         "measured": len(result.measured),
         "complete": result.complete,
