@@ -404,7 +404,7 @@ _STYLES = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.one_of(st.dictionaries(_KEYS, _DATA, max_size=6), st.lists(_DATA, max_size=6)), _STYLES)
 def test_documents_pyyaml_writes_read_the_same(data: Any, style: dict[str, Any]) -> None:
     try:
@@ -522,7 +522,7 @@ def _document(draw: Any) -> str:
     return "\n".join(lines) + draw(st.sampled_from(["\n", "", "\n\n"]))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(_document())
 def test_hand_written_documents_read_the_same(text: str) -> None:
     check(text)
@@ -562,7 +562,7 @@ def _dumped(draw: Any) -> str:
     return yaml.safe_dump(data, **draw(_STYLES))
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_mutated())
 def test_broken_documents_fail_as_pyyaml_fails_or_read_the_same(text: str) -> None:
     check(text)
@@ -590,7 +590,7 @@ def _line(draw: Any, noisy: bool) -> str:
     )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.booleans().flatmap(lambda noisy: st.lists(_line(noisy), min_size=1, max_size=8)))
 def test_documents_of_random_lines_read_as_pyyaml_reads_them(lines: list[str]) -> None:
     check("\n".join(lines) + "\n")
@@ -614,7 +614,7 @@ _SHAPES = [
 ]
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_RAW, _RAW, st.sampled_from(_SHAPES))
 def test_any_text_as_a_key_or_value_reads_as_pyyaml_reads_it(k: str, v: str, shape: str) -> None:
     check(shape.format(k=k, v=v))
@@ -633,13 +633,13 @@ def _mutated_flow(draw: Any) -> str:
     return line + draw(st.sampled_from(["\n", "", " # c\n"]))
 
 
-@settings(max_examples=800, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(_mutated_flow())
 def test_mutated_flow_collections_read_as_pyyaml_reads_them(text: str) -> None:
     check(text)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["a: ", "- ", "  - ", "  b: "]), min_size=1, max_size=5), st.data())
 def test_flow_collections_in_block_documents_read_the_same(heads: list[str], data: Any) -> None:
     lines = [head + data.draw(_flow_collection(3)) for head in heads]
@@ -660,7 +660,7 @@ _FLOW_DATA = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(_FLOW_DATA, min_size=1, max_size=4), st.booleans(), st.data())
 def test_flow_style_dumps_read_the_same(items: Any, sort_keys: bool, draw: Any) -> None:
     """Leaf collections as PyYAML writes them with ``default_flow_style=None``: one line

@@ -142,9 +142,10 @@ def test_packed_las_is_a_gavel_policy_and_runs_a_point() -> None:
     assert "packed-las" in gavel_policy_names()
     assert "packed-agnostic-las" not in gavel_policy_names()
     table = load_throughputs(BUNDLED_THROUGHPUTS)
-    point = GavelPoint("packed-las", rate=6.0, window=(0, 60), cluster=(4, 4, 4))
+    # 30 measured jobs: as clear a difference as 60 (116 h against 151 h), in 40 % of the time
+    point = GavelPoint("packed-las", rate=6.0, window=(0, 30), cluster=(4, 4, 4))
     packed = point.run(table)
-    plain = GavelPoint("las", rate=6.0, window=(0, 60), cluster=(4, 4, 4)).run(table)
+    plain = GavelPoint("las", rate=6.0, window=(0, 30), cluster=(4, 4, 4)).run(table)
     assert packed.complete and plain.complete
     assert (packed.mean_jct_h() or 0) < (plain.mean_jct_h() or 0)
     with pytest.raises(ValueError, match="policy: unknown 'packed-nope'"):
