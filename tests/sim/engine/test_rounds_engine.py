@@ -67,6 +67,39 @@ def test_solving_on_change_starts_an_arrival_at_the_next_boundary() -> None:
     assert {o.job_id: o.end for o in result.jobs} == pytest.approx({"a": 720.0, "b": 820.0})
 
 
+def test_an_arrival_waits_for_the_next_solve_even_with_devices_free() -> None:
+    # a runs alone from 0 (the first solve). b arrives at 100 s, joins at the boundary at
+    # 360 s, and has no share until Gavel's rule lets the next solve happen: the first
+    # boundary 1,920 s or more after the last (2,160 s). Gavel assigns workers only to the
+    # jobs of its allocation, so b does not run on the free device before that; it then
+    # does its one round of work: 2,160 + 360 = 2,520 s. Solved on change, it runs at 360 s.
+    jobs = [RoundJob("a", 0.0, (1.0,), 1, 3600.0), RoundJob("b", 100.0, (1.0,), 1, 360.0)]
+    result = _run(jobs, [2], "las")
+    assert {o.job_id: o.end for o in result.jobs} == pytest.approx({"a": 3600.0, "b": 2520.0})
+    # busy device time: a's 3,600 s and b's 360 s of 2 x 3,600 s
+    assert result.utilization() == pytest.approx((3600.0 + 360.0) / 7200.0)
+    on_change = _run(jobs, [2], "las", solve_on_change=True)
+    assert {o.job_id: o.end for o in on_change.jobs} == pytest.approx({"a": 3600.0, "b": 720.0})
+
+
+def test_an_unsolved_job_holds_the_devices_the_mechanism_gives_it() -> None:
+    # one model of 2 devices. a (1 device) runs alone from 0; b (2 devices) arrives at
+    # 100 s and c (1 device) at 200 s, both joining at the boundary at 360 s with no share.
+    # The mechanism takes them in arrival order among the jobs without a share: b does not
+    # fit next to a, c does and holds the free device, so nothing but a runs until the
+    # solve at 2,160 s. Then LAS (device-time fairness) runs b and a, c in turn.
+    jobs = [
+        RoundJob("a", 0.0, (1.0,), 1, 3600.0),
+        RoundJob("b", 100.0, (1.0,), 2, 360.0),
+        RoundJob("c", 200.0, (1.0,), 1, 360.0),
+    ]
+    result = _run(jobs, [2], "las")
+    ends = {o.job_id: o.end for o in result.jobs}
+    assert min(ends["b"], ends["c"]) > 2160.0  # neither ran before the solve
+    # before it, one device of two was busy (a's): 6 rounds of 360 s
+    assert result.utilization() < 1.0
+
+
 def test_agnostic_las_loses_to_las_on_heterogeneous_devices() -> None:
     # two job types, each 4x faster on "its" model: LAS puts each where it runs best
     jobs = [
