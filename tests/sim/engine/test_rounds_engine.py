@@ -100,6 +100,21 @@ def test_an_unsolved_job_holds_the_devices_the_mechanism_gives_it() -> None:
     assert result.utilization() < 1.0
 
 
+def test_an_idle_cluster_waits_for_the_solve_even_when_its_time_rounds_down() -> None:
+    # a is solved at its arrival and ends at 302 s; b arrives on an idle cluster 1,517 s
+    # later, before the next solve is due, and nothing else can run: the clock goes to
+    # the solve (202.0022... + 1,920 s, which minus 202.0022... is a hair under 1,920 in
+    # floating point) and b runs then, 720 s of work: about 2,842.0023 s
+    jobs = [
+        RoundJob("a", 202.0022677138533, (1.0,), 1, 100.0),
+        RoundJob("b", 1719.2490739540988, (1.0,), 1, 720.0),
+    ]
+    result = _run(jobs, [3], "las")
+    assert result.complete
+    ends = {o.job_id: o.end for o in result.jobs}
+    assert ends == pytest.approx({"a": 302.0022677138533, "b": 2842.0022677138533})
+
+
 def test_agnostic_las_loses_to_las_on_heterogeneous_devices() -> None:
     # two job types, each 4x faster on "its" model: LAS puts each where it runs best
     jobs = [

@@ -159,7 +159,10 @@ class RoundSimulator:
         if length is None:  # nothing can run: wait for an arrival or the next solve
             wake = [self._next.arrival] if self._next is not None else []
             if self._stale:
-                wake.append(self._ledger.since + self.config.reset_s)
+                # the next solve; past ``now`` by at least one step of the clock, or a
+                # rounding of ``since + reset_s - since`` below ``reset_s`` waits forever
+                due = self._ledger.since + self.config.reset_s
+                wake.append(due if due > now else float(np.nextafter(now, np.inf)))
             return bool(wake) and self._wake(max(now, min(wake)))
         self._report(now + length)
         return self._wake(now + length)
