@@ -21,6 +21,7 @@ from hetsched.sim.experiments.gavel import (
     point_document,
 )
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
+from hetsched.sim.gavel_synth import JOB_TABLES
 
 __all__ = ["cell", "gavel"]
 
@@ -86,6 +87,15 @@ _Central = Annotated[
         "effective throughput).",
     ),
 ]
+_JobTable = Annotated[
+    str,
+    typer.Option(
+        "--job-table",
+        help="Order of Gavel's job table the stream draws from: osdi20 (its published "
+        "runs, the default) or artifact (its later artifact: another multi-GPU stream for "
+        "the same seed).",
+    ),
+]
 _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 
 
@@ -144,6 +154,7 @@ def gavel(
     throughputs: _Throughputs = None,
     solve_on_change: _OnChange = None,
     central: _Central = True,
+    job_table: _JobTable = "osdi20",
     output: _Output = OutputFormat.table,
 ) -> None:
     """Run one point of Gavel's continuous experiment (OSDI'20, Figs. 8-10).
@@ -154,8 +165,7 @@ def gavel(
     fairness. The run ends when every measured job finished (or at --until: the point is
     then marked incomplete).
     """
-    span = _checked(policy, rate, round_s, alpha, until_h, window, cluster)
-    until_s = None if until_h is None else until_h * 3600.0
+    span = _checked(policy, rate, round_s, alpha, until_h, window, cluster, job_table)
     try:
         point = GavelPoint(
             policy,
@@ -166,10 +176,11 @@ def gavel(
             span[1],
             round_s,
             alpha,
-            until_s,
+            None if until_h is None else until_h * 3600.0,
             solve_on_change,
             None if throughputs is None else str(throughputs),
             central,
+            job_table,
         )
         table = load_throughputs(throughputs or BUNDLED_THROUGHPUTS)
     except (ValueError, OSError) as exc:
@@ -216,10 +227,13 @@ def _checked(
     until_h: float | None,
     window: str,
     cluster: str,
+    job_table: str = "osdi20",
 ) -> tuple[tuple[int, int], tuple[int, ...]]:
     """The window and the cluster's counts; exits with every problem of the options (one
     line each, naming the flag) when there is any."""
     problems = _problems(policy, rate, round_s, alpha, until_h)
+    if job_table not in JOB_TABLES:
+        problems.append(f"--job-table: expected one of {', '.join(JOB_TABLES)}, got {job_table!r}")
     try:
         span = parse_window(window)
     except ValueError as exc:

@@ -213,6 +213,23 @@ def test_cli_sim_gavel_json() -> None:
     bad = CliRunner().invoke(app, ["sim", "gavel", "--window", "9:3", "--rate", "0"])
     assert bad.exit_code == 2
     assert "--window" in bad.output and "--rate" in bad.output
+    assert doc["job_table"] == "osdi20"
+    wrong = CliRunner().invoke(app, ["sim", "gavel", "--job-table", "2019"])
+    assert wrong.exit_code == 2
+    assert "--job-table: expected one of osdi20, artifact, got '2019'" in wrong.output
+
+
+def test_a_point_draws_from_the_job_table_it_names() -> None:
+    # multi-GPU, the two orders are two streams (test_gavel_synth: job 4 is LM at batch
+    # size 10 on 4 GPUs in the published runs' order); the same order gives the same point
+    table = load_throughputs(BUNDLED_THROUGHPUTS)
+    runs = {
+        order: GavelPoint("las", 2.6, 0, True, (0, 12), (4, 4, 4), job_table=order).run(table)
+        for order in ("osdi20", "artifact")
+    }
+    assert runs["osdi20"].mean_jct_h() != runs["artifact"].mean_jct_h()
+    again = GavelPoint("las", 2.6, 0, True, (0, 12), (4, 4, 4)).run(table)
+    assert again.mean_jct_h() == runs["osdi20"].mean_jct_h()
 
 
 _CLUSTER = """
