@@ -11,13 +11,38 @@ from typer.testing import CliRunner
 from builders import EXAMPLES
 from hetsched.cli.main import app
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_synth import TEMPLATES, GavelWorkloadSpec, generate_gavel
+from hetsched.sim.gavel_synth import (
+    ARTIFACT_TEMPLATES,
+    TEMPLATES,
+    GavelWorkloadSpec,
+    generate_gavel,
+)
 from hetsched.sim.workload import read_workload
 
 TABLE = load_throughputs(BUNDLED_THROUGHPUTS)
 
 # The first jobs of Gavel's stream for seed 0, as its own simulator draws them (its
 # generator run on the same table): (arrival s, job type, GPUs, V100 duration s, steps).
+# The default job table is in the order of Gavel's simulator of May 2020 (the sweeps behind
+# its published mean JCTs): the same draws give Recommendation 1024 and 4096 where the
+# artifact's later order gives 2048 and 8192, and A3C (index 14 there, not distributed)
+# makes the multi-GPU stream draw a template again, so from job 4 on the jobs differ.
+SINGLE_4_PER_H_OSDI20 = [
+    (0.0, "ResNet-18 (batch size 64)", 1, 68344.3501, 1646636.276),
+    (244.586, "Transformer (batch size 16)", 1, 31016.6091, 343170.469),
+    (951.775, "Recommendation (batch size 1024)", 1, 2146.6088, 28512.482),
+    (1367.543, "Recommendation (batch size 4096)", 1, 7386.6748, 28852.725),
+    (2201.068, "A3C", 1, 6858.6982, 49216.421),
+]
+MULTI_2_6_PER_H_OSDI20 = [
+    (0.0, "ResNet-18 (batch size 64)", 8, 68344.3501, 17484476.261),
+    (376.286, "Transformer (batch size 16)", 1, 31016.6091, 343170.469),
+    (1464.269, "Recommendation (batch size 1024)", 1, 2146.6088, 28512.482),
+    (2103.912, "Recommendation (batch size 4096)", 1, 7386.6748, 28852.725),
+    (3386.258, "LM (batch size 10)", 4, 6858.6982, 833178.332),
+    (4746.992, "A3C", 1, 2086.0203, 14968.796),
+    (4840.833, "LM (batch size 10)", 4, 159133.7217, 19331185.713),
+]
 SINGLE_4_PER_H = [
     (0.0, "ResNet-18 (batch size 64)", 1, 68344.3501, 1646636.276),
     (244.586, "Transformer (batch size 16)", 1, 31016.6091, 343170.469),
@@ -35,8 +60,13 @@ MULTI_2_6_PER_H = [
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        (GavelWorkloadSpec(jobs=4, rate_per_h=4.0), SINGLE_4_PER_H),
-        (GavelWorkloadSpec(jobs=4, rate_per_h=2.6, multi_gpu=True), MULTI_2_6_PER_H),
+        (GavelWorkloadSpec(jobs=5, rate_per_h=4.0), SINGLE_4_PER_H_OSDI20),
+        (GavelWorkloadSpec(jobs=7, rate_per_h=2.6, multi_gpu=True), MULTI_2_6_PER_H_OSDI20),
+        (GavelWorkloadSpec(jobs=4, rate_per_h=4.0, job_table="artifact"), SINGLE_4_PER_H),
+        (
+            GavelWorkloadSpec(jobs=4, rate_per_h=2.6, multi_gpu=True, job_table="artifact"),
+            MULTI_2_6_PER_H,
+        ),
     ],
 )
 def test_the_stream_is_gavels(spec: GavelWorkloadSpec, expected: list[tuple[object, ...]]) -> None:
@@ -53,6 +83,22 @@ def test_the_stream_is_gavels(spec: GavelWorkloadSpec, expected: list[tuple[obje
         # its speed model: V100 time = the duration; rates for all three worker types
         assert set(job.speed.rates) == {"v100", "p100", "k80"}
         assert job.speed.work / job.speed.rates["v100"] == pytest.approx(item.duration_s)
+
+
+def test_the_two_orders_are_one_table() -> None:
+    # the same 26 templates; only A3C moves (to index 14, before the LMs) and CycleGAN
+    # stays last, so the draws of single-GPU jobs keep their durations and arrivals
+    assert sorted(TEMPLATES, key=str) == sorted(ARTIFACT_TEMPLATES, key=str)
+    assert [t.job_type for t in TEMPLATES[13:16]] == [
+        "Transformer (batch size 256)",
+        "A3C",
+        "LM (batch size 5)",
+    ]
+    assert TEMPLATES[-1].job_type == ARTIFACT_TEMPLATES[-1].job_type == "CycleGAN"
+    osdi = generate_gavel(GavelWorkloadSpec(jobs=200, rate_per_h=4.0), TABLE)
+    artifact = generate_gavel(GavelWorkloadSpec(jobs=200, job_table="artifact"), TABLE)
+    assert [j.duration_s for j in osdi.jobs] == [j.duration_s for j in artifact.jobs]
+    assert [j.job.name for j in osdi.jobs] != [j.job.name for j in artifact.jobs]
 
 
 def test_distributions_over_a_long_stream() -> None:
@@ -98,6 +144,8 @@ def test_seeds_and_validation() -> None:
         GavelWorkloadSpec(rate_per_h=0)
     with pytest.raises(ValueError, match="jobs must be >= 0"):
         GavelWorkloadSpec(jobs=-1)
+    with pytest.raises(ValueError, match="job_table must be one of osdi20, artifact"):
+        GavelWorkloadSpec(job_table="2019")
     with pytest.raises(ValueError, match="reference worker type 'a100'"):
         generate_gavel(GavelWorkloadSpec(reference="a100"), TABLE)
     small = {"v100": {("A3C", 1): 1.0}}

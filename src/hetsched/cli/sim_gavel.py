@@ -21,6 +21,7 @@ from hetsched.sim.experiments.gavel import (
     point_document,
 )
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
+from hetsched.sim.gavel_synth import JOB_TABLES
 
 __all__ = ["cell", "gavel"]
 
@@ -94,6 +95,15 @@ _Central = Annotated[
         "effective throughput).",
     ),
 ]
+_JobTable = Annotated[
+    str,
+    typer.Option(
+        "--job-table",
+        help="Order of Gavel's job table the stream draws from: osdi20 (its published "
+        "runs, the default) or artifact (its later artifact: another multi-GPU stream for "
+        "the same seed).",
+    ),
+]
 _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 
 
@@ -156,6 +166,7 @@ def gavel(
     throughputs: _Throughputs = None,
     solve_on_change: _OnChange = None,
     central: _Central = True,
+    job_table: _JobTable = "osdi20",
     output: _Output = OutputFormat.table,
 ) -> None:
     """Run one point of Gavel's continuous experiment (OSDI'20, Figs. 8-10).
@@ -166,7 +177,9 @@ def gavel(
     fairness. The run ends when every measured job finished (or at --until: the point is
     then marked incomplete).
     """
-    span = _checked(policy, rate, round_s, (alpha, catchup_floor), until_h, window, cluster)
+    span = _checked(
+        policy, rate, round_s, (alpha, catchup_floor), until_h, window, cluster, job_table
+    )
     try:
         point = GavelPoint(
             policy,
@@ -182,6 +195,7 @@ def gavel(
             None if throughputs is None else str(throughputs),
             central,
             catchup_floor,
+            job_table,
         )
         table = load_throughputs(throughputs or BUNDLED_THROUGHPUTS)
     except (ValueError, OSError) as exc:
@@ -228,10 +242,13 @@ def _checked(
     until_h: float | None,
     window: str,
     cluster: str,
+    job_table: str = "osdi20",
 ) -> tuple[tuple[int, int], tuple[int, ...]]:
     """The window and the cluster's counts; exits with every problem of the options (one
     line each, naming the flag) when there is any."""
     problems = _problems(policy, rate, round_s, knobs, until_h)
+    if job_table not in JOB_TABLES:
+        problems.append(f"--job-table: expected one of {', '.join(JOB_TABLES)}, got {job_table!r}")
     try:
         span = parse_window(window)
     except ValueError as exc:

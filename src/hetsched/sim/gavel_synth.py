@@ -5,7 +5,14 @@ stream, job for job, for the same seed, so a sweep point here runs Gavel's jobs:
 
 - 26 job templates (ResNet-18 at batch sizes 16-256, ResNet-50 at 16-128, Transformer at
   16-256, LM at 5-80, Recommendation at 512-8192, A3C, CycleGAN); the first four families
-  may be distributed (multi-GPU), the others only run on one GPU;
+  may be distributed (multi-GPU), the others only run on one GPU. The draws index into the
+  table, so its order decides which job type each draw gives: ``osdi20`` (the default) is
+  the order of Gavel's table when the sweeps behind its published mean JCTs ran (May 2020:
+  A3C between the Transformers and the LMs), ``artifact`` the order of its later artifact
+  (August 2020 on: A3C and CycleGAN last). Single-GPU streams differ only in the job type
+  of a draw; multi-GPU streams draw the template until it may be distributed, so the count
+  of draws, and with it every later job, differs: the two orders are two different job
+  streams for one seed;
 - duration (time on a V100): with probability 0.8, ``60 x 10^U(1.5, 3)`` s (32 min to
   16.7 h), else ``60 x 10^U(3, 4)`` s (16.7 h to 6.9 days);
 - scale factor (GPUs), drawn for every job and kept only with ``multi_gpu``: 1 with
@@ -34,7 +41,15 @@ from hetsched.sim.gavel import Throughputs, job_rates
 from hetsched.sim.synthetic import split_gang
 from hetsched.sim.workload import Workload, WorkloadJob
 
-__all__ = ["TEMPLATES", "GavelWorkloadSpec", "Template", "generate_gavel", "iter_gavel"]
+__all__ = [
+    "ARTIFACT_TEMPLATES",
+    "JOB_TABLES",
+    "TEMPLATES",
+    "GavelWorkloadSpec",
+    "Template",
+    "generate_gavel",
+    "iter_gavel",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +64,8 @@ def _family(name: str, sizes: tuple[int, ...], distributed: bool) -> list[Templa
     return [Template(f"{name} (batch size {size})", distributed) for size in sizes]
 
 
-#: Gavel's job table, in its order (the order the draws index into)
-TEMPLATES: tuple[Template, ...] = (
+#: Gavel's job table as its artifact orders it (August 2020 on)
+ARTIFACT_TEMPLATES: tuple[Template, ...] = (
     *_family("ResNet-18", (16, 32, 64, 128, 256), True),
     *_family("ResNet-50", (16, 32, 64, 128), True),
     *_family("Transformer", (16, 32, 64, 128, 256), True),
@@ -60,6 +75,20 @@ TEMPLATES: tuple[Template, ...] = (
     Template("CycleGAN", False),
 )
 
+#: Gavel's job table in the order the OSDI'20 sweeps drew from (the default)
+TEMPLATES: tuple[Template, ...] = (
+    *ARTIFACT_TEMPLATES[:14],
+    Template("A3C", False),
+    *ARTIFACT_TEMPLATES[14:24],
+    Template("CycleGAN", False),
+)
+
+#: ``GavelWorkloadSpec.job_table`` -> the table in that order
+JOB_TABLES: dict[str, tuple[Template, ...]] = {
+    "osdi20": TEMPLATES,
+    "artifact": ARTIFACT_TEMPLATES,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class GavelWorkloadSpec:
@@ -67,7 +96,8 @@ class GavelWorkloadSpec:
 
     ``users``: 0 gives every job its own user (Gavel's fairness is between jobs); N spreads
     the jobs over N users round-robin. ``gpus_per_node`` splits a job into equal tasks that
-    fit a node (Gavel's sweeps use 1-GPU servers).
+    fit a node (Gavel's sweeps use 1-GPU servers). ``job_table``: the order of Gavel's job
+    table the draws index into (``osdi20`` or ``artifact``, see the module).
     """
 
     jobs: int = 6000
@@ -81,6 +111,7 @@ class GavelWorkloadSpec:
     cpu_per_gpu_milli: int = 4000
     memory_per_gpu_mib: int = 16 * 1024
     device_class: str = "gpu"
+    job_table: str = "osdi20"
 
     def __post_init__(self) -> None:
         problems = []
@@ -92,6 +123,9 @@ class GavelWorkloadSpec:
             problems.append(f"users must be >= 0, got {self.users}")
         if self.gpus_per_node < 1:
             problems.append(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if self.job_table not in JOB_TABLES:
+            known = ", ".join(JOB_TABLES)
+            problems.append(f"job_table must be one of {known}, got {self.job_table!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -111,9 +145,9 @@ def _duration_s(rng: random.Random) -> float:
     return 60 * 10 ** rng.uniform(1.5, 3)
 
 
-def _template(rng: random.Random, gpus: int) -> Template:
+def _template(rng: random.Random, gpus: int, table: tuple[Template, ...]) -> Template:
     while True:
-        template = rng.choice(TEMPLATES)
+        template = rng.choice(table)
         if gpus == 1 or template.distributed:
             return template
 
@@ -149,6 +183,7 @@ def iter_gavel(
     gaps_rng = random.Random(spec.seed + 3)
     rate_per_s = spec.rate_per_h / 3600.0
     reference = throughputs[spec.reference]
+    table = JOB_TABLES[spec.job_table]
     requests: dict[int, tuple[int, TaskRequest]] = {}
     arrival = 0.0
     for index in range(count):
@@ -156,7 +191,7 @@ def iter_gavel(
         duration = _duration_s(jobs_rng)
         if not spec.multi_gpu:
             gpus = 1
-        template = _template(jobs_rng, gpus)
+        template = _template(jobs_rng, gpus, table)
         weight = 1
         if spec.multi_priority and jobs_rng.uniform(0, 1) <= 0.2:
             weight = 5

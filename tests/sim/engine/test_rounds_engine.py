@@ -67,6 +67,54 @@ def test_solving_on_change_starts_an_arrival_at_the_next_boundary() -> None:
     assert {o.job_id: o.end for o in result.jobs} == pytest.approx({"a": 720.0, "b": 820.0})
 
 
+def test_an_arrival_waits_for_the_next_solve_even_with_devices_free() -> None:
+    # a runs alone from 0 (the first solve). b arrives at 100 s, joins at the boundary at
+    # 360 s, and has no share until Gavel's rule lets the next solve happen: the first
+    # boundary 1,920 s or more after the last (2,160 s). Gavel assigns workers only to the
+    # jobs of its allocation, so b does not run on the free device before that; it then
+    # does its one round of work: 2,160 + 360 = 2,520 s. Solved on change, it runs at 360 s.
+    jobs = [RoundJob("a", 0.0, (1.0,), 1, 3600.0), RoundJob("b", 100.0, (1.0,), 1, 360.0)]
+    result = _run(jobs, [2], "las")
+    assert {o.job_id: o.end for o in result.jobs} == pytest.approx({"a": 3600.0, "b": 2520.0})
+    # busy device time: a's 3,600 s and b's 360 s of 2 x 3,600 s
+    assert result.utilization() == pytest.approx((3600.0 + 360.0) / 7200.0)
+    on_change = _run(jobs, [2], "las", solve_on_change=True)
+    assert {o.job_id: o.end for o in on_change.jobs} == pytest.approx({"a": 3600.0, "b": 720.0})
+
+
+def test_an_unsolved_job_holds_the_devices_the_mechanism_gives_it() -> None:
+    # one model of 2 devices. a (1 device) runs alone from 0; b (2 devices) arrives at
+    # 100 s and c (1 device) at 200 s, both joining at the boundary at 360 s with no share.
+    # The mechanism takes them in arrival order among the jobs without a share: b does not
+    # fit next to a, c does and holds the free device, so nothing but a runs until the
+    # solve at 2,160 s. Then LAS (device-time fairness) runs b and a, c in turn.
+    jobs = [
+        RoundJob("a", 0.0, (1.0,), 1, 3600.0),
+        RoundJob("b", 100.0, (1.0,), 2, 360.0),
+        RoundJob("c", 200.0, (1.0,), 1, 360.0),
+    ]
+    result = _run(jobs, [2], "las")
+    ends = {o.job_id: o.end for o in result.jobs}
+    assert min(ends["b"], ends["c"]) > 2160.0  # neither ran before the solve
+    # before it, one device of two was busy (a's): 6 rounds of 360 s
+    assert result.utilization() < 1.0
+
+
+def test_an_idle_cluster_waits_for_the_solve_even_when_its_time_rounds_down() -> None:
+    # a is solved at its arrival and ends at 302 s; b arrives on an idle cluster 1,517 s
+    # later, before the next solve is due, and nothing else can run: the clock goes to
+    # the solve (202.0022... + 1,920 s, which minus 202.0022... is a hair under 1,920 in
+    # floating point) and b runs then, 720 s of work: about 2,842.0023 s
+    jobs = [
+        RoundJob("a", 202.0022677138533, (1.0,), 1, 100.0),
+        RoundJob("b", 1719.2490739540988, (1.0,), 1, 720.0),
+    ]
+    result = _run(jobs, [3], "las")
+    assert result.complete
+    ends = {o.job_id: o.end for o in result.jobs}
+    assert ends == pytest.approx({"a": 302.0022677138533, "b": 2842.0022677138533})
+
+
 def test_agnostic_las_loses_to_las_on_heterogeneous_devices() -> None:
     # two job types, each 4x faster on "its" model: LAS puts each where it runs best
     jobs = [
@@ -165,6 +213,23 @@ def test_cli_sim_gavel_json() -> None:
     bad = CliRunner().invoke(app, ["sim", "gavel", "--window", "9:3", "--rate", "0"])
     assert bad.exit_code == 2
     assert "--window" in bad.output and "--rate" in bad.output
+    assert doc["job_table"] == "osdi20"
+    wrong = CliRunner().invoke(app, ["sim", "gavel", "--job-table", "2019"])
+    assert wrong.exit_code == 2
+    assert "--job-table: expected one of osdi20, artifact, got '2019'" in wrong.output
+
+
+def test_a_point_draws_from_the_job_table_it_names() -> None:
+    # multi-GPU, the two orders are two streams (test_gavel_synth: job 4 is LM at batch
+    # size 10 on 4 GPUs in the published runs' order); the same order gives the same point
+    table = load_throughputs(BUNDLED_THROUGHPUTS)
+    runs = {
+        order: GavelPoint("las", 2.6, 0, True, (0, 12), (4, 4, 4), job_table=order).run(table)
+        for order in ("osdi20", "artifact")
+    }
+    assert runs["osdi20"].mean_jct_h() != runs["artifact"].mean_jct_h()
+    again = GavelPoint("las", 2.6, 0, True, (0, 12), (4, 4, 4)).run(table)
+    assert again.mean_jct_h() == runs["osdi20"].mean_jct_h()
 
 
 _CLUSTER = """

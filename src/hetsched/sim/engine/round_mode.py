@@ -9,8 +9,10 @@ rounds (360 s by default), as in Gavel's simulator:
   ``reset_s`` (Gavel's 1,920 s) passed since the last solve, the shares are reset
   (``rounds.reset_ledger``: what the old allocation promised minus what each job got goes
   into its deficit) and the policy computes a new allocation ``X`` (``rounds.solve``), as
-  Gavel's simulator does; in between, new jobs have no share of ``X`` and run on what the
-  others leave;
+  Gavel's simulator does; in between, new jobs have no share of ``X`` and, as in Gavel's
+  mechanism, do not run until the next solve: the mechanism still takes them in its
+  order (after every job with a share) and the devices it gives them stay idle for the
+  round (Gavel assigns workers only to the jobs of its allocation);
 - the mechanism (``rounds.choose_round``) picks the model each job runs on for the round
   from ``X`` and the time each job received since the last reset of the shares;
 - a job that runs does ``min(remaining, rate x round_s)`` work at its rate on the model it
@@ -120,6 +122,8 @@ class RoundSimulator:
         self._x: FloatArray = np.zeros((0, len(models)))
         self._ledger = Ledger.start([], self.models, 0.0, prior_s=self.config.round_s / 2)
         self._x_ids: list[str] = []
+        #: the jobs of the last solve: only they run (see the module)
+        self._solved: set[str] = set()
         self._stale = False
         self._busy = np.zeros(len(models))
         self._effective = 0.0
@@ -158,7 +162,10 @@ class RoundSimulator:
         if length is None:  # nothing can run: wait for an arrival or the next solve
             wake = [self._next.arrival] if self._next is not None else []
             if self._stale:
-                wake.append(self._ledger.since + self.config.reset_s)
+                # the next solve; past ``now`` by at least one step of the clock, or a
+                # rounding of ``since + reset_s - since`` below ``reset_s`` waits forever
+                due = self._ledger.since + self.config.reset_s
+                wake.append(due if due > now else float(np.nextafter(now, np.inf)))
             return bool(wake) and self._wake(max(now, min(wake)))
         self._report(now + length)
         return self._wake(now + length)
@@ -263,6 +270,7 @@ class RoundSimulator:
         self.solves += 1
         self.lps += allocation.solves
         self._x = allocation.x
+        self._solved = set(self._active.ids)
         self._stale = False
 
     def _order(self) -> list[int]:
@@ -278,6 +286,8 @@ class RoundSimulator:
         ledger = self._ledger
         fifo = self.config.policy.endswith("fifo")
         assignment = choose_round(self._x, ledger, problem, self._order(), not fifo)
+        unsolved = [i for i, job in enumerate(self._active.ids) if job not in self._solved]
+        assignment[unsolved] = -1  # they hold the devices the mechanism gave them
         if not (assignment >= 0).any():
             self._ledger = ledger
             return None

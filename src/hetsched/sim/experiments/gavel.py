@@ -73,6 +73,9 @@ class GavelPoint:
     central: bool = True
     #: ``fair-catchup``'s knob: the fraction of the max-min level every job keeps
     catchup_floor: float = 1.0
+    #: the order of Gavel's job table the stream draws from (``GavelWorkloadSpec``):
+    #: ``osdi20``, the published runs', or ``artifact``, the later artifact's
+    job_table: str = "osdi20"
 
     def on_change(self) -> bool:
         """Whether the point solves at every arrival and completion (``solve_on_change``,
@@ -98,7 +101,11 @@ class GavelPoint:
                     f"({self.policy} needs them; Gavel's simulation_throughputs.json has them)"
                 )
         spec = GavelWorkloadSpec(
-            jobs=self.window[1] * 20, rate_per_h=self.rate, seed=self.seed, multi_gpu=self.multi_gpu
+            jobs=self.window[1] * 20,
+            rate_per_h=self.rate,
+            seed=self.seed,
+            multi_gpu=self.multi_gpu,
+            job_table=self.job_table,
         )
         config = RoundConfig(
             self.policy.removeprefix(PACKED),
@@ -190,6 +197,7 @@ def point_document(point: GavelPoint, result: RoundResult, wall_s: float) -> dic
         "round_s": point.round_s,
         "solve_on_change": point.on_change(),
         "central": point.central,
+        "job_table": point.job_table,
         "alpha": point.alpha if uses_alpha(point.policy) else None,
         "catchup_floor": point.catchup_floor if uses_floor(point.policy) else None,
         "mean_jct_h": _round(result.mean_jct_h()),
