@@ -33,7 +33,7 @@ from hetsched.framework.profile import parse_profile
 from hetsched.model.lifecycle import JobState
 from hetsched.model.specs import load_cluster
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
-from hetsched.sim.gavel_synth import GavelWorkloadSpec, generate_gavel
+from hetsched.sim.gavel_synth import JOB_TABLES, GavelWorkloadSpec, generate_gavel
 from hetsched.sim.replay import Policy, replay
 from hetsched.sim.workload import Workload
 
@@ -73,9 +73,12 @@ def family(job_type: str) -> str:
     return job_type.split(" (")[0]
 
 
-def workload(seed: int, rate: float, jobs: int, users: int) -> Workload:
-    """Gavel's single-GPU stream; users by family (``users`` 0) or ``users`` round-robin."""
-    spec = GavelWorkloadSpec(jobs=jobs, rate_per_h=rate, seed=seed, users=users)
+def workload(seed: int, rate: float, jobs: int, users: int, job_table: str = "osdi20") -> Workload:
+    """Gavel's single-GPU stream drawn from ``job_table``'s order; users by family
+    (``users`` 0) or ``users`` round-robin."""
+    spec = GavelWorkloadSpec(
+        jobs=jobs, rate_per_h=rate, seed=seed, users=users, job_table=job_table
+    )
     drawn = generate_gavel(spec, load_throughputs(BUNDLED_THROUGHPUTS))
     if users:
         return drawn
@@ -103,7 +106,8 @@ def run_one(
     """One replay and its measures."""
     nodes = load_cluster(CLUSTER)
     started = time.process_time()
-    done = replay(nodes, workload(seed, rate, args.jobs, args.users), policy(sort, units), seed)
+    drawn = workload(seed, rate, args.jobs, args.users, args.job_table)
+    done = replay(nodes, drawn, policy(sort, units), seed)
     summary = done.summary
     rho = list(summary.ftf.values())
     return {
@@ -111,6 +115,7 @@ def run_one(
         "rate": rate,
         "sort": sort,
         "units": units,
+        "job_table": args.job_table,
         "jobs": summary.jobs,
         "succeeded": summary.states.get(JobState.SUCCEEDED, 0),
         "wait_mean_h": summary.wait["mean"] / 3600.0,
@@ -169,6 +174,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1500, help="jobs per run (default 1500)")
     parser.add_argument("--users", type=int, default=0, help="0: users by job family")
     parser.add_argument("--sorts", default="drf,fairshare", help="queue orders to compare")
+    parser.add_argument(
+        "--job-table",
+        choices=list(JOB_TABLES),
+        default="osdi20",
+        help="the order of Gavel's job table the stream draws from (default osdi20, the "
+        "published runs'; artifact: the stream before 2026-12-06)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="folder for points and table")
     parser.add_argument(
         "--table-only", action="store_true", help="redo the table from --out's points.jsonl"

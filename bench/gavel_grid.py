@@ -33,6 +33,7 @@ from hetsched.sim.experiments.gavel import (
 )
 from hetsched.sim.frontier import draw_frontier
 from hetsched.sim.gavel import BUNDLED_THROUGHPUTS, load_throughputs
+from hetsched.sim.gavel_synth import JOB_TABLES
 
 #: the authors' printed mean JCT [h] (seed 0, jobs 4000-4999, 36:36:36, 360 s rounds):
 #: Gavel's continuous_jobs{,_multigpu}.ipynb; (multi_gpu, policy, rate) -> hours
@@ -116,7 +117,7 @@ def _run_point(point: GavelPoint) -> dict[str, Any]:
 
 def _key(
     doc: dict[str, Any],
-) -> tuple[bool, str, float, int, float | None, bool, bool, float | None]:
+) -> tuple[bool, str, float, int, float | None, bool, bool, float | None, str]:
     return (
         doc["multi_gpu"],
         doc["policy"],
@@ -126,6 +127,8 @@ def _key(
         bool(doc.get("solve_on_change")),
         bool(doc.get("central", False)),
         doc.get("catchup_floor", 1.0 if uses_floor(doc["policy"]) else None),
+        # points written before the job table was recorded drew from the artifact's order
+        doc.get("job_table", "artifact"),
     )
 
 
@@ -258,6 +261,13 @@ def main() -> None:
         help="hetsched's allocations (an optimal vertex, the rest on effective throughput) "
         "instead of Gavel's interior-point ones",
     )
+    parser.add_argument(
+        "--job-table",
+        choices=list(JOB_TABLES),
+        default="osdi20",
+        help="the order of Gavel's job table the stream draws from: osdi20, the published "
+        "runs' (default), or artifact, the later artifact's (the stream before 2026-12-06)",
+    )
     parser.add_argument("--out", type=Path, default=Path("gavel-grid"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -277,6 +287,7 @@ def main() -> None:
             solve_on_change=args.solve_on_change,
             central=not args.efficient,
             catchup_floor=float(floor),
+            job_table=args.job_table,
         )
         for policy in args.policies.split(",")
         for rate in args.rates.split(",")
@@ -296,6 +307,7 @@ def main() -> None:
             p.on_change(),
             p.central,
             p.catchup_floor if uses_floor(p.policy) else None,
+            p.job_table,
         )
         not in seen
     ]
