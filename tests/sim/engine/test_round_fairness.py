@@ -34,13 +34,15 @@ def test_two_jobs_on_one_device_hand_computed() -> None:
 def test_a_later_arrival_is_measured_from_its_own_arrival() -> None:
     # a alone from 0 (n = 1: isolated 720 s); b arrives at 100 s, joins at the 360 s
     # boundary while a runs (n = 2: isolated 2 x 360 = 720 s). Gavel's rule: b has no
-    # share until the next solve, so it runs once a is done at 720 s, ends at 1,080 s.
+    # share until the next solve, 1,920 s after the one at 0 s (as in Gavel, a job that
+    # arrived since the last solve waits for the next, even on an idle cluster), so it
+    # runs from 1,920 s and ends at 2,280 s: rho (2,280 - 100) / 720.
     jobs = [RoundJob("a", 0.0, (1.0,), 1, 720.0), RoundJob("b", 100.0, (1.0,), 1, 360.0)]
     result = RoundSimulator(["m0"], [1], jobs, RoundConfig("las")).run()
-    assert {o.job_id: o.end for o in result.measured} == pytest.approx({"a": 720.0, "b": 1080.0})
-    assert [o.ftf for o in result.measured] == pytest.approx([1.0, 980.0 / 720.0])
-    assert result.mean_ftf() == pytest.approx((1.0 + 980.0 / 720.0) / 2)
-    assert result.makespan_h() == pytest.approx(0.3)
+    assert {o.job_id: o.end for o in result.measured} == pytest.approx({"a": 720.0, "b": 2280.0})
+    assert [o.ftf for o in result.measured] == pytest.approx([1.0, 2180.0 / 720.0])
+    assert result.mean_ftf() == pytest.approx((1.0 + 2180.0 / 720.0) / 2)
+    assert result.makespan_h() == pytest.approx(2280.0 / 3600.0)
 
 
 def test_nothing_finished_gives_no_fairness_and_no_makespan() -> None:
