@@ -155,6 +155,9 @@ class MemoryStore:
     def record_alerts(self, alerts: Sequence[Any]) -> None:
         pass
 
+    def record_node_changes(self, joined: Sequence[Any], left: Sequence[str], now: float) -> None:
+        pass
+
 
 @dataclass
 class FakeLauncher:

@@ -11,12 +11,6 @@ import pytest
 from sqlalchemy import text
 
 from hetsched.controlplane.history import export_history
-from hetsched.controlplane.storage.nodestore import (
-    node_history,
-    record_joined,
-    record_left,
-    record_start,
-)
 from hetsched.controlplane.storage.store import Store
 from hetsched.model.cluster_spec import parse_cluster
 from hetsched.model.device import Device, Node
@@ -48,24 +42,24 @@ def _node(name: str, gpus: int = 1) -> Node:
 
 
 def _seen(store: Store) -> dict[str, tuple[float, float | None]]:
-    return {r["name"]: (r["joined_at"], r["left_at"]) for r in node_history(store)}
+    return {r["name"]: (r["joined_at"], r["left_at"]) for r in store.node_history()}
 
 
 def test_nodes_join_leave_and_come_back(store: Store) -> None:
-    record_start(store, [_node("a"), _node("b")], 100.0)
-    record_start(store, [_node("a")], 150.0)  # restarted without b
+    store.record_nodes_at_start([_node("a"), _node("b")], 100.0)
+    store.record_nodes_at_start([_node("a")], 150.0)  # restarted without b
     assert _seen(store) == {"a": (100.0, None), "b": (100.0, 150.0)}
-    record_joined(store, [_node("b", gpus=2)], 170.0)  # back, with another GPU
-    record_left(store, ["a", "unknown"], 180.0)
+    store.record_joined([_node("b", gpus=2)], 170.0)  # back, with another GPU
+    store.record_left(["a", "unknown"], 180.0)
     assert _seen(store) == {"a": (100.0, 180.0), "b": (100.0, None)}
-    [b] = [r for r in node_history(store) if r["name"] == "b"]
+    [b] = [r for r in store.node_history() if r["name"] == "b"]
     assert parse_cluster({"nodes": [b["entry"]]}) == [_node("b", gpus=2)]
     assert b["device_ids"] == ["b/gpu0", "b/gpu1"]
 
 
 def test_an_export_without_jobs_holds_the_nodes(store: Store) -> None:
-    record_start(store, [_node("a")], 100.0)
-    record_left(store, ["a"], 130.0)
+    store.record_nodes_at_start([_node("a")], 100.0)
+    store.record_left(["a"], 130.0)
     document = export_history(store)
     [node] = document.nodes
     # no submissions: time 0 is the first join
@@ -75,9 +69,9 @@ def test_an_export_without_jobs_holds_the_nodes(store: Store) -> None:
 
 def test_nodes_keep_the_schedulers_order(store: Store) -> None:
     # the scheduler adds the nodes of a start in their order, and later ones after them
-    record_start(store, [_node("z"), _node("a")], 100.0)
-    record_joined(store, [_node("m")], 110.0)
-    assert [r["name"] for r in node_history(store)] == ["z", "a", "m"]
-    record_start(store, [_node("m"), _node("z")], 200.0)  # restarted in another order
-    assert [r["name"] for r in node_history(store)] == ["m", "z", "a"]
+    store.record_nodes_at_start([_node("z"), _node("a")], 100.0)
+    store.record_joined([_node("m")], 110.0)
+    assert [r["name"] for r in store.node_history()] == ["z", "a", "m"]
+    store.record_nodes_at_start([_node("m"), _node("z")], 200.0)  # restarted in another order
+    assert [r["name"] for r in store.node_history()] == ["m", "z", "a"]
     assert [n.entry["name"] for n in export_history(store).nodes] == ["m", "z", "a"]

@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import select
 
-from hetsched.controlplane.storage import nodestore
 from hetsched.controlplane.storage.health import where
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.storage.tables import jobs, tasks, transitions
@@ -42,7 +41,7 @@ _SPEC_KEYS = frozenset(JobSpec.model_fields) | frozenset(
 def record_start(store: Store, present: Sequence[Node], profile: ProfileSpec, seed: int) -> None:
     """At a start of the service: its nodes, profile and seed, for the history."""
     now = time.time()
-    nodestore.record_start(store, present, now)
+    store.record_nodes_at_start(present, now)
     document = profile.model_dump(mode="json", exclude_defaults=True)
     store.mark(PROFILE_MARK, json.dumps(document, sort_keys=True), now)
     store.mark(SEED_MARK, str(seed), now)
@@ -109,7 +108,7 @@ def _read(
 def export_history(store: Store, source: str | None = None) -> HistoryDocument:
     """The store's history as a document (times since the first submission)."""
     job_rows, by_job, cancelled = _read(store)
-    node_rows = nodestore.node_history(store)
+    node_rows = store.node_history()
     starts = [r.submitted_at for r in job_rows] or [r["joined_at"] for r in node_rows]
     origin = min(starts, default=time.time())
 

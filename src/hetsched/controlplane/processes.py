@@ -34,7 +34,6 @@ from hetsched.controlplane.recovery import recover
 from hetsched.controlplane.runner import Before, LoopHandle
 from hetsched.controlplane.schemas import SubmitSpec, from_stored
 from hetsched.controlplane.speedlearn import Estimate, SpeedLearner
-from hetsched.controlplane.storage.nodestore import record_joined, record_left
 from hetsched.controlplane.storage.store import Store
 from hetsched.controlplane.views import node_view
 from hetsched.drivers import Exit, KeepsExits, KillsByPid, Stop
@@ -177,8 +176,7 @@ class ProcessRunner:
         joined = [e.node for e in events if isinstance(e, NodeAdded)]
         left = [e.name for e in events if isinstance(e, NodeRemoved)]
         try:
-            record_joined(self.loop.store, joined, now)
-            record_left(self.loop.store, left, now)
+            self.loop.store.record_node_changes(joined, left, now)
         except SQLAlchemyError as exc:
             log.warning("node changes not kept for the history: %s", exc)
 

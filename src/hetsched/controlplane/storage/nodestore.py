@@ -11,77 +11,89 @@ its start and on every node change it is told of.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
 
 from hetsched.controlplane.storage.tables import nodes
 from hetsched.model.cluster_spec import node_entry
 from hetsched.model.device import Node
 
-if TYPE_CHECKING:
-    from hetsched.controlplane.storage.store import Store
-
-__all__ = ["node_history", "record_joined", "record_left", "record_start"]
+__all__ = ["NodeRecords"]
 
 
-def record_joined(store: Store, joined: Sequence[Node], now: float) -> None:
-    """Record nodes that are there now, in one transaction: a new one after every other
-    (the scheduler adds it last), a known one keeping its place, with its entry replaced and
-    its leave time cleared."""
-    if not joined:
-        return
-    with store.write() as conn:
-        known = {
-            name
-            for (name,) in conn.execute(
-                select(nodes.c.name).where(nodes.c.name.in_([n.name for n in joined]))
-            )
-        }
-        last = conn.execute(select(func.max(nodes.c.position))).scalar()
-        position = -1 if last is None else int(last)
-        for node in joined:
-            values = {"entry": node_entry(node), "device_ids": [d.id for d in node.devices]}
-            if node.name in known:
-                conn.execute(
-                    update(nodes).where(nodes.c.name == node.name).values(left_at=None, **values)
+class NodeRecords:
+    """Reads and writes of the nodes' records (a part of Store, which provides the
+    connections)."""
+
+    def write(self) -> AbstractContextManager[Connection]:  # provided by Store
+        raise NotImplementedError
+
+    def read(self) -> AbstractContextManager[Connection]:  # provided by Store
+        raise NotImplementedError
+
+    def record_node_changes(self, joined: Sequence[Node], left: Sequence[str], now: float) -> None:
+        """The nodes that joined and left in one turn."""
+        self.record_joined(joined, now)
+        self.record_left(left, now)
+
+    def record_joined(self, joined: Sequence[Node], now: float) -> None:
+        """Record nodes that are there now, in one transaction: a new one after every other
+        (the scheduler adds it last), a known one keeping its place, with its entry replaced and
+        its leave time cleared."""
+        if not joined:
+            return
+        with self.write() as conn:
+            known = {
+                name
+                for (name,) in conn.execute(
+                    select(nodes.c.name).where(nodes.c.name.in_([n.name for n in joined]))
                 )
-            else:
-                position += 1
-                conn.execute(
-                    nodes.insert().values(
-                        name=node.name, joined_at=now, position=position, **values
+            }
+            last = conn.execute(select(func.max(nodes.c.position))).scalar()
+            position = -1 if last is None else int(last)
+            for node in joined:
+                values = {"entry": node_entry(node), "device_ids": [d.id for d in node.devices]}
+                if node.name in known:
+                    conn.execute(
+                        update(nodes)
+                        .where(nodes.c.name == node.name)
+                        .values(left_at=None, **values)
                     )
-                )
+                else:
+                    position += 1
+                    conn.execute(
+                        nodes.insert().values(
+                            name=node.name, joined_at=now, position=position, **values
+                        )
+                    )
 
+    def record_left(self, names: Sequence[str], now: float) -> None:
+        """Record that nodes left (those not recorded are ignored)."""
+        if not names:
+            return
+        with self.write() as conn:
+            conn.execute(
+                update(nodes)
+                .where(nodes.c.name.in_(list(names)), nodes.c.left_at.is_(None))
+                .values(left_at=now)
+            )
 
-def record_left(store: Store, names: Sequence[str], now: float) -> None:
-    """Record that nodes left (those not recorded are ignored)."""
-    if not names:
-        return
-    with store.write() as conn:
-        conn.execute(
-            update(nodes)
-            .where(nodes.c.name.in_(list(names)), nodes.c.left_at.is_(None))
-            .values(left_at=now)
-        )
+    def node_history(self) -> list[dict[str, Any]]:
+        """Every recorded node (name, entry, device_ids, position, joined_at, left_at), in the
+        scheduler's order."""
+        with self.read() as conn:
+            rows = conn.execute(select(nodes).order_by(nodes.c.position)).all()
+        return [dict(r._mapping) for r in rows]
 
-
-def node_history(store: Store) -> list[dict[str, Any]]:
-    """Every recorded node (name, entry, device_ids, position, joined_at, left_at), in the
-    scheduler's order."""
-    with store.read() as conn:
-        rows = conn.execute(select(nodes).order_by(nodes.c.position)).all()
-    return [dict(r._mapping) for r in rows]
-
-
-def record_start(store: Store, present: Sequence[Node], now: float) -> None:
-    """At a start: the nodes there now joined, in the scheduler's order (``present``'s),
-    and recorded nodes not among them left (placed after them)."""
-    names = [n.name for n in present]
-    gone = [row["name"] for row in node_history(store) if row["name"] not in set(names)]
-    record_left(store, gone, now)
-    record_joined(store, present, now)
-    with store.write() as conn:
-        for position, name in enumerate([*names, *gone]):
-            conn.execute(update(nodes).where(nodes.c.name == name).values(position=position))
+    def record_nodes_at_start(self, present: Sequence[Node], now: float) -> None:
+        """At a start: the nodes there now joined, in the scheduler's order (``present``'s),
+        and recorded nodes not among them left (placed after them)."""
+        names = [n.name for n in present]
+        gone = [row["name"] for row in self.node_history() if row["name"] not in set(names)]
+        self.record_left(gone, now)
+        self.record_joined(present, now)
+        with self.write() as conn:
+            for position, name in enumerate([*names, *gone]):
+                conn.execute(update(nodes).where(nodes.c.name == name).values(position=position))

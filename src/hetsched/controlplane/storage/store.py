@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, func, select, u
 from hetsched.controlplane.storage.groupcommit import GroupCommit, insert_submitted
 from hetsched.controlplane.storage.health import StoreHealth, where
 from hetsched.controlplane.storage.marks import StoreMarks, migration_config
+from hetsched.controlplane.storage.nodestore import NodeRecords
 from hetsched.controlplane.storage.speedstore import SpeedRecords
 from hetsched.controlplane.storage.tables import (
     allocations,
@@ -120,7 +121,7 @@ def _pending_row(
     }
 
 
-class Store(TurnRecords, SpeedRecords, WorkflowRecords, StoreMarks):
+class Store(TurnRecords, SpeedRecords, WorkflowRecords, StoreMarks, NodeRecords):
     """Typed access to the tables. Thread-safe; every write commits before returning."""
 
     def __init__(self, url: str, sync: str = "FULL") -> None:
