@@ -210,7 +210,11 @@ def gavel(
     if output is OutputFormat.json:
         print_json(document)
         return
-    grid = Table(title=f"Gavel point: {policy} at {rate:g} jobs/h, seed {seed}")
+    _print_point(document, f"Gavel point: {policy} at {rate:g} jobs/h, seed {seed}")
+
+
+def _print_point(document: dict[str, object], title: str) -> None:
+    grid = Table(title=title)
     grid.add_column("measure")
     grid.add_column("value", justify="right")
     for key, value in document.items():
