@@ -134,6 +134,18 @@ rows = st.lists(
     "idle",
     None,
 )
+# the last job arrived 1 s after a boundary, with the cluster about to empty: five plain
+# ticks before the next boundary ended the run and left it pending
+@example(
+    [(0, 100, 1, 1, "continuous", (0.3, 0.3, 0.3))] * 4
+    + [(s, 100, 1, 1, "continuous", (0.3, 0.3, 0.3)) for s in (1, 361, 721)]
+    + [(1081, 100, 1, 1, "continuous", (0.3, 0.3, 2.0))]
+    + [(1441, 100, 1, 1, "continuous", (0.3, 0.3, 0.3))],
+    "las",
+    360.0,
+    "wait",
+    None,
+)
 def test_round_mode_keeps_its_invariants(
     rows: list[tuple[int, int, int, int, str, tuple[float, ...]]],
     policy: str,

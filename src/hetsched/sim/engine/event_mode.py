@@ -26,7 +26,8 @@ actions. It never reads the core's job book.
   round mode (the profile's ``rounds``) is asked always, so round boundaries come on time
   whatever ``tick_s`` is. When only
   ticks are left and ``idle_ticks`` of them in a row changed nothing, the run ends and the
-  jobs still waiting are reported as pending.
+  jobs still waiting are reported as pending (in round mode, ``idle_ticks`` boundaries: a
+  job that arrived just after one waits for the next).
 
 Resource use is accounted from the placements of started tasks, held until the task's exit
 is delivered (as the core holds it; at once for a task whose node or device is gone), and
@@ -261,7 +262,12 @@ class Simulator(VirtualProcesses, Observer):
         self.handle_calls += 1
         self._last = time
         changed = self._step(batch, time)
-        self._idle = self._idle + 1 if (ticked and not delivered and not changed) else 0
+        if not ticked or delivered or changed:
+            self._idle = 0
+        elif not (self._rounds and not woken and any(w > time for w in self._wakeups)):
+            # (a plain tick before a round boundary that is due tells nothing: the boundary
+            # may start what waits, so only boundaries count as idle in round mode)
+            self._idle += 1
         if self._nontick == 0 and self._idle >= self.config.idle_ticks:
             return False
         self._schedule_ticks(time)
