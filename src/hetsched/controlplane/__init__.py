@@ -25,6 +25,7 @@ from hetsched.controlplane.checkpointing import CheckpointProtocol
 from hetsched.controlplane.context import Service
 from hetsched.controlplane.faults import TurnFaults
 from hetsched.controlplane.fencing import Fencing
+from hetsched.controlplane.history import record_start
 from hetsched.controlplane.home import default_home
 from hetsched.controlplane.leadership import Fenced, Held, Keeper, LeaseBook
 from hetsched.controlplane.loop import ControlLoop
@@ -92,6 +93,7 @@ __all__ = [
     "open_checked",
     "quiet_signals",
     "quota_view",
+    "record_start",
     "require_shared_store",
     "run_pair",
     "serve",

@@ -37,9 +37,9 @@ from hetsched.controlplane import (
     load_queues,
     open_checked,
     quiet_signals,
+    record_start,
     write_durably,
 )
-from hetsched.controlplane.history import record_start
 from hetsched.drivers import KeepsExits
 from hetsched.framework.profile import ProfileSpec, load_profile
 from hetsched.framework.speeds import load_speed_table
