@@ -308,10 +308,16 @@ def _joined(up: Up, name: str) -> None:
         time.sleep(0.2)
 
 
-def _device(up: Up, device_id: str) -> dict[str, Any]:
-    devices = [d for n in up.api().get("/v1/nodes").json() for d in n["devices"]]
-    (device,) = [d for d in devices if d["id"] == device_id]
-    return device
+def _device(up: Up, device_id: str, healthy: bool | None = None) -> dict[str, Any]:
+    """The device as ``/v1/nodes`` shows it; with ``healthy``, once it shows that (the
+    nodes' view is published after the turn that requeued the job: a moment later)."""
+    deadline = time.monotonic() + 10
+    while True:
+        devices = [d for n in up.api().get("/v1/nodes").json() for d in n["devices"]]
+        (device,) = [d for d in devices if d["id"] == device_id]
+        if healthy is None or device["healthy"] is healthy or time.monotonic() > deadline:
+            return dict(device)
+        time.sleep(0.05)
 
 
 def hotplug(up: Up, scratch: Path, cluster: ClusterInfo) -> dict[str, Any]:
@@ -343,7 +349,7 @@ def hotplug(up: Up, scratch: Path, cluster: ClusterInfo) -> dict[str, Any]:
                 break
             assert time.monotonic() < deadline, f"not requeued: {state}"
             time.sleep(0.02)
-        device = _device(up, "h100-plug/gpu0")
+        device = _device(up, "h100-plug/gpu0", healthy=False)
         why = up.api().get(f"/v1/jobs/{job_id}/why").json()
         partial.write_text(plugged)
         partial.replace(devices)
@@ -356,7 +362,7 @@ def hotplug(up: Up, scratch: Path, cluster: ClusterInfo) -> dict[str, Any]:
             "requeued_s": round(requeued_s, 3),
             "device_unplugged": [device["healthy"], device["health_reason"]],
             "device_after": [
-                _device(up, "h100-plug/gpu0")[k] for k in ("healthy", "health_reason")
+                _device(up, "h100-plug/gpu0", healthy=True)[k] for k in ("healthy", "health_reason")
             ],
             "causes": [h["cause"] for h in why["history"]],
             "job": done,
