@@ -9,13 +9,13 @@ transaction. Replay it with ``hetsched sim replay --history FILE``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.store import StoreDb, StoreHome
 
 if TYPE_CHECKING:
     from hetsched.controlplane.storage.store import Store
@@ -28,13 +28,6 @@ history_app = typer.Typer(
     no_args_is_help=True,
 )
 
-_Home = Annotated[
-    Path | None, typer.Option(help="The service's state directory (default: as hetsched up).")
-]
-_Db = Annotated[
-    str | None,
-    typer.Option(help="The store's URL, when hetsched up runs with --db (PostgreSQL)."),
-]
 _Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table or json.")]
 _Pods = Annotated[
     Path | None,
@@ -120,8 +113,8 @@ def export(
     target: Annotated[
         Path, typer.Argument(help="The history file to write (JSON; '-': standard output).")
     ],
-    home: _Home = None,
-    db: _Db = None,
+    home: StoreHome = None,
+    db: StoreDb = None,
     kubectl_pods: _Pods = None,
     kubectl_nodes: _Nodes = None,
     scheduler_name: _SchedulerName = "hetsched",
@@ -147,10 +140,10 @@ def export(
     if str(target) == "-":
         typer.echo(text, nl=False)
         return
-    partial = target.with_name(f".{target.name}.partial")
+    from hetsched.controlplane import write_durably
+
     try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)
+        write_durably(target, text, mode=0o644)
     except OSError as exc:
         fail(f"{target}: cannot write: {exc.strerror}", 1)
     summary = {"path": str(target), "jobs": len(document.jobs), "nodes": len(document.nodes)}

@@ -12,17 +12,18 @@ from hetsched.cli.output import OutputFormat, console, fail, print_json
 if TYPE_CHECKING:
     from hetsched.controlplane.storage.backup import Copied
 
-__all__ = ["store_app"]
+__all__ = ["StoreDb", "StoreHome", "store_app"]
 
 store_app = typer.Typer(
     help="Back up and restore the store of hetsched up (SQLite; PostgreSQL: pg_dump).",
     no_args_is_help=True,
 )
 
-_Home = Annotated[
+#: the store's options, shared by the commands that read the store itself (history too)
+StoreHome = Annotated[
     Path | None, typer.Option(help="The service's state directory (default: as hetsched up).")
 ]
-_Db = Annotated[
+StoreDb = Annotated[
     str | None,
     typer.Option(help="The store's URL, when hetsched up runs with --db (PostgreSQL)."),
 ]
@@ -68,8 +69,8 @@ def _show(copied: Copied, verb: str, output: OutputFormat) -> None:
 @store_app.command("backup")
 def backup(
     target: Annotated[Path, typer.Argument(help="The backup file to write (must not exist).")],
-    home: _Home = None,
-    db: _Db = None,
+    home: StoreHome = None,
+    db: StoreDb = None,
     output: _Output = OutputFormat.table,
 ) -> None:
     """Copy the store to TARGET while hetsched up runs (SQLite's online backup): one
@@ -87,8 +88,8 @@ def backup(
 @store_app.command("restore")
 def restore(
     source: Annotated[Path, typer.Argument(help="A backup written by `hetsched store backup`.")],
-    home: _Home = None,
-    db: _Db = None,
+    home: StoreHome = None,
+    db: StoreDb = None,
     output: _Output = OutputFormat.table,
 ) -> None:
     """Put a backup in place of the store, with hetsched up stopped. The store's files are
