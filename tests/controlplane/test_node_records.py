@@ -3,37 +3,10 @@ the history's cluster; on a SQLite file and on a PostgreSQL server."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from sqlalchemy import text
-
 from hetsched.controlplane.history import export_history
 from hetsched.controlplane.storage.store import Store
 from hetsched.model.cluster_spec import parse_cluster
 from hetsched.model.device import Device, Node
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'test.db'}"
-    else:
-        base = request.getfixturevalue("postgres_url")
-        database = f"t{uuid.uuid4().hex[:10]}"
-        admin = Store(base)
-        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text(f"CREATE DATABASE {database}"))
-        admin.close()
-        url = base.rsplit("/", 1)[0] + "/" + database
-    store = Store(url)
-    store.migrate()
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def _node(name: str, gpus: int = 1) -> Node:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,26 +19,6 @@ from hetsched.controlplane.storage.store import Conflict, NewJob, Store
 from hetsched.controlplane.storage.tables import allocations, jobs, metadata
 from hetsched.drivers import Exit, Start, Stop
 from hetsched.keys import TaskKey
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'test.db'}"
-    else:
-        base = request.getfixturevalue("postgres_url")
-        schema_db = f"t{uuid.uuid4().hex[:10]}"
-        admin = Store(base)
-        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(text(f"CREATE DATABASE {schema_db}"))
-        admin.close()
-        url = base.rsplit("/", 1)[0] + "/" + schema_db
-    store = Store(url)
-    store.migrate()
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def test_migrations_create_exactly_the_tables(store: Store) -> None:

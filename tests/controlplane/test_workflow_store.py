@@ -10,7 +10,6 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, text
-from test_store import store  # noqa: F401 - the fixture: SQLite and PostgreSQL
 
 from hetsched.controlplane.storage.store import NewJob, Store
 from hetsched.controlplane.storage.workflowstore import record_elements
@@ -24,7 +23,7 @@ def _submitted(job_id: str, at: float) -> JobTransition:
     )
 
 
-def test_elements_copy_their_array_once(store: Store) -> None:  # noqa: F811
+def test_elements_copy_their_array_once(store: Store) -> None:
     spec = {"name": "sweep", "command": ["true"], "array": "0-9%2"}
     store.insert_jobs([NewJob("j1", "alice", "default", "sweep", 3, spec)], None, None, 1.0)
     store.insert_jobs(
