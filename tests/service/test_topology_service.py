@@ -96,6 +96,45 @@ def _running_job_lists_its_domains(api: Api, env: dict[str, str]) -> None:
         api.alice.post(f"/v1/jobs/{job_id}/cancel")
 
 
+def test_levels_and_this_node_s_domain_come_from_the_command_line(tmp_path: Path) -> None:
+    # a cluster file without levels: --topology-level gives them, --node-label the local
+    # node's rack (without it the local node is a rack by itself, as in the test above)
+    cluster = tmp_path / "racks.yaml"
+    cluster.write_text("nodes:" + CLUSTER.split("nodes:", 1)[1])
+    options = service_options(
+        tmp_path, cluster=[cluster], topology_levels=(RACK,), node_labels={RACK: "r1"}
+    )
+    with serving(options) as api:
+        nodes = api.alice.get("/v1/nodes").json()
+        domains = {n["name"]: n.get("domains") for n in nodes}
+        assert domains == {
+            "local": {RACK: "r1"},
+            **{f"n{i}": {RACK: "r1"} for i in range(2)},
+            **{f"m{i}": {RACK: "r2"} for i in range(3)},
+        }
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--node-label", "rack"], "--node-label expects KEY=VALUE, got 'rack'"),
+        (["--topology-level", "a", "--topology-level", "a"], "level 'a' is listed twice"),
+        (
+            ["--executor", "ray", "--ray-address", "127.0.0.1:1", "--node-label", "a=b"],
+            "--node-label: with --executor ray the nodes and their devices come from the Ray",
+        ),
+    ],
+)
+def test_up_refuses_bad_topology_options_before_it_starts(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    home = tmp_path / "home"
+    result = CliRunner().invoke(app, ["up", "--home", str(home), *args])
+    assert result.exit_code != 0
+    assert error in " ".join(result.output.split()), result.output
+    assert not home.exists()
+
+
 def test_dashboard_groups_nodes_by_domain(tmp_path: Path) -> None:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     chromium = (
