@@ -47,6 +47,7 @@ from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
 from hetsched.scheduler.defrag import Mover, plan_defrag
 from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.topology import keeps_topology
 
 __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
 
@@ -152,6 +153,11 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
     spec = sched.profile.migration
 
     def accept(mover: Mover, placements: Sequence[Placement]) -> bool:
+        # a move may not take a gang out of the network domains it asked for
+        tasks = [key.task for key, _ in mover.tasks if isinstance(key, TaskKey)]
+        old = [p for _, p in mover.tasks]
+        if not _keeps_topology(sched, mover.job, tasks, old, placements):
+            return False
         # a move may not change what a queue is charged for (a device model flavor)
         if not sched.quotas.enabled:
             return True
@@ -216,6 +222,23 @@ def _carry_out(
 # -- upgrades ------------------------------------------------------------------------------
 
 
+def _keeps_topology(
+    sched: Books,
+    job: Job,
+    tasks: Sequence[int],
+    old: Sequence[Placement],
+    new: Sequence[Placement],
+) -> bool:
+    """Do ``tasks`` moved from ``old`` to ``new`` placements keep what ``job`` asked of the
+    network (:func:`hetsched.scheduler.topology.keeps_topology`)?"""
+    if job.topology is None:
+        return True
+    index = sched.state.node_index
+    before = [(t, index[p.node]) for t, p in zip(tasks, old, strict=True)]
+    after = [(t, index[p.node]) for t, p in zip(tasks, new, strict=True)]
+    return keeps_topology(sched.state.network(), job.topology, before, after)
+
+
 def _model_of(state: ClusterState, placement: Placement) -> str:
     if not placement.devices:
         return ""
@@ -264,6 +287,10 @@ def upgrade(sched: Books, record: JobRecord, now: float, min_speedup: float | No
         fork.allocate(f"{record.id}/upgrade{task}", placement)
         placed.append((task, placement))
     if _rate(state, speeds, [p for _, p in placed]) < target:
+        return False
+    tasks, new = [t for t, _ in placed], [p for _, p in placed]
+    old = [record.placements[t] for t in tasks]
+    if not _keeps_topology(sched, record.job, tasks, old, new):
         return False
     if sched.quotas.enabled and _usage(sched, record.job, [p for _, p in placed]) != _usage(
         sched, record.job, list(record.placements.values())
