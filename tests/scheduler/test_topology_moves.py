@@ -78,6 +78,23 @@ def test_defragmentation_never_moves_a_required_rack_gang_out_of_one_rack(
         assert move.job_id == "g" and [p.node for _, p in sorted(move.placements)] == moved_to
 
 
+def test_defragmentation_moves_nothing_for_a_waiting_gang_it_cannot_seat_in_one_rack() -> None:
+    core = _core({"a0": "r1", "a1": "r1", "b0": "r2", "b1": "r2", "c0": "r3"})
+    # two tasks of 2 GPUs per node in node order; j0 (on a0) alone may move
+    jobs = [job(f"j{i}", gpus=2, checkpoint=SAVES if i == 0 else None) for i in range(10)]
+    placed = _bound(core.handle([JobSubmitted(j) for j in jobs], 0.0))
+    assert [placed[f"j{i}"] for i in (0, 2, 4, 6, 8)] == [["a0"], ["a1"], ["b0"], ["b1"], ["c0"]]
+    core.handle([TaskFinished(j, 0, 1) for j in ("j1", "j4", "j5", "j8")], 1.0)
+    # a0: j0 + 2 free; a1, b1 full; b0 free; c0 2 free. P (2 tasks of 4 GPUs, one rack)
+    # fits no rack; moving j0 to c0 would seat one task on a0 (r1) and one on b0 (r2), and
+    # no move makes room in one rack: nothing moves
+    wide = job("P", gpus=4, replicas=2, topology=TopologyRequest(RACK))
+    actions = core.handle([JobSubmitted(wide)], 10.0)
+    assert [a for a in actions if isinstance(a, Migrate)] == []
+    (waiting,) = [a for a in actions if isinstance(a, Pending)]
+    assert "would not make room" in str(waiting.explanation)
+
+
 @pytest.mark.parametrize(("f1_rack", "moves"), [("r2", False), ("r1", True)])
 def test_an_upgrade_never_moves_a_required_rack_gang_out_of_one_rack(
     f1_rack: str, moves: bool

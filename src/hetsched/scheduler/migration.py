@@ -176,7 +176,7 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
         spec.defrag.max_nodes,
         accept,
     )
-    if plan is None:
+    if plan is None or not _fits_its_domains(sched, record, plan.placements):
         sched.moves.fail(record.id, now, spec.defrag.min_interval_s)
         return [
             f"defragmentation: moving at most {budget} checkpointable job(s) would not make room",
@@ -237,6 +237,17 @@ def _keeps_topology(
     before = [(t, index[p.node]) for t, p in zip(tasks, old, strict=True)]
     after = [(t, index[p.node]) for t, p in zip(tasks, new, strict=True)]
     return keeps_topology(sched.state.network(), job.topology, before, after)
+
+
+def _fits_its_domains(sched: Books, record: JobRecord, placements: Sequence[Placement]) -> bool:
+    """Would ``record``'s next tasks on ``placements`` (with those it holds) be inside the
+    network domains it asked for? A plan that makes room elsewhere moves jobs for nothing."""
+    if record.job.topology is None:
+        return True
+    held = sorted(record.placements.items())
+    tasks = [t for t, _ in held] + sorted(record.unplaced)[: len(placements)]
+    every = [p for _, p in held] + list(placements)
+    return _keeps_topology(sched, record.job, tasks, every, every)
 
 
 def _model_of(state: ClusterState, placement: Placement) -> str:
