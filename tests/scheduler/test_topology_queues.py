@@ -1,7 +1,8 @@
 """Quotas and fair share with network topology: a gang that asks for a domain is admitted by
 its queue's quota as a whole and holds no domain while it waits for quota, and the queue
-order (fifo or DRF) decides which of two gangs gets the one rack that holds either, each
-against outcomes worked out by hand."""
+order (fifo or DRF) decides which of two gangs gets the one rack that holds either; the
+what-if a federation asks says when a rack frees up. Each against outcomes worked out by
+hand."""
 
 from __future__ import annotations
 
@@ -91,3 +92,22 @@ def test_queue_order_decides_which_gang_gets_the_one_rack_that_holds_it(
     assert waiting.explanation.summary == (
         "topology (required rack): no rack has room for any of its 2 tasks"
     )
+
+
+@pytest.mark.parametrize(("topology", "start"), [(REQUIRED_RACK, 15.0), (None, 10.0)])
+def test_what_if_says_when_a_rack_frees_up(topology: TopologyRequest | None, start: float) -> None:
+    # r1 = r10, r11 and r2 = r20, r21 (4 GPUs each)
+    core = _core(_racks(r1=2, r2=2), {})
+    running = [
+        ("j1", 10.0),  # r1 and r2 hold 2 tasks each: the first, r1 (r10)
+        ("j2", 20.0),  # r1 holds 1, r2 2: best fit r1 (r11)
+        ("j3", 15.0),  # only r2 holds one (r20)
+    ]
+    for name, runtime in running:
+        running_job = job(name, gpus=4, estimated_runtime_s=runtime, topology=REQUIRED_RACK)
+        core.handle([JobSubmitted(running_job)], 0.0)
+    assert [core.view.job(n).placements[0].node for n, _ in running] == ["r10", "r11", "r20"]
+    # 2 tasks of 4 GPUs: r21 alone is free now. In one rack: r2 at 15 (j3 ends), before
+    # r1 at 20; anywhere: r10 and r21 at 10 (j1 ends)
+    answer = core.view.what_if(job("x", gpus=4, replicas=2, topology=topology))
+    assert (answer.fits_now, answer.start) == (False, start)
