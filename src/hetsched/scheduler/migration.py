@@ -219,9 +219,6 @@ def _carry_out(
     return [f"defragmentation: moving {', '.join(moved)}; it starts when they have moved"]
 
 
-# -- upgrades ------------------------------------------------------------------------------
-
-
 def _keeps_topology(
     sched: Books,
     job: Job,
@@ -248,6 +245,9 @@ def _fits_its_domains(sched: Books, record: JobRecord, placements: Sequence[Plac
     tasks = [t for t, _ in held] + sorted(record.unplaced)[: len(placements)]
     every = [p for _, p in held] + list(placements)
     return _keeps_topology(sched, record.job, tasks, every, every)
+
+
+# -- upgrades ------------------------------------------------------------------------------
 
 
 def _model_of(state: ClusterState, placement: Placement) -> str:
