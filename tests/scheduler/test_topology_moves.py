@@ -16,7 +16,15 @@ from hetsched.framework.profile import parse_profile
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.job import JobSpeed
 from hetsched.model.topology import TopologyRequest
-from hetsched.scheduler import Bind, JobSubmitted, Migrate, Pending, Scheduler, TaskFinished
+from hetsched.scheduler import (
+    Bind,
+    JobSubmitted,
+    Migrate,
+    Pending,
+    Scheduler,
+    TaskFinished,
+    TaskStopped,
+)
 from hetsched.scheduler.migration import upgrade
 from hetsched.scheduler.topology import keeps_topology
 
@@ -93,6 +101,26 @@ def test_defragmentation_moves_nothing_for_a_waiting_gang_it_cannot_seat_in_one_
     assert [a for a in actions if isinstance(a, Migrate)] == []
     (waiting,) = [a for a in actions if isinstance(a, Pending)]
     assert "would not make room" in str(waiting.explanation)
+
+
+def test_defragmentation_makes_room_for_a_waiting_gang_inside_one_rack() -> None:
+    core = _core({"a0": "r1", "a1": "r1", "b0": "r2", "b1": "r2", "c0": "r3"})
+    # two tasks of 2 GPUs per node in node order; j6 (on b1) alone may move
+    jobs = [job(f"j{i}", gpus=2, checkpoint=SAVES if i == 6 else None) for i in range(10)]
+    placed = _bound(core.handle([JobSubmitted(j) for j in jobs], 0.0))
+    assert [placed[f"j{i}"] for i in (0, 2, 4, 6, 8)] == [["a0"], ["a1"], ["b0"], ["b1"], ["c0"]]
+    core.handle([TaskFinished(j, 0, 1) for j in ("j0", "j1", "j4", "j5", "j7", "j8")], 1.0)
+    # a0 and b0 free; a1 full; b1: j6 + 2 free; c0: 2 free. P (2 tasks of 4 GPUs, one
+    # rack) fits no rack now. Anywhere, its first task would take a0 (the first of the
+    # equally free a0 and b0), the second b1 once j6 moves: two racks. Inside r2 (6 free
+    # GPUs, more than r1's 4): b0, and b1 once j6 moves to c0
+    wide = job("P", gpus=4, replicas=2, topology=TopologyRequest(RACK))
+    actions = core.handle([JobSubmitted(wide)], 10.0)
+    (move,) = [a for a in actions if isinstance(a, Migrate)]
+    assert move.job_id == "j6" and [p.node for _, p in move.placements] == ["c0"]
+    # j6 stops after its notice: it starts again on c0, and P in r2
+    actions = core.handle([TaskStopped("j6", 0, 1)], 40.0)
+    assert _bound(actions) == {"j6": ["c0"], "P": ["b0", "b1"]}
 
 
 @pytest.mark.parametrize(("f1_rack", "moves"), [("r2", False), ("r1", True)])

@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
@@ -45,11 +46,14 @@ from hetsched.model.lifecycle import JobState
 from hetsched.model.speed import SpeedError, Speeds, resolve
 from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
-from hetsched.scheduler.defrag import Mover, plan_defrag
+from hetsched.scheduler.defrag import Mover, MoverIndex, plan_defrag
 from hetsched.scheduler.records import JobRecord
 from hetsched.scheduler.topology import keeps_topology
 
 __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
+
+#: domains defragmentation tries for a job that requires one (the most free devices first)
+_DEFRAG_DOMAINS = 4
 
 
 def movable(sched: Books, record: JobRecord, now: float) -> bool:
@@ -165,18 +169,25 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
         return _usage(sched, job, placements) == _usage(sched, job, [p for _, p in mover.tasks])
 
     needed = min(record.job.gang_min, len(record.unplaced))
-    plan = plan_defrag(
-        sched.state,
-        sched.framework,
-        record.job,
-        needed,
-        movers,
-        budget,
-        now,
-        spec.defrag.max_nodes,
-        accept,
-    )
-    if plan is None or not _fits_its_domains(sched, record, plan.placements):
+    index = MoverIndex(sched.state, movers)
+    plan = None
+    for within in _domains_to_try(sched, record):
+        found = plan_defrag(
+            sched.state,
+            sched.framework,
+            record.job,
+            needed,
+            index,
+            budget,
+            now,
+            spec.defrag.max_nodes,
+            accept,
+            within=within,
+        )
+        if found is not None and _fits_its_domains(sched, record, found.placements):
+            plan = found
+            break
+    if plan is None:
         sched.moves.fail(record.id, now, spec.defrag.min_interval_s)
         return [
             f"defragmentation: moving at most {budget} checkpointable job(s) would not make room",
@@ -234,6 +245,27 @@ def _keeps_topology(
     before = [(t, index[p.node]) for t, p in zip(tasks, old, strict=True)]
     after = [(t, index[p.node]) for t, p in zip(tasks, new, strict=True)]
     return keeps_topology(sched.state.network(), job.topology, before, after)
+
+
+def _domains_to_try(sched: Books, record: JobRecord) -> list[npt.NDArray[np.bool_] | None]:
+    """Where defragmentation may seat ``record``: anywhere (None); for a job that requires
+    a network level, the rows of each of the few domains of it with the most free devices
+    (the domain its placed tasks hold, if any)."""
+    topology = record.job.topology
+    net = sched.state.network()
+    if topology is None or topology.required is None or net is None:
+        return [None]
+    depth = net.depth(topology.required)
+    if depth is None or depth == net.host:
+        return [None]  # a node at a time is how the planner works anyway
+    of = net.of[depth]
+    if record.placements:
+        row = sched.state.node_index[next(iter(record.placements.values())).node]
+        chosen = [int(of[row])]
+    else:
+        free = np.bincount(of, weights=sched.state.dev_free_total, minlength=net.size(depth))
+        chosen = [int(d) for d in np.argsort(-free, kind="stable")[:_DEFRAG_DOMAINS]]
+    return [of == domain for domain in chosen]
 
 
 def _fits_its_domains(sched: Books, record: JobRecord, placements: Sequence[Placement]) -> bool:
