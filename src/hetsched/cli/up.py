@@ -15,7 +15,7 @@ from hetsched.model.specs import SpecError
 if TYPE_CHECKING:
     from hetsched.service.options import Options
 
-__all__ = ["ExecutorKind", "up"]
+__all__ = ["ExecutorKind", "topology_levels", "up"]
 
 
 class ExecutorKind(StrEnum):
@@ -323,22 +323,18 @@ def _run_as(run_as: list[str] | None) -> dict[str, str]:
 
 def _topology(levels: list[str] | None, labels: list[str] | None) -> dict[str, Any]:
     """:class:`Options`' ``topology_levels`` and ``node_labels``, checked."""
-    return {"topology_levels": _levels(levels), "node_labels": _node_labels(labels)}
+    return {"topology_levels": topology_levels(levels), "node_labels": _node_labels(labels)}
 
 
-def _levels(levels: list[str] | None) -> tuple[str, ...]:
-    """``--topology-level`` checked as a cluster file's ``topology: {levels}`` is."""
-    if not levels:
-        return ()
-    from pydantic import ValidationError
+def topology_levels(levels: list[str] | None) -> tuple[str, ...]:
+    """``--topology-level`` (of ``up`` and ``k8s scheduler``) checked as a cluster file's
+    ``topology: {levels}`` is."""
+    from hetsched.model.topology_spec import levels_problem
 
-    from hetsched.model.topology_spec import TopologyTreeSpec
-
-    try:
-        return tuple(TopologyTreeSpec(levels=levels).levels)
-    except ValidationError as exc:
-        problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
+    problem = levels_problem(levels or [])
+    if problem is not None:
         fail(f"--topology-level: {problem}", 2)
+    return tuple(levels or ())
 
 
 def _node_labels(labels: list[str] | None) -> dict[str, str]:
