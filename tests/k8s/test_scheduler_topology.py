@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from hetsched.cli.main import app
 from hetsched.k8s.api import KubeClusterAPI
 from hetsched.k8s.names import (
     KUEUE_PREFERRED,
@@ -147,3 +149,12 @@ def test_a_group_orders_its_pods_by_completion_index_then_name() -> None:
     # ranks 0, 2, 10 (numerically), then the pod without an index
     assert keys == ["default/w-d", "default/w-b", "default/w-a", "default/w-c"]
     assert (group, minimum) == ("default/g", 4)
+
+
+def test_the_scheduler_refuses_a_level_listed_twice_before_it_connects() -> None:
+    args = ["k8s", "scheduler", "--topology-level", RACK, "--topology-level", RACK]
+    result = CliRunner().invoke(app, [*args, "--kubeconfig", "/nonexistent"])
+    assert result.exit_code == 2
+    assert f"--topology-level: levels[1]: level '{RACK}' is listed twice" in " ".join(
+        result.output.split()
+    )

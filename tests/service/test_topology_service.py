@@ -69,8 +69,70 @@ def test_a_job_that_requires_a_rack_runs_inside_one(tmp_path: Path) -> None:
             domains = {n["name"]: n.get("domains") for n in api.alice.get("/v1/nodes").json()}
             assert domains["m0"] == {RACK: "r2"} and domains["n1"] == {RACK: "r1"}
             assert domains["local"] == {RACK: "local"}  # no label: a rack by itself
+            _running_job_lists_its_domains(api, env)
         finally:
             api.close()
+
+
+def _running_job_lists_its_domains(api: Api, env: dict[str, str]) -> None:
+    """A running job's row in ``GET /v1/jobs`` and ``hetsched jobs`` has its domains: one
+    task of 2 GPUs in one rack takes r1 (4 free GPUs), the smaller of r1 and r2 (6)."""
+    body = {
+        "name": "hold",
+        "resources": {"cpu": "1", "memory": "256Mi", "devices": [{"class": "gpu", "count": 2}]},
+        "topology": {"required": RACK},
+        "command": [sys.executable, "-c", "import time; time.sleep(60)"],
+    }
+    job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+    try:
+        api.wait(api.alice, job_id, {"running"}, 60)
+        (row,) = [j for j in api.alice.get("/v1/jobs").json() if j["id"] == job_id]
+        assert row["domains"] == [{RACK: "r1"}]
+        listed = CliRunner().invoke(app, ["jobs"], env=env)
+        assert listed.exit_code == 0, listed.output
+        (line,) = [ln for ln in listed.stdout.splitlines() if ln.startswith(job_id)]
+        assert line.split()[-3:] == ["r1:", "1", "task"], listed.stdout
+    finally:
+        api.alice.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_levels_and_this_node_s_domain_come_from_the_command_line(tmp_path: Path) -> None:
+    # a cluster file without levels: --topology-level gives them, --node-label the local
+    # node's rack (without it the local node is a rack by itself, as in the test above)
+    cluster = tmp_path / "racks.yaml"
+    cluster.write_text("nodes:" + CLUSTER.split("nodes:", 1)[1])
+    options = service_options(
+        tmp_path, cluster=[cluster], topology_levels=(RACK,), node_labels={RACK: "r1"}
+    )
+    with serving(options) as api:
+        nodes = api.alice.get("/v1/nodes").json()
+        domains = {n["name"]: n.get("domains") for n in nodes}
+        assert domains == {
+            "local": {RACK: "r1"},
+            **{f"n{i}": {RACK: "r1"} for i in range(2)},
+            **{f"m{i}": {RACK: "r2"} for i in range(3)},
+        }
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--node-label", "rack"], "--node-label expects KEY=VALUE, got 'rack'"),
+        (["--topology-level", "a", "--topology-level", "a"], "level 'a' is listed twice"),
+        (
+            ["--executor", "ray", "--ray-address", "127.0.0.1:1", "--node-label", "a=b"],
+            "--node-label: with --executor ray the nodes and their devices come from the Ray",
+        ),
+    ],
+)
+def test_up_refuses_bad_topology_options_before_it_starts(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    home = tmp_path / "home"
+    result = CliRunner().invoke(app, ["up", "--home", str(home), *args])
+    assert result.exit_code != 0
+    assert error in " ".join(result.output.split()), result.output
+    assert not home.exists()
 
 
 def test_dashboard_groups_nodes_by_domain(tmp_path: Path) -> None:

@@ -116,6 +116,12 @@ def test_cli_runs_the_study_and_refuses_a_bad_factor() -> None:
     ways = json.loads(result.stdout)["ways"]
     assert [w["way"] for w in ways] == ["unaware", "required", "preferred"]
     assert all(w["finished"] == 20 for w in ways)
+    # the table gives each way whole, with its figures, one row each
+    table = runner.invoke(app, args[:-2])
+    assert table.exit_code == 0, table.output
+    rows = [line.split()[:3] for line in table.stdout.splitlines()[2:]]
+    expected = [[w["way"], "20/20", f"{w['jct_mean_h']:.2f}"] for w in ways]
+    assert rows == expected, table.stdout
     bad = runner.invoke(app, ["sim", "topology", "--factors", "rack=1.5"])
     assert bad.exit_code == 2
     assert "--factors: 'rack=1.5': expected LEVEL=F with 0 < F <= 1" in bad.output

@@ -31,10 +31,17 @@ _WIDE_COLUMNS = (
 )
 
 
+#: ``jobs``' column of the network domains a running job's tasks hold (with levels only)
+_DOMAINS_COLUMN = Col("domains", wrap=True, drop=1)
+
+
 def print_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
-    """``jobs``' table (``wide``: with the counters, resources and reason)."""
+    """``jobs``' table (``wide``: with the counters, resources and reason), with the domains
+    of the running jobs' tasks when the service has network levels."""
     now = time.time()
-    grid = Grid(f"Jobs ({len(rows)})", _JOB_COLUMNS + (_WIDE_COLUMNS if wide else ()))
+    domains = any("domains" in r for r in rows)
+    columns = _JOB_COLUMNS + ((_DOMAINS_COLUMN,) if domains else ())
+    grid = Grid(f"Jobs ({len(rows)})", columns + (_WIDE_COLUMNS if wide else ()))
     for r in rows:
         cells = [
             r["id"],
@@ -45,6 +52,8 @@ def print_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
             r["state"],
             age(r["submitted_at"], now),
         ]
+        if domains:
+            cells.append(_domains_text([{"domains": d} for d in r.get("domains", ())]) or "-")
         if wide:
             cells += [
                 str(r["run"]),

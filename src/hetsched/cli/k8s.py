@@ -26,6 +26,7 @@ from hetsched.cli.k8s_options import (
 )
 from hetsched.cli.output import fail
 from hetsched.cli.signals import stop_on_signals
+from hetsched.cli.up import topology_levels
 from hetsched.k8s.names import SCHEDULER_NAME
 
 if TYPE_CHECKING:
@@ -267,6 +268,7 @@ def scheduler(
     topology_level: _TopologyLevels = None,
 ) -> None:
     """Schedule pods naming hetsched: watch pods and nodes, bind, explain what waits."""
+    levels = topology_levels(topology_level)
     from hetsched.k8s.leader import LeaseLock
     from hetsched.k8s.scheduler import PodScheduler, run_leading
 
@@ -282,7 +284,7 @@ def scheduler(
         identity=me,
         bind_workers=bind_workers,
         event_queue=EVENT_QUEUE if bind_workers else 0,
-        topology_levels=topology_level or (),
+        topology_levels=levels,
     )
     if federation_namespace is not None:
         from hetsched.k8s.fencing import LeaseFencing

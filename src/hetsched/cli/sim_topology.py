@@ -5,13 +5,25 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.sim.experiments.topology import study
 from hetsched.sim.network import DEFAULT_FACTORS
 
 __all__ = ["topology"]
+
+#: the study's table: the way and its figures whole; where gangs ran wraps, or goes first
+_COLUMNS = (
+    Col("way", keep=True),
+    Col("finished", keep=True, right=True),
+    Col("JCT mean h", keep=True, right=True),
+    Col("JCT p99 h", drop=3, right=True),
+    Col("wait mean h", drop=2, right=True),
+    Col("GPU util", drop=4, right=True),
+    Col("fragmentation", drop=5, right=True),
+    Col("multi-node gangs by level", wrap=True, drop=1),
+)
 
 
 def _factors(text: str) -> dict[str, float]:
@@ -60,12 +72,10 @@ def topology(
     if output is OutputFormat.json:
         print_json({"ways": [o.to_dict() for o in outcomes]})
         return
-    table = Table("way", "finished", "JCT mean h", "JCT p99 h", "wait mean h", "GPU util")
-    table.add_column("fragmentation")
-    table.add_column("multi-node gangs by level")
+    grid = Grid("Topology study", _COLUMNS)
     for o in outcomes:
         spans = ", ".join(f"{k} {v}" for k, v in o.spans.items()) or "-"
-        table.add_row(
+        grid.add(
             o.way,
             f"{o.finished}/{o.jobs}",
             f"{o.jct_mean_h:.2f}",
@@ -75,4 +85,4 @@ def topology(
             f"{o.fragmentation:.1%}",
             spans,
         )
-    console.print(table)
+    print_table(grid)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,7 +15,7 @@ from hetsched.model.specs import SpecError
 if TYPE_CHECKING:
     from hetsched.service.options import Options
 
-__all__ = ["ExecutorKind", "up"]
+__all__ = ["ExecutorKind", "topology_levels", "up"]
 
 
 class ExecutorKind(StrEnum):
@@ -93,6 +93,25 @@ _UpMaxLogSize = Annotated[
     typer.Option(
         help="Keep each running task's stdout and stderr under this size, e.g. 64Mi: past "
         "it the oldest half is dropped, and the log says so (default: no cap).",
+    ),
+]
+
+_UpTopologyLevel = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--topology-level",
+        help="A network level: a node label, broadest first, once per level (e.g. "
+        "network.hetsched.io/block, then network.hetsched.io/rack); jobs ask for one with "
+        "topology: {required|preferred: LABEL}. Default: the levels of the first --cluster "
+        "file that declares them.",
+    ),
+]
+_UpNodeLabel = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--node-label",
+        help="KEY=VALUE: a label of this machine's node, once per label (its rack under "
+        "--topology-level network.hetsched.io/rack, say).",
     ),
 ]
 
@@ -205,6 +224,8 @@ def up(
     lease_s: _UpLeaseS = 8.0,
     accept_empty_store: _UpAcceptEmpty = False,
     max_log_size: _UpMaxLogSize = None,
+    topology_level: _UpTopologyLevel = None,
+    node_label: _UpNodeLabel = None,
 ) -> None:
     """Start the control plane (API, store, reconcile loop) and run tasks on this machine,
     or on a Ray cluster with --executor ray."""
@@ -226,6 +247,7 @@ def up(
         ray_timeout_s=ray_timeout,
         accept_empty_store=accept_empty_store,
         max_log_bytes=_log_bytes(max_log_size),
+        **_topology(topology_level, node_label),
     )
     _check_executor(options)
     _check_fake_devices(options.fake_devices)
@@ -296,6 +318,32 @@ def _run_as(run_as: list[str] | None) -> dict[str, str]:
         if not sep or not user or not account:
             fail(f"--run-as expects USER=OSUSER, got {item!r}")
         mapping[user] = account
+    return mapping
+
+
+def _topology(levels: list[str] | None, labels: list[str] | None) -> dict[str, Any]:
+    """:class:`Options`' ``topology_levels`` and ``node_labels``, checked."""
+    return {"topology_levels": topology_levels(levels), "node_labels": _node_labels(labels)}
+
+
+def topology_levels(levels: list[str] | None) -> tuple[str, ...]:
+    """``--topology-level`` (of ``up`` and ``k8s scheduler``) checked as a cluster file's
+    ``topology: {levels}`` is."""
+    from hetsched.model.topology_spec import levels_problem
+
+    problem = levels_problem(levels or [])
+    if problem is not None:
+        fail(f"--topology-level: {problem}", 2)
+    return tuple(levels or ())
+
+
+def _node_labels(labels: list[str] | None) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for item in labels or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            fail(f"--node-label expects KEY=VALUE, got {item!r}", 2)
+        mapping[key] = value
     return mapping
 
 

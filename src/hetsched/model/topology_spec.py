@@ -3,12 +3,14 @@ cluster file's ``topology: {levels: [...]}`` (see :mod:`hetsched.model.topology`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import Field, model_validator
 
 from hetsched.model.spec_common import Strict
 from hetsched.model.topology import HOST, TopologyRequest
 
-__all__ = ["TopologySpec", "TopologyTreeSpec"]
+__all__ = ["TopologySpec", "TopologyTreeSpec", "levels_problem"]
 
 
 class TopologySpec(Strict):
@@ -40,11 +42,20 @@ class TopologyTreeSpec(Strict):
 
     @model_validator(mode="after")
     def _distinct(self) -> TopologyTreeSpec:
-        for index, label in enumerate(self.levels):
-            if not label:
-                raise ValueError(f"levels[{index}]: a level is a node label, got ''")
-            if label in self.levels[:index]:
-                raise ValueError(f"levels[{index}]: level {label!r} is listed twice")
-            if label == HOST:
-                raise ValueError(f"levels[{index}]: the host is the implicit last level")
+        problem = levels_problem(self.levels)
+        if problem is not None:
+            raise ValueError(problem)
         return self
+
+
+def levels_problem(levels: Sequence[str]) -> str | None:
+    """What is wrong with a list of network levels (an empty label, one listed twice, the
+    host), or None; shared by cluster files and the ``--topology-level`` options."""
+    for index, label in enumerate(levels):
+        if not label:
+            return f"levels[{index}]: a level is a node label, got ''"
+        if label in levels[:index]:
+            return f"levels[{index}]: level {label!r} is listed twice"
+        if label == HOST:
+            return f"levels[{index}]: the host is the implicit last level"
+    return None

@@ -122,6 +122,7 @@ def plan_defrag(
     candidates: Candidates | None = None,
     in_place: bool = False,
     depth: int = 0,
+    within: np.ndarray | None = None,
 ) -> DefragPlan | None:
     """A plan that lets ``needed`` tasks of ``job`` start by moving at most ``max_moves`` of
     ``movers``, or None (see the module docstring). ``state`` is unchanged afterwards.
@@ -129,12 +130,15 @@ def plan_defrag(
     ``candidates(job)``, when the caller knows it (a mask over node rows), is where a task
     of ``job`` would fit with every mover gone; it is computed here otherwise. With
     ``depth`` > 0 a mover that fits nowhere may itself move others to make room (chains of
-    moves; only without ``hold_old``, where a move frees its old place at once)."""
+    moves; only without ``hold_old``, where a move frees its old place at once). With
+    ``within`` (a mask over node rows: a network domain) the tasks of ``job`` go there
+    only; the movers go anywhere ``accept`` allows."""
     by_row = movers if isinstance(movers, MoverIndex) else MoverIndex(state, movers)
     if needed <= 0 or max_moves <= 0 or not len(by_row):
         return None
     work = state if in_place else state.fork()
     planner = _Planner(work, framework, now, by_row, accept, hold_old, candidates)
+    planner.within = None if within is None else (job.id, within)
     depth = 0 if hold_old else depth
     try:
         placements: list[Placement] = []
@@ -172,6 +176,8 @@ class _Planner:
         self.accept = accept
         self.index = movers
         self.candidates = candidates
+        #: a job whose tasks may go to these rows only (its network domain)
+        self.within: tuple[str, np.ndarray] | None = None
         self.keys = 0
         #: movers released by this plan (each at most once), and where they went
         self.gone: set[str] = set()
@@ -209,11 +215,15 @@ class _Planner:
     def _ctx(self, job: Job) -> CycleContext:
         return CycleContext(self.state, job, job.resources, self.now, what_if=True)
 
+    def _rows_for(self, job: Job) -> np.ndarray | None:
+        """The rows ``job``'s tasks are confined to, or None: anywhere."""
+        return self.within[1] if self.within and self.within[0] == job.id else None
+
     # -- placing a job -------------------------------------------------------------------
 
     def place(self, job: Job, budget: int, max_nodes: int, depth: int) -> Placement | None:
         """Place a task of ``job`` (allocated on the state), moving movers if it must."""
-        placement = self.framework.select(self._ctx(job))
+        placement = self.framework.select(self._ctx(job), candidates=self._rows_for(job))
         if placement is not None:
             self._alloc(self._key(job.id, "task"), placement)
             return placement
@@ -277,6 +287,9 @@ class _Planner:
                             empty.release(key)
             ctx = CycleContext(empty, job, job.resources, self.now, what_if=True)
             mask = self.framework.feasible(ctx)
+        confined = self._rows_for(job)
+        if confined is not None:
+            mask = mask & confined
         state = self.state
         rows = [int(r) for r in np.flatnonzero(mask) if self._here(job, int(r))]
         rows.sort(key=lambda r: (-int(state.dev_free_total[r]), -int(state.cpu_free[r]), r))

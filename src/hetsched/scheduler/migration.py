@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from hetsched.cluster.placement import Placement
 from hetsched.cluster.state import AllocationError, ClusterState
@@ -45,10 +46,14 @@ from hetsched.model.lifecycle import JobState
 from hetsched.model.speed import SpeedError, Speeds, resolve
 from hetsched.scheduler.actions import MigrationKind
 from hetsched.scheduler.books import Books
-from hetsched.scheduler.defrag import Mover, plan_defrag
+from hetsched.scheduler.defrag import Mover, MoverIndex, plan_defrag
 from hetsched.scheduler.records import JobRecord
+from hetsched.scheduler.topology import keeps_topology
 
 __all__ = ["defragment", "movable", "run_upgrades", "upgrade"]
+
+#: domains defragmentation tries for a job that requires one (the most free devices first)
+_DEFRAG_DOMAINS = 4
 
 
 def movable(sched: Books, record: JobRecord, now: float) -> bool:
@@ -152,6 +157,11 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
     spec = sched.profile.migration
 
     def accept(mover: Mover, placements: Sequence[Placement]) -> bool:
+        # a move may not take a gang out of the network domains it asked for
+        tasks = [key.task for key, _ in mover.tasks if isinstance(key, TaskKey)]
+        old = [p for _, p in mover.tasks]
+        if not _keeps_topology(sched, mover.job, tasks, old, placements):
+            return False
         # a move may not change what a queue is charged for (a device model flavor)
         if not sched.quotas.enabled:
             return True
@@ -159,17 +169,24 @@ def defragment(sched: Books, record: JobRecord, now: float) -> list[str]:
         return _usage(sched, job, placements) == _usage(sched, job, [p for _, p in mover.tasks])
 
     needed = min(record.job.gang_min, len(record.unplaced))
-    plan = plan_defrag(
-        sched.state,
-        sched.framework,
-        record.job,
-        needed,
-        movers,
-        budget,
-        now,
-        spec.defrag.max_nodes,
-        accept,
-    )
+    index = MoverIndex(sched.state, movers)
+    plan = None
+    for within in _domains_to_try(sched, record):
+        found = plan_defrag(
+            sched.state,
+            sched.framework,
+            record.job,
+            needed,
+            index,
+            budget,
+            now,
+            spec.defrag.max_nodes,
+            accept,
+            within=within,
+        )
+        if found is not None and _fits_its_domains(sched, record, found.placements):
+            plan = found
+            break
     if plan is None:
         sched.moves.fail(record.id, now, spec.defrag.min_interval_s)
         return [
@@ -211,6 +228,55 @@ def _carry_out(
     book.failed.pop(record.id, None)
     sched.promise(record, True)
     return [f"defragmentation: moving {', '.join(moved)}; it starts when they have moved"]
+
+
+def _keeps_topology(
+    sched: Books,
+    job: Job,
+    tasks: Sequence[int],
+    old: Sequence[Placement],
+    new: Sequence[Placement],
+) -> bool:
+    """Do ``tasks`` moved from ``old`` to ``new`` placements keep what ``job`` asked of the
+    network (:func:`hetsched.scheduler.topology.keeps_topology`)?"""
+    if job.topology is None:
+        return True
+    index = sched.state.node_index
+    before = [(t, index[p.node]) for t, p in zip(tasks, old, strict=True)]
+    after = [(t, index[p.node]) for t, p in zip(tasks, new, strict=True)]
+    return keeps_topology(sched.state.network(), job.topology, before, after)
+
+
+def _domains_to_try(sched: Books, record: JobRecord) -> list[npt.NDArray[np.bool_] | None]:
+    """Where defragmentation may seat ``record``: anywhere (None); for a job that requires
+    a network level, the rows of each of the few domains of it with the most free devices
+    (the domain its placed tasks hold, if any)."""
+    topology = record.job.topology
+    net = sched.state.network()
+    if topology is None or topology.required is None or net is None:
+        return [None]
+    depth = net.depth(topology.required)
+    if depth is None or depth == net.host:
+        return [None]  # a node at a time is how the planner works anyway
+    of = net.of[depth]
+    if record.placements:
+        row = sched.state.node_index[next(iter(record.placements.values())).node]
+        chosen = [int(of[row])]
+    else:
+        free = np.bincount(of, weights=sched.state.dev_free_total, minlength=net.size(depth))
+        chosen = [int(d) for d in np.argsort(-free, kind="stable")[:_DEFRAG_DOMAINS]]
+    return [of == domain for domain in chosen]
+
+
+def _fits_its_domains(sched: Books, record: JobRecord, placements: Sequence[Placement]) -> bool:
+    """Would ``record``'s next tasks on ``placements`` (with those it holds) be inside the
+    network domains it asked for? A plan that makes room elsewhere moves jobs for nothing."""
+    if record.job.topology is None:
+        return True
+    held = sorted(record.placements.items())
+    tasks = [t for t, _ in held] + sorted(record.unplaced)[: len(placements)]
+    every = [p for _, p in held] + list(placements)
+    return _keeps_topology(sched, record.job, tasks, every, every)
 
 
 # -- upgrades ------------------------------------------------------------------------------
@@ -264,6 +330,10 @@ def upgrade(sched: Books, record: JobRecord, now: float, min_speedup: float | No
         fork.allocate(f"{record.id}/upgrade{task}", placement)
         placed.append((task, placement))
     if _rate(state, speeds, [p for _, p in placed]) < target:
+        return False
+    tasks, new = [t for t, _ in placed], [p for _, p in placed]
+    old = [record.placements[t] for t in tasks]
+    if not _keeps_topology(sched, record.job, tasks, old, new):
         return False
     if sched.quotas.enabled and _usage(sched, record.job, [p for _, p in placed]) != _usage(
         sched, record.job, list(record.placements.values())

@@ -20,6 +20,7 @@ indexes, each group inside one domain of LABEL2, all of them inside the job's do
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,6 +38,7 @@ __all__ = [
     "Taker",
     "TopologyPlan",
     "domain_room",
+    "keeps_topology",
     "place_in_domains",
     "unresolvable",
 ]
@@ -298,3 +300,38 @@ def unresolvable(net: Network | None, topology: TopologyRequest) -> str | None:
             f"{short_level(wanted[0])}; slices go inside the job's domain"
         )
     return None
+
+
+def keeps_topology(
+    net: Network | None,
+    topology: TopologyRequest | None,
+    before: Sequence[tuple[int, int]],
+    after: Sequence[tuple[int, int]],
+) -> bool:
+    """Would a running job that asks ``topology`` still have what it asked for if its tasks
+    moved from ``before`` to ``after`` ((task, row) pairs)? A required level: one domain of
+    it; slices: each inside one domain of its level; a preferred level: no more domains of
+    it than now (a move may not spread a gang further)."""
+    if topology is None or net is None:
+        return True
+    depth = net.depth(topology.level)
+    if depth is None:
+        return True
+
+    def spans(rows: Iterable[int], level: int) -> int:
+        return len({net.domain_of(level, row) for row in rows})
+
+    rows = [row for _, row in after]
+    if topology.required is not None and spans(rows, depth) > 1:
+        return False
+    if topology.preferred is not None and spans(rows, depth) > spans(
+        (row for _, row in before), depth
+    ):
+        return False
+    inner = None if topology.slice_required is None else net.depth(topology.slice_required)
+    if inner is None or not topology.slice_size:
+        return True
+    slices: dict[int, list[int]] = {}
+    for task, row in after:
+        slices.setdefault(task // topology.slice_size, []).append(row)
+    return all(spans(members, inner) == 1 for members in slices.values())

@@ -85,6 +85,7 @@ def check_executor(options: Options) -> None:
         "--fake-devices": options.fake_devices is not None,
         "--backend": options.device_backends is not None,
         "--node-name": options.node_name is not None,
+        "--node-label": bool(options.node_labels),
     }
     given = [flag for flag, used in local_only.items() if used]
     if given:
@@ -99,8 +100,9 @@ def local_engine(options: Options, home: Path, instance: str, profile: ProfileSp
     executor."""
     watcher = _watcher(options)
     local = watcher.initial()
+    local = replace(local, labels={**local.labels, **options.node_labels})
     simulated: list[Node] = []
-    levels: tuple[str, ...] = ()
+    levels = options.topology_levels
     for path in options.cluster:
         nodes, declared = load_cluster_levels(path)
         # marked, so that their devices are said to be unmeasured (controlplane/utilization.py)
@@ -162,6 +164,8 @@ def ray_engine(options: Options, home: Path, instance: str, profile: ProfileSpec
         # its rounds run on the nodes, by their agents; this one publishes their alerts
         Guard(profile.guard, "ray") if profile.guard.enabled else None,
         on_joined=on_joined,
+        # the Ray nodes' labels (``ray start --labels``) place them in the domains
+        levels=options.topology_levels,
     )
 
 

@@ -71,6 +71,11 @@ class Options:
     accept_empty_store: bool = False
     #: each running task's stdout and stderr are kept under this many bytes (None: no cap)
     max_log_bytes: int | None = None
+    #: network levels (node labels, broadest first); empty: those of the first cluster
+    #: file that declares them (docs/concepts.md#network-topology)
+    topology_levels: tuple[str, ...] = ()
+    #: labels of this machine's node (its network domains, say), over those discovered
+    node_labels: dict[str, str] = field(default_factory=dict)
 
     def resolved(self) -> Options:
         """Fill in what ``demo`` implies."""

@@ -190,7 +190,7 @@ def _add_job_list_route(
         if len(rows) > limit:
             rows = rows[:limit]
             response.headers["X-Next-Cursor"] = str(rows[-1]["seq"])
-        return [_job_view(r) for r in rows]
+        return _running_domains([_job_view(r) for r in rows], service)
 
 
 async def _json_body(request: Request) -> tuple[bytes, str | None]:
@@ -267,6 +267,24 @@ def _with_domains(view: dict[str, Any], service: Service) -> dict[str, Any]:
         if task["node"] in domains:
             task["domains"] = domains[task["node"]]
     return view
+
+
+def _running_domains(views: list[dict[str, Any]], service: Service) -> list[dict[str, Any]]:
+    """Each running job's ``domains``: its running tasks' network domains (by level label),
+    in task order, when the service has levels."""
+    domains = {n["name"]: n["domains"] for n in service.loop.nodes_view if "domains" in n}
+    if not domains:
+        return views
+    with service.loop.lock:
+        running = service.loop.view.running_placements()
+    tasks: dict[str, list[tuple[int, str]]] = {}
+    for (job_id, task), placement in running.items():
+        tasks.setdefault(job_id, []).append((task, placement.node))
+    for view in views:
+        held = sorted(tasks.get(view["id"], ()))
+        if held:
+            view["domains"] = [domains.get(node, {}) for _, node in held]
+    return views
 
 
 def _job_view(row: dict[str, Any], task_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
