@@ -203,3 +203,47 @@ def test_under_drf_a_waiting_job_of_a_user_with_a_larger_share_does_not_hold_a_g
         grown[sort] = [len(m.placements) for m in _of(actions, Migrate)]
     # drf: c uses more than a, so w's claim is worse than e's grow; fifo: w came first
     assert grown == {"drf": [4], "fifo": []}
+
+
+def _reclaim_core() -> Scheduler:
+    a = {"name": "a", "parent": "org", "nominal": {"gpu": 4}}
+    b = {"name": "b", "parent": "org", "nominal": {"gpu": 4}}
+    spec = {
+        "flavors": ["gpu"],
+        "queues": [{"name": "org"}, a, b],
+        "post_filter": [{"name": "preemption", "args": {"grace_s": 5}}],
+    }
+    return Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(spec))
+
+
+def test_quota_reclaim_shrinks_a_borrowing_elastic_job_instead_of_evicting_it() -> None:
+    core = _reclaim_core()
+    core.handle([JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=2, queue="a"))], 0)
+    assert core.record("e").count == 8  # a borrows b's 4 idle GPUs
+    actions = core.handle([JobSubmitted(job("r", gpus=3, queue="b"))], 10)
+    # b takes back 3 of its 4: e is shrunk from 8 to 5 (a keeps 5 >= its 4), not evicted
+    assert not _of(actions, Preempt)
+    (move,) = _of(actions, Migrate)
+    assert (move.kind, move.for_job) == (MigrationKind.RESIZE, "r")
+    assert [t for t, _ in move.placements] == [0, 1, 2, 3, 4]
+    actions = core.handle([TaskStopped("e", t, 1) for t in range(8)], 12)
+    binds = {b.job_id: b for b in _of(actions, Bind)}
+    assert (binds["e"].run, binds["e"].replicas) == (2, 5)
+    assert _used(core, "r") == 3 and _used(core, "e") == 5
+
+
+def test_an_elastic_job_inside_its_minimum_runtime_is_neither_shrunk_nor_evicted() -> None:
+    spec = {
+        "queue_sort": "priority",
+        "post_filter": [{"name": "preemption", "args": {"grace_s": 5, "min_runtime_s": 60}}],
+    }
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(spec))
+    core.handle([JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=2))], 0)
+    actions = core.handle([JobSubmitted(job("hi", gpus=4, priority=5))], 30)
+    # e has run 30 s of its 60: hi waits, e keeps all 8
+    assert not _of(actions, Migrate) and not _of(actions, Preempt) and not _of(actions, Kill)
+    assert core.record("e").count == 8 and core.record("hi").state is JobState.PENDING
+    # at 61 s e may be shrunk: to 4, by what hi needs
+    actions = core.handle([], 61)
+    (move,) = _of(actions, Migrate)
+    assert (move.for_job, len(move.placements)) == ("hi", 4)
