@@ -8,7 +8,7 @@ from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
 from hetsched.model.job import DeviceRequest, Job, TaskGroup, TaskRequest
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import Bind, JobSubmitted, Scheduler, TaskFinished
+from hetsched.scheduler import Bind, JobSubmitted, Preempt, Scheduler, TaskFinished, TaskStopped
 
 DRIVER = TaskRequest(8000)
 WORKER = TaskRequest(devices=(DeviceRequest.of("gpu", 1),))
@@ -61,3 +61,62 @@ def test_a_group_no_node_could_ever_hold_makes_the_job_unresolvable() -> None:
     record = core.record("h")
     assert record.state is JobState.PENDING
     assert record.explanation is not None and record.explanation.code.value == "unresolvable"
+
+
+SMALL_DRIVER = TaskRequest(8000)
+SMALL_WORKER = TaskRequest(2000, devices=(DeviceRequest.of("gpu", 1),))
+
+
+def _pair(name: str, hetero: bool) -> list[Job]:
+    """A driver (8 CPUs) and 2 workers (1 GPU and 2 CPUs each): one job with groups, or
+    the workaround of a workers job and a driver job (workers submitted first)."""
+    if hetero:
+        groups = (TaskGroup("workers", 2, SMALL_WORKER), TaskGroup("driver", 1, SMALL_DRIVER))
+        return [Job(name, SMALL_WORKER, replicas=3, groups=groups)]
+    return [Job(f"{name}-workers", SMALL_WORKER, replicas=2), Job(f"{name}-driver", SMALL_DRIVER)]
+
+
+def _binds(actions: list[object]) -> list[str]:
+    return [a.job_id for a in actions if isinstance(a, Bind)]
+
+
+def test_two_pairs_deadlock_as_two_jobs_each_but_run_one_after_the_other_as_groups() -> None:
+    # one node, 4 GPUs and 12 CPUs; a pair needs 2 GPUs and 4 + 8 = 12 CPUs
+    node = [gpu_node("g0", gpus=4, cpu=12_000)]
+    two = Scheduler(ClusterState(node), parse_profile({"queue_sort": "priority"}))
+    workers, drivers = zip(_pair("p", False), _pair("q", False), strict=True)
+    assert _binds(two.handle([JobSubmitted(j) for j in workers], 0)) == ["p-workers", "q-workers"]
+    # both workers jobs run (8 CPUs); 4 are left, each driver needs 8: the workers wait
+    # for drivers that wait for the workers' CPUs, and nothing the core does changes it
+    assert not _binds(two.handle([JobSubmitted(j) for j in drivers], 1))
+    assert two.record("p-driver").state is JobState.PENDING
+    assert two.record("q-driver").state is JobState.PENDING
+    assert not _binds(two.handle([], 3600))
+    # as one job each: p starts whole (all 12 CPUs), q waits holding nothing, then runs
+    one = Scheduler(ClusterState(node), parse_profile({"queue_sort": "priority"}))
+    actions = one.handle([JobSubmitted(j) for j in _pair("p", True) + _pair("q", True)], 0)
+    assert _binds(actions) == ["p"]
+    assert not [k for k in one.state.allocations if k.job == "q"]
+    actions = one.handle([TaskFinished("p", t, 1) for t in range(3)], 10)
+    assert _binds(actions) == ["q"]
+
+
+def test_a_job_with_groups_is_preempted_whole_as_one_job() -> None:
+    spec = {"queue_sort": "priority", "post_filter": [{"name": "preemption"}]}
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=4, cpu=12_000)]), parse_profile(spec))
+    core.handle([JobSubmitted(j) for j in _pair("p", True)], 0)
+    # a high-priority job needs 1 GPU and 2 CPUs: nothing is free, the pair goes whole
+    urgent = Job("u", SMALL_WORKER, priority=5)
+    actions = core.handle([JobSubmitted(urgent)], 10)
+    (preempt,) = [a for a in actions if isinstance(a, Preempt)]
+    assert (preempt.job_id, preempt.tasks, preempt.preemptor) == ("p", (0, 1, 2), "u")
+    record = core.record("p")
+    assert record.preemptions == 1 and record.state is JobState.PENDING
+    actions = core.handle([TaskStopped("p", t, 1) for t in range(3)], 11)
+    assert _binds(actions) == ["u"]
+    # 3 GPUs and 10 CPUs are left, the pair needs 12 CPUs: it waits whole, holding no part
+    # of its next run (its driver alone would fit)
+    assert core.record("p").state is JobState.PENDING
+    assert not [k for k in core.state.allocations if k.job == "p"]
+    actions = core.handle([TaskFinished("u", 0, 1)], 20)
+    assert _binds(actions) == ["p"] and core.record("p").run == 2
