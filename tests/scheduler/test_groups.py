@@ -8,7 +8,9 @@ from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
 from hetsched.model.job import DeviceRequest, Job, TaskGroup, TaskRequest
 from hetsched.model.lifecycle import JobState
+from hetsched.model.topology import TopologyRequest
 from hetsched.scheduler import Bind, JobSubmitted, Preempt, Scheduler, TaskFinished, TaskStopped
+from hetsched.scheduler.placing import trial
 
 DRIVER = TaskRequest(8000)
 WORKER = TaskRequest(devices=(DeviceRequest.of("gpu", 1),))
@@ -120,3 +122,31 @@ def test_a_job_with_groups_is_preempted_whole_as_one_job() -> None:
     assert not [k for k in core.state.allocations if k.job == "p"]
     actions = core.handle([TaskFinished("u", 0, 1)], 20)
     assert _binds(actions) == ["p"] and core.record("p").run == 2
+
+
+def test_a_job_with_groups_that_requires_one_rack_places_each_group_with_its_own_request() -> None:
+    # rack r1: a0, a1 with 4 GPUs and 4 CPUs each; rack r2: a2, a3 with 4 GPUs and 64 CPUs.
+    # 6 workers (1 GPU, 1 CPU) fit in either rack; the driver's 8 CPUs only in r2: the
+    # whole job goes to r2, the driver with its 8 CPUs and no GPU
+    rack = "net/rack"
+    nodes = [
+        gpu_node(f"a{i}", gpus=4, cpu=4_000 if i < 2 else 64_000, labels={rack: f"r{1 + i // 2}"})
+        for i in range(4)
+    ]
+    worker = TaskRequest(1000, devices=(DeviceRequest.of("gpu", 1),))
+    groups = (TaskGroup("workers", 6, worker), TaskGroup("driver", 1, DRIVER))
+    hetero = Job("h", worker, replicas=7, groups=groups, topology=TopologyRequest(required=rack))
+    state = ClusterState(nodes)
+    state.set_topology((rack,))
+    core = Scheduler(state, parse_profile({"score": ["bestfit"]}))
+    # what-if (backfill, preemption): the same placement, given back afterwards
+    tried = trial(core.framework, state, hetero, 7, 0)
+    assert tried is not None and [p.node for p in tried] == ["a2"] * 4 + ["a3"] * 3
+    assert state.allocations == {}
+    (bind,) = [a for a in core.handle([JobSubmitted(hetero)], 0) if isinstance(a, Bind)]
+    placed = {t: (p.node, p.cpu_milli, len(p.devices)) for t, p in bind.placements}
+    assert {t: n for t, (n, _, _) in placed.items()} == {
+        0: "a2", 1: "a2", 2: "a2", 3: "a2", 4: "a3", 5: "a3", 6: "a3"
+    }  # fmt: skip
+    assert placed[6] == ("a3", 8000, 0)
+    assert all(placed[t][1:] == (1000, 1) for t in range(6))
