@@ -190,7 +190,16 @@ def _add_job_list_route(
         if len(rows) > limit:
             rows = rows[:limit]
             response.headers["X-Next-Cursor"] = str(rows[-1]["seq"])
-        return [_job_view(r) for r in rows]
+        return [_listed(service, r) for r in rows]
+
+
+def _listed(service: Service, row: dict[str, Any]) -> dict[str, Any]:
+    """A job in the list: its view, with a running elastic job's count (its tasks read for
+    those jobs only)."""
+    view = _job_view(row)
+    if view.get("min_replicas") is not None and row["state"] == "running":
+        view["count"] = _count(row, service.store.job_tasks(row["id"]))
+    return view
 
 
 async def _json_body(request: Request) -> tuple[bytes, str | None]:
