@@ -3,9 +3,12 @@ or nothing, explained per group; outcomes computed by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from builders import cpu_node, gpu_node, job
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
+from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.job import DeviceRequest, Job, TaskGroup, TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.model.topology import TopologyRequest
@@ -150,3 +153,15 @@ def test_a_job_with_groups_that_requires_one_rack_places_each_group_with_its_own
     }  # fmt: skip
     assert placed[6] == ("a3", 8000, 0)
     assert all(placed[t][1:] == (1000, 1) for t in range(6))
+
+
+def test_a_checkpointing_job_with_groups_gets_one_notice_for_all_its_tasks() -> None:
+    spec = {"queue_sort": "priority", "post_filter": [{"name": "preemption"}]}
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=4, cpu=12_000)]), parse_profile(spec))
+    (pair,) = _pair("p", True)
+    saves = replace(pair, checkpoint=Checkpointing(None, 30.0, "SIGUSR1", 0.0))
+    core.handle([JobSubmitted(saves)], 0)
+    actions = core.handle([JobSubmitted(Job("u", SMALL_WORKER, priority=5))], 10)
+    (preempt,) = [a for a in actions if isinstance(a, Preempt)]
+    # every task of every group, each with the job's one notice
+    assert (preempt.tasks, preempt.notice_s) == ((0, 1, 2), 30.0)
