@@ -274,12 +274,7 @@ def _choose(
     needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
     promises = _promised(sched, now, skip=preemptor)
     fork = promises.fork
-    for key, _ in _held_keys(preemptor):  # its own partial gang hold: placed afresh
-        fork.release(key)
-    for victim in pool:
-        for key, _ in _keys(victim):
-            if key.task >= floors.get(victim.id, 0):
-                fork.release(key)
+    _clear(fork, preemptor, pool, floors)
     removed = {v.id for v in pool if v.id not in floors}
     cut = {v.id: floors[v.id] for v in pool if v.id in floors}
     if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus, cut):
@@ -322,6 +317,19 @@ def _choose(
     kept = {v.id: kinds[v.id] for v in victims}
     kept.update((i, kinds[i]) for i in shrinks)
     return Plan(victims, kept, args.grace_s, shrinks)
+
+
+def _clear(
+    fork: ClusterState, preemptor: JobRecord, pool: list[JobRecord], floors: Mapping[str, int]
+) -> None:
+    """Release on ``fork`` the preemptor's own partial gang hold (it is placed afresh) and
+    every candidate's tasks, but a victim's ranks below its floor."""
+    for key, _ in _held_keys(preemptor):
+        fork.release(key)
+    for victim in pool:
+        for key, _ in _keys(victim):
+            if key.task >= floors.get(victim.id, 0):
+                fork.release(key)
 
 
 def _floor(victim: JobRecord) -> int:
