@@ -165,3 +165,21 @@ def test_a_checkpointing_job_with_groups_gets_one_notice_for_all_its_tasks() -> 
     (preempt,) = [a for a in actions if isinstance(a, Preempt)]
     # every task of every group, each with the job's one notice
     assert (preempt.tasks, preempt.notice_s) == ((0, 1, 2), 30.0)
+
+
+def test_fair_share_counts_every_group_of_a_job() -> None:
+    # one node, 8 GPUs and 64 CPUs. User a runs workers (2 x 1 GPU) and a driver of 32 CPUs:
+    # a's dominant share is its CPUs, 32/64 = 0.5 (its GPUs alone would be 2/8 = 0.25).
+    # User b runs 3 GPUs: 3/8 = 0.375. With 3 GPUs left, a2 (a, first) and b2 (b) want 3
+    # each: drf starts b2, whose user uses less; fifo starts a2
+    started = {}
+    for sort in ("drf", "fifo"):
+        core = Scheduler(
+            ClusterState([gpu_node("g0", cpu=64_000)]), parse_profile({"queue_sort": sort})
+        )
+        groups = (TaskGroup("workers", 2, WORKER), TaskGroup("driver", 1, TaskRequest(32_000)))
+        core.handle([JobSubmitted(Job("h", WORKER, replicas=3, groups=groups, user="a"))], 0)
+        core.handle([JobSubmitted(job("b1", gpus=3, user="b"))], 1)
+        waiting = [job("a2", gpus=3, user="a"), job("b2", gpus=3, user="b")]
+        started[sort] = _binds(core.handle([JobSubmitted(j) for j in waiting], 2))
+    assert started == {"drf": ["b2"], "fifo": ["a2"]}
