@@ -194,11 +194,12 @@ def _add_job_list_route(
 
 
 def _listed(service: Service, row: dict[str, Any]) -> dict[str, Any]:
-    """A job in the list: its view, with a running elastic job's count (its tasks read for
-    those jobs only)."""
+    """A job in the list: its view, with an elastic job's count (None while it does not
+    run; the tasks are read for running elastic jobs only)."""
     view = _job_view(row)
-    if view.get("min_replicas") is not None and row["state"] == "running":
-        view["count"] = _count(row, service.store.job_tasks(row["id"]))
+    if view.get("min_replicas") is not None:
+        running = row["state"] == "running"
+        view["count"] = _count(row, service.store.job_tasks(row["id"])) if running else None
     return view
 
 
