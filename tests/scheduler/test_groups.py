@@ -12,7 +12,15 @@ from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.job import DeviceRequest, Job, TaskGroup, TaskRequest
 from hetsched.model.lifecycle import JobState
 from hetsched.model.topology import TopologyRequest
-from hetsched.scheduler import Bind, JobSubmitted, Preempt, Scheduler, TaskFinished, TaskStopped
+from hetsched.scheduler import (
+    Bind,
+    JobSubmitted,
+    Preempt,
+    Reject,
+    Scheduler,
+    TaskFinished,
+    TaskStopped,
+)
 from hetsched.scheduler.placing import trial
 
 DRIVER = TaskRequest(8000)
@@ -183,3 +191,18 @@ def test_fair_share_counts_every_group_of_a_job() -> None:
         waiting = [job("a2", gpus=3, user="a"), job("b2", gpus=3, user="b")]
         started[sort] = _binds(core.handle([JobSubmitted(j) for j in waiting], 2))
     assert started == {"drf": ["b2"], "fifo": ["a2"]}
+
+
+def test_a_queue_quota_counts_each_group_with_its_own_request() -> None:
+    # queue q may use 4 GPUs. 4 workers (1 GPU each) and a CPU-only driver use 4: they
+    # start (each of the 5 tasks counted as a worker would be 5); 5 workers never can
+    limit = {"name": "q", "nominal": {"gpu": 4}, "borrowing_limit": {"gpu": 0}}
+    spec = {"flavors": ["gpu"], "queues": [limit]}
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(spec))
+    fits = replace(_hetero("fits", workers=4), queue="q")
+    actions = core.handle([JobSubmitted(fits)], 0)
+    assert _binds(actions) == ["fits"]
+    too_many = replace(_hetero("big", workers=5), queue="q")
+    actions = core.handle([JobSubmitted(too_many)], 1)
+    (reject,) = [a for a in actions if isinstance(a, Reject)]
+    assert reject.job_id == "big" and "at most 4 gpu" in reject.reason
