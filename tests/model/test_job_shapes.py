@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
+from builders import EXAMPLES
+from hetsched.cli.jobfile import validate_job_file
 from hetsched.model.job import ResizeMode
 from hetsched.model.specs import SpecError, parse_jobs
 
@@ -65,3 +68,15 @@ def test_bad_shapes_name_the_field(job: dict[str, Any], message: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_jobs({"jobs": [{"name": "j", **job}]})
     assert message in str(caught.value), str(caught.value)
+
+
+def test_the_example_file_builds_an_elastic_job_and_a_driver_with_its_workers() -> None:
+    # as `hetsched check` and `hetsched submit` read it (the API's rules)
+    path = EXAMPLES / "jobs" / "shapes.yaml"
+    elastic, hetero = validate_job_file(yaml.safe_load(path.read_text()), str(path)).build()
+    assert (elastic.replicas, elastic.gang_min, elastic.resize) == (8, 2, ResizeMode.CHECKPOINT)
+    assert hetero.replicas == 9 and hetero.gang_min == 9
+    assert hetero.group_of(0) == (hetero.groups[0], 0) and hetero.groups[0].name == "driver"
+    assert hetero.request_of(0).cpu_milli == 8000 and not hetero.request_of(0).devices
+    assert hetero.group_of(8) == (hetero.groups[1], 7)
+    assert hetero.request_of(8).cpu_milli == 2000 and len(hetero.request_of(8).devices) == 1
