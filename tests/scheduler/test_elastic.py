@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from builders import gpu_node, job
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
@@ -205,7 +208,7 @@ def test_under_drf_a_waiting_job_of_a_user_with_a_larger_share_does_not_hold_a_g
     assert grown == {"drf": [4], "fifo": []}
 
 
-def _reclaim_core() -> Scheduler:
+def _reclaim_core(nodes: int = 1) -> Scheduler:
     a = {"name": "a", "parent": "org", "nominal": {"gpu": 4}}
     b = {"name": "b", "parent": "org", "nominal": {"gpu": 4}}
     spec = {
@@ -213,7 +216,8 @@ def _reclaim_core() -> Scheduler:
         "queues": [{"name": "org"}, a, b],
         "post_filter": [{"name": "preemption", "args": {"grace_s": 5}}],
     }
-    return Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(spec))
+    cluster = [gpu_node(f"g{i}", gpus=8 // nodes) for i in range(nodes)]
+    return Scheduler(ClusterState(cluster), parse_profile(spec))
 
 
 def test_quota_reclaim_shrinks_a_borrowing_elastic_job_instead_of_evicting_it() -> None:
@@ -247,3 +251,48 @@ def test_an_elastic_job_inside_its_minimum_runtime_is_neither_shrunk_nor_evicted
     actions = core.handle([], 61)
     (move,) = _of(actions, Migrate)
     assert (move.for_job, len(move.placements)) == ("hi", 4)
+
+
+def _gpus_of(core: Scheduler, queue: str) -> int:
+    return core.ledger.by_queue.get(queue, {}).get("gpu", 0) // 1000
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lenders=st.lists(
+        st.tuples(
+            st.integers(1, 4),
+            st.sampled_from([None, ResizeMode.CHECKPOINT, ResizeMode.LIVE]),
+            st.integers(1, 4),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    claim=st.integers(1, 4),
+    nodes=st.sampled_from([1, 2]),
+)
+def test_reclaim_with_elastic_jobs_never_takes_the_lender_below_its_guarantee(
+    lenders: list[tuple[int, ResizeMode | None, int]], claim: int, nodes: int
+) -> None:
+    """Queue a (guaranteed 4 of 8 GPUs, on one node or two) runs rigid and elastic jobs,
+    borrowing; b claims up to its own 4 in one task: once every stop is done, a holds at
+    least min(what it held, 4)."""
+    core = _reclaim_core(nodes)
+    for i, (gpus, resize, least) in enumerate(lenders):
+        if resize is None:
+            spec = job(f"a{i}", gpus=gpus, queue="a")
+        else:
+            bounds = {"replicas": gpus, "min_replicas": min(least, gpus), "resize": resize}
+            spec = job(f"a{i}", gpus=1, queue="a", **bounds)
+        core.handle([JobSubmitted(spec)], float(i))
+    before = _gpus_of(core, "a")
+    actions = core.handle([JobSubmitted(job("r", gpus=claim, queue="b"))], 100)
+    stops = [TaskStopped(k.job_id, k.task, k.run) for k in _of(actions, Kill)]
+    for a in _of(actions, Preempt) + _of(actions, Migrate):
+        stops += [TaskStopped(a.job_id, t, a.run) for t in a.tasks]
+    core.handle(stops, 101)
+    assert _gpus_of(core, "a") >= min(before, 4)
+    for record in core.elastic.values():
+        if record.state is JobState.RUNNING:
+            assert record.job.min_replicas is not None
+            assert record.job.min_replicas <= record.count <= record.job.replicas
