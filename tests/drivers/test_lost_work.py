@@ -13,7 +13,15 @@ from hetsched.cluster.placement import DeviceShare, Placement
 from hetsched.drivers import Exit, Interpreter, Observer, Start, Stop
 from hetsched.keys import TaskKey
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import Action, Bind, Change, JobTransition, Preempt
+from hetsched.scheduler import (
+    Action,
+    Bind,
+    Change,
+    JobTransition,
+    Migrate,
+    MigrationKind,
+    Preempt,
+)
 
 P0 = Placement("n", 1000, 1024, (DeviceShare("n/gpu0", 1000),))
 P1 = Placement("n", 1000, 1024, (DeviceShare("n/gpu1", 1000),))
@@ -127,3 +135,20 @@ def test_lost_work_is_told_once_per_stopped_run_and_only_since_its_last_checkpoi
     assert [lost for *_, lost in told.lost] == pytest.approx([lost for *_, lost in expected])
     # a run's loss never exceeds the time it ran
     assert all(lost >= 0 for *_, lost in told.lost)
+
+
+def test_a_run_resized_through_a_restart_loses_the_time_since_its_last_checkpoint() -> None:
+    # an elastic job shrunk at 30 s (checkpoint at 20 s): its run 1 lost 10 s, as a
+    # preempted run would; the kept rank goes on in run 2
+    told = Told()
+    interpreter = Interpreter(told, told, lost_work=True)
+    interpreter.carry_out(_bind(1, 0.0), 0.0)
+    interpreter.checkpointed(TaskKey("j", 0, 1), 20.0)
+    moved = JobTransition(
+        "j", 30.0, JobState.RUNNING, JobState.RUNNING, Change.RESIZING, "", 1, 0, 0.0
+    )
+    shrink = Migrate("j", 1, (0, 1), ((0, P0),), 10.0, 5.0, "room", MigrationKind.RESIZE, "hi")
+    interpreter.carry_out([moved, shrink], 30.0)
+    interpreter.report(Exit(TaskKey("j", 0, 1)))
+    interpreter.report(Exit(TaskKey("j", 1, 1)))
+    assert told.lost == [("j", 1, 10.0)]

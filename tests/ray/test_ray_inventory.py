@@ -8,9 +8,11 @@ import pytest
 from ray_fixtures import check
 
 from hetsched.model.device import Health
-from hetsched.ray.inventory import logical_devices
+from hetsched.ray import _api
+from hetsched.ray.inventory import RayInventory, logical_devices
 from hetsched.ray.probe import found_from_dict, parse_backends, probe
 from hetsched.ray.testing import NamespacedCluster
+from hetsched.scheduler.events import NodeAdded
 
 
 @pytest.mark.parametrize(
@@ -116,3 +118,28 @@ def test_health_changes_joins_and_deaths_become_events(ray_cluster: NamespacedCl
     assert removed[0][2].startswith("Ray node died")
     assert value["h100_id_after"] is None
     assert value["names_after"] == ["a100-0", "cpu-0", "t4-0"]
+
+
+@pytest.mark.parametrize(
+    ("node_labels", "address"),
+    [
+        ({}, "10.0.0.7"),  # Ray's address for the node
+        ({"hetsched.io/address": "gpu-7.example"}, "gpu-7.example"),  # the operator's
+    ],
+)
+def test_a_ray_node_is_reached_at_its_address_in_rays_table(
+    monkeypatch: pytest.MonkeyPatch, node_labels: dict[str, str], address: str
+) -> None:
+    entry = {
+        "NodeID": "f" * 56,
+        "Alive": True,
+        "NodeManagerAddress": "10.0.0.7",
+        "NodeManagerHostname": "gpu-7",
+        "Labels": {"hetsched.io/discovery": "ray", **node_labels},
+        "Resources": {"CPU": 4.0, "GPU": 1.0, "accelerator_type:A100": 1.0},
+    }
+    monkeypatch.setattr(_api, "nodes", lambda: [entry])
+    (added,) = RayInventory().poll(now=0.0)
+    assert isinstance(added, NodeAdded)
+    assert added.node.name == "gpu-7"
+    assert added.node.labels["hetsched.io/address"] == address

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from builders import gpu_node, job
 from hetsched.cluster import ClusterState
 from hetsched.framework.profile import parse_profile
@@ -203,3 +206,93 @@ def test_under_drf_a_waiting_job_of_a_user_with_a_larger_share_does_not_hold_a_g
         grown[sort] = [len(m.placements) for m in _of(actions, Migrate)]
     # drf: c uses more than a, so w's claim is worse than e's grow; fifo: w came first
     assert grown == {"drf": [4], "fifo": []}
+
+
+def _reclaim_core(nodes: int = 1) -> Scheduler:
+    a = {"name": "a", "parent": "org", "nominal": {"gpu": 4}}
+    b = {"name": "b", "parent": "org", "nominal": {"gpu": 4}}
+    spec = {
+        "flavors": ["gpu"],
+        "queues": [{"name": "org"}, a, b],
+        "post_filter": [{"name": "preemption", "args": {"grace_s": 5}}],
+    }
+    cluster = [gpu_node(f"g{i}", gpus=8 // nodes) for i in range(nodes)]
+    return Scheduler(ClusterState(cluster), parse_profile(spec))
+
+
+def test_quota_reclaim_shrinks_a_borrowing_elastic_job_instead_of_evicting_it() -> None:
+    core = _reclaim_core()
+    core.handle([JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=2, queue="a"))], 0)
+    assert core.record("e").count == 8  # a borrows b's 4 idle GPUs
+    actions = core.handle([JobSubmitted(job("r", gpus=3, queue="b"))], 10)
+    # b takes back 3 of its 4: e is shrunk from 8 to 5 (a keeps 5 >= its 4), not evicted
+    assert not _of(actions, Preempt)
+    (move,) = _of(actions, Migrate)
+    assert (move.kind, move.for_job) == (MigrationKind.RESIZE, "r")
+    assert [t for t, _ in move.placements] == [0, 1, 2, 3, 4]
+    actions = core.handle([TaskStopped("e", t, 1) for t in range(8)], 12)
+    binds = {b.job_id: b for b in _of(actions, Bind)}
+    assert (binds["e"].run, binds["e"].replicas) == (2, 5)
+    assert _used(core, "r") == 3 and _used(core, "e") == 5
+
+
+def test_an_elastic_job_inside_its_minimum_runtime_is_neither_shrunk_nor_evicted() -> None:
+    spec = {
+        "queue_sort": "priority",
+        "post_filter": [{"name": "preemption", "args": {"grace_s": 5, "min_runtime_s": 60}}],
+    }
+    core = Scheduler(ClusterState([gpu_node("g0", gpus=8)]), parse_profile(spec))
+    core.handle([JobSubmitted(job("e", gpus=1, replicas=8, min_replicas=2))], 0)
+    actions = core.handle([JobSubmitted(job("hi", gpus=4, priority=5))], 30)
+    # e has run 30 s of its 60: hi waits, e keeps all 8
+    assert not _of(actions, Migrate) and not _of(actions, Preempt) and not _of(actions, Kill)
+    assert core.record("e").count == 8 and core.record("hi").state is JobState.PENDING
+    # at 61 s e may be shrunk: to 4, by what hi needs
+    actions = core.handle([], 61)
+    (move,) = _of(actions, Migrate)
+    assert (move.for_job, len(move.placements)) == ("hi", 4)
+
+
+def _gpus_of(core: Scheduler, queue: str) -> int:
+    return core.ledger.by_queue.get(queue, {}).get("gpu", 0) // 1000
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lenders=st.lists(
+        st.tuples(
+            st.integers(1, 4),
+            st.sampled_from([None, ResizeMode.CHECKPOINT, ResizeMode.LIVE]),
+            st.integers(1, 4),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    claim=st.integers(1, 4),
+    nodes=st.sampled_from([1, 2]),
+)
+def test_reclaim_with_elastic_jobs_never_takes_the_lender_below_its_guarantee(
+    lenders: list[tuple[int, ResizeMode | None, int]], claim: int, nodes: int
+) -> None:
+    """Queue a (guaranteed 4 of 8 GPUs, on one node or two) runs rigid and elastic jobs,
+    borrowing; b claims up to its own 4 in one task: once every stop is done, a holds at
+    least min(what it held, 4)."""
+    core = _reclaim_core(nodes)
+    for i, (gpus, resize, least) in enumerate(lenders):
+        if resize is None:
+            spec = job(f"a{i}", gpus=gpus, queue="a")
+        else:
+            bounds = {"replicas": gpus, "min_replicas": min(least, gpus), "resize": resize}
+            spec = job(f"a{i}", gpus=1, queue="a", **bounds)
+        core.handle([JobSubmitted(spec)], float(i))
+    before = _gpus_of(core, "a")
+    actions = core.handle([JobSubmitted(job("r", gpus=claim, queue="b"))], 100)
+    stops = [TaskStopped(k.job_id, k.task, k.run) for k in _of(actions, Kill)]
+    for a in _of(actions, Preempt) + _of(actions, Migrate):
+        stops += [TaskStopped(a.job_id, t, a.run) for t in a.tasks]
+    core.handle(stops, 101)
+    assert _gpus_of(core, "a") >= min(before, 4)
+    for record in core.elastic.values():
+        if record.state is JobState.RUNNING:
+            assert record.job.min_replicas is not None
+            assert record.job.min_replicas <= record.count <= record.job.replicas

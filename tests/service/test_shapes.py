@@ -189,6 +189,12 @@ def test_the_cli_submits_an_elastic_job_and_shows_its_count(tmp_path: Path) -> N
         assert "count  2 (elastic, 1 to 4, resized by live)" in out, out
         code, out = _cli(api, "why", job_id)
         assert "\ncount\n" in out and "2 tasks" in out, out
+        # the list: its count and bounds (json and the wide table's tasks column)
+        code, out = _cli(api, "jobs", "-o", "json")
+        (listed,) = [j for j in json.loads(out) if j["id"] == job_id]
+        assert (listed["count"], listed["min_replicas"], listed["replicas"]) == (2, 1, 4)
+        code, out = _cli(api, "jobs", "-o", "wide")
+        assert code == 0 and "2 of 1-4" in out, out
         code, out = _cli(api, "submit", "--min-replicas", "5", "--replicas", "4", "--", "true")
         assert code != 0 and "min_replicas must be 1..replicas (4), got 5" in out, out
         api.alice.post(f"/v1/jobs/{job_id}/cancel")

@@ -60,3 +60,33 @@ def test_a_scaling_table_gives_the_rate_at_each_size(tmp_path: Path) -> None:
             checkpoint=SAVES)  # fmt: skip
     ends = _ends([(job("long", gpus=2), 1000.0), (e, 100.0)], profile)
     assert ends["e"] == pytest.approx(300 / 1.8)
+
+
+@pytest.mark.parametrize(
+    ("elastic", "moves", "preemptions", "end"),
+    [
+        # shrunk 4 -> 2 at 150 s (100 s saved at 100 s), +50 at half rate to 250 s (saved
+        # then); the grow stops it at 250 s, its 30 s grace, 850 s left at 4 from 280 s
+        (True, 2, 0, 1130.0),
+        # preempted at 150 s, back at 250 s from its 100 s checkpoint: 900 s left
+        (False, 0, 1, 1150.0),
+    ],
+)
+def test_a_shrink_loses_the_work_since_the_last_checkpoint_as_a_preemption_does(
+    elastic: bool, moves: int, preemptions: int, end: float
+) -> None:
+    every = Checkpointing(100.0, 0.0, "SIGUSR1", 0.0)  # a checkpoint each 100 s, no notice
+    e = job("e", gpus=1, replicas=4, min_replicas=2 if elastic else None, checkpoint=every)
+    urgent = job("hi", gpus=2, priority=5, submit_time=150.0)
+    workload = Workload((WorkloadJob(e, 1000.0), WorkloadJob(urgent, 100.0)))
+    spec = {
+        "queue_sort": "priority",
+        "post_filter": [{"name": "preemption", "args": {"grace_s": 0}}],
+    }
+    policy = Policy("priority", parse_profile(spec))
+    done = replay([gpu_node("g0", gpus=4)], workload, policy, 0, EngineConfig(tick_s=0))
+    outcome = {o.job_id: o for o in done.result.jobs}["e"]
+    # 4 tasks x the 50 s since the checkpoint at 100 s, whether shrunk or preempted
+    assert outcome.lost_work_s == pytest.approx(200.0)
+    assert (done.result.migrations, outcome.preemptions) == (moves, preemptions)
+    assert outcome.end == pytest.approx(end)

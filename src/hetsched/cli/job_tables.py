@@ -24,6 +24,7 @@ _JOB_COLUMNS = (
 )
 _WIDE_COLUMNS = (
     Col("run", right=True),
+    Col("tasks", right=True),
     Col("restarts", right=True),
     Col("preempted", right=True),
     Col("resources", wrap=True, drop=1),
@@ -57,6 +58,7 @@ def print_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
         if wide:
             cells += [
                 str(r["run"]),
+                tasks_text(r),
                 str(r["restarts"]),
                 str(r["preemptions"]),
                 resources_text(r["resources"]),
@@ -64,6 +66,15 @@ def print_jobs(rows: list[dict[str, Any]], wide: bool) -> None:
             ]
         grid.add(*cells)
     print_table(grid)
+
+
+def tasks_text(job: dict[str, Any]) -> str:
+    """``jobs -o wide``'s tasks: the job's count (``replicas``); an elastic job's count now
+    and its bounds, ``3 of 2-8`` (``-`` for the count while it does not run)."""
+    if job.get("min_replicas") is None:
+        return str(job["replicas"])
+    now = "-" if job.get("count") is None else str(job["count"])
+    return f"{now} of {job['min_replicas']}-{job['replicas']}"
 
 
 def current_reason(job: dict[str, Any]) -> str:

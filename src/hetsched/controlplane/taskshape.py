@@ -11,7 +11,8 @@ its index in the group and where every task of the job listens.
 
 A host is the node's ``hetsched.io/address`` label, else ``127.0.0.1`` where tasks run on
 this machine (the local executor), else the node's name. A port is one the operating system
-had free on this machine when the run started (each task gets its own).
+had free on this machine when the run started; no two tasks on one host get the same one
+(a port probed and closed may be handed out again, so each is checked against the others).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def peers(
     such a job starts whole), and the ``HETSCHED_PEERS`` of each of those runs."""
     addresses: Addresses = {}
     runs: dict[tuple[str, int], dict[str, list[dict[str, object]]]] = {}
+    taken: set[tuple[str, int]] = set()
     for start in starts:
         key = start.key
         job = job_of(key.job)
@@ -56,6 +58,9 @@ def peers(
             continue
         group, index = found
         host, port = host_of(start.placement.node), free_port()
+        while (host, port) in taken:  # a closed probe's port may come back: never twice
+            port = free_port()
+        taken.add((host, port))
         addresses[key] = (host, port)
         listed = runs.setdefault((key.job, key.run), {}).setdefault(group.name, [])
         listed.append({"index": index, "host": host, "port": port})

@@ -15,7 +15,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from hetsched.model.checkpoint import (
     DEFAULT_NOTICE_S,
@@ -312,6 +312,8 @@ class JobSpec(Strict):
     def _gang_within_replicas(self) -> JobSpec:
         if self.gang is not None and self.gang > self.replicas:
             raise ValueError(f"gang must be 1..replicas ({self.replicas}), got {self.gang}")
+        if self.groups is not None:  # first: its replicas, gang and bounds are per group
+            self._check_groups(self.groups)
         if self.min_replicas is not None:
             if self.min_replicas > self.replicas:
                 raise ValueError(
@@ -319,13 +321,22 @@ class JobSpec(Strict):
                 )
             if self.gang is not None:
                 raise ValueError("min_replicas and gang: set one (min_replicas is the gang)")
-        if self.groups is not None:
-            self._check_groups(self.groups)
         self.job_speed()  # speed, work and job type fit together
         size = None if self.topology is None else self.topology.slice_size
         if size is not None and self.replicas % size:
             raise ValueError(
                 f"topology.slice_size: replicas ({self.replicas}) must be a multiple of {size}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _resize_needs_bounds(self, info: ValidationInfo) -> JobSpec:
+        # a body stored before this rule was accepted then: it still loads
+        stored = isinstance(info.context, dict) and info.context.get("stored")
+        if "resize" in self.model_fields_set and self.min_replicas is None and not stored:
+            raise ValueError(
+                "resize: only an elastic job is resized; set min_replicas (it then runs "
+                "with any count from min_replicas to replicas)"
             )
         return self
 

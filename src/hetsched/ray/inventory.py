@@ -235,6 +235,8 @@ class RayInventory:
             if node_id in self._tracked or not entry["Alive"]:
                 continue
             node_labels = {str(k): str(v) for k, v in (entry.get("Labels") or {}).items()}
+            if entry.get("NodeManagerAddress"):  # where its tasks are reached, unless told
+                node_labels.setdefault(labels.ADDRESS, str(entry["NodeManagerAddress"]))
             resources = {str(k): float(v) for k, v in (entry.get("Resources") or {}).items()}
             if node_labels.get(labels.SCHEDULABLE, "").lower() == "false":
                 continue

@@ -10,7 +10,9 @@ the Ray cluster's node table:
   dots (``cpu.nvidia.pci``, the default; ``fake``), or ``ray``: devices from Ray's own
   resources (``GPU`` and ``accelerator_type:*``, logical GPUs), no probe;
 - ``hetsched.io/gpu-model``: the model of a node's GPUs, for ``ray`` discovery when Ray has
-  no ``accelerator_type:*`` resource.
+  no ``accelerator_type:*`` resource;
+- ``hetsched.io/address``: where the node's tasks are reached (``HETSCHED_HOST`` and
+  ``HETSCHED_PEERS`` of jobs with groups); default: the node's IP address in Ray's table.
 
 The ``fake`` backend reads its device file from ``HETSCHED_FAKE_DEVICES`` in the node's
 environment (the raylet's, which Ray's workers inherit). The same variable names a backend
@@ -20,6 +22,7 @@ list as ``HETSCHED_DISCOVERY`` when the node has no discovery label.
 from __future__ import annotations
 
 __all__ = [
+    "ADDRESS",
     "DISCOVERY",
     "DISCOVERY_ENV",
     "FAKE_DEVICES_ENV",
@@ -34,6 +37,7 @@ NODE = "hetsched.io/node"
 SCHEDULABLE = "hetsched.io/schedulable"
 DISCOVERY = "hetsched.io/discovery"
 GPU_MODEL = "hetsched.io/gpu-model"
+ADDRESS = "hetsched.io/address"
 #: set by Ray on every node
 RAY_NODE_ID = "ray.io/node-id"
 

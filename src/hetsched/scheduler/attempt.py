@@ -131,6 +131,8 @@ class Trial:
         running = [*self.record.placements.values(), *self.record.held.values()]
         anchor = self.ctx.state.node_index[running[0].node] if running else None
         plan = TopologyPlan(self.sched.framework, self.ctx, net, self, tasks, anchor)
+        if self.record.job.groups:
+            plan.context_of = self.context
         place_in_domains(plan, len(tasks), max(0, self.need - len(self.record.held)))
 
     def take(self, task: int, placement: Placement) -> bool:

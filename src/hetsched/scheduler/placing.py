@@ -109,6 +109,16 @@ def _in_domains(
         return None
     taken = _Taken(ctx.state, ctx.job)
     plan = TopologyPlan(framework, ctx, net, taken, list(range(count)))
+    if ctx.job.groups:
+        contexts = {ctx.request: ctx}
+
+        def context_of(task: int) -> CycleContext:
+            request = ctx.job.request_of(task)
+            if request not in contexts:
+                contexts[request] = CycleContext(ctx.state, ctx.job, request, ctx.now, what_if=True)
+            return contexts[request]
+
+        plan.context_of = context_of
     try:
         place_in_domains(plan, count, count)
         return list(taken.placed) if len(taken.placed) >= count else None

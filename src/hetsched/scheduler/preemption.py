@@ -12,7 +12,8 @@ Two kinds of victims, found among running, preemptible jobs past their minimum r
 - *reclaim*: when the preemptor's queue stays within its guarantee with the preemptor added,
   jobs of other queues that use more than their own guarantee (jobs marked borrowing first,
   then the most recently started), never so many that such a queue would drop below its
-  guarantee in a flavor it used fully.
+  guarantee in a flavor it used fully; an elastic job that could not go whole without
+  that may still be shrunk by what its queue has room to lose.
 
 Victims are chosen on a fork of the cluster: all candidates are removed; if the preemptor
 does not fit then (placement and quota), nothing is preempted. Otherwise candidates are given
@@ -149,9 +150,11 @@ def _eligible(
 
 def candidates(
     sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float
-) -> dict[str, PreemptionKind]:
-    """Eligible victims and their kind, in no particular order."""
+) -> tuple[dict[str, PreemptionKind], dict[str, int]]:
+    """Eligible victims and their kind, in no particular order, and the elastic ones that
+    quota reclaim may only shrink: job -> the count it keeps at least."""
     quotas = sched.quotas
+    floors: dict[str, int] = {}
     job = preemptor.job
     out: dict[str, PreemptionKind] = {}
     reclaimer = False
@@ -189,7 +192,29 @@ def candidates(
             if all(taken[f] + held.get(f, 0) <= r for f, r in room.items()):
                 taken.update(held)
                 out[victim.id] = PreemptionKind.RECLAIM
-    return out
+            elif (keep := _reclaim_floor(victim, held, taken, room)) is not None:
+                out[victim.id] = PreemptionKind.RECLAIM
+                floors[victim.id] = keep
+    return out, floors
+
+
+def _reclaim_floor(
+    victim: JobRecord, held: Usage, taken: Usage, room: Mapping[str, int]
+) -> int | None:
+    """An elastic victim whose whole usage would take its queue below its guarantee: the
+    count it keeps when it gives up only what the queue has room to lose (its tasks are
+    alike), taking that from ``taken``; None when it cannot give up a task."""
+    if victim.job.min_replicas is None or not resizable(victim) or victim.count < 1:
+        return None
+    each = {f: n // victim.count for f, n in held.items()}
+    give = victim.count - victim.job.min_replicas
+    for f, r in room.items():
+        if each.get(f, 0) > 0:
+            give = min(give, (r - taken[f]) // each[f])
+    if give < 1:
+        return None
+    taken.update({f: n * give for f, n in each.items()})
+    return victim.count - give
 
 
 def plan(sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float) -> Plan | str:
@@ -198,16 +223,16 @@ def plan(sched: Books, args: PreemptionArgs, preemptor: JobRecord, now: float) -
     room for it, the one that needs the fewest victims (the first on ties)."""
     if preemptor.nominated:
         return "already waiting for its victims to stop"
-    kinds = candidates(sched, args, preemptor, now)
+    kinds, floors = candidates(sched, args, preemptor, now)
     if not kinds:
         return "no job may be preempted for it (priority, queue, minimum runtime, history)"
     pool = [sched.jobs[i] for i in kinds]
     pools = _by_domain(sched, preemptor, pool)
     if pools is None:
-        return _choose(sched, args, preemptor, pool, kinds, now)
+        return _choose(sched, args, preemptor, pool, (kinds, floors), now)
     best: Plan | str = f"no single {pools[0]} has jobs enough to preempt for it"
     for victims in pools[1]:
-        found = _choose(sched, args, preemptor, victims, kinds, now)
+        found = _choose(sched, args, preemptor, victims, (kinds, floors), now)
         if isinstance(found, Plan) and (
             not isinstance(best, Plan) or len(found.victims) < len(best.victims)
         ):
@@ -240,20 +265,19 @@ def _choose(
     args: PreemptionArgs,
     preemptor: JobRecord,
     pool: list[JobRecord],
-    kinds: dict[str, PreemptionKind],
+    found: tuple[dict[str, PreemptionKind], dict[str, int]],
     now: float,
 ) -> Plan | str:
-    """The victims among ``pool`` that let ``preemptor`` start (see the module doc)."""
+    """The victims among ``pool`` that let ``preemptor`` start (see the module doc); a
+    victim with a floor in ``found`` keeps at least that many ranks."""
+    kinds, floors = found
     needed = min(preemptor.job.gang_min, len(preemptor.unplaced))
     promises = _promised(sched, now, skip=preemptor)
     fork = promises.fork
-    for key, _ in _held_keys(preemptor):  # its own partial gang hold: placed afresh
-        fork.release(key)
-    for victim in pool:
-        for key, _ in _keys(victim):
-            fork.release(key)
-    removed = {v.id for v in pool}
-    if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus):
+    _clear(fork, preemptor, pool, floors)
+    removed = {v.id for v in pool if v.id not in floors}
+    cut = {v.id: floors[v.id] for v in pool if v.id in floors}
+    if not _fits(sched, fork, preemptor, needed, removed, now, promises.minus, cut):
         return f"it would not fit even if all {len(pool)} eligible jobs were preempted"
     total = capacity(sched.state)
 
@@ -270,8 +294,8 @@ def _choose(
         )
 
     order = sorted(pool, key=value)
-    cut: dict[str, int] = {}  # job -> the rank from which its tasks stay removed
-    for victim in order:
+    # cut: job -> the rank from which its tasks stay removed
+    for victim in (v for v in order if v.id not in floors):
         # first every job at its minimum (an elastic job's ranks below it, else all)
         held = [(k, p) for k, p in _keys(victim) if k.task < _floor(victim)]
         for key, placement in held:
@@ -293,6 +317,19 @@ def _choose(
     kept = {v.id: kinds[v.id] for v in victims}
     kept.update((i, kinds[i]) for i in shrinks)
     return Plan(victims, kept, args.grace_s, shrinks)
+
+
+def _clear(
+    fork: ClusterState, preemptor: JobRecord, pool: list[JobRecord], floors: Mapping[str, int]
+) -> None:
+    """Release on ``fork`` the preemptor's own partial gang hold (it is placed afresh) and
+    every candidate's tasks, but a victim's ranks below its floor."""
+    for key, _ in _held_keys(preemptor):
+        fork.release(key)
+    for victim in pool:
+        for key, _ in _keys(victim):
+            if key.task >= floors.get(victim.id, 0):
+                fork.release(key)
 
 
 def _floor(victim: JobRecord) -> int:

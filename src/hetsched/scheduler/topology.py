@@ -20,7 +20,7 @@ indexes, each group inside one domain of LABEL2, all of them inside the job's do
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,6 +72,9 @@ class TopologyPlan:
     tasks: list[int]
     #: the row of a running job's first task: its new tasks go to that node's domains
     anchor: int | None = None
+    #: a job with groups: each task's context (its group's request); capacities are still
+    #: estimated with ``ctx``'s request, and placing confirms them
+    context_of: Callable[[int], CycleContext] | None = None
     done: int = 0
     _capacity: dict[int, IntArray] = field(default_factory=dict)
 
@@ -91,6 +94,8 @@ class TopologyPlan:
         framework, ctx, placed = self.framework, self.ctx, 0
         last: IntArray | None = None
         while placed < count and self.done < len(self.tasks):
+            if self.context_of is not None:
+                ctx = self.context_of(self.tasks[self.done])
             placement = None if last is None else framework.select_within(ctx, last)
             if placement is None:
                 placement = framework.select_within(ctx, rows)

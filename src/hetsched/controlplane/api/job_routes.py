@@ -190,7 +190,17 @@ def _add_job_list_route(
         if len(rows) > limit:
             rows = rows[:limit]
             response.headers["X-Next-Cursor"] = str(rows[-1]["seq"])
-        return _running_domains([_job_view(r) for r in rows], service)
+        return _running_domains([_listed(service, r) for r in rows], service)
+
+
+def _listed(service: Service, row: dict[str, Any]) -> dict[str, Any]:
+    """A job in the list: its view, with an elastic job's count (None while it does not
+    run; the tasks are read for running elastic jobs only)."""
+    view = _job_view(row)
+    if view.get("min_replicas") is not None:
+        running = row["state"] == "running"
+        view["count"] = _count(row, service.store.job_tasks(row["id"])) if running else None
+    return view
 
 
 async def _json_body(request: Request) -> tuple[bytes, str | None]:
