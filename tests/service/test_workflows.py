@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 from service_fixtures import Api, job_body
 
 
@@ -110,3 +111,35 @@ def test_a_job_may_not_set_the_array_variables_itself(api: Api) -> None:
     answer = api.alice.post("/v1/jobs", json=body)
     assert answer.status_code == 422
     assert "env: 'HETSCHED_ARRAY_INDEX' may not be set by a job" in answer.text
+
+
+def test_a_name_resolves_in_the_submission_first_then_to_the_callers_latest_job(
+    api: Api,
+) -> None:
+    def post(client: httpx.Client, **body: object) -> str:
+        answer = client.post("/v1/jobs", json=job_body(**body))
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["id"])
+
+    older = post(api.alice, name="etl", command=["sleep", "30"])
+    newer = post(api.alice, name="etl", command=["sleep", "30"])
+    bobs = post(api.bob, name="etl", command=["sleep", "30"])
+    # alice's latest etl, never bob's (newer than both of hers)
+    train = post(api.alice, name="train", after=["etl"])
+    assert api.alice.get(f"/v1/jobs/{train}").json()["after"] == [
+        {"job": newer, "state": "succeeded"}
+    ]
+    # an id names that job, however old
+    again = post(api.alice, name="again", after=[older])
+    assert api.alice.get(f"/v1/jobs/{again}").json()["after"][0]["job"] == older
+    # bob's job is not alice's to wait for, by name or by id
+    answer = api.alice.post("/v1/jobs", json=job_body(after=[bobs]))
+    assert answer.status_code == 422
+    assert f"after[0]: no job named '{bobs}'" in answer.text
+    # an etl of the same submission wins over every stored one
+    ids = _submit(api, [job_body(name="report", after=["etl"]), job_body(name="etl")])
+    row = api.alice.get(f"/v1/jobs/{ids[0]}").json()
+    assert row["after"] == [{"job": ids[1], "state": "succeeded"}]
+    for job_id in (older, newer, train, again, *ids):
+        api.alice.post(f"/v1/jobs/{job_id}/cancel")
+    api.bob.post(f"/v1/jobs/{bobs}/cancel")
