@@ -11,10 +11,14 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, text
 
+from builders import gpu_node, job
+from hetsched.cluster import ClusterState
 from hetsched.controlplane.storage.store import NewJob, Store
 from hetsched.controlplane.storage.workflowstore import record_elements
+from hetsched.controlplane.workflows import tell_core
 from hetsched.model.lifecycle import JobState
-from hetsched.scheduler import Change, JobTransition
+from hetsched.model.workflow import Dependency, Needs
+from hetsched.scheduler import Bind, Change, JobSubmitted, JobTransition, Scheduler
 
 
 def _submitted(job_id: str, at: float) -> JobTransition:
@@ -77,3 +81,22 @@ def test_the_0005_migration_goes_down_and_keeps_the_count_triggers(tmp_path: Pat
     db.migrate()  # and up again
     assert "array_of" in {c["name"] for c in inspect(db.engine).get_columns("jobs")}
     db.close()
+
+
+def test_a_restart_tells_the_core_an_ended_arrays_uncreated_element_never_will_be(
+    store: Store,
+) -> None:
+    spec = {"name": "sweep", "command": ["true"], "array": "0-9%1"}
+    store.insert_jobs([NewJob("j1", "alice", "default", "sweep", 0, spec)], None, None, 1.0)
+    with store.write() as conn:  # cancelled before the restart, j1[5] never created
+        conn.execute(text("UPDATE jobs SET state = 'cancelled' WHERE id = 'j1'"))
+    core = Scheduler(ClusterState([gpu_node("g", gpus=1)]))  # the restarted core
+    waits = [
+        JobSubmitted(job("ended", after=(Dependency("j1[5]", Needs.ENDED),))),
+        JobSubmitted(job("needs", after=(Dependency("j1[5]"),))),
+    ]
+    tell_core(store, core, waits)
+    actions = core.handle(waits, 2.0)
+    assert [a.job_id for a in actions if isinstance(a, Bind)] == ["ended"]
+    assert core.record("needs").state is JobState.CANCELLED
+    assert core.record("needs").history[-1].cause == "sweep[5] cancelled"

@@ -212,6 +212,31 @@ def test_cancel_one_element_and_then_the_array() -> None:
     }
 
 
+def test_an_element_its_array_ends_without_creating_is_cancelled_for_its_waiters() -> None:
+    sched = core(gpus=1)
+    sched.handle(
+        [
+            JobSubmitted(job("x", gpus=1, array=parse_array("0-9%1"))),
+            JobSubmitted(job("w5", after=after("x[5]"))),
+            JobSubmitted(job("w5e", after=after("x[5]", needs=Needs.ENDED))),
+            JobSubmitted(job("w0", after=after("x[0]"))),
+        ],
+        0,
+    )
+    assert str(sched.record("w5").explanation) == "waiting for x[5] (not created yet)"
+    assert str(sched.view.waiting_for("w5e")) == "waiting for x[5] (not created yet; needs ended)"
+    assert bound(finish(sched, "x[0]", 1)) == ["w0", "x[1]"]
+    actions = sched.handle([JobCancelled("x")], 2)  # x[5] will never exist now
+    assert ends(actions) == {
+        "x": (JobState.CANCELLED, "cancelled by user"),
+        "x[1]": (JobState.CANCELLED, "its array was cancelled"),
+        "w5": (JobState.CANCELLED, "x[5] cancelled"),
+    }
+    assert bound(actions) == ["w5e"]
+    released = [a for a in actions if isinstance(a, JobTransition) and a.job_id == "w5e"]
+    assert released[0].cause == "dependencies met: x[5] cancelled"
+
+
 def test_an_array_and_its_dependent_are_taken_back_after_a_restart() -> None:
     before = core(gpus=2)
     x = job("x", gpus=1, array=parse_array("0-3%2"))

@@ -143,3 +143,42 @@ def test_a_name_resolves_in_the_submission_first_then_to_the_callers_latest_job(
     for job_id in (older, newer, train, again, *ids):
         api.alice.post(f"/v1/jobs/{job_id}/cancel")
     api.bob.post(f"/v1/jobs/{bobs}/cancel")
+
+
+def test_a_dependency_on_an_element_never_created_ends_with_its_array(
+    api: Api, tmp_path: Path
+) -> None:
+    stop = tmp_path / "stop"
+    wait = ["sh", "-c", f"until test -e {stop}; do sleep 0.05; done"]
+    sweep = api.alice.post("/v1/jobs", json=job_body(name="sweep", array="0-9%1", command=wait))
+    array = sweep.json()["id"]
+    answer = api.alice.post("/v1/jobs", json=job_body(after=[f"{array}[10]"]))
+    assert answer.status_code == 422
+    assert f"after[0]: '{array}[10]': the array has no index 10 (0-9%1)" in answer.text
+    needs = api.alice.post("/v1/jobs", json=job_body(name="n5", after=[f"{array}[5]"]))
+    ended = {"job": f"{array}[5]", "state": "ended"}
+    anyway = api.alice.post("/v1/jobs", json=job_body(name="e5", after=[ended]))
+    n5, e5 = needs.json()["id"], anyway.json()["id"]
+    for _ in range(50):  # until the loop has taken it
+        why = api.alice.get(f"/v1/jobs/{n5}/why").json()
+        if why["explanation"]:
+            break
+        time.sleep(0.1)
+    assert why["explanation"]["summary"] == "waiting for sweep[5] (not created yet)"
+    assert api.alice.post(f"/v1/jobs/{array}/cancel").status_code == 202
+    job = api.wait(api.alice, n5, {"cancelled", "succeeded"})
+    assert (job["state"], job["reason"]) == ("cancelled", "sweep[5] cancelled")
+    assert api.wait(api.alice, e5, {"cancelled", "succeeded"})["state"] == "succeeded"
+    # an array that has ended, which nothing waited for: gone[2] never will exist
+    body = job_body(name="gone", array="0-3%1", command=wait)
+    gone = api.alice.post("/v1/jobs", json=body).json()["id"]
+    assert api.alice.post(f"/v1/jobs/{gone}/cancel").status_code == 202
+    api.wait(api.alice, gone, {"cancelled"})
+    answer = api.alice.post("/v1/jobs", json=job_body(after=[f"{gone}[2]"]))
+    assert answer.status_code == 422
+    assert f"{gone}[2] cancelled, it needs succeeded: it could never start" in answer.text
+    late = api.alice.post("/v1/jobs", json=job_body(after=[{**ended, "job": f"{gone}[2]"}]))
+    assert api.wait(api.alice, late.json()["id"], {"cancelled", "succeeded"})["state"] == (
+        "succeeded"
+    )
+    stop.touch()
