@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from builders import gpu_node, job
 from hetsched.cluster import ClusterState
+from hetsched.framework.profile import parse_profile
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.model.workflow import Dependency, Needs, OnUnmet, parse_array
 from hetsched.scheduler import (
@@ -22,6 +23,7 @@ from hetsched.scheduler import (
     Scheduler,
     TaskFinished,
     TaskStopped,
+    Tick,
 )
 from hetsched.scheduler.arrays import WINDOW
 
@@ -128,6 +130,30 @@ def test_a_dependency_on_a_running_job_says_how_far_it_got() -> None:
     assert explained is not None
     assert explained.summary == "waiting for etl-2 (running, 3 of 5 done)"
     assert sched.view.waiting_for("etl-2") is None
+
+
+def test_a_held_jobs_maximum_pending_time_starts_at_its_release() -> None:
+    profile = parse_profile({"timeouts": {"max_pending_s": 50}})
+    sched = Scheduler(ClusterState([gpu_node("g", gpus=1)]), profile=profile)
+    actions = sched.handle(
+        [
+            JobSubmitted(job("hog", gpus=1)),  # holds the one GPU throughout
+            JobSubmitted(job("a")),
+            JobSubmitted(job("b", gpus=1, after=after("a"))),
+            JobSubmitted(job("c", gpus=1)),  # in the queue: its clock runs from 0
+        ],
+        0,
+    )
+    assert bound(actions) == ["hog", "a"]
+    assert sched.next_wakeup() == 50  # c's limit; b, held, has none
+    late = "pending longer than the maximum of 50s; last reason: no node fits a task now"
+    assert ends(sched.handle([Tick()], 51)) == {"c": (JobState.REJECTED, f"{late} (0 of 1 node)")}
+    assert sched.record("b").state is JobState.PENDING  # held 51 s, not rejected
+    assert bound(finish(sched, "a", 80)) == []  # released: b waits from 80
+    assert sched.record("b").queued_since == 80
+    assert sched.next_wakeup() == 130
+    assert ends(sched.handle([Tick()], 129)) == {}
+    assert ends(sched.handle([Tick()], 131)) == {"b": (JobState.REJECTED, f"{late} (0 of 1 node)")}
 
 
 def test_an_array_with_a_cap_runs_that_many_at_once() -> None:
