@@ -5,9 +5,10 @@ chain (f1 fails; f2 after f1, f3 after f2, cancelled; f4 waits for f1 to fail; k
 for f1 with ``on_unmet: keep``), an array with a cap (x, 0-5%2), an array whose element 2
 fails (z, with zdep after it), a job after an array (y after x), and an array one of whose
 elements is cancelled before it exists (w[3]). The server is killed
-with SIGKILL three times while they run: the first time while a, f1 and x's first
-elements run, staying down long enough that a and f1 end meanwhile (their ends are found
-in their exit files at the restart), then twice more in the middle of the rest. A cycle
+with SIGKILL four times: right after the submission and the cancel are answered (the
+loop may not have taken them yet), then while a, f1 and x's first elements run, staying
+down long enough that a and f1 end meanwhile (their ends are found in their exit files at
+the restart), then twice more in the middle of the rest. A cycle
 is refused by the restarted server. Outcomes are computed by hand.
 """
 
@@ -91,6 +92,8 @@ def test_workflows_survive_kill_9(tmp_path: Path) -> None:
             ids = {row["name"]: row["id"] for row in answer.json()["jobs"]}
             # an element not created yet (its cap holds it back), cancelled just before a kill
             assert client.post(f"/v1/jobs/{ids['w']}[3]/cancel").status_code == 202
+        server.kill9()  # at once: the loop may not have taken the batch nor made elements
+        server.start()
         time.sleep(0.5)  # a, f1, x[0], x[1] and z's elements run
         server.kill9()
         time.sleep(1.5)  # a and f1 end while the server is down
