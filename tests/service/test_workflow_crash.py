@@ -164,11 +164,11 @@ def test_workflows_survive_kill_9(tmp_path: Path) -> None:
     elements = [r for r in rows.values() if r["array_of"] == ids["x"]]
     assert sorted(r["array_index"] for r in elements) == list(range(6))
     assert started("y") >= max(ended(r["id"]) for r in elements)
-    # never more than 2 of x's elements at once
-    spans = [
-        (float(t["started_at"] or t["bound_at"]), float(t["ended_at"]))
-        for t in tasks
-        if rows[t["job_id"]]["array_of"] == ids["x"]
-    ]
-    assert len(spans) == 6 and _overlap(spans) <= 2
+    # never more than 2 of x's elements at once (a task bound but not started when the
+    # server was killed is lost and its element runs again: its span counts too)
+    x_tasks = [t for t in tasks if rows[t["job_id"]]["array_of"] == ids["x"]]
+    succeeded = [t for t in x_tasks if t["state"] == "exited" and t["exit_code"] == 0]
+    assert sorted(rows[t["job_id"]]["array_index"] for t in succeeded) == list(range(6))
+    spans = [(float(t["started_at"] or t["bound_at"]), float(t["ended_at"])) for t in x_tasks]
+    assert _overlap(spans) <= 2
     assert all(name.get(r["id"], r["name"]) for r in rows.values())
