@@ -35,3 +35,26 @@ def test_one_pass_over_a_dependency_and_an_array(examples: Path, tmp_path: Path)
     assert [(p["job"], p["reasons"]) for p in doc["pending"]] == [
         ("b", ["waiting for a (running)"])
     ]
+
+
+def test_check_refuses_what_submit_refuses_of_a_files_dependencies(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.yaml"
+
+    def check(jobs: list[dict[str, object]]) -> tuple[int, str]:
+        for job in jobs:
+            job.update(command=["true"], resources={"cpu": "1"})
+        path.write_text(yaml.safe_dump({"jobs": jobs}))
+        result = CliRunner().invoke(app, ["check", str(path), "-o", "json"])
+        return result.exit_code, result.output
+
+    code, out = check([{"name": n, "after": [w]} for n, w in ("ac", "ba", "cb")])
+    assert code == 2
+    assert json.loads(out)["errors"] == ["jobs: dependency cycle: a -> c -> b -> a"]
+    # two jobs named etl: which one report waits for is not said (submit refuses it too)
+    code, out = check([{"name": "etl"}, {"name": "etl"}, {"name": "report", "after": ["etl"]}])
+    assert code == 2
+    assert json.loads(out)["errors"] == [
+        "jobs[2].after[0]: 2 jobs of this submission are named 'etl'"
+    ]
+    code, out = check([{"name": "etl"}, {"name": "report", "after": ["etl"]}])
+    assert code == 0 and json.loads(out)["valid"] is True

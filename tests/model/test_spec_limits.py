@@ -417,7 +417,7 @@ _EDGES = [
     (
         "jobs",
         {"jobs": [{"name": "j"}, {"name": "k", "id": "j"}]},
-        ": jobs[1]: duplicate job id 'j' (first at jobs[0])",
+        "jobs[1]: duplicate job id 'j' (first at jobs[0])",
     ),
 ]
 

@@ -125,7 +125,17 @@ def test_a_jobs_file_resolves_names_and_refuses_a_cycle() -> None:
     assert jobs[2].on_unmet is OnUnmet.KEEP and jobs[2].array == parse_array("0-9%2")
     with pytest.raises(SpecError) as info:
         validate_jobs({"jobs": [{"name": "a", "after": ["a"]}]}, "f.yaml")
-    assert info.value.errors == [": jobs: dependency cycle: a -> a"]
+    assert info.value.errors == ["jobs: dependency cycle: a -> a"]
+    assert str(info.value) == "f.yaml: jobs: dependency cycle: a -> a"
+    # a name two jobs of the file share is no dependency (submit refuses it the same way)
+    twice = [{"name": "a", "id": "a1"}, {"name": "a", "id": "a2"}, {"name": "b", "after": ["a"]}]
+    with pytest.raises(SpecError) as info:
+        validate_jobs({"jobs": twice})
+    assert info.value.errors == [
+        "jobs[2].after[0]: 2 jobs of this file are named 'a' (name one by its id)"
+    ]
+    twice[2]["after"] = ["a2"]
+    assert parse_jobs({"jobs": twice})[2].after == (Dependency("a2"),)
     with pytest.raises(SpecError) as info:
         validate_jobs({"jobs": [{"name": "a", "array": "9-1"}]})
     assert info.value.errors == ["jobs[0].array: '9-1': a range goes up, with a step >= 1"]

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from builders import gpu_node, job
 from hetsched.cluster import ClusterState
+from hetsched.framework.profile import parse_profile
 from hetsched.model.lifecycle import TERMINAL, JobState
 from hetsched.model.workflow import Dependency, Needs, OnUnmet, parse_array
 from hetsched.scheduler import (
@@ -22,6 +23,7 @@ from hetsched.scheduler import (
     Scheduler,
     TaskFinished,
     TaskStopped,
+    Tick,
 )
 from hetsched.scheduler.arrays import WINDOW
 
@@ -130,6 +132,30 @@ def test_a_dependency_on_a_running_job_says_how_far_it_got() -> None:
     assert sched.view.waiting_for("etl-2") is None
 
 
+def test_a_held_jobs_maximum_pending_time_starts_at_its_release() -> None:
+    profile = parse_profile({"timeouts": {"max_pending_s": 50}})
+    sched = Scheduler(ClusterState([gpu_node("g", gpus=1)]), profile=profile)
+    actions = sched.handle(
+        [
+            JobSubmitted(job("hog", gpus=1)),  # holds the one GPU throughout
+            JobSubmitted(job("a")),
+            JobSubmitted(job("b", gpus=1, after=after("a"))),
+            JobSubmitted(job("c", gpus=1)),  # in the queue: its clock runs from 0
+        ],
+        0,
+    )
+    assert bound(actions) == ["hog", "a"]
+    assert sched.next_wakeup() == 50  # c's limit; b, held, has none
+    late = "pending longer than the maximum of 50s; last reason: no node fits a task now"
+    assert ends(sched.handle([Tick()], 51)) == {"c": (JobState.REJECTED, f"{late} (0 of 1 node)")}
+    assert sched.record("b").state is JobState.PENDING  # held 51 s, not rejected
+    assert bound(finish(sched, "a", 80)) == []  # released: b waits from 80
+    assert sched.record("b").queued_since == 80
+    assert sched.next_wakeup() == 130
+    assert ends(sched.handle([Tick()], 129)) == {}
+    assert ends(sched.handle([Tick()], 131)) == {"b": (JobState.REJECTED, f"{late} (0 of 1 node)")}
+
+
 def test_an_array_with_a_cap_runs_that_many_at_once() -> None:
     sched = core()
     spec = parse_array("0-9%3")
@@ -210,6 +236,31 @@ def test_cancel_one_element_and_then_the_array() -> None:
         "x": (JobState.CANCELLED, "cancelled by user"),
         "x[3]": (JobState.CANCELLED, "its array was cancelled"),
     }
+
+
+def test_an_element_its_array_ends_without_creating_is_cancelled_for_its_waiters() -> None:
+    sched = core(gpus=1)
+    sched.handle(
+        [
+            JobSubmitted(job("x", gpus=1, array=parse_array("0-9%1"))),
+            JobSubmitted(job("w5", after=after("x[5]"))),
+            JobSubmitted(job("w5e", after=after("x[5]", needs=Needs.ENDED))),
+            JobSubmitted(job("w0", after=after("x[0]"))),
+        ],
+        0,
+    )
+    assert str(sched.record("w5").explanation) == "waiting for x[5] (not created yet)"
+    assert str(sched.view.waiting_for("w5e")) == "waiting for x[5] (not created yet; needs ended)"
+    assert bound(finish(sched, "x[0]", 1)) == ["w0", "x[1]"]
+    actions = sched.handle([JobCancelled("x")], 2)  # x[5] will never exist now
+    assert ends(actions) == {
+        "x": (JobState.CANCELLED, "cancelled by user"),
+        "x[1]": (JobState.CANCELLED, "its array was cancelled"),
+        "w5": (JobState.CANCELLED, "x[5] cancelled"),
+    }
+    assert bound(actions) == ["w5e"]
+    released = [a for a in actions if isinstance(a, JobTransition) and a.job_id == "w5e"]
+    assert released[0].cause == "dependencies met: x[5] cancelled"
 
 
 def test_an_array_and_its_dependent_are_taken_back_after_a_restart() -> None:

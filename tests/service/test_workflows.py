@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 from service_fixtures import Api, job_body
 
 
@@ -110,3 +111,74 @@ def test_a_job_may_not_set_the_array_variables_itself(api: Api) -> None:
     answer = api.alice.post("/v1/jobs", json=body)
     assert answer.status_code == 422
     assert "env: 'HETSCHED_ARRAY_INDEX' may not be set by a job" in answer.text
+
+
+def test_a_name_resolves_in_the_submission_first_then_to_the_callers_latest_job(
+    api: Api,
+) -> None:
+    def post(client: httpx.Client, **body: object) -> str:
+        answer = client.post("/v1/jobs", json=job_body(**body))
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["id"])
+
+    older = post(api.alice, name="etl", command=["sleep", "30"])
+    newer = post(api.alice, name="etl", command=["sleep", "30"])
+    bobs = post(api.bob, name="etl", command=["sleep", "30"])
+    # alice's latest etl, never bob's (newer than both of hers)
+    train = post(api.alice, name="train", after=["etl"])
+    assert api.alice.get(f"/v1/jobs/{train}").json()["after"] == [
+        {"job": newer, "state": "succeeded"}
+    ]
+    # an id names that job, however old
+    again = post(api.alice, name="again", after=[older])
+    assert api.alice.get(f"/v1/jobs/{again}").json()["after"][0]["job"] == older
+    # bob's job is not alice's to wait for, by name or by id
+    answer = api.alice.post("/v1/jobs", json=job_body(after=[bobs]))
+    assert answer.status_code == 422
+    assert f"after[0]: no job named '{bobs}'" in answer.text
+    # an etl of the same submission wins over every stored one
+    ids = _submit(api, [job_body(name="report", after=["etl"]), job_body(name="etl")])
+    row = api.alice.get(f"/v1/jobs/{ids[0]}").json()
+    assert row["after"] == [{"job": ids[1], "state": "succeeded"}]
+    for job_id in (older, newer, train, again, *ids):
+        api.alice.post(f"/v1/jobs/{job_id}/cancel")
+    api.bob.post(f"/v1/jobs/{bobs}/cancel")
+
+
+def test_a_dependency_on_an_element_never_created_ends_with_its_array(
+    api: Api, tmp_path: Path
+) -> None:
+    stop = tmp_path / "stop"
+    wait = ["sh", "-c", f"until test -e {stop}; do sleep 0.05; done"]
+    sweep = api.alice.post("/v1/jobs", json=job_body(name="sweep", array="0-9%1", command=wait))
+    array = sweep.json()["id"]
+    answer = api.alice.post("/v1/jobs", json=job_body(after=[f"{array}[10]"]))
+    assert answer.status_code == 422
+    assert f"after[0]: '{array}[10]': the array has no index 10 (0-9%1)" in answer.text
+    needs = api.alice.post("/v1/jobs", json=job_body(name="n5", after=[f"{array}[5]"]))
+    ended = {"job": f"{array}[5]", "state": "ended"}
+    anyway = api.alice.post("/v1/jobs", json=job_body(name="e5", after=[ended]))
+    n5, e5 = needs.json()["id"], anyway.json()["id"]
+    for _ in range(50):  # until the loop has taken it
+        why = api.alice.get(f"/v1/jobs/{n5}/why").json()
+        if why["explanation"]:
+            break
+        time.sleep(0.1)
+    assert why["explanation"]["summary"] == "waiting for sweep[5] (not created yet)"
+    assert api.alice.post(f"/v1/jobs/{array}/cancel").status_code == 202
+    job = api.wait(api.alice, n5, {"cancelled", "succeeded"})
+    assert (job["state"], job["reason"]) == ("cancelled", "sweep[5] cancelled")
+    assert api.wait(api.alice, e5, {"cancelled", "succeeded"})["state"] == "succeeded"
+    # an array that has ended, which nothing waited for: gone[2] never will exist
+    body = job_body(name="gone", array="0-3%1", command=wait)
+    gone = api.alice.post("/v1/jobs", json=body).json()["id"]
+    assert api.alice.post(f"/v1/jobs/{gone}/cancel").status_code == 202
+    api.wait(api.alice, gone, {"cancelled"})
+    answer = api.alice.post("/v1/jobs", json=job_body(after=[f"{gone}[2]"]))
+    assert answer.status_code == 422
+    assert f"{gone}[2] cancelled, it needs succeeded: it could never start" in answer.text
+    late = api.alice.post("/v1/jobs", json=job_body(after=[{**ended, "job": f"{gone}[2]"}]))
+    assert api.wait(api.alice, late.json()["id"], {"cancelled", "succeeded"})["state"] == (
+        "succeeded"
+    )
+    stop.touch()

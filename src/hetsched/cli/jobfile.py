@@ -148,6 +148,7 @@ def validate_job_file(data: Any, source: str = "", folder: Path | None = None) -
         if names[name] > 1 and "id" not in rest:
             rest["id"] = f"{name}-{names[name]}"
         placement.append(rest)
+    errors += _ambiguous_after(items, run_parts, names)
     try:
         specs = validate_jobs({"jobs": placement}, source).jobs
     except SpecError as exc:
@@ -161,6 +162,24 @@ def validate_job_file(data: Any, source: str = "", folder: Path | None = None) -
     if errors:
         raise SpecError(list(dict.fromkeys(errors)), source)
     return JobFile(specs, sorted(used), unread, run_parts)
+
+
+def _ambiguous_after(
+    items: list[Any], submissions: dict[int, Any], names: dict[str, int]
+) -> list[str]:
+    """A dependency on a name that several submissions of the file share: the service
+    refuses it (which one is meant?), so ``check`` does too, in its words."""
+    out: list[str] = []
+    for index in submissions:
+        after = items[index].get("after")
+        for k, dep in enumerate(after if isinstance(after, list) else []):
+            ref = dep.get("job") if isinstance(dep, dict) else dep
+            if isinstance(ref, str) and names.get(ref, 0) > 1:
+                out.append(
+                    f"jobs[{index}].after[{k}]: {names[ref]} jobs of this submission"
+                    f" are named {ref!r}"
+                )
+    return out
 
 
 def _submission_errors(item: dict[str, Any]) -> list[str]:

@@ -117,6 +117,8 @@ class RecoveryPass:
     moving: dict[str, list[dict[str, Any]]]
     #: jobs to submit again: (job, run, restarts, saved checkpoint)
     resubmit: list[tuple[Job, int, int, Any]] = field(default_factory=list)
+    #: waiting jobs whose cancel was asked for and not yet acted on: ended in the store
+    cancelled: list[str] = field(default_factory=list)
 
     def finish(
         self,

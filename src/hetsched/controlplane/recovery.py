@@ -25,7 +25,7 @@ The store is the truth; the core is a cache. On start (and after a failed loop t
    core as a failure, so the job's restart policy decides);
 3. running jobs get their recorded placements back in the core (no new scheduling
    decision); pending jobs are submitted again, in arrival order, continuing their runs
-   and restart counts;
+   and restart counts (one whose cancel was asked for ends cancelled instead);
 4. any process of this instance that no live task accounts for is killed (a crash between
    committing a Bind and recording its pid), and any live allocation row that no restored
    task holds is released;
@@ -100,6 +100,8 @@ def recover(
             "recovery; not scheduling: " + "; ".join(problems[:10])
         )
     p.resubmit = [again for again in p.resubmit if not _ran_unrecorded(p, *again[:2])]
+    for job_id in p.cancelled:
+        p.store.end_waiting_job(job_id, "cancelled", "cancelled (asked before a restart)", now)
     # pending jobs go through the core's ordinary submission path, in arrival order,
     # continuing the store's numbering of their runs and restarts, and keeping their queue
     # time (so aging and their place in line continue); a job that was running and could
@@ -152,6 +154,12 @@ def _sort_tasks(
 
 def _recover_job(p: RecoveryPass, row: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """Steps 2 and 3 for one live job (``rows``: its tasks that may run on)."""
+    waiting = row["state"] == "pending" and not rows and row["id"] not in p.noticed
+    if waiting and row["cancel_requested"] and row["id"] not in p.moving:
+        # not submitted again: a cancel given with it would come first in the core's
+        # batch (cancels before arrivals) and find no job, and the job would run
+        p.cancelled.append(row["id"])
+        return
     spec = from_stored(row["spec"])
     item = LiveJob(row, spec.to_job(row["id"], row["owner"], float(row["submitted_at"])), 0)
     item.run = int(row["run"])

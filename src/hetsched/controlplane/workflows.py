@@ -76,11 +76,15 @@ def _target(store: Store, owner: str, admin: bool, ref: str, names: dict[str, li
         return in_batch[0]
     row = store.job(ref)
     element = split_element(ref)
+    array = None
     if row is None and element is not None:
         parent = store.job(element[0])
-        if parent is not None and parent["spec"].get("array") is not None:
+        array = None if parent is None else parent["spec"].get("array")
+        if array is not None:
             row = parent  # an element not created yet: its array says whose it is
     if row is not None and (admin or row["owner"] == owner):
+        if array is not None and element is not None and element[1] not in parse_array(array):
+            raise ValueError(f"{ref!r}: the array has no index {element[1]} ({array})")
         return ref
     named = store.latest_named(owner, ref)
     if named is None:
@@ -90,6 +94,11 @@ def _target(store: Store, owner: str, admin: bool, ref: str, names: dict[str, li
 
 def _can_be_met(store: Store, job_id: str, ref: str, needs: Needs) -> None:
     row = store.job(job_id)
+    element = split_element(job_id) if row is None else None
+    if element is not None:  # not created: cancelled if its array has ended (never will be)
+        parent = store.job(element[0])
+        ended = parent is not None and parent["state"] in {s.value for s in TERMINAL}
+        row = {"state": JobState.CANCELLED.value} if ended else None
     if row is None or row["state"] not in {s.value for s in TERMINAL}:
         return
     state = JobState(row["state"])
@@ -116,7 +125,12 @@ def tell_core(store: Store, core: Scheduler, events: Sequence[Event]) -> None:
             if d.job not in core.jobs and d.job not in workflow.outcomes
         }
     )
-    for job_id, (state, name) in store.job_states(unknown).items():
+    states = store.job_states(unknown)
+    # an element without a row, of an array the core has no record of: the array's end
+    # says it was never created (the core's Workflows.state_of)
+    parents = {p[0] for i in unknown if i not in states and (p := split_element(i))}
+    parents -= core.jobs.keys() | workflow.outcomes.keys()
+    for job_id, (state, name) in (states | store.job_states(sorted(parents))).items():
         if state in {s.value for s in TERMINAL}:
             core.known_end(job_id, JobState(state), name)
     for job in jobs:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections import Counter
 from functools import lru_cache
 from typing import Any
 
@@ -423,6 +424,14 @@ class JobsSpec(Strict):
 
     def _no_cycle(self) -> None:
         refs = self.ids_by_reference()
+        named = Counter(job.name for job in self.jobs)
+        for index, job in enumerate(self.jobs):
+            for k, dep in enumerate(job.after):
+                if dep.job not in refs and named[dep.job] > 1:
+                    raise ValueError(
+                        f"jobs[{index}].after[{k}]: {named[dep.job]} jobs of this file are"
+                        f" named {dep.job!r} (name one by its id)"
+                    )
         edges = {
             job.id or job.name: [refs[d.job] for d in job.dependencies() if d.job in refs]
             for job in self.jobs

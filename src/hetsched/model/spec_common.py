@@ -3,6 +3,7 @@ strict base of the pydantic models, and reading a file's one YAML document."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ class SpecError(ValueError):
         super().__init__(head + ("\n" + head).join(errors))
 
 
+_NAMES_ITS_FIELD = re.compile(r"^[\w.\[\]-]+: \S")
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -41,7 +45,10 @@ def format_errors(exc: ValidationError) -> list[str]:
     out: list[str] = []
     for err in exc.errors():
         message = str(err["msg"]).removeprefix("Value error, ")
-        line = f"{_path(tuple(err['loc']))}: {message}"
+        path = _path(tuple(err["loc"]))
+        # a whole-document check names the field itself (jobs[2].after[0]: ...)
+        whole = not path and _NAMES_ITS_FIELD.match(message)
+        line = message if whole else f"{path}: {message}"
         if line not in out:
             out.append(line)
     return out

@@ -58,6 +58,9 @@ class Workflows:
         self.remember = False
         #: recovery's word on arrays' elements: array id -> (ended by index, live indexes)
         self._prior: dict[str, tuple[dict[int, JobState], set[int]]] = {}
+        #: array id -> the elements held jobs wait for (``ID[7]``): one not created when
+        #: its array ends never will be, and those waiters are told
+        self._element_waits: dict[str, set[str]] = {}
         #: the names of jobs known only by their ends (``known_end``)
         self._names: dict[str, str] = {}
         #: jobs whose change their waiters must look at, arrays to look at
@@ -93,6 +96,9 @@ class Workflows:
             self.held[record.id] = record
             for dep in dict.fromkeys(d.job for d in job.after):
                 self.waiters.setdefault(dep, []).append(record.id)
+                split = split_element(dep)
+                if split is not None:
+                    self._element_waits.setdefault(split[0], set()).add(dep)
             return self._check(sched, record, now, fresh=True)
         if job.array is not None:
             self.arrays[record.id].open = True
@@ -234,14 +240,25 @@ class Workflows:
         state = book.record.state
         for index in sorted(book.live):
             sched._cancel(f"{book.record.id}[{index}]", f"its array was {state}", now)
+        awaited = self._element_waits.pop(book.record.id, ())
+        if awaited and state is not None:
+            # those not created never will be (state_of), whether or not its record stays
+            self.outcomes[book.record.id] = state
+            self._changed.update(dict.fromkeys(e for e in awaited if e in self.waiters))
 
     # -- held jobs ------------------------------------------------------------------------
 
     def state_of(self, sched: Books, job_id: str) -> JobState | None:
+        """A job's state as its waiters see it; an element its array ended without
+        creating is cancelled (it never will be)."""
         record = sched.jobs.get(job_id)
         if record is not None and record.state is not None:
             return record.state
-        return self.outcomes.get(job_id)
+        known = self.outcomes.get(job_id)
+        split = split_element(job_id) if known is None else None
+        if split is not None and self.state_of(sched, split[0]) in TERMINAL:
+            return JobState.CANCELLED
+        return known
 
     def _check(self, sched: Scheduler, record: JobRecord, now: float, fresh: bool = False) -> bool:
         """Release a held job, cancel it, or say again what it waits for. ``fresh``: it is
@@ -300,16 +317,21 @@ class Workflows:
 
     def _name(self, sched: Books, job_id: str) -> str:
         record = sched.jobs.get(job_id)
-        if record is None:
-            return self._names.get(job_id, job_id)
-        return record.job.name or job_id
+        if record is not None:
+            return record.job.name or job_id
+        split = split_element(job_id)
+        if job_id not in self._names and split is not None:  # an element not created
+            parent = self._name(sched, split[0])
+            return job_id if parent == split[0] else f"{parent}[{split[1]}]"
+        return self._names.get(job_id, job_id)
 
     def _describe(self, sched: Books, dep: Dependency) -> str:
         """``etl-2 (running, 3 of 5 done)``; ``eval (pending; needs failed)``."""
         record = sched.jobs.get(dep.job)
         needs = "" if dep.needs.value == "succeeded" else f"; needs {dep.needs}"
         if record is None or record.state is None:
-            return f"{dep.job} (not known yet{needs})"
+            known = "not created yet" if split_element(dep.job) else "not known yet"
+            return f"{self._name(sched, dep.job)} ({known}{needs})"
         name = record.job.name or dep.job
         book = self.arrays.get(dep.job)
         if book is not None:
