@@ -5,13 +5,26 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.sim.experiments.topology import study
 from hetsched.sim.network import DEFAULT_FACTORS
 
 __all__ = ["topology"]
+
+#: the table's columns: the way and the level counts are kept whole (the counts wrap
+#: between levels), the figures of least interest left out first on a narrow terminal
+_COLUMNS = [
+    Col("way", keep=True),
+    Col("finished", drop=2, right=True),
+    Col("JCT mean h", keep=True, right=True),
+    Col("JCT p99 h", drop=1, right=True),
+    Col("wait mean h", drop=3, right=True),
+    Col("GPU util", drop=5, right=True),
+    Col("fragmentation", drop=6, right=True),
+    Col("multi-node gangs by level", keep=True, wrap=True),
+]
 
 
 def _factors(text: str) -> dict[str, float]:
@@ -60,12 +73,10 @@ def topology(
     if output is OutputFormat.json:
         print_json({"ways": [o.to_dict() for o in outcomes]})
         return
-    table = Table("way", "finished", "JCT mean h", "JCT p99 h", "wait mean h", "GPU util")
-    table.add_column("fragmentation")
-    table.add_column("multi-node gangs by level")
+    grid = Grid(f"{jobs} jobs, load {load:g}, seed {seed}", _COLUMNS)
     for o in outcomes:
         spans = ", ".join(f"{k} {v}" for k, v in o.spans.items()) or "-"
-        table.add_row(
+        grid.add(
             o.way,
             f"{o.finished}/{o.jobs}",
             f"{o.jct_mean_h:.2f}",
@@ -75,4 +86,4 @@ def topology(
             f"{o.fragmentation:.1%}",
             spans,
         )
-    console.print(table)
+    print_table(grid)  # fitted to a terminal, plain columns through a pipe: no name cut
