@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.progress import steps
 from hetsched.cli.tables import Col, Grid, print_table
-from hetsched.sim.experiments.topology import study
+from hetsched.sim.experiments.topology import WAYS, study
 from hetsched.sim.network import DEFAULT_FACTORS
 
 __all__ = ["topology"]
@@ -69,7 +70,10 @@ def topology(
     the broader the narrowest domain that holds all its tasks, and compare job completion
     time, wait, GPU utilization, fragmentation (free GPUs outside wholly free NVLink
     domains, as gangs start) and where the gangs ran."""
-    outcomes = study(jobs, load, seed, (blocks, racks, rack_nodes), _factors(factors))
+    shape, cost = (blocks, racks, rack_nodes), _factors(factors)
+    quiet = output is OutputFormat.json
+    with steps(f"sim topology, {jobs} jobs", len(WAYS), quiet) as step:
+        outcomes = study(jobs, load, seed, shape, cost, done=step)
     if output is OutputFormat.json:
         print_json({"ways": [o.to_dict() for o in outcomes]})
         return
