@@ -121,3 +121,19 @@ def test_no_option_name_or_help_word_is_cut_at_80_columns(path: list[str]) -> No
     ]
     assert [name for name in names if name not in output] == []
     assert [line for line in output.splitlines() if "…" in line] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "flags"), [(["up"], ["--demo"]), (["cancel"], ["--mine", "--dry-run", "--yes"])]
+)
+def test_a_flag_is_shown_without_a_type(path: list[str], flags: list[str]) -> None:
+    """``--demo <bool>`` read as if the flag wanted a value (``--demo true``): a flag's line
+    names it and says what it does, with nothing between."""
+    output = render_help(path)
+    assert "<bool>" not in output
+    for flag in flags:
+        line = next(line for line in output.splitlines() if f" {flag} " in line)
+        after = [w for w in line.strip("│ ").split() if not w.startswith("-")]
+        assert after[0][0].isupper(), line  # the help's first word, not a type
+    # an option that takes a value keeps its type
+    assert "<int>" in render_help(["up"]) and "<table|json>" in render_help(["cancel"])

@@ -105,3 +105,37 @@ def test_the_rounds_table_never_cuts_a_policy(tmp_path: Path) -> None:
     policies = [line.split()[0] for line in lines[header + 1 :] if line.strip()]
     assert policies == ["agnostic-las", "fair-srtf", "fair-srtf"], result.stdout
     assert "…" not in result.stdout
+
+
+def test_the_topology_table_never_cuts_a_way_or_a_level() -> None:
+    """``sim topology`` through a pipe: plain columns, every way and level name whole (a
+    rich table at rich's 80 columns cut them to ``prefer…`` and ``nvlink…``)."""
+    args = ["sim", "topology", "--jobs", "20", "--blocks", "1", "--racks", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "20 jobs, load 0.85, seed 0"
+    assert lines[1].split()[:3] == ["way", "finished", "JCT"]
+    rows = [line.split() for line in lines[2:]]
+    assert [r[0] for r in rows] == ["unaware", "required", "preferred"]
+    assert all(r[1] == "20/20" for r in rows)
+    levels = {word for r in rows for word in r[7:] if word.isalpha() or "-" in word}
+    assert levels and levels <= {"across", "block", "rack", "nvlink-domain"}, levels
+    assert "…" not in result.stdout
+
+
+@pytest.mark.parametrize("err_terminal", [True, False], ids=["terminal", "pipe"])
+def test_sim_topology_shows_its_progress_on_a_terminal_only(
+    monkeypatch: pytest.MonkeyPatch, err_terminal: bool
+) -> None:
+    """One step per way (unaware, required, preferred) on standard error when it is a
+    terminal; nothing through a pipe, and stdout is the table alone either way."""
+    out, err = _consoles(monkeypatch, err_terminal)
+    args = ["sim", "topology", "--jobs", "12", "--blocks", "1", "--racks", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    if err_terminal:
+        assert "sim topology, 12 jobs" in err.getvalue() and "3/3" in err.getvalue()
+    else:
+        assert err.getvalue() == ""
+    assert "sim topology," not in out.getvalue() + result.stdout

@@ -31,8 +31,11 @@ def test_every_file_the_readme_names_exists(name: str) -> None:
     assert (ROOT / name).is_file(), f"README.md names {name}, which is not in the repository"
 
 
-def test_the_readme_exports_no_token() -> None:
-    assert "HETSCHED_TOKEN=$(cat" not in README
+@pytest.mark.parametrize("page", ["README.md", "docs/service.md"])
+def test_the_default_setup_exports_no_token(page: str) -> None:
+    """`hetsched up`'s default home and port need no export; a `$(cat ...)` right after
+    starting it in the background reads the file before the service has written it."""
+    assert "HETSCHED_TOKEN=$(cat" not in (ROOT / page).read_text()
 
 
 def test_the_members_example_is_the_documented_one_and_valid(
@@ -61,3 +64,18 @@ def test_the_members_example_says_which_token_is_missing(
     monkeypatch.delenv("ROOM_A_TOKEN", raising=False)
     with pytest.raises(SpecError, match=r"members\[0\]\.token_env: \$ROOM_A_TOKEN is not set"):
         load_members(Path(EXAMPLES) / "federation" / "members.yaml")
+
+
+def test_the_readme_says_where_each_trace_comes_from() -> None:
+    """The tour's ``../shared/traces`` is explained (a folder beside the checkout, not in
+    the repository), with the origin of every trace folder the code and docs read there."""
+    section = README[README.index("### Traces") :]
+    section = section[: section.index("\n## ")]
+    assert "`../shared/traces/`, a folder beside the checkout" in section
+    listed = set(re.findall(r"^\| `([\w.-]+)/` \|", section, flags=re.MULTILINE))
+    read = set()
+    for folder in ("src", "bench", "docs"):
+        for path in (ROOT / folder).rglob("*.*"):
+            if path.suffix in (".py", ".md"):
+                read |= set(re.findall(r"shared/traces/([\w.-]+)", path.read_text()))
+    assert read and read <= listed, f"README's Traces section misses {sorted(read - listed)}"

@@ -77,5 +77,5 @@ def test_anything_else_after_a_jobs_file_is_refused(
     # refused before any request: no service is needed to see the message
     env = {"HETSCHED_URL": "http://127.0.0.1:9"}
     result = CliRunner().invoke(app, ["submit", str(path), *rest], env=env)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # invalid input (click's code for a usage error too)
     assert message in result.stdout + result.stderr

@@ -39,8 +39,19 @@ def test_one_refused_job_refuses_the_file_and_names_its_index(api: Api, tmp_path
     path = tmp_path / "jobs.yaml"
     path.write_text(yaml.safe_dump({"jobs": [job_body(name="ok"), bad, job_body(name="ok2")]}))
     code, out = _submit(api, path, api.tokens["alice"])
-    assert code == 1
+    assert code == 2  # invalid input, the exit code `check` gives a file it refuses
     assert "jobs[1]" in out and "nothing was stored" in out
+    assert _count(api) == 0
+
+
+def test_check_and_submit_refuse_an_invalid_job_alike(api: Api, tmp_path: Path) -> None:
+    bad = job_body(name="bad", resources={"cpu": "lots", "memory": "1Gi"})
+    path = tmp_path / "jobs.yaml"
+    path.write_text(yaml.safe_dump({"jobs": [job_body(name="ok"), bad]}))
+    code, out = _submit(api, path, api.tokens["alice"])
+    assert code == 2 and "jobs[1].resources.cpu" in out, out
+    checked = CliRunner().invoke(app, ["check", str(path)])
+    assert checked.exit_code == 2 and "jobs[1].resources.cpu" in checked.output
     assert _count(api) == 0
 
 

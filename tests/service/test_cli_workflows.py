@@ -40,7 +40,7 @@ def test_submit_flags_make_an_array_and_a_dependent(api: Api, tmp_path: Path) ->
     assert "0-5:5%1: 2 elements: 1 cancelled, 1 succeeded" in out
     assert "failed  5" in out
     code, out = _run(api, "submit", "--after", "sweep:done", "--", "true")
-    assert code == 1 and "the state is succeeded, failed or ended, got 'done'" in out
+    assert code == 2 and "the state is succeeded, failed or ended, got 'done'" in out
 
 
 def test_check_names_the_cycle_in_a_jobs_file(api: Api, tmp_path: Path) -> None:

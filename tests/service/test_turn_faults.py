@@ -56,6 +56,8 @@ def test_a_turn_failing_on_one_job_holds_it_and_schedules_the_rest(tmp_path: Pat
         assert all(doomed_id in a["jobs"] for a in alerts["loop"])
         assert "injected" in alerts["loop"][0]["message"]
         assert alerts["wedged"] is None and alerts["held"] == {}
+        # given up, no longer held: the alerts still name it for the banners
+        assert alerts["jobs"] == {doomed_id: {"name": "doomed", "user": "alice"}}
         api.close()
 
 

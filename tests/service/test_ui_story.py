@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,5 +168,44 @@ def test_the_dashboard_tells_what_happened(cluster: tuple[Api, Path], artifacts:
             page.screenshot(path=str(artifacts / "story-3-390.png"), full_page=True)
             page.locator("#jobs-card").screenshot(path=str(artifacts / "story-4-jobs-390.png"))
             page.locator("#queues-card").screenshot(path=str(artifacts / "story-5-queues-390.png"))
+        finally:
+            browser.close()
+
+
+def test_a_banner_names_the_job_its_user_and_the_time(
+    cluster: tuple[Api, Path], artifacts: Path
+) -> None:
+    """A scheduling turn that fails on a job (the store refuses the FPGA's allocation):
+    the loop's banner says when, and names the job by its name and user beside its id."""
+    api, _ = cluster
+    nodes = api.admin.get("/v1/nodes").json()
+    fpga = next(d["id"] for n in nodes for d in n["devices"] if d["class"] == "fpga")
+    db = sqlite3.connect(api.svc.built.token_file.parent / "hetsched.db")
+    with db:
+        db.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON allocations "
+            f"WHEN NEW.device_id = '{fpga}' BEGIN SELECT RAISE(ABORT, 'injected'); END"
+        )
+    db.close()
+    wants = {
+        "cpu": "1",
+        "memory": "1Gi",
+        "devices": [{"class": "fpga", "count": 1}],
+        "tolerations": [{"key": "dedicated", "value": "fpga"}],
+    }
+    doomed = _submit(api, _sleeper("bitstream-build", "frank", resources=wants))
+    expect = sync_api.expect
+    expect.set_options(timeout=30_000)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(f"{api.url}/ui?refresh=0.5")
+            page.fill("#token", api.svc.admin_token)
+            page.click("#connect")
+            banner = page.locator("#alerts .alert", has_text="Loop turn failed").first
+            expect(banner).to_contain_text(re.compile(r"Loop turn failed · \d\d:\d\d:\d\d"))
+            expect(banner).to_contain_text(f"bitstream-build (frank, {doomed})")
+            page.screenshot(path=str(artifacts / "story-6-banner-1440.png"), full_page=True)
         finally:
             browser.close()

@@ -10,7 +10,7 @@ import typer
 import yaml
 
 from hetsched.cli.jobfile import is_job_document, validate_job_file
-from hetsched.cli.output import OutputFormat, console, fail, print_json
+from hetsched.cli.output import INVALID_INPUT, OutputFormat, console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.framework.profile import ProfileError, parse_profile
 from hetsched.model.quantity import format_cpu, format_memory
@@ -38,6 +38,10 @@ def check_document(path: Path) -> tuple[str, Any, list[str]]:
         jobs = validate_job_file(data, source, path.parent)
         jobs.build()
         return "jobs", {"jobs": jobs.normalized()}, jobs.notes()
+    if not isinstance(data, dict):
+        kind = "nothing" if data is None else f"a {type(data).__name__}"
+        wanted = "a cluster (nodes: ...), jobs (jobs: [...] or one job) or a profile"
+        raise SpecError([f"expected a mapping: {wanted}; found {kind}"], source)
     try:
         spec = parse_profile(data, path.parent)
     except ProfileError as exc:
@@ -64,8 +68,8 @@ def check(
     except SpecError as exc:
         if output is OutputFormat.json:
             print_json({"file": str(file), "valid": False, "errors": exc.errors})
-            raise typer.Exit(2) from None
-        fail(str(exc), 2)
+            raise typer.Exit(INVALID_INPUT) from None
+        fail(str(exc), INVALID_INPUT)
     if output is OutputFormat.json:
         doc = {"file": str(file), "valid": True, "kind": kind, "normalized": normalized}
         print_json({**doc, "notes": notes})

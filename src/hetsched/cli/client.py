@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from hetsched.cli.output import fail
+from hetsched.cli.output import INVALID_INPUT, fail
 from hetsched.tls import TlsError, client_verify, explain
 
 __all__ = ["Client", "auth_error", "call", "default_url", "default_urls", "error_line", "get"]
@@ -123,7 +123,8 @@ class Client:
         if response.status_code == 401:
             fail(auth_error(self.token_source, self.url))
         if response.status_code >= 400:
-            fail(_error_text(response))
+            invalid = response.status_code in (400, 422)  # the request's content refused
+            fail(_error_text(response), INVALID_INPUT if invalid else 1)
         return response
 
     def _reach(

@@ -10,6 +10,9 @@ task`` showed as ``--max-gpus-per-ta…``. Marking every column but the last (th
 An option's help (typer's ``Columns`` of its text and its default) is given as one
 paragraph whose words fold when wider than the column, rather than being cut.
 
+A flag takes no value, so its type column stays empty: typer writes ``<bool>`` there, which
+reads as if ``--demo`` wanted ``--demo true``.
+
 :func:`install` makes typer's help rendering do that: its tables are built from a subclass
 that sets the mark, put in place the first time a help is formatted (typer's rich module,
 and rich, are not imported by a command that prints no help).
@@ -19,14 +22,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 __all__ = ["install"]
 
 
 def install() -> None:
     """Wrap typer's command and group ``format_help`` (once) so that each help is laid out
-    with whole names."""
+    with whole names, and flags are shown without a type."""
+    _flags_without_a_type()
     for cls in (TyperCommand, TyperGroup):
         original = cls.format_help
         if getattr(original, "_whole_names", False):
@@ -38,6 +42,21 @@ def install() -> None:
 
         format_help._whole_names = True  # type: ignore[attr-defined]
         cls.format_help = format_help  # type: ignore[method-assign]
+
+
+def _flags_without_a_type() -> None:
+    original = TyperOption.display_type_rich
+    if getattr(original, "_flags_bare", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any, _original: Any = original) -> str | None:
+        if self.is_flag and not self.metavar:
+            return None  # a flag (``--demo``, ``--dry-run``, ``--help``) takes no value
+        result: str | None = _original(self, ctx)
+        return result
+
+    display_type_rich._flags_bare = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 def _use_whole_name_tables() -> None:

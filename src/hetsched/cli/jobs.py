@@ -16,7 +16,7 @@ from hetsched.cli.job_tables import print_job, print_jobs
 from hetsched.cli.job_text import checkpoint_lines, plural, speed_lines
 from hetsched.cli.output import console, err_console, print_json
 
-__all__ = ["ListFormat", "Output", "job", "jobs", "logs", "why"]
+__all__ = ["ListFormat", "Output", "explanation_lines", "job", "jobs", "logs", "why"]
 
 _TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
 _REF_HELP = "The job: its id, a unique id prefix, or a unique name among your jobs."
@@ -128,6 +128,21 @@ def logs(
                 time.sleep(0.5)
 
 
+def explanation_lines(explanation: dict[str, Any]) -> list[str]:
+    """What is missing first (the reasons, then each rejection with its node count), then
+    what preemption could or could not do, then what would fit: as the dashboard orders
+    them, so the line under the headline says why no node fits."""
+    reasons = explanation.get("reasons", [])
+    later = [r for r in reasons if r.startswith("preemption: ")]
+    lines = [f"  {r}" for r in reasons if r not in later]
+    lines += [
+        f"  - {r['reason']}: {plural(r['nodes'], 'node')}"
+        for r in explanation.get("rejections", [])
+    ]
+    lines += [f"  {r}" for r in later]
+    return lines + [f"  would fit now: {s}" for s in explanation.get("suggestions", [])]
+
+
 def why(
     job_id: Annotated[str, typer.Argument(help=_REF_HELP)],
     output: Output = ListFormat.table,
@@ -150,12 +165,7 @@ def why(
     lines = _story_lines(data)
     lines += [f"{k}: {v}" for k, v in [*checkpoint_lines(data), *speed_lines(data.get("speed"))]]
     if explanation:
-        lines += [f"  {line}" for line in explanation.get("reasons", [])]
-        lines += [
-            f"  - {r['reason']}: {plural(r['nodes'], 'node')}"
-            for r in explanation.get("rejections", [])
-        ]
-        lines += [f"  would fit now: {s}" for s in explanation.get("suggestions", [])]
+        lines += explanation_lines(explanation)
     for line in lines:
         # one line each however long (a path, a selector): a terminal wraps it, a pipe keeps it
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -16,7 +16,12 @@ if TYPE_CHECKING:
     console: Console
     err_console: Console
 
-__all__ = ["OutputFormat", "console", "err_console", "fail", "print_json"]
+__all__ = ["INVALID_INPUT", "OutputFormat", "console", "err_console", "fail", "print_json"]
+
+#: the exit code of a command refused for its input (a file or option that does not
+#: validate, a job the service refuses as invalid): ``check``, ``place`` and ``submit`` alike,
+#: and click's own for a usage error; 1 is for everything else (no service, a refused token)
+INVALID_INPUT = 2
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ import typer
 from hetsched.cli import output as out
 from hetsched.cli.job_text import plural
 from hetsched.cli.jobfile import load_job_file
-from hetsched.cli.output import OutputFormat, err_console, fail, print_json
+from hetsched.cli.output import INVALID_INPUT, OutputFormat, err_console, fail, print_json
 from hetsched.cli.parser_cache import load_cel_parser
 from hetsched.cli.tables import Col, Grid, print_table
 from hetsched.cluster.network import domains_of
@@ -115,7 +115,7 @@ def place(
     try:
         result = place_jobs(cluster, jobs, profile)
     except (SpecError, ProfileError) as exc:
-        fail(str(exc), 2)
+        fail(str(exc), INVALID_INPUT)
     if output is OutputFormat.json:
         print_json(result)
         return

@@ -7,23 +7,25 @@ from typing import Annotated
 import typer
 
 from hetsched.cli.output import OutputFormat, fail, print_json
+from hetsched.cli.progress import steps
 from hetsched.cli.tables import Col, Grid, print_table
-from hetsched.sim.experiments.topology import study
+from hetsched.sim.experiments.topology import WAYS, study
 from hetsched.sim.network import DEFAULT_FACTORS
 
 __all__ = ["topology"]
 
-#: the study's table: the way and its figures whole; where gangs ran wraps, or goes first
-_COLUMNS = (
+#: the table's columns: the way and the level counts are kept whole (the counts wrap
+#: between levels), the figures of least interest left out first on a narrow terminal
+_COLUMNS = [
     Col("way", keep=True),
-    Col("finished", keep=True, right=True),
+    Col("finished", drop=2, right=True),
     Col("JCT mean h", keep=True, right=True),
-    Col("JCT p99 h", drop=3, right=True),
-    Col("wait mean h", drop=2, right=True),
-    Col("GPU util", drop=4, right=True),
-    Col("fragmentation", drop=5, right=True),
-    Col("multi-node gangs by level", wrap=True, drop=1),
-)
+    Col("JCT p99 h", drop=1, right=True),
+    Col("wait mean h", drop=3, right=True),
+    Col("GPU util", drop=5, right=True),
+    Col("fragmentation", drop=6, right=True),
+    Col("multi-node gangs by level", keep=True, wrap=True),
+]
 
 
 def _factors(text: str) -> dict[str, float]:
@@ -68,11 +70,14 @@ def topology(
     the broader the narrowest domain that holds all its tasks, and compare job completion
     time, wait, GPU utilization, fragmentation (free GPUs outside wholly free NVLink
     domains, as gangs start) and where the gangs ran."""
-    outcomes = study(jobs, load, seed, (blocks, racks, rack_nodes), _factors(factors))
+    shape, cost = (blocks, racks, rack_nodes), _factors(factors)
+    quiet = output is OutputFormat.json
+    with steps(f"sim topology, {jobs} jobs", len(WAYS), quiet) as step:
+        outcomes = study(jobs, load, seed, shape, cost, done=step)
     if output is OutputFormat.json:
         print_json({"ways": [o.to_dict() for o in outcomes]})
         return
-    grid = Grid("Topology study", _COLUMNS)
+    grid = Grid(f"{jobs} jobs, load {load:g}, seed {seed}", _COLUMNS)
     for o in outcomes:
         spans = ", ".join(f"{k} {v}" for k, v in o.spans.items()) or "-"
         grid.add(
@@ -85,4 +90,4 @@ def topology(
             f"{o.fragmentation:.1%}",
             spans,
         )
-    print_table(grid)
+    print_table(grid)  # fitted to a terminal, plain columns through a pipe: no name cut

@@ -12,8 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from hetsched.cli.client import Client
 from hetsched.cli.jobs import ListFormat, Output
-from hetsched.cli.output import console, err_console, fail, print_json
-from hetsched.model.yamlio import YAMLError, safe_load
+from hetsched.cli.output import INVALID_INPUT, console, err_console, fail, print_json
 
 __all__ = ["jobs_file", "load_submissions", "submit", "trailing_output"]
 
@@ -22,17 +21,18 @@ def load_submissions(path: Path) -> list[dict[str, Any]]:
     """Jobs from a file: ``jobs: [...]`` or a single job mapping (YAML or JSON). A relative
     ``workdir`` is relative to the file's folder (the service takes absolute ones only)."""
     from hetsched.cli.jobfile import resolve_workdirs  # the job models, only for a file
+    from hetsched.model.spec_common import SpecError, load_yaml
 
     try:
-        data = safe_load(path.read_bytes())
-    except (OSError, YAMLError) as exc:
-        fail(f"{path}: {exc}")
+        data = load_yaml(path)
+    except SpecError as exc:
+        fail(str(exc), INVALID_INPUT)
     if isinstance(data, dict) and isinstance(data.get("jobs"), list):
         bodies = [dict(j) if isinstance(j, dict) else j for j in data["jobs"]]
     elif isinstance(data, dict):
         bodies = [data]
     else:
-        fail(f"{path}: expected a job mapping or a 'jobs' list")
+        fail(f"{path}: expected a job mapping or a 'jobs' list", INVALID_INPUT)
     unread = sorted(str(k) for k in data if k != "jobs") if "jobs" in data else []
     for key in unread:
         err_console.print(f"{key}: not read (submit reads the jobs under 'jobs')", highlight=False)
@@ -183,17 +183,17 @@ def trailing_output(rest: list[str], output: ListFormat) -> ListFormat:
         if item in ("-o", "--output"):
             value = next(items, None)
             if value is None:
-                fail(f"{item}: needs a value (table, wide or json)")
+                fail(f"{item}: needs a value (table, wide or json)", INVALID_INPUT)
         elif item.startswith("--output="):
             value = item.removeprefix("--output=")
         elif item.startswith("-o") and not item.startswith("--"):
             value = item.removeprefix("-o")
         else:
-            fail(f"{item}: after a jobs file only -o/--output may follow")
+            fail(f"{item}: after a jobs file only -o/--output may follow", INVALID_INPUT)
         try:
             output = ListFormat(value)
         except ValueError:
-            fail(f"{item}: {value!r} is not one of table, wide, json")
+            fail(f"{item}: {value!r} is not one of table, wide, json", INVALID_INPUT)
     return output
 
 
@@ -252,7 +252,7 @@ def submit(
         body.update(_options(max_runtime, array, env, after, min_replicas, resize))
         bodies = [body]
     else:
-        fail("give a jobs file, or a command after `--`")
+        fail("give a jobs file, or a command after `--`", INVALID_INPUT)
     _send(bodies, output)
 
 
@@ -280,7 +280,10 @@ def _after_entry(text: str) -> dict[str, str]:
     """``--after NAME`` or ``NAME:STATE`` as an ``after`` entry."""
     job, _, state = text.rpartition(":") if ":" in text else (text, "", "")
     if state and state not in ("succeeded", "failed", "ended"):
-        fail(f"--after {text}: the state is succeeded, failed or ended, got {state!r}")
+        fail(
+            f"--after {text}: the state is succeeded, failed or ended, got {state!r}",
+            INVALID_INPUT,
+        )
     return {"job": job, "state": state or "succeeded"}
 
 

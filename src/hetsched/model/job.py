@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 from hetsched.model.checkpoint import Checkpointing
 from hetsched.model.device import SHARE_UNITS, TaintEffect
+from hetsched.model.quantity import format_cpu, format_memory
 from hetsched.model.speed import NO_SPEED, JobSpeed
 from hetsched.model.topology import TopologyRequest
 from hetsched.model.workflow import ArraySpec, Dependency, OnUnmet, element_id
@@ -126,7 +127,9 @@ class TaskRequest:
         return self._hash
 
     def describe(self) -> str:
-        parts = [f"cpu {self.cpu_milli}m", f"memory {self.memory_mib}Mi"]
+        """``cpu 2, memory 16Gi, 1x gpu``: the units a job file is written in, not the
+        millicores and MiB the core counts in (``cpu 2000m, memory 16384Mi``)."""
+        parts = [f"cpu {format_cpu(self.cpu_milli)}", f"memory {format_memory(self.memory_mib)}"]
         parts += [" or ".join(c.describe() for c in d.choices) for d in self.devices]
         return ", ".join(parts)
 

@@ -12,7 +12,7 @@ from yaml import YAMLError
 
 from hetsched.model.yamlio import safe_load
 
-__all__ = ["SpecError", "Strict", "format_errors", "load_yaml"]
+__all__ = ["SpecError", "Strict", "format_errors", "load_yaml", "yaml_problem"]
 
 
 class SpecError(ValueError):
@@ -71,4 +71,20 @@ def load_yaml(path: str | Path) -> Any:
     except OSError as exc:
         raise SpecError([f"cannot read: {exc.strerror}"], str(path)) from None
     except YAMLError as exc:
-        raise SpecError([f"not valid YAML: {' '.join(str(exc).split())}"], str(path)) from None
+        raise SpecError([yaml_problem(exc)], str(path)) from None
+
+
+def yaml_problem(exc: YAMLError) -> str:
+    """A YAML error as one line that says where: ``line 4, column 1: not valid YAML: did not
+    find expected ',' or '}' (while parsing a flow mapping at line 3, column 16)``; PyYAML's
+    own text names the stream (``in "<byte string>"``), not the file."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return f"not valid YAML: {' '.join(str(exc).split())}"
+    text = f"line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}"
+    context, at = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        where = f" at line {at.line + 1}, column {at.column + 1}" if at is not None else ""
+        text += f" ({context}{where})"
+    return text

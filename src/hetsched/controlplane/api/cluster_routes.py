@@ -69,12 +69,17 @@ def _alerts_view(service: Service, who: Principal, since: float) -> dict[str, An
         guard = [a for a in guard if not a.job_id or a.job_id in mine]
     devices = loop.watcher.view() if loop.watcher is not None else []
     held = loop.faults.held()
+    alerts = [a.to_dict() for a in loop.faults.alerts(since)]
+    # every job a banner mentions, by name and user: the held ones, the loop's alerts' (a
+    # job given up is no longer held) and the guard's
+    mentioned = [*held, *(j for a in alerts for j in a.get("jobs") or ())]
+    mentioned += [a.job_id for a in guard if a.job_id]
     return {
         "wedged": loop.faults.wedged,
         "store": service.store.health.to_dict(),
         "held": held,
-        "jobs": _named_jobs(service, who, [*held, *(a.job_id for a in guard if a.job_id)]),
-        "loop": [a.to_dict() for a in loop.faults.alerts(since)],
+        "jobs": _named_jobs(service, who, mentioned),
+        "loop": alerts,
         "guard": [a.to_dict() for a in guard],
         "devices": [
             d.to_dict() for d in devices if not d.present or d.health is not Health.HEALTHY

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,9 +173,10 @@ def study(
     seed: int = 0,
     shape: tuple[int, int, int] = (4, 4, 8),
     factors: Mapping[str, float] | None = None,
+    done: Callable[[str], None] | None = None,
 ) -> list[TopologyOutcome]:
     """Each way on the same workload (see the module docstring); ``shape``: blocks, racks
-    per block, nodes per rack."""
+    per block, nodes per rack; ``done(way)`` is called as each way's run ends."""
     blocks, racks, rack_nodes = shape
     nodes = study_cluster(blocks, racks, rack_nodes)
     drawn = study_workload(8 * len(nodes), jobs, load, seed, racks, rack_nodes)
@@ -204,4 +205,6 @@ def study(
                 dict(sorted(Counter(sim.slowdown.spans).items())),
             )
         )
+        if done is not None:
+            done(way)
     return out
