@@ -274,11 +274,12 @@ def _check(marks: Path, acked: dict[str, str], jobs: dict[str, Any], cancelled: 
     assert len(set(acked.values())) == len(acked)  # one job per key: no retry stored twice
     ends = Counter((marks / "end").read_text().split())
     starts = Counter(line.split()[0] for line in _started(marks))
-    runs = Counter(line.split()[1] for line in _started(marks))
     for job_id, row in jobs.items():
         want = "cancelled" if job_id in cancelled else "succeeded"
         assert row["state"] == want, (job_id, row["state"], row["reason"])
         assert starts[job_id] == 1, (job_id, starts[job_id])  # once: none twice, none never
         if want == "succeeded":
             assert ends[job_id] == 1, job_id  # its exit recorded, after its one run
-    assert set(starts) == set(jobs) and set(runs) == {"1"}, runs
+    # (a run may be numbered 2: one bound but never spawned when the leader died goes back
+    # to the queue; its command still runs once)
+    assert set(starts) == set(jobs), set(starts) ^ set(jobs)
