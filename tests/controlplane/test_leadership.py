@@ -128,6 +128,36 @@ def test_the_keeper_steps_down_when_another_took_the_lease(stores: tuple[Store, 
     assert lost == ["lease cp: another process took it over"]
 
 
+def test_the_keeper_steps_down_when_the_store_refuses_its_renewals(tmp_path: Path) -> None:
+    """A leader that cannot write its renewal (its store unreachable, full) steps down
+    while the lease it last wrote still runs: a standby never takes over from a leader
+    that might still start tasks."""
+    store = Store(f"sqlite:///{tmp_path / 'lease.db'}")
+    store.migrate()
+    try:
+        a = LeaseBook(store, "cp", "a", "https://a", 0.9)
+        held = a.take()
+        assert held is not None
+        with store.engine.begin() as conn:  # SQLite's own error for a full disk
+            conn.execute(
+                text(
+                    "CREATE TRIGGER full BEFORE UPDATE ON leases "
+                    "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+                )
+            )
+        lost: list[str] = []
+        done = threading.Event()
+        keeper = Keeper(a, lambda why: (lost.append(why), done.set()))
+        keeper.start()
+        assert done.wait(10)
+        keeper.stop()
+        assert lost == ["lease cp: not renewed in time"]
+        assert keeper.valid_until == pytest.approx(held.expires_at, abs=0.5)  # never renewed
+        assert a.current() == held  # the lease as the leader last wrote it
+    finally:
+        store.close()
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     store = Store(f"sqlite:///{tmp_path_factory.mktemp('lease') / 'lease.db'}")

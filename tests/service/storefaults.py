@@ -63,6 +63,8 @@ class FaultReport:
     same_process: bool = True
     back_s: float | None = None
     alerts: list[str] = field(default_factory=list)
+    #: ``GET /v1/alerts`` while the store failed: the status, the loop's alert kinds
+    alerts_during: tuple[int, list[str]] = (0, [])
 
     def summary(self) -> str:
         back = "none" if self.back_s is None else f"{self.back_s:.2f}s"
@@ -70,7 +72,8 @@ class FaultReport:
             f"{self.acked} acknowledged, {len(self.lost)} lost, {len(self.failed)} failed, "
             f"{len(self.ran_twice)} ran twice, {len(self.not_run)} never ran; answers "
             f"{dict(self.statuses)} ({self.retry_after} with Retry-After); readyz "
-            f"{dict(self.readyz)}; same process {self.same_process}; scheduling back {back}"
+            f"{dict(self.readyz)}; same process {self.same_process}; scheduling back {back}; "
+            f"alerts during the fault {self.alerts_during}"
         )
 
 
@@ -184,7 +187,9 @@ def run_store_fault(
             assert _until(lambda: _running(reader) >= 2 and traffic.next >= 6, 60), "no start"
             reader.engine.dispose()  # holds no file of the store while it fails
             begin()
-            time.sleep(hold_s)
+            until = time.monotonic() + hold_s
+            report.alerts_during = _alerts_during(server, until)
+            time.sleep(max(0.0, until - time.monotonic()))
             end()
             back_at = time.time()
             time.sleep(2.0)
@@ -228,6 +233,25 @@ def _check(
         starts += [float(t["started_at"]) for t in tasks if t["started_at"]]
     later = [s - back_at for s in starts if s >= back_at]
     report.back_s = min(later) if later else None
+
+
+def _alerts_during(server: ServerProcess, until: float) -> tuple[int, list[str]]:
+    """``GET /v1/alerts`` (a token the service checked before the fault) until it names
+    the store's outage or ``until``: its last status and alert kinds."""
+    status, kinds = 0, []
+    with server.client() as client:
+        while time.monotonic() < until:
+            try:
+                answer = client.get("/v1/alerts")
+            except httpx.TransportError:
+                time.sleep(0.2)
+                continue
+            status = answer.status_code
+            kinds = [a["kind"] for a in answer.json().get("loop", [])] if status == 200 else []
+            if status != 200 or "store_unavailable" in kinds:
+                break
+            time.sleep(0.2)
+    return status, kinds
 
 
 def _alerts(server: ServerProcess) -> list[str]:

@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from service_fixtures import Api, job_body, service_options
@@ -207,3 +208,52 @@ def test_a_task_bound_but_never_spawned_runs_again_without_a_failure(tmp_path: P
         first = next(t for t in job["tasks"] if t["run"] == 1)
         assert "not started: the service stopped before it spawned" in str(first), first
         api.close()
+
+
+def _restart_with_task(options: Any, body: dict[str, Any], exit_text: str) -> dict[str, Any]:
+    """Run ``body`` until its task runs, stop the service, kill the task's group, leave
+    its exit file holding ``exit_text`` and its row ``starting`` without a pid (the crash
+    came before the pid was recorded), and restart; the job as it ends."""
+    with running(options, keep_tasks=True) as svc:
+        api = Api(svc)
+        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
+        task = _running_task(api, "alice", job_id)
+        exit_file = svc.built.service.executor.exit_file(job_id, 0, 1)  # type: ignore[union-attr]
+        api.close()
+    os.killpg(task["pid"], signal.SIGKILL)
+    time.sleep(0.2)
+    exit_file.write_text(exit_text)
+    db = sqlite3.connect(options.home / "hetsched.db")
+    with db:
+        db.execute("UPDATE tasks SET state = 'starting', pid = NULL, pid_started = NULL")
+    db.close()
+    with running(options) as svc:
+        api = Api(svc)
+        job: dict[str, Any] = api.wait(api.admin, job_id, {"succeeded", "failed"}, timeout=60)
+        api.close()
+    return job
+
+
+def test_a_task_killed_with_its_exit_file_made_but_not_spawned_runs_again(
+    tmp_path: Path,
+) -> None:
+    """The crash came between making the exit file (the wrapper's stdin) and spawning the
+    wrapper: the file is there but empty, and the wrapper never said it started the
+    command, so the run goes back to the queue, no failure counted."""
+    body = job_body(command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'])
+    job = _restart_with_task(service_options(tmp_path), body, "")
+    assert job["state"] == "succeeded" and job["run"] == 2 and job["restarts"] == 0, job
+    first = next(t for t in job["tasks"] if t["run"] == 1)
+    assert "not started: the service stopped before it spawned" in str(first), first
+
+
+def test_a_task_whose_wrapper_started_the_command_and_vanished_is_lost(
+    tmp_path: Path,
+) -> None:
+    """The wrapper said it started the command (``started`` in the exit file) and is gone
+    without an exit status: the command ran, so the run is lost (restart policy never:
+    the job fails), never silently run again."""
+    body = job_body(command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'])
+    job = _restart_with_task(service_options(tmp_path), body, "started\n")
+    assert job["state"] == "failed" and job["run"] == 1, job
+    assert "lost: its process was gone after a restart" in str(job["tasks"]), job

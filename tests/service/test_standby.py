@@ -175,7 +175,8 @@ def test_the_standby_takes_over_a_killed_leader_and_adopts_its_tasks(
                 and js
             ),
         )
-    assert [j["state"] for j in jobs] == ["succeeded"] * 20, jobs
+    ended = [(j["name"], j["state"], j["reason"]) for j in jobs]
+    assert [j["state"] for j in jobs] == ["succeeded"] * 20, ended
     starts = (marks / "start").read_text().split("\n")[:-1]
     started = sorted(line.split()[0] for line in starts)
     assert started == sorted(ids)  # each task started once: none lost, none twice

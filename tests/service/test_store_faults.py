@@ -41,6 +41,9 @@ def _assert_clean(report: FaultReport, server: ServerProcess, restarted: bool = 
     assert report.readyz[503] > 0, summary
     assert report.same_process is not restarted, summary
     assert report.back_s is not None, summary
+    # the alerts stay reachable while the store fails (the token was checked before)
+    assert report.alerts_during[0] == 200, summary
+    assert "store_unavailable" in report.alerts_during[1], summary
     if not restarted:  # (a restart starts with no alerts)
         kinds = [a.split(":", 1)[0] for a in report.alerts]
         assert "store_unavailable" in kinds and "store_recovered" in kinds, report.alerts

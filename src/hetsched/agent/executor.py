@@ -60,6 +60,7 @@ from hetsched.agent.wrapper import (
     home_of,
     journal_exit,
     journaled_exit,
+    never_ran,
     not_started,
     read_exit,
     running,
@@ -310,6 +311,10 @@ class Executor:
         return (
             code if code is not None else journaled_exit(self.instance, task_key(job_id, task, run))
         )
+
+    def never_ran(self, job_id: str, task: int, run: int) -> bool:
+        """Whether no wrapper started the task's command (see :func:`never_ran`)."""
+        return never_ran(self.exit_file(job_id, task, run))
 
     def find_leaders(self) -> dict[str, tuple[int, float]]:
         """Task key -> (pid, start time) of each live task wrapper of this instance: the

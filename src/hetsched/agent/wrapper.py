@@ -30,6 +30,7 @@ __all__ = [
     "home_of",
     "journal_exit",
     "journaled_exit",
+    "never_ran",
     "not_started",
     "read_exit",
     "running",
@@ -51,7 +52,10 @@ _TRAPPED = f"TERM {_NOTICES}"
 #: file is opened by the service and handed over as the wrapper's stdin (written with
 #: ``>&0``; the command gets /dev/null), so a job running as another OS user needs no access
 #: to the service's home.
-_WRAPPER = f'trap : {_TRAPPED}; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
+#: Before the command it writes ``started`` there: an exit file that is empty tells a
+#: restart that the service died between making the file and spawning the wrapper, so the
+#: command never ran (:func:`never_ran`).
+_WRAPPER = f'trap : {_TRAPPED}; echo started >&0; "$@" </dev/null; c=$?; echo "$c" >&0; exit "$c"'
 #: The wrapper of a task fenced by a federation's lease (``service/fencing.py``): ``$1`` is
 #: the lease file, whose first line is the expiry in whole wall-clock seconds, ``$2`` the
 #: backstop. It never starts the command at or after the expiry (exit 125), and a watchdog
@@ -64,7 +68,7 @@ _FENCED_WRAPPER = (
     f"trap : {_TRAPPED}; f=$1; b=$2; shift 2; "
     'x() { e=0; read -r e < "$f" 2>/dev/null; [ "$(date +%s)" -ge "$((e + $1))" ]; }; '
     'if x 0; then echo "hetsched: fenced: the lease in $f has expired" >&2; '
-    "echo fenced >&0; exit 125; fi; "
+    "echo fenced >&0; exit 125; fi; echo started >&0; "
     f'( trap : {_NOTICES}; while :; do sleep 1; if x "$b"; then '
     'echo "hetsched: fenced: the lease in $f expired; stopping the task" >&2; '
     "kill -KILL 0; fi; done ) </dev/null & w=$!; "
@@ -85,14 +89,28 @@ def wrapper_argv(fence: Path | None, backstop_s: int) -> list[str]:
     return ["/bin/sh", "-c", _FENCED_WRAPPER, "hetsched-task", str(fence), str(backstop_s)]
 
 
+def _last_line(exit_file: Path) -> str:
+    lines = exit_file.read_text().split()
+    return lines[-1] if lines else ""
+
+
 def read_exit(exit_file: Path) -> int | None:
     """The exit status the wrapper wrote (FENCED_EXIT for a command it did not start), or
     None while there is none."""
     try:
-        text = exit_file.read_text().strip()
+        text = _last_line(exit_file)
         return FENCED_EXIT if text == _NOT_STARTED else int(text)
     except (OSError, ValueError):
         return None
+
+
+def never_ran(exit_file: Path) -> bool:
+    """Whether no wrapper started the command of ``exit_file``'s task: the file is missing
+    (never made) or empty (made, but the wrapper was never spawned, or never got to it)."""
+    try:
+        return exit_file.stat().st_size == 0
+    except FileNotFoundError:
+        return True
 
 
 def not_started(exit_file: Path) -> bool:

@@ -259,11 +259,12 @@ def _check_tasks(p: RecoveryPass, item: LiveJob, rows: list[dict[str, Any]]) -> 
 
 
 def _never_spawned(executor: ProcessExecutor, job_id: str, t: dict[str, Any]) -> bool:
-    """A local task bound (``starting``, no pid) whose exit file was never made: the
-    executor makes it before it spawns the wrapper, so its command surely never ran."""
+    """A local task bound (``starting``, no pid) whose exit file is missing or empty: the
+    executor makes it before it spawns the wrapper, and the wrapper writes ``started`` in
+    it before it runs the command, so the command surely never ran."""
     if not isinstance(executor, Executor) or t["state"] != "starting" or t["pid"]:
         return False
-    return not executor.exit_file(job_id, int(t["task"]), int(t["run"])).exists()
+    return executor.never_ran(job_id, int(t["task"]), int(t["run"]))
 
 
 def _adopt(p: RecoveryPass, job: Job, t: dict[str, Any]) -> str | None:
