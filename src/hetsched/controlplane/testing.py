@@ -3,6 +3,8 @@ control plane (``hetsched up``, ``hetsched federation up``)."""
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import threading
 import time
@@ -15,7 +17,33 @@ from hetsched.tls import ServerTls
 __all__ = ["free_port", "serve"]
 
 
+#: ports below the kernel's ephemeral range (32768 and up by default), in blocks of
+#: ``_BLOCK``: one block for each pytest-xdist worker
+_FIRST, _BLOCK, _BLOCKS = 20_000, 500, 25
+_next: dict[str, int] = {}
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on now, for a server about to start.
+
+    A port the kernel hands out for ``bind(0)`` comes from its ephemeral range, where an
+    outgoing connection, or a server of another test running beside this one, may take it
+    before the server binds it. Under pytest-xdist each worker therefore probes ports of
+    its own block below that range, from a random start; elsewhere the kernel picks."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else -1
+    if 0 <= index < _BLOCKS:
+        base = _FIRST + index * _BLOCK
+        offset = _next.get(worker, random.randrange(_BLOCK))
+        for step in range(_BLOCK):
+            port = base + (offset + step) % _BLOCK
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _next[worker] = (offset + step + 1) % _BLOCK
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
