@@ -7,14 +7,16 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
-from hetsched.controlplane import free_port
+from hetsched.controlplane import Store, free_port
 
-__all__ = ["postgres_url"]
+__all__ = ["new_database", "postgres_url"]
 
 
 def _pg_bin() -> Path | None:
@@ -23,6 +25,18 @@ def _pg_bin() -> Path | None:
             return candidate
     found = shutil.which("initdb")
     return Path(found).parent if found else None
+
+
+def new_database(postgres_url: str, prefix: str = "t") -> str:
+    """The URL of a new, empty database on the server of ``postgres_url``."""
+    name = f"{prefix}{uuid.uuid4().hex[:10]}"
+    admin = Store(postgres_url)
+    try:
+        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    finally:
+        admin.close()
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from hetsched.controlplane.leadership import Fenced, Keeper, LeaseBook
 from hetsched.controlplane.storage.store import Store
+from pg_fixture import new_database
 
 LEASE_S = 10.0
 
@@ -25,13 +26,7 @@ LEASE_S = 10.0
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'test.db'}"
-    base = request.getfixturevalue("postgres_url")
-    name = f"l{uuid.uuid4().hex[:10]}"
-    admin = Store(base)
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.close()
-    return str(base.rsplit("/", 1)[0] + "/" + name)
+    return new_database(request.getfixturevalue("postgres_url"), "l")
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from fed_fixtures import Line, events, federation, job_body, task
 
+from pg_fixture import new_database
+
 GPU = {"cpu": "1", "memory": "1Gi", "devices": [{"class": "gpu", "count": 1}]}
 
 
@@ -229,18 +231,9 @@ def test_the_cli_works_against_a_federation_unchanged(tmp_path: Path) -> None:
 def test_the_federations_store_on_postgresql(tmp_path: Path, postgres_url: str) -> None:
     """The same store as `hetsched up`'s, on PostgreSQL (a database of its own): a job
     runs, and the store holds it, its history and its dispatch to a member."""
-    import uuid
-
-    from sqlalchemy import text
-
     from hetsched.controlplane.storage.store import Store
 
-    database = f"f{uuid.uuid4().hex[:10]}"
-    admin = Store(postgres_url)
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f"CREATE DATABASE {database}"))
-    admin.close()
-    url = postgres_url.rsplit("/", 1)[0] + "/" + database
+    url = new_database(postgres_url, "f")
     with federation(tmp_path, db=url) as fed:
         fed.ready()
         job_id = fed.client.post("/v1/jobs", json=job_body(resources=GPU)).json()["id"]

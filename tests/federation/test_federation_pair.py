@@ -7,7 +7,6 @@ once."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,21 +15,15 @@ import httpx
 import pytest
 from fed_fixtures import job_body, members_yaml
 from procs import FederationProcess, MemberProcess
-from sqlalchemy import text
 
-from hetsched.controlplane import Store
+from pg_fixture import new_database
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def db(postgres_url: str) -> str:
-    name = f"fedpair{uuid.uuid4().hex[:8]}"
-    admin = Store(postgres_url)
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.close()
-    return str(postgres_url.rsplit("/", 1)[0] + "/" + name)
+    return new_database(postgres_url, "fedpair")
 
 
 @pytest.fixture

@@ -16,19 +16,18 @@ import json
 import signal
 import ssl
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 from typer.testing import CliRunner
 
 from hetsched.cli.main import app
 from hetsched.controlplane import LeaseBook, Store
 from hetsched.service.testing import ServerProcess, free_port
+from pg_fixture import new_database
 from tlscerts import make_pki
 
 pytestmark = pytest.mark.slow
@@ -43,12 +42,7 @@ TASK = (
 
 @pytest.fixture
 def db(postgres_url: str) -> str:
-    name = f"pair{uuid.uuid4().hex[:10]}"
-    admin = Store(postgres_url)
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.close()
-    return str(postgres_url.rsplit("/", 1)[0] + "/" + name)
+    return new_database(postgres_url, "pair")
 
 
 class Pair:

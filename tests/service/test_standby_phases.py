@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,10 +33,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from hetsched.controlplane import LeaseBook, Store
 from hetsched.service.testing import ServerProcess, free_port
+from pg_fixture import new_database
 
 pytestmark = pytest.mark.slow
 
@@ -54,12 +53,7 @@ TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
 
 @pytest.fixture
 def db(postgres_url: str) -> str:
-    name = f"phases{uuid.uuid4().hex[:8]}"
-    admin = Store(postgres_url)
-    with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.close()
-    return str(postgres_url.rsplit("/", 1)[0] + "/" + name)
+    return new_database(postgres_url, "phases")
 
 
 def _until(what: str, check: Callable[[], Any], timeout_s: float = 90.0) -> Any:
