@@ -15,35 +15,9 @@ from ray_service import Up
 
 from hetsched.ray.testing import ClusterInfo
 
-#: dumps its own environment, then (a worker) waits for one message on its own address
-WORKER = """
-import json, os, socket, sys
-out = sys.argv[1]
-name = f"{os.environ['HETSCHED_GROUP']}-{os.environ['HETSCHED_GROUP_INDEX']}"
-env = {k: v for k, v in os.environ.items() if k.startswith("HETSCHED_")}
-json.dump(env, open(os.path.join(out, name + ".env"), "w"))
-server = socket.create_server((os.environ["HETSCHED_HOST"], int(os.environ["HETSCHED_PORT"])))
-server.settimeout(60)
-conn, _ = server.accept()
-open(os.path.join(out, name + ".got"), "w").write(conn.recv(100).decode())
-"""
-#: dumps its environment, then sends each worker listed in its peers a message
-DRIVER = """
-import json, os, socket, sys, time
-out = sys.argv[1]
-env = {k: v for k, v in os.environ.items() if k.startswith("HETSCHED_")}
-json.dump(env, open(os.path.join(out, "driver-0.env"), "w"))
-for peer in json.loads(os.environ["HETSCHED_PEERS"])["workers"]:
-    deadline = time.time() + 60
-    while True:
-        try:
-            with socket.create_connection((peer["host"], peer["port"]), timeout=5) as s:
-                s.sendall(f"hello worker {peer['index']}".encode())
-            break
-        except OSError:
-            assert time.time() < deadline
-            time.sleep(0.1)
-"""
+#: a driver's or a worker's task (tests/peer_task.py; this body runs outside pytest's path)
+PEER_TASK = Path(__file__).resolve().parents[1] / "peer_task.py"
+
 #: an elastic job's task: its run, rank and count
 COUNT = """
 import os, sys
@@ -58,13 +32,13 @@ def _groups(up: Up, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True)
     body = {
         "name": "hetero",
-        "command": [sys.executable, "-c", WORKER, str(out)],
+        "command": [sys.executable, str(PEER_TASK), "worker", str(out)],
         "groups": [
             {"name": "workers", "replicas": 2, "resources": A100},
             {
                 "name": "driver",
                 "resources": {"cpu": "1", "memory": "512Mi"},
-                "command": [sys.executable, "-c", DRIVER, str(out)],
+                "command": [sys.executable, str(PEER_TASK), "driver", str(out)],
             },
         ],
     }

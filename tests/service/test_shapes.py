@@ -13,6 +13,7 @@ from typing import Any
 from service_fixtures import Api, service_options, serving
 from typer.testing import CliRunner
 
+import peer_task
 from hetsched.cli.main import app
 from waiting import eventually as _until
 from waiting import log_lines as _lines
@@ -28,35 +29,6 @@ nodes:
     cpu: "8"
     memory: 16Gi
 """
-#: dumps its own environment, then (a worker) waits for one message on its own address
-WORKER = """
-import json, os, socket, sys
-out = sys.argv[1]
-name = f"{os.environ['HETSCHED_GROUP']}-{os.environ['HETSCHED_GROUP_INDEX']}"
-env = {k: v for k, v in os.environ.items() if k.startswith("HETSCHED_")}
-json.dump(env, open(os.path.join(out, name + ".env"), "w"))
-server = socket.create_server((os.environ["HETSCHED_HOST"], int(os.environ["HETSCHED_PORT"])))
-server.settimeout(60)
-conn, _ = server.accept()
-open(os.path.join(out, name + ".got"), "w").write(conn.recv(100).decode())
-"""
-#: dumps its environment, then sends each worker listed in its peers a message
-DRIVER = """
-import json, os, socket, sys, time
-out = sys.argv[1]
-env = {k: v for k, v in os.environ.items() if k.startswith("HETSCHED_")}
-json.dump(env, open(os.path.join(out, "driver-0.env"), "w"))
-for peer in json.loads(os.environ["HETSCHED_PEERS"])["workers"]:
-    deadline = time.time() + 60
-    while True:
-        try:
-            with socket.create_connection((peer["host"], peer["port"]), timeout=5) as s:
-                s.sendall(f"hello worker {peer['index']}".encode())
-            break
-        except OSError:
-            assert time.time() < deadline
-            time.sleep(0.1)
-"""
 GPU = {"cpu": "1", "memory": "512Mi", "devices": [{"class": "gpu", "count": 1}]}
 
 
@@ -70,13 +42,13 @@ def test_a_driver_reaches_its_workers_at_the_addresses_its_peers_list(tmp_path: 
     out.mkdir()
     body = {
         "name": "hetero",
-        "command": [sys.executable, "-c", WORKER, str(out)],
+        "command": peer_task.command("worker", out),
         "groups": [
             {"name": "workers", "replicas": 2, "resources": GPU},
             {
                 "name": "driver",
                 "resources": {"cpu": "4", "memory": "1Gi"},
-                "command": [sys.executable, "-c", DRIVER, str(out)],
+                "command": peer_task.command("driver", out),
             },
         ],
     }
