@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from hetsched.k8s.ratelimit import TokenBucket
 
@@ -167,6 +169,18 @@ def _message(data: bytes) -> str:
     )
 
 
+def _base_path(host: str) -> str | None:
+    """The path of the server's URL before the API's own (``/prefix`` for a server at
+    ``https://host/prefix``); None for one the connection pool could not be given as is
+    (a query, a fragment, characters urllib3 would quote or a trailing slash)."""
+    parts = urlsplit(host)
+    if parts.query or parts.fragment or not re.fullmatch(r"(/[A-Za-z0-9_.~-]+)*", parts.path):
+        return None
+    if any(segment in (".", "..") for segment in parts.path.split("/")):
+        return None
+    return parts.path
+
+
 def _lines(response: Any) -> Iterator[bytes]:
     """The non-empty lines of a streamed answer, as they arrive (each chunk split once)."""
     pending = b""
@@ -194,6 +208,8 @@ class KubeClusterAPI:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
+        #: the API server's connection pool and the path before the API's (see ``_post_raw``)
+        self._pool: tuple[Any, str] | None = None
         #: what ``watch`` and ``list_objects`` read, by resource
         self._listers: dict[str, Any] = {
             "nodes": self.core.list_node,
@@ -302,17 +318,39 @@ class KubeClusterAPI:
         headers["Content-Type"] = headers["Accept"] = "application/json"
         api_client.update_params_for_auth(headers, [], ["BearerToken"], path, "POST", body)
         data = json.dumps(body, separators=(",", ":")).encode()
-        url = api_client.configuration.host + path
         try:
-            response = api_client.rest_client.pool_manager.request(
-                "POST", url, body=data, headers=headers, preload_content=False
-            )
+            response = self._post_raw(path, data, headers)
         except Exception as exc:  # urllib3's transport errors
             raise ApiError(0, f"POST {path}: {exc}") from None
         try:
             return int(response.status), bytes(response.data or b"")
         finally:
             response.release_conn()
+
+    def _post_raw(self, path: str, data: bytes, headers: dict[str, str]) -> Any:
+        """The POST itself, on the API server's connection pool, looked up once: the pool
+        manager would parse the URL and look its pool up again for every request. Through
+        a proxy, the pool manager's own ``request`` (it rewrites the URL for the proxy)."""
+        api_client = self.api_client
+        url = api_client.configuration.host + path
+        if self._pool is None:
+            manager = api_client.rest_client.pool_manager
+            base = _base_path(api_client.configuration.host)
+            if base is None or type(manager).__name__ == "ProxyManager":
+                return manager.request(
+                    "POST", url, body=data, headers=headers, preload_content=False
+                )
+            self._pool = (manager.connection_from_url(url), base)
+        pool, base = self._pool
+        return pool.urlopen(
+            "POST",
+            base + path,
+            body=data,
+            headers=headers,
+            preload_content=False,
+            redirect=False,
+            assert_same_host=False,
+        )
 
     def bind(
         self,

@@ -16,15 +16,15 @@ binding's outcome; only a failure comes back, and is settled on the scheduling t
   (:mod:`hetsched.k8s.claims.writes`, kube-scheduler's PreBind), and given back if the
   Binding fails. After the Binding, its ``Scheduled`` Event is posted by the same worker.
 - :meth:`Binder.take` hands the scheduling thread the outcomes finished since its last
-  call; ``wake`` is called after each one, so the loop wakes up for it.
+  call; ``wake`` is called after the first one it has not taken, so the loop wakes up.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +109,9 @@ class Binder:
         self.events = events
         self.workers = workers
         self.wake = wake
-        self._pool: ThreadPoolExecutor | None = None
+        #: the jobs waiting for a worker (None: a worker's signal to stop), and the workers
+        self._jobs: queue.SimpleQueue[BindJob | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._done: list[Outcome] = []
         #: pod key -> its job's binding, while the binding is in flight
@@ -121,9 +123,14 @@ class Binder:
         if self.workers == 0:
             self._finish(self._bind(job))
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="bind")
-        self._pool.submit(self._run, job)
+        if not self._threads:
+            self._threads = [
+                threading.Thread(target=self._work, name=f"bind-{i}", daemon=True)
+                for i in range(self.workers)
+            ]
+            for thread in self._threads:
+                thread.start()
+        self._jobs.put(job)
 
     def take(self) -> list[Outcome]:
         """The outcomes finished since the last call, in the order they finished; their
@@ -144,9 +151,15 @@ class Binder:
     def close(self) -> None:
         """Wait for the bindings in flight, then stop the workers (a later ``submit``
         starts new ones)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            self._run(job)
 
     def _run(self, job: BindJob) -> None:
         try:
@@ -157,9 +170,13 @@ class Binder:
         self._finish(outcome)
 
     def _finish(self, outcome: Outcome) -> None:
+        """Hand the outcome to the scheduling thread; wake it only for the first outcome
+        it has not taken yet (it takes all of them at once)."""
         with self._lock:
+            first = not self._done
             self._done.append(outcome)
-        self.wake()
+        if first:
+            self.wake()
 
     def _bind(self, job: BindJob) -> Outcome:
         outcome = Outcome(job)

@@ -49,7 +49,7 @@ class ListWatch:
         self.caches = caches
         self.timeout_s = timeout_s
         self.optional = frozenset(optional)
-        self._queue: queue.Queue[_Item] = queue.Queue()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         #: resource -> the resource version to watch from
         self.rv: dict[str, str] = dict.fromkeys(caches, "")
         #: optional resources the server does not serve

@@ -45,15 +45,16 @@ class PodEvents:
         self.reported: dict[str, str] = {}
         #: writes dropped because the queue was full
         self.dropped = 0
-        self._queue: queue.Queue[Callable[[], None] | None] | None = None
+        self._size = queue_size
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] | None = None
         if queue_size > 0:
-            self._queue = queue.Queue(queue_size)
+            self._queue = queue.SimpleQueue()
             threading.Thread(
                 target=self._run, args=(self._queue,), name="events", daemon=True
             ).start()
 
     @staticmethod
-    def _run(writes: queue.Queue[Callable[[], None] | None]) -> None:
+    def _run(writes: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         while (write := writes.get()) is not None:
             with contextlib.suppress(ApiError):
                 write()
@@ -63,9 +64,10 @@ class PodEvents:
             with contextlib.suppress(ApiError):
                 write()
             return
-        try:
-            self._queue.put_nowait(write)
-        except queue.Full:
+        # writers racing may each add one past the bound: it limits memory, not exactly
+        if self._queue.qsize() < self._size:
+            self._queue.put(write)
+        else:
             self.dropped += 1
             if self.dropped % 1000 == 1:
                 log.warning("events queue full: %d event(s) dropped so far", self.dropped)

@@ -194,9 +194,26 @@ def _check_selectors(name: str, common: str | None, per_class: Mapping[str, str]
             raise TranslateError(f"pod {name}: annotation {key}: {exc}") from None
 
 
+#: the device requests of each pod object, by identity (as ``translate.pod_info``: a pod's
+#: JSON is never changed in place): read when the pod is submitted, again when it is bound
+_REQUESTS: dict[int, tuple[JSON, tuple[tuple[str, DeviceRequest], ...]]] = {}
+_REQUESTS_MAX = 8192
+
+
 def device_requests(obj: JSON) -> list[tuple[str, DeviceRequest]]:
     """The pod's device requests, each with the extended resource it comes from, in a fixed
-    order: by class, the whole devices before the shared slot."""
+    order: by class, the whole devices before the shared slot (read once per object)."""
+    hit = _REQUESTS.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return list(hit[1])
+    out = _device_requests(obj)
+    if len(_REQUESTS) >= _REQUESTS_MAX:
+        _REQUESTS.clear()
+    _REQUESTS[id(obj)] = (obj, tuple(out))
+    return out
+
+
+def _device_requests(obj: JSON) -> list[tuple[str, DeviceRequest]]:
     name = pod_key(obj)
     spec = mapping(obj.get("spec"), "spec")
     annotations = str_map(meta(obj).get("annotations"), "metadata.annotations")

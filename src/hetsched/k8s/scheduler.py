@@ -350,13 +350,13 @@ class PodScheduler(Membership, Observer):
         if info.schedulable_by(self.name):
             job = pod_job(obj, info.key + _short(info.uid), self.clock())
             try:
-                job = dataclasses.replace(
-                    job, resources=self.dra.book.request(info.key, obj, job.resources)
-                )
+                resources = self.dra.book.request(info.key, obj, job.resources)
             except ClaimError as exc:
                 self.dra.waiting.add(info.key)
                 self.events.failed_scheduling(obj, str(exc))
                 return []
+            if resources is not job.resources:  # its claims' part
+                job = dataclasses.replace(job, resources=resources)
             self.dra.waiting.discard(info.key)
             self._own(job.id, [info.key], workload_of(obj, info))
             return [JobSubmitted(job)]
