@@ -7,6 +7,7 @@ Objects cross this boundary as plain Kubernetes JSON (dicts), as the server sent
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import logging
@@ -208,8 +209,6 @@ class KubeClusterAPI:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.resource = client.ResourceV1Api(api_client)
-        #: the API server's connection pool and the path before the API's (see ``_post_raw``)
-        self._pool: tuple[Any, str] | None = None
         #: what ``watch`` and ``list_objects`` read, by resource
         self._listers: dict[str, Any] = {
             "nodes": self.core.list_node,
@@ -327,21 +326,27 @@ class KubeClusterAPI:
         finally:
             response.release_conn()
 
-    def _post_raw(self, path: str, data: bytes, headers: dict[str, str]) -> Any:
-        """The POST itself, on the API server's connection pool, looked up once: the pool
-        manager would parse the URL and look its pool up again for every request. Through
-        a proxy, the pool manager's own ``request`` (it rewrites the URL for the proxy)."""
+    @functools.cached_property
+    def _direct(self) -> tuple[Any, str] | None:
+        """The API server's connection pool and the path before the API's, looked up once
+        (the pool manager would parse the URL and look its pool up again for every
+        request); None through a proxy (the pool manager rewrites the URL for it) or for a
+        server URL the pool could not be given as is."""
         api_client = self.api_client
-        url = api_client.configuration.host + path
-        if self._pool is None:
-            manager = api_client.rest_client.pool_manager
-            base = _base_path(api_client.configuration.host)
-            if base is None or type(manager).__name__ == "ProxyManager":
-                return manager.request(
-                    "POST", url, body=data, headers=headers, preload_content=False
-                )
-            self._pool = (manager.connection_from_url(url), base)
-        pool, base = self._pool
+        manager = api_client.rest_client.pool_manager
+        base = _base_path(api_client.configuration.host)
+        if base is None or type(manager).__name__ == "ProxyManager":
+            return None
+        return manager.connection_from_url(api_client.configuration.host), base
+
+    def _post_raw(self, path: str, data: bytes, headers: dict[str, str]) -> Any:
+        """The POST itself: on the server's own pool where there is one, else through the
+        pool manager's ``request``."""
+        if self._direct is None:
+            url = self.api_client.configuration.host + path
+            manager = self.api_client.rest_client.pool_manager
+            return manager.request("POST", url, body=data, headers=headers, preload_content=False)
+        pool, base = self._direct
         return pool.urlopen(
             "POST",
             base + path,
