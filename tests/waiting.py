@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["eventually", "log_lines"]
+__all__ = ["eventually", "log_lines", "until"]
 
 T = TypeVar("T")
 
@@ -16,9 +16,15 @@ T = TypeVar("T")
 def eventually(check: Callable[[], T], timeout: float = 60) -> T:
     """``check()`` once it is truthy, polled every 50 ms; an assertion after ``timeout``
     seconds."""
-    deadline = time.monotonic() + timeout
+    return until("the condition", check, timeout)
+
+
+def until(what: str, check: Callable[[], T], timeout_s: float = 60.0) -> T:
+    """``check()`` once it is truthy, polled every 50 ms; after ``timeout_s`` seconds an
+    assertion that names ``what`` was waited for."""
+    deadline = time.monotonic() + timeout_s
     while not (found := check()):
-        assert time.monotonic() < deadline, "condition not reached"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
     return found
 

@@ -6,7 +6,6 @@ once."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from fed_fixtures import job_body, members_yaml
 from procs import FederationProcess, MemberProcess
 
 from pg_fixture import new_database
+from waiting import until as _until
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +42,6 @@ def _health(url: str) -> dict[str, Any]:
         return answer
     except (httpx.HTTPError, ValueError):
         return {}
-
-
-def _until(what: str, check: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def _leads(url: str) -> bool:

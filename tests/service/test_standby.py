@@ -29,6 +29,7 @@ from hetsched.controlplane import LeaseBook, Store
 from hetsched.service.testing import ServerProcess, free_port
 from pg_fixture import new_database
 from tlscerts import make_pki
+from waiting import until as _until
 
 pytestmark = pytest.mark.slow
 
@@ -84,16 +85,6 @@ def _health(proc: ServerProcess) -> dict[str, Any]:
         return answer
     except httpx.HTTPError:
         return {}
-
-
-def _until(what: str, check: Any, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _leads(proc: ServerProcess) -> bool:

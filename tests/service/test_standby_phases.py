@@ -24,10 +24,11 @@ once (none started twice, none never started) and every succeeded job's end was 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ import pytest
 from hetsched.controlplane import LeaseBook, Store
 from hetsched.service.testing import ServerProcess, free_port
 from pg_fixture import new_database
+from waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -48,22 +50,14 @@ TASK = (
 )
 #: ignores SIGTERM: only the stop grace's SIGKILL ends it
 STUBBORN = 'echo "$HETSCHED_JOB_ID $HETSCHED_RUN" >> "$MARKS/start"; trap "" TERM; sleep 30'
+#: the pair's restarts take longer than one process's
+_until = functools.partial(until, timeout_s=90.0)
 TERMINAL = {"succeeded", "failed", "cancelled", "rejected"}
 
 
 @pytest.fixture
 def db(postgres_url: str) -> str:
     return new_database(postgres_url, "phases")
-
-
-def _until(what: str, check: Callable[[], Any], timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 class Pair:
