@@ -186,34 +186,18 @@ def test_a_task_bound_but_never_spawned_runs_again_without_a_failure(tmp_path: P
     killed mid-turn) leaves it ``starting``, without a pid or an exit file: its command
     never ran, so the restart puts the run back in the queue, with no failure counted
     against the job (restart policy ``never``)."""
-    options = service_options(tmp_path)
-    with running(options, keep_tasks=True) as svc:
-        api = Api(svc)
-        body = job_body(command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'])
-        job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
-        task = _running_task(api, "alice", job_id)
-        exit_file = svc.built.service.executor.exit_file(job_id, 0, 1)  # type: ignore[union-attr]
-        api.close()
-    os.killpg(task["pid"], signal.SIGKILL)
-    time.sleep(0.2)
-    exit_file.unlink()  # as if it had never been spawned
-    db = sqlite3.connect(options.home / "hetsched.db")
-    with db:
-        db.execute("UPDATE tasks SET state = 'starting', pid = NULL, pid_started = NULL")
-    db.close()
-    with running(options) as svc:
-        api = Api(svc)
-        job = api.wait(api.admin, job_id, {"succeeded", "failed"}, timeout=60)
-        assert job["state"] == "succeeded" and job["run"] == 2 and job["restarts"] == 0, job
-        first = next(t for t in job["tasks"] if t["run"] == 1)
-        assert "not started: the service stopped before it spawned" in str(first), first
-        api.close()
+    body = job_body(command=["sh", "-c", 'test "$HETSCHED_RUN" -ge 2 || sleep 30'])
+    job = _restart_with_task(service_options(tmp_path), body, None)
+    assert job["state"] == "succeeded" and job["run"] == 2 and job["restarts"] == 0, job
+    first = next(t for t in job["tasks"] if t["run"] == 1)
+    assert "not started: the service stopped before it spawned" in str(first), first
 
 
-def _restart_with_task(options: Any, body: dict[str, Any], exit_text: str) -> dict[str, Any]:
+def _restart_with_task(options: Any, body: dict[str, Any], exit_text: str | None) -> dict[str, Any]:
     """Run ``body`` until its task runs, stop the service, kill the task's group, leave
-    its exit file holding ``exit_text`` and its row ``starting`` without a pid (the crash
-    came before the pid was recorded), and restart; the job as it ends."""
+    its exit file holding ``exit_text`` (None: no exit file, as if never spawned) and its
+    row ``starting`` without a pid (the crash came before the pid was recorded), and
+    restart; the job as it ends."""
     with running(options, keep_tasks=True) as svc:
         api = Api(svc)
         job_id = api.alice.post("/v1/jobs", json=body).json()["id"]
@@ -222,7 +206,10 @@ def _restart_with_task(options: Any, body: dict[str, Any], exit_text: str) -> di
         api.close()
     os.killpg(task["pid"], signal.SIGKILL)
     time.sleep(0.2)
-    exit_file.write_text(exit_text)
+    if exit_text is None:
+        exit_file.unlink()
+    else:
+        exit_file.write_text(exit_text)
     db = sqlite3.connect(options.home / "hetsched.db")
     with db:
         db.execute("UPDATE tasks SET state = 'starting', pid = NULL, pid_started = NULL")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 from service_fixtures import over_capacity
@@ -48,6 +48,16 @@ if env["HETSCHED_RUN"] == "1":
     while True:
         time.sleep(0.05)
 """
+
+
+def _ended(client: Any, job_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job once it no longer runs, and its explanation then."""
+
+    def ended() -> dict[str, Any] | None:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
+        return job if job["state"] != "running" else None
+
+    return _until(ended), client.get(f"/v1/jobs/{job_id}/why").json()
 
 
 def test_a_resize_in_its_notice_survives_a_sigkill_of_the_service(tmp_path: Path) -> None:
@@ -86,11 +96,7 @@ def test_a_resize_in_its_notice_survives_a_sigkill_of_the_service(tmp_path: Path
         with server.client() as client:
             term = _until(lambda: [line for line in _lines(log) if line[0] == "SIGTERM"])
             assert float(term[0][1]) >= float(notice["deadline"]) - 0.05
-            deadline = time.monotonic() + 60
-            while (job := client.get(f"/v1/jobs/{job_id}").json())["state"] == "running":
-                assert time.monotonic() < deadline, job
-                time.sleep(0.05)
-            why = client.get(f"/v1/jobs/{job_id}/why").json()
+            job, why = _ended(client, job_id)
     finally:
         server.stop()
         server.kill_tasks()
@@ -172,11 +178,7 @@ def test_a_live_shrink_survives_a_sigkill_of_the_service(tmp_path: Path) -> None
         server.start()
         with server.client() as client:
             _until(lambda: client.get(f"/v1/jobs/{urgent_id}").json()["state"] == "running")
-            deadline = time.monotonic() + 60
-            while (job := client.get(f"/v1/jobs/{job_id}").json())["state"] == "running":
-                assert time.monotonic() < deadline, job
-                time.sleep(0.05)
-            why = client.get(f"/v1/jobs/{job_id}/why").json()
+            job, why = _ended(client, job_id)
     finally:
         server.stop()
         server.kill_tasks()

@@ -11,6 +11,7 @@ import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,10 @@ def _submit(api: Api, body: dict[str, object]) -> str:
     return str(answer.json()["id"])
 
 
-def test_the_dashboard_tells_what_happened(cluster: tuple[Api, Path], artifacts: Path) -> None:
-    api, devices = cluster
-    expect = sync_api.expect
-    expect.set_options(timeout=30_000)
+@contextmanager
+def _dashboard(api: Api) -> Iterator[Any]:
+    """The dashboard in Chromium at 1440 px, connected with the admin's token."""
+    sync_api.expect.set_options(timeout=30_000)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
@@ -97,79 +98,86 @@ def test_the_dashboard_tells_what_happened(cluster: tuple[Api, Path], artifacts:
             page.goto(f"{api.url}/ui?refresh=0.5")
             page.fill("#token", api.svc.admin_token)
             page.click("#connect")
-            nodes = page.locator("#nodes")
-
-            # a job that takes 30 of the A100 node's 32 cores strands its four free A100s
-            hog = _submit(api, _sleeper("cpu-hog", "bob", resources={"cpu": "30", "memory": "8Gi"}))
-            api.wait(api.admin, hog, {"running"})
-            flag = nodes.locator("[data-node='demo-a100-0'] .badge.stranded")
-            expect(flag).to_have_text("4 stranded")
-            expect(nodes.locator("[data-node='demo-v100-0'] .badge.stranded")).to_have_count(0)
-            # simulated devices are said to be unmeasured, not drawn at a flat 0 %
-            expect(nodes.locator("[data-node='demo-a100-0'] .tag.sim")).to_have_text("simulated")
-            expect(nodes.locator("[data-node='local'] .tag.sim")).to_have_count(0)
-            expect(page.locator("#legend-alloc .unmeasured[data-class='fpga']")).to_have_text(
-                "fpga utilization: not measured (simulated devices)"
-            )
-            expect(page.locator("#legend-alloc")).not_to_contain_text("fpga measured")
-            page.screenshot(path=str(artifacts / "story-1-stranded-1440.png"), full_page=True)
-            api.admin.post(f"/v1/jobs/{hog}/cancel")
-            api.wait(api.admin, hog, {"cancelled"})
-            expect(flag).to_have_count(0)
-
-            # preemption: the row says by which job, whose, at what priority, and when
-            embed = _submit(api, _sleeper("batch-embed", "erin", resources=_gpus(4, "A100")))
-            api.wait(api.admin, embed, {"running"})
-            urgent = _submit(
-                api, _sleeper("urgent-train", "alice", priority=100, resources=_gpus(2, "A100"))
-            )
-            api.wait(api.admin, urgent, {"running"})
-            api.wait(api.admin, embed, {"pending"})
-            row = page.locator(f"#jobs [data-job='{embed}']")
-            expect(row.locator(".story.preempted")).to_have_text(
-                re.compile(r"^Preempted by urgent-train \(alice, priority 100\) at \d\d:\d\d:\d\d")
-            )
-
-            # a device failure: the displaced job names the device, the banner since when
-            l4 = _submit(api, _sleeper("l4-job", "bob", resources=_gpus(1, "L4", cpu="0.1")))
-            api.wait(api.admin, l4, {"running"})
-            devices.write_text(FAILED)
-            api.wait(api.admin, l4, {"pending"})
-            l4_row = page.locator(f"#jobs [data-job='{l4}']")
-            expect(l4_row.locator(".story.displaced")).to_contain_text(
-                "Displaced: device local/gpu0 unhealthy"
-            )
-            banner = page.locator("#alerts .alert", has_text="local/gpu0")
-            expect(banner).to_contain_text(re.compile(r"Device local/gpu0 \(L4\) · since \d\d:"))
-
-            # the preemption line shows where a lower-priority job runs, not elsewhere
-            _submit(api, _sleeper("pinned", "bob", preemptible=False, resources=_gpus(2, "V100")))
-            wants = _submit(
-                api, _sleeper("wants-v100s", "alice", priority=50, resources=_gpus(3, "V100"))
-            )
-            api.wait(api.admin, wants, {"pending"})
-            wants_row = page.locator(f"#jobs [data-job='{wants}'] .explanation")
-            expect(wants_row).to_contain_text("no job may be preempted")
-            embed_why = row.locator(".explanation")
-            expect(embed_why).to_be_visible()
-            expect(embed_why).not_to_contain_text("preemption:")
-            page.screenshot(path=str(artifacts / "story-2-1440.png"), full_page=True)
-
-            # a phone: nothing scrolls sideways, the job and queue rows show their fields
-            page.set_viewport_size({"width": 390, "height": 844})
-            expect(row.locator(".story.preempted")).to_be_visible()
-            page.wait_for_timeout(1200)  # a refresh at the new width
-            assert page.evaluate("document.documentElement.scrollWidth") <= 390
-            for locator in (row, page.locator("#queues [data-queue='default']")):
-                box = _box(page, locator)
-                assert box["x"] >= 0 and box["x"] + box["width"] <= 390, box
-            name_box = _box(page, row.locator(".jname strong"))
-            assert name_box["x"] + name_box["width"] <= 390, name_box
-            page.screenshot(path=str(artifacts / "story-3-390.png"), full_page=True)
-            page.locator("#jobs-card").screenshot(path=str(artifacts / "story-4-jobs-390.png"))
-            page.locator("#queues-card").screenshot(path=str(artifacts / "story-5-queues-390.png"))
+            yield page
         finally:
             browser.close()
+
+
+def test_the_dashboard_tells_what_happened(cluster: tuple[Api, Path], artifacts: Path) -> None:
+    api, devices = cluster
+    expect = sync_api.expect
+    with _dashboard(api) as page:
+        nodes = page.locator("#nodes")
+
+        # a job that takes 30 of the A100 node's 32 cores strands its four free A100s
+        hog = _submit(api, _sleeper("cpu-hog", "bob", resources={"cpu": "30", "memory": "8Gi"}))
+        api.wait(api.admin, hog, {"running"})
+        flag = nodes.locator("[data-node='demo-a100-0'] .badge.stranded")
+        expect(flag).to_have_text("4 stranded")
+        expect(nodes.locator("[data-node='demo-v100-0'] .badge.stranded")).to_have_count(0)
+        # simulated devices are said to be unmeasured, not drawn at a flat 0 %
+        expect(nodes.locator("[data-node='demo-a100-0'] .tag.sim")).to_have_text("simulated")
+        expect(nodes.locator("[data-node='local'] .tag.sim")).to_have_count(0)
+        expect(page.locator("#legend-alloc .unmeasured[data-class='fpga']")).to_have_text(
+            "fpga utilization: not measured (simulated devices)"
+        )
+        expect(page.locator("#legend-alloc")).not_to_contain_text("fpga measured")
+        page.screenshot(path=str(artifacts / "story-1-stranded-1440.png"), full_page=True)
+        api.admin.post(f"/v1/jobs/{hog}/cancel")
+        api.wait(api.admin, hog, {"cancelled"})
+        expect(flag).to_have_count(0)
+
+        # preemption: the row says by which job, whose, at what priority, and when
+        embed = _submit(api, _sleeper("batch-embed", "erin", resources=_gpus(4, "A100")))
+        api.wait(api.admin, embed, {"running"})
+        urgent = _submit(
+            api, _sleeper("urgent-train", "alice", priority=100, resources=_gpus(2, "A100"))
+        )
+        api.wait(api.admin, urgent, {"running"})
+        api.wait(api.admin, embed, {"pending"})
+        row = page.locator(f"#jobs [data-job='{embed}']")
+        expect(row.locator(".story.preempted")).to_have_text(
+            re.compile(r"^Preempted by urgent-train \(alice, priority 100\) at \d\d:\d\d:\d\d")
+        )
+
+        # a device failure: the displaced job names the device, the banner since when
+        l4 = _submit(api, _sleeper("l4-job", "bob", resources=_gpus(1, "L4", cpu="0.1")))
+        api.wait(api.admin, l4, {"running"})
+        devices.write_text(FAILED)
+        api.wait(api.admin, l4, {"pending"})
+        l4_row = page.locator(f"#jobs [data-job='{l4}']")
+        expect(l4_row.locator(".story.displaced")).to_contain_text(
+            "Displaced: device local/gpu0 unhealthy"
+        )
+        banner = page.locator("#alerts .alert", has_text="local/gpu0")
+        expect(banner).to_contain_text(re.compile(r"Device local/gpu0 \(L4\) · since \d\d:"))
+
+        # the preemption line shows where a lower-priority job runs, not elsewhere
+        _submit(api, _sleeper("pinned", "bob", preemptible=False, resources=_gpus(2, "V100")))
+        wants = _submit(
+            api, _sleeper("wants-v100s", "alice", priority=50, resources=_gpus(3, "V100"))
+        )
+        api.wait(api.admin, wants, {"pending"})
+        wants_row = page.locator(f"#jobs [data-job='{wants}'] .explanation")
+        expect(wants_row).to_contain_text("no job may be preempted")
+        embed_why = row.locator(".explanation")
+        expect(embed_why).to_be_visible()
+        expect(embed_why).not_to_contain_text("preemption:")
+        page.screenshot(path=str(artifacts / "story-2-1440.png"), full_page=True)
+
+        # a phone: nothing scrolls sideways, the job and queue rows show their fields
+        page.set_viewport_size({"width": 390, "height": 844})
+        expect(row.locator(".story.preempted")).to_be_visible()
+        page.wait_for_timeout(1200)  # a refresh at the new width
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        for locator in (row, page.locator("#queues [data-queue='default']")):
+            box = _box(page, locator)
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+        name_box = _box(page, row.locator(".jname strong"))
+        assert name_box["x"] + name_box["width"] <= 390, name_box
+        page.screenshot(path=str(artifacts / "story-3-390.png"), full_page=True)
+        page.locator("#jobs-card").screenshot(path=str(artifacts / "story-4-jobs-390.png"))
+        page.locator("#queues-card").screenshot(path=str(artifacts / "story-5-queues-390.png"))
 
 
 def test_a_banner_names_the_job_its_user_and_the_time(
@@ -195,17 +203,8 @@ def test_a_banner_names_the_job_its_user_and_the_time(
     }
     doomed = _submit(api, _sleeper("bitstream-build", "frank", resources=wants))
     expect = sync_api.expect
-    expect.set_options(timeout=30_000)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            page.goto(f"{api.url}/ui?refresh=0.5")
-            page.fill("#token", api.svc.admin_token)
-            page.click("#connect")
-            banner = page.locator("#alerts .alert", has_text="Loop turn failed").first
-            expect(banner).to_contain_text(re.compile(r"Loop turn failed · \d\d:\d\d:\d\d"))
-            expect(banner).to_contain_text(f"bitstream-build (frank, {doomed})")
-            page.screenshot(path=str(artifacts / "story-6-banner-1440.png"), full_page=True)
-        finally:
-            browser.close()
+    with _dashboard(api) as page:
+        banner = page.locator("#alerts .alert", has_text="Loop turn failed").first
+        expect(banner).to_contain_text(re.compile(r"Loop turn failed · \d\d:\d\d:\d\d"))
+        expect(banner).to_contain_text(f"bitstream-build (frank, {doomed})")
+        page.screenshot(path=str(artifacts / "story-6-banner-1440.png"), full_page=True)
